@@ -1,0 +1,200 @@
+"""The AGN-036 pipeline context and the session state it is built from.
+
+``PipelineContext`` is ``IAgentPipelineContext``: created by the RequestHandler
+(AGN-036 §4.1) from the request and the caller's identity, then filled in by each
+step. The validators read it and never change it (AGN-036 §2). ``Session``,
+``Turn`` and ``ModeHistoryEntry`` are the persisted state of AGN-011 §3.2.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import ConfigDict, Field
+
+from .request import ClipboardImage, InputArtifact, RagScopeCondition, WorkspaceHints
+from .response import AgentExecuteResponse, FileRef, Usage
+from .tools import ToolCall, ToolCallManifest, ToolDefinition, ToolResult
+from .wire import WireModel
+
+__all__ = [
+    "DEFAULT_MODE",
+    "AgentContext",
+    "Caller",
+    "ContextType",
+    "ConversationContext",
+    "Envelope",
+    "ModeHistoryEntry",
+    "PipelineContext",
+    "PipelineStep",
+    "ResponsePayload",
+    "ResponseType",
+    "Session",
+    "Turn",
+    "TurnStatus",
+]
+
+DEFAULT_MODE = "general"
+"""The mode of a new session when the host supplies none (AGN-011 §3.1, DESIGN.md R2)."""
+
+
+class ContextType(StrEnum):
+    """``AgentPipelineContextTypes`` (AGN-036 §3.1)."""
+
+    INITIAL = "Initial"
+    FOLLOW_ON = "FollowOn"
+    CLIENT_TOOL_CALL_CONTINUATION = "ClientToolCallContinuation"
+
+
+class ResponseType(StrEnum):
+    """The outcome the LLMClient step produced (AGN-036 §4.9, §4.10)."""
+
+    FINAL = "Final"
+    TOOL_CONTINUATION = "ToolContinuation"
+
+
+class PipelineStep(StrEnum):
+    """The ten pipeline steps of AGN-036 §4, in section order."""
+
+    REQUEST_HANDLER = "request_handler"
+    SESSION_RESTORER = "session_restorer"
+    AGENT_CONTEXT_RESOLVER = "agent_context_resolver"
+    CLIENT_TOOL_CONTINUATION_RESOLVER = "client_tool_continuation_resolver"
+    AGENT_SESSION_CREATOR = "agent_session_creator"
+    AGENT_CONTEXT_LOADER = "agent_context_loader"
+    PROMPT_CONTENT_PROVIDER_INITIALIZER = "prompt_content_provider_initializer"
+    REASONER = "reasoner"
+    LLM_CLIENT = "llm_client"
+    RESPONSE_BUILDER = "response_builder"
+
+
+class TurnStatus(StrEnum):
+    """Where a turn stands (AGN-033 §3.3 continuation protocol)."""
+
+    OPEN = "open"
+    AWAITING_CLIENT_TOOLS = "awaiting_client_tools"
+    COMPLETED = "completed"
+
+
+class Caller(WireModel):
+    """The authenticated identity a host passes with a request: org and user."""
+
+    model_config = ConfigDict(frozen=True)
+
+    org: str = Field(min_length=1)
+    user: str = Field(min_length=1)
+
+
+class Envelope(WireModel):
+    """The request as the pipeline sees it, plus the caller's org and user (AGN-036 §3)."""
+
+    org: str | None = None
+    user: str | None = None
+    session_id: str | None = None
+    turn_id: str | None = None
+    instructions: str | None = None
+    input_artifacts: list[InputArtifact] | None = None
+    clip_board_images: list[ClipboardImage] | None = None
+    tool_results: list[ToolResult] | None = None
+    rag_scope: list[RagScopeCondition] | None = None
+    solution_context_text: str | None = None
+    workspace_hints: WorkspaceHints | None = None
+    stream: bool | None = None
+    agent_context_id: str | None = None
+    conversation_context_id: str | None = None
+
+
+class ModeHistoryEntry(WireModel):
+    """One mode transition of a session (AGN-011 §3.2, §5.7)."""
+
+    previous_mode: str
+    new_mode: str
+    timestamp: datetime
+    reason: str | None = None
+    org: str | None = None
+    user: str | None = None
+    branch: bool = False
+    turn_id: str | None = None
+
+
+class Session(WireModel):
+    """``AgentSession``: the authoritative store of the current mode (AGN-011 §3.2)."""
+
+    id: str
+    org: str
+    user: str
+    mode: str | None
+    mode_history: list[ModeHistoryEntry] = Field(default_factory=list)
+    agent_context_id: str | None = None
+    conversation_context_id: str | None = None
+    solution_context_text: str | None = None
+    created_at: datetime | None = None
+    version: int = 0
+
+
+class Turn(WireModel):
+    """``AgentSessionTurn``: one turn of a session, with its mode snapshot (AGN-011 §3.2)."""
+
+    id: str
+    session_id: str
+    mode: str | None = None
+    status: TurnStatus = TurnStatus.OPEN
+    pending_tool_calls: list[ToolCall] = Field(default_factory=list)
+    created_at: datetime | None = None
+
+
+class AgentContext(WireModel):
+    """The agent a turn runs: its instructions and the client tools it advertises."""
+
+    id: str
+    name: str
+    system_prompt: str = ""
+    model: str | None = None
+    client_tools: list[ToolDefinition] = Field(default_factory=list)
+
+
+class ConversationContext(WireModel):
+    """The conversation context a session runs in."""
+
+    id: str
+    name: str | None = None
+    instructions: str = ""
+
+
+class ResponsePayload(WireModel):
+    """The final answer of a turn before it becomes an AGN-033 response (AGN-036 §4.9)."""
+
+    primary_output_text: str
+    files: list[FileRef] | None = None
+    tool_results: list[ToolResult] | None = None
+    user_warnings: list[str] | None = None
+    usage: Usage | None = None
+
+
+class PipelineContext(WireModel):
+    """``IAgentPipelineContext`` (AGN-036 §3-§4).
+
+    ``type``, ``time_stamp``, ``correlation_id`` and the envelope's org and user are
+    the core invariants (§3). ``mode`` is the normalized mode of the turn (AGN-011
+    §3.3, DESIGN.md R2); ``tools`` is the tool set frozen before the reasoner loop
+    (AGN-011 §4.4, R9); ``response`` is what the ResponseBuilder returns (§4.10).
+    """
+
+    type: ContextType
+    time_stamp: datetime | None = None
+    correlation_id: str = ""
+    envelope: Envelope = Field(default_factory=Envelope)
+    session: Session | None = None
+    turn: Turn | None = None
+    agent_context: AgentContext | None = None
+    conversation_context: ConversationContext | None = None
+    tool_call_manifest: ToolCallManifest | None = None
+    prompt_provider_ready: bool = False
+    response_payload: ResponsePayload | None = None
+    client_tool_calls: list[ToolCall] | None = None
+    tool_continuation_message: str | None = None
+    response_type: ResponseType | None = None
+    mode: str | None = None
+    tools: list[ToolDefinition] | None = None
+    response: AgentExecuteResponse | None = None

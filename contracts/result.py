@@ -1,0 +1,123 @@
+"""``InvokeResult[T]``: how every engine API reports success, errors and warnings.
+
+AGN-033 §2.1: errors and system-level warnings travel *only* here; when the
+invocation is not successful the payload (``Result``) is null. Each error carries
+a machine-readable ``Code`` and, where a rule failed, the rule's stable id
+(``RuleId``), so a log line, a span event, a trace entry and the conformance table
+all point at the same rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+
+from .wire import WireModel
+
+__all__ = ["ErrorCode", "InvokeError", "InvokeResult", "InvokeWarning"]
+
+T = TypeVar("T")
+
+
+class ErrorCode(StrEnum):
+    """What kind of failure an ``InvokeError`` reports."""
+
+    INVALID_REQUEST = "invalid_request"
+    """The request broke AGN-034 (shape or scenario rules)."""
+    PIPELINE_RULE_FAILED = "pipeline_rule_failed"
+    """An AGN-036 core, PRE or POST rule failed."""
+    TOOL_CALL_MANIFEST_INVALID = "tool_call_manifest_invalid"
+    """The returned tool results do not match the emitted calls (AGN-036 §5, AGN-033 §3.3)."""
+    INVALID_RESPONSE = "invalid_response"
+    """A built response broke AGN-033."""
+    TOOL_CALL_INVALID = "tool_call_invalid"
+    """A model's tool call broke the container design's checks (returned to the LLM)."""
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    PORT_FAILED = "port_failed"
+    INTERNAL = "internal"
+
+
+class InvokeError(WireModel):
+    """One error: a code, a one-line message and, where a rule failed, its id.
+
+    ``Field`` names the request or context field at fault (a JSON path such as
+    ``InputArtifacts[0].RelativePath``); ``ToolCallId`` and ``ToolName`` name the
+    tool a manifest failure is about (AGN-036 §5: "bubbled with tool id, name, and
+    reason").
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    code: ErrorCode
+    message: str
+    rule_id: str | None = None
+    field: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+
+
+class InvokeWarning(WireModel):
+    """A non-fatal, system-level warning (AGN-033 §2.1)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    code: str
+    message: str
+    rule_id: str | None = None
+
+
+class InvokeResult(WireModel, Generic[T]):
+    """The outcome of an invocation: ``Result`` only when ``Successful`` (AGN-033 §2.1)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    successful: bool
+    result: T | None = None
+    errors: tuple[InvokeError, ...] = Field(default=())
+    warnings: tuple[InvokeWarning, ...] = Field(default=())
+
+    @model_validator(mode="after")
+    def _result_only_when_successful(self) -> InvokeResult[T]:
+        if self.successful and self.errors:
+            raise ValueError("a successful InvokeResult carries no Errors")
+        if not self.successful:
+            if self.result is not None:
+                raise ValueError("Result must be null unless Successful (AGN-033 §2.1)")
+            if not self.errors:
+                raise ValueError("an unsuccessful InvokeResult names at least one error")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Result is always present, null when unsuccessful (AGN-033 §2.1).
+        data: dict[str, Any] = handler(self)
+        return data
+
+    @classmethod
+    def success(
+        cls, result: T | None = None, warnings: Iterable[InvokeWarning] = ()
+    ) -> InvokeResult[T]:
+        """A successful result carrying ``result``."""
+        return cls(successful=True, result=result, warnings=tuple(warnings))
+
+    @classmethod
+    def failure(
+        cls, errors: Iterable[InvokeError], warnings: Iterable[InvokeWarning] = ()
+    ) -> InvokeResult[T]:
+        """An unsuccessful result: no payload, at least one error."""
+        return cls(successful=False, errors=tuple(errors), warnings=tuple(warnings))
+
+    @property
+    def rule_ids(self) -> tuple[str, ...]:
+        """The ids of the rules that failed, in order."""
+        return tuple(error.rule_id for error in self.errors if error.rule_id)

@@ -1,0 +1,166 @@
+"""Tools: definitions with container metadata, calls, results and the tool-call manifest.
+
+- ``ToolCall`` is AGN-033 §5.1; ``ToolResult`` is AGN-033 §5.2 / AGN-034 §5.
+- ``ToolDefinition`` carries the container metadata of the container parameter
+  validation design (IsContainer, PluginName, FunctionNames, FunctionCount,
+  SourceType) and a JSON Schema for its arguments.
+- ``ToolCallManifest`` is the pairing of emitted calls and returned results that
+  AGN-036 §5 validates.
+- ``ContainerInvocationErrorResponse`` and ``ValidationErrorResponse`` are the
+  structured errors returned to the LLM, with the snake_case JSON keys that design
+  shows.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Final, Literal
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+
+from .wire import WireModel
+
+__all__ = [
+    "CONTAINER_ERROR_TYPE",
+    "VALIDATION_ERROR_TYPE",
+    "ArgumentError",
+    "ContainerInvocationErrorResponse",
+    "ManifestToolResult",
+    "SourceType",
+    "ToolCall",
+    "ToolCallManifest",
+    "ToolDefinition",
+    "ToolResult",
+    "ValidationErrorResponse",
+]
+
+CONTAINER_ERROR_TYPE: Final = "container_invocation_error"
+VALIDATION_ERROR_TYPE: Final = "validation_error"
+
+_EMPTY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+class SourceType(StrEnum):
+    """Where a container's functions come from (container design, "Metadata Structure")."""
+
+    PLUGIN = "Plugin"
+    MCP = "MCP"
+    FRONTEND = "Frontend"
+    SKILL = "Skill"
+
+
+class ToolCall(WireModel):
+    """A tool call emitted by the model (AGN-033 §5.1): id, name and JSON arguments."""
+
+    tool_call_id: str
+    name: str
+    arguments_json: str
+
+
+class ToolResult(WireModel):
+    """A tool's result (AGN-033 §5.2, AGN-034 §5): exactly one of ResultJson / ErrorMessage.
+
+    The "exactly one" rule is checked by the validators (``AGN-034/5/…``,
+    ``AGN-033/5.2/…``) so that a bad result gets an error with a rule id, not a
+    bare parse failure.
+    """
+
+    tool_call_id: str
+    execution_ms: StrictInt
+    result_json: str | None = None
+    error_message: str | None = None
+
+
+class ManifestToolResult(WireModel):
+    """One result inside a ToolCallManifest (AGN-036 §5): paired with a call by id and name."""
+
+    tool_call_id: str
+    name: str | None = None
+    result_json: str | None = None
+    execution_ms: StrictInt | None = None
+
+
+class ToolCallManifest(WireModel):
+    """The emitted client tool calls and the results returned for them (AGN-036 §5)."""
+
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_results: list[ManifestToolResult] = Field(default_factory=list)
+
+
+class ToolDefinition(WireModel):
+    """A tool the model may call, with its argument schema and container metadata.
+
+    A *container* (``is_container``) groups the functions named in
+    ``function_names``; it must be called with no arguments to expand (container
+    design, "Validation Decision Tree"). A member function names its container in
+    ``member_of``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: dict(_EMPTY_OBJECT_SCHEMA))
+    executes_on: Literal["client", "server"] = "client"
+    is_container: bool = False
+    plugin_name: str | None = None
+    function_names: tuple[str, ...] | None = None
+    function_count: int | None = Field(default=None, ge=0)
+    source_type: SourceType | None = None
+    member_of: str | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameters_is_a_json_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as error:
+            raise ValueError(f"Parameters is not a valid JSON Schema: {error.message}") from None
+        return schema
+
+    @model_validator(mode="after")
+    def _container_metadata_is_consistent(self) -> ToolDefinition:
+        names, count = self.function_names, self.function_count
+        if names is not None and count is not None and count != len(names):
+            raise ValueError(
+                f"FunctionCount ({count}) does not match the {len(names)} FunctionNames"
+            )
+        if not self.is_container and self.function_names:
+            raise ValueError("FunctionNames is container metadata; set IsContainer to true")
+        return self
+
+
+class _SnakeCaseModel(BaseModel):
+    """Error payloads keep the snake_case JSON keys the container design shows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ContainerInvocationErrorResponse(_SnakeCaseModel):
+    """Returned to the LLM when it calls a container with arguments (container design)."""
+
+    error_type: Literal["container_invocation_error"] = CONTAINER_ERROR_TYPE
+    container_name: str
+    attempted_parameters: Any
+    available_functions: list[str]
+    error_message: str
+    retry_guidance: str
+
+
+class ArgumentError(_SnakeCaseModel):
+    """One argument problem inside a ValidationErrorResponse (container design)."""
+
+    property: str
+    attempted_value: Any
+    error_message: str
+    error_code: str
+
+
+class ValidationErrorResponse(_SnakeCaseModel):
+    """Returned to the LLM when a tool's arguments fail its JSON Schema (container design)."""
+
+    error_type: Literal["validation_error"] = VALIDATION_ERROR_TYPE
+    errors: list[ArgumentError]
+    retry_guidance: str

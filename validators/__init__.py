@@ -1,0 +1,31 @@
+"""Pure, stateless, non-mutating rule checks (AGN-036 §2).
+
+Every function here returns a result and never raises for a failed rule; each
+error names a stable rule id (see ``all_rules`` and docs/CONFORMANCE.md).
+"""
+
+from .core import validate_core
+from .manifest import validate_tool_call_manifest
+from .request import classify_request, parse_request, validate_request
+from .response import validate_response
+from .rules import Rule, all_rules
+from .steps import Phase, step_rule_ids, validate_post_step, validate_pre_step
+from .tool_calls import ToolCallOutcome, ToolCallVerdict, check_tool_call
+
+__all__ = [
+    "Phase",
+    "Rule",
+    "ToolCallOutcome",
+    "ToolCallVerdict",
+    "all_rules",
+    "check_tool_call",
+    "classify_request",
+    "parse_request",
+    "step_rule_ids",
+    "validate_core",
+    "validate_post_step",
+    "validate_pre_step",
+    "validate_request",
+    "validate_response",
+    "validate_tool_call_manifest",
+]

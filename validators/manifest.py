@@ -1,0 +1,158 @@
+"""AGN-036 §5: ToolCallManifest validity (``ValidateToolCallManifest``).
+
+A manifest is valid iff its calls and results have the same count, the same
+order, matching ``ToolCallId`` and matching ``Name``, and every result holds
+``ResultJson``. Each failure is a hard gate and names the tool id, the tool name
+and the reason (§5). AGN-033 §3.3 calls any mismatch a hard-fault programming bug.
+
+Decision: a ``ResultJson`` that is present but not well-formed JSON also fails
+(``AGN-036/5/result-json-valid``); the LLM could not read it as a result.
+"""
+
+from __future__ import annotations
+
+from aptix_pipeline.contracts import (
+    ErrorCode,
+    InvokeError,
+    InvokeResult,
+    ManifestToolResult,
+    ToolCall,
+    ToolCallManifest,
+)
+
+from .rules import outcome, rule
+from .tool_results import is_json
+
+__all__ = ["MANIFEST_RULE_IDS", "manifest_errors", "validate_tool_call_manifest"]
+
+_MANIFEST = ErrorCode.TOOL_CALL_MANIFEST_INVALID
+
+COUNT_MATCH = rule(
+    "AGN-036/5/count-match",
+    "AGN-036 §5, AGN-033 §3.3",
+    "ToolCalls and ToolCallResults must have the same count",
+    _MANIFEST,
+)
+ORDER_MATCH = rule(
+    "AGN-036/5/order-match",
+    "AGN-036 §5, AGN-033 §3.3",
+    "ToolCallResults must be in the same order as ToolCalls",
+    _MANIFEST,
+)
+ID_MATCH = rule(
+    "AGN-036/5/id-match",
+    "AGN-036 §5, AGN-033 §3.3",
+    "each ToolCallResult must carry the ToolCallId of its ToolCall",
+    _MANIFEST,
+)
+NAME_MATCH = rule(
+    "AGN-036/5/name-match",
+    "AGN-036 §5",
+    "each ToolCallResult must carry the Name of its ToolCall",
+    _MANIFEST,
+)
+RESULT_JSON_PRESENT = rule(
+    "AGN-036/5/result-json-present",
+    "AGN-036 §5",
+    "every ToolCallResult must contain ResultJson",
+    _MANIFEST,
+)
+RESULT_JSON_VALID = rule(
+    "AGN-036/5/result-json-valid",
+    "AGN-036 §5 (decision)",
+    "ResultJson must be well-formed JSON",
+    _MANIFEST,
+)
+
+MANIFEST_RULE_IDS: tuple[str, ...] = tuple(
+    r.id
+    for r in (
+        COUNT_MATCH,
+        ORDER_MATCH,
+        ID_MATCH,
+        NAME_MATCH,
+        RESULT_JSON_PRESENT,
+        RESULT_JSON_VALID,
+    )
+)
+
+
+def _pairing_errors(calls: list[ToolCall], results: list[ManifestToolResult]) -> list[InvokeError]:
+    errors: list[InvokeError] = []
+    call_ids = [call.tool_call_id for call in calls]
+    result_ids = [result.tool_call_id for result in results]
+    if len(calls) != len(results):
+        missing = [i for i in call_ids if i not in result_ids]
+        extra = [i for i in result_ids if i not in call_ids]
+        errors.append(
+            COUNT_MATCH.error(
+                f"{len(calls)} tool call(s), {len(results)} result(s); "
+                f"without result: {missing}; unknown: {extra}",
+                field="ToolCallResults",
+            )
+        )
+    for index, (call, result) in enumerate(zip(calls, results, strict=False)):
+        at = f"ToolCallResults[{index}]"
+        if result.tool_call_id != call.tool_call_id:
+            misplaced = result.tool_call_id in call_ids and call.tool_call_id in result_ids
+            chosen = ORDER_MATCH if misplaced else ID_MATCH
+            errors.append(
+                chosen.error(
+                    f"position {index} expects {call.tool_call_id!r} ({call.name}), "
+                    f"got {result.tool_call_id!r}",
+                    field=f"{at}.ToolCallId",
+                    tool_call_id=result.tool_call_id,
+                    tool_name=call.name,
+                )
+            )
+        elif result.name != call.name:
+            errors.append(
+                NAME_MATCH.error(
+                    f"{call.tool_call_id!r} was a call to {call.name!r}, the result names "
+                    f"{result.name!r}",
+                    field=f"{at}.Name",
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.name,
+                )
+            )
+    return errors
+
+
+def _result_json_errors(
+    calls: list[ToolCall], results: list[ManifestToolResult]
+) -> list[InvokeError]:
+    names = {call.tool_call_id: call.name for call in calls}
+    errors: list[InvokeError] = []
+    for index, result in enumerate(results):
+        at = f"ToolCallResults[{index}].ResultJson"
+        name = result.name or names.get(result.tool_call_id)
+        if result.result_json is None or not result.result_json.strip():
+            errors.append(
+                RESULT_JSON_PRESENT.error(
+                    f"{result.tool_call_id!r} ({name}) has no ResultJson",
+                    field=at,
+                    tool_call_id=result.tool_call_id,
+                    tool_name=name,
+                )
+            )
+        elif not is_json(result.result_json):
+            errors.append(
+                RESULT_JSON_VALID.error(
+                    f"{result.tool_call_id!r} ({name}) holds malformed JSON",
+                    field=at,
+                    tool_call_id=result.tool_call_id,
+                    tool_name=name,
+                )
+            )
+    return errors
+
+
+def manifest_errors(manifest: ToolCallManifest) -> list[InvokeError]:
+    """Every §5 rule the manifest breaks, each naming tool id, name and reason."""
+    calls, results = manifest.tool_calls, manifest.tool_call_results
+    return _pairing_errors(calls, results) + _result_json_errors(calls, results)
+
+
+def validate_tool_call_manifest(manifest: ToolCallManifest) -> InvokeResult[None]:
+    """``ValidateToolCallManifest(manifest)`` (AGN-036 §2.1, §5): never raises, never mutates."""
+    return outcome(manifest_errors(manifest))

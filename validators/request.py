@@ -1,0 +1,459 @@
+"""AGN-034 request rules: parsing, scenario classification and the scenario rules.
+
+``parse_request`` turns wire input (JSON text, a dict or a model) into an
+``AgentExecuteRequest`` or an unsuccessful ``InvokeResult`` whose errors each name
+a rule id and a field. It never raises for bad input.
+
+Decisions where the DDRs are silent (docs/CONFORMANCE.md, "Decisions"):
+
+- an empty-string ``SessionId``/``TurnId`` counts as absent (AGN-036 §3.1 speaks of
+  "empty" ids for Initial);
+- a whitespace-only ``Instruction`` is not an input (AGN-034 §2.1);
+- on a tool continuation every non-required field is forbidden when present, even
+  empty or ``false`` — the submission is "mechanical only" (AGN-034 §2.2) —
+  including ``AgentContextId``/``ConversationContextId``, which only select an
+  agent for a user turn;
+- base64 is the standard alphabet with padding, no whitespace (RFC 4648 §4).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from aptix_pipeline.contracts import (
+    AgentExecuteRequest,
+    ArtifactEncoding,
+    ContextType,
+    ErrorCode,
+    InvokeError,
+    InvokeResult,
+)
+
+from .core import has_user_input
+from .rules import rule
+from .tool_results import ToolResultRules, tool_result_errors
+
+__all__ = [
+    "SERVER_OWNED_FIELDS",
+    "classify_request",
+    "parse_request",
+    "validate_request",
+]
+
+_INVALID = ErrorCode.INVALID_REQUEST
+
+ENVELOPE_OBJECT = rule(
+    "AGN-034/3/envelope-object", "AGN-034 §3", "the request must be one JSON object", _INVALID
+)
+SERVER_OWNED_FIELD = rule(
+    "AGN-034/3/server-owned-field",
+    "AGN-034 §2.1, §3",
+    "mode, correlation, diagnostic and provider continuation fields are server-owned and "
+    "must never appear in the request",
+    _INVALID,
+)
+UNKNOWN_FIELD = rule(
+    "AGN-034/3/unknown-field",
+    "AGN-034 §3",
+    "the field is not part of the AgentExecuteRequest contract",
+    _INVALID,
+)
+FIELD_TYPE = rule(
+    "AGN-034/3/field-type", "AGN-034 §3, §4", "the field has the wrong type", _INVALID
+)
+SESSION_TURN_PAIR = rule(
+    "AGN-034/3/session-turn-pair",
+    "AGN-034 §3, AGN-033 §3.1, DESIGN R1",
+    "SessionId and TurnId come together: both (follow-on, continuation) or neither (new session)",
+    _INVALID,
+)
+INPUT_REQUIRED = rule(
+    "AGN-034/2.1/input-required",
+    "AGN-034 §2.1",
+    "a user turn needs at least one input: Instruction, InputArtifacts or ClipboardImages",
+    _INVALID,
+)
+TOOL_RESULTS_FORBIDDEN = rule(
+    "AGN-034/2.1/tool-results-forbidden",
+    "AGN-034 §2.1, §5",
+    "tool results may only be submitted with the SessionId and TurnId of the turn that "
+    "asked for them",
+    _INVALID,
+)
+TOOL_RESULTS_REQUIRED = rule(
+    "AGN-034/2.2/tool-results-required",
+    "AGN-034 §2.2",
+    "a tool continuation submission needs one or more ToolResults",
+    _INVALID,
+)
+INSTRUCTION_FORBIDDEN = rule(
+    "AGN-034/2.2/instruction-forbidden",
+    "AGN-034 §2.2",
+    "a tool continuation submission must not carry an Instruction",
+    _INVALID,
+)
+INPUT_ARTIFACTS_FORBIDDEN = rule(
+    "AGN-034/2.2/input-artifacts-forbidden",
+    "AGN-034 §2.2, §4.2",
+    "input artifacts are allowed only in user turn requests",
+    _INVALID,
+)
+CLIPBOARD_IMAGES_FORBIDDEN = rule(
+    "AGN-034/2.2/clipboard-images-forbidden",
+    "AGN-034 §2.2",
+    "a tool continuation submission must not carry clipboard images",
+    _INVALID,
+)
+CONTEXT_INPUTS_FORBIDDEN = rule(
+    "AGN-034/2.2/context-inputs-forbidden",
+    "AGN-034 §2.2",
+    "a tool continuation submission must not carry context inputs",
+    _INVALID,
+)
+STREAM_FORBIDDEN = rule(
+    "AGN-034/2.2/stream-forbidden",
+    "AGN-034 §2.2",
+    "a tool continuation submission must not carry a streaming flag",
+    _INVALID,
+)
+ARTIFACT_SHAPE = rule(
+    "AGN-034/4.2/artifact-shape",
+    "AGN-034 §4.2",
+    "an input artifact needs RelativePath, FileName, Contents and Origin (ide|user); "
+    "Encoding is utf8 or base64",
+    _INVALID,
+)
+ARTIFACT_NAMES_PRESENT = rule(
+    "AGN-034/4.2/artifact-names-present",
+    "AGN-034 §4.2",
+    "an input artifact's RelativePath and FileName must not be empty",
+    _INVALID,
+)
+RELATIVE_PATH_NOT_ABSOLUTE = rule(
+    "AGN-034/4.2/relative-path-not-absolute",
+    "AGN-034 §4.2",
+    "RelativePath must be relative to the opened root folder; absolute paths are not permitted",
+    _INVALID,
+)
+RELATIVE_PATH_WITHIN_ROOT = rule(
+    "AGN-034/4.2/relative-path-within-root",
+    "AGN-034 §4.2",
+    "RelativePath must not escape the root folder with '..'",
+    _INVALID,
+)
+ARTIFACT_BASE64_VALID = rule(
+    "AGN-034/4.2/base64-contents-valid",
+    "AGN-034 §4.2",
+    "Contents must be valid base64 when Encoding is base64",
+    _INVALID,
+)
+CLIPBOARD_IMAGE_SHAPE = rule(
+    "AGN-034/4.3/clipboard-image-shape",
+    "AGN-034 §4.3",
+    "a clipboard image needs Id, MimeType and DataBase64",
+    _INVALID,
+)
+CLIPBOARD_ID_PRESENT = rule(
+    "AGN-034/4.3/clipboard-id-present",
+    "AGN-034 §4.3",
+    "a clipboard image's Id must not be empty",
+    _INVALID,
+)
+CLIPBOARD_MIME_IMAGE = rule(
+    "AGN-034/4.3/clipboard-mime-image",
+    "AGN-034 §4.3",
+    "a clipboard image's MimeType must be an image type (image/...)",
+    _INVALID,
+)
+CLIPBOARD_BASE64_VALID = rule(
+    "AGN-034/4.3/clipboard-data-base64-valid",
+    "AGN-034 §4.3",
+    "DataBase64 must be non-empty valid base64",
+    _INVALID,
+)
+RAG_CONDITION_SHAPE = rule(
+    "AGN-034/4.4/rag-condition-shape",
+    "AGN-034 §4.4",
+    "a RAG scope condition needs Key, Operator (==, !=, contains, does_not_contain) and Values[]",
+    _INVALID,
+)
+RAG_KEY_PRESENT = rule(
+    "AGN-034/4.4/rag-key-present",
+    "AGN-034 §4.4",
+    "a RAG scope condition's Key must not be empty",
+    _INVALID,
+)
+RAG_VALUES_PRESENT = rule(
+    "AGN-034/4.4/rag-values-present",
+    "AGN-034 §4.4",
+    "a RAG scope condition needs at least one value",
+    _INVALID,
+)
+TOOL_RESULT_SHAPE = rule(
+    "AGN-034/5/tool-result-shape",
+    "AGN-034 §5",
+    "a tool result needs ToolCallId (string), ExecutionMs (integer) and ResultJson or "
+    "ErrorMessage (string)",
+    _INVALID,
+)
+TOOL_RESULT_RULES = ToolResultRules(
+    exactly_one_outcome=rule(
+        "AGN-034/5/exactly-one-outcome",
+        "AGN-034 §5",
+        "a tool result holds exactly one of ResultJson or ErrorMessage",
+        _INVALID,
+    ),
+    tool_call_id_present=rule(
+        "AGN-034/5/tool-call-id-present",
+        "AGN-034 §5",
+        "a tool result's ToolCallId must not be empty",
+        _INVALID,
+    ),
+    tool_call_ids_unique=rule(
+        "AGN-034/5/tool-call-ids-unique",
+        "AGN-034 §5, AGN-033 §3.3",
+        "each tool call gets exactly one result; the ToolCallId repeats",
+        _INVALID,
+    ),
+    execution_ms_non_negative=rule(
+        "AGN-034/5/execution-ms-non-negative",
+        "AGN-034 §5",
+        "ExecutionMs must not be negative",
+        _INVALID,
+    ),
+    result_json_valid=rule(
+        "AGN-034/5/result-json-valid", "AGN-034 §5", "ResultJson must be well-formed JSON", _INVALID
+    ),
+    error_message_not_blank=rule(
+        "AGN-034/5/error-message-not-blank",
+        "AGN-034 §5",
+        "ErrorMessage must say what failed",
+        _INVALID,
+    ),
+)
+
+SERVER_OWNED_FIELDS: frozenset[str] = frozenset(
+    {
+        "mode",
+        "modeid",
+        "modename",
+        "modedisplayname",
+        "currentmode",
+        "correlationid",
+        "traceid",
+        "spanid",
+        "diagnostics",
+        "previousresponseid",
+        "responseid",
+        "providerresponseid",
+        "continuationid",
+        "providercontinuationid",
+        "modelcontinuationid",
+        "threadid",
+        "runid",
+        "provider",
+        "model",
+    }
+)
+"""Field names (case, ``_`` and ``-`` ignored) that AGN-034 §2.1/§3 reserve to the server."""
+
+_SHAPE_RULE_BY_FIELD = {
+    "InputArtifacts": ARTIFACT_SHAPE,
+    "ClipboardImages": CLIPBOARD_IMAGE_SHAPE,
+    "RagScope": RAG_CONDITION_SHAPE,
+    "ToolResults": TOOL_RESULT_SHAPE,
+}
+_DRIVE = re.compile(r"^[A-Za-z]:")
+_SEPARATORS = re.compile(r"[\\/]")
+
+
+def _normalized_name(name: str) -> str:
+    return re.sub(r"[_\-\s]", "", name).lower()
+
+
+def _json_path(loc: Sequence[int | str]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else part)
+    return path
+
+
+def _present(value: object) -> bool:
+    """Presence in AGN-034's sense: sent at all. An empty list or ``false`` is present."""
+    return value is not None
+
+
+def _has_id(value: str | None) -> bool:
+    return bool(value)
+
+
+def classify_request(request: AgentExecuteRequest) -> ContextType | None:
+    """The context type a request asks for, by field presence (AGN-034 §3, DESIGN R1).
+
+    ``None`` when exactly one of ``SessionId``/``TurnId`` is given: such a request
+    has no scenario and is rejected by ``AGN-034/3/session-turn-pair``.
+    """
+    has_session, has_turn = _has_id(request.session_id), _has_id(request.turn_id)
+    if has_session != has_turn:
+        return None
+    if not has_session:
+        return ContextType.INITIAL
+    if _present(request.tool_results):
+        return ContextType.CLIENT_TOOL_CALL_CONTINUATION
+    return ContextType.FOLLOW_ON
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+def _path_errors(path: str, field: str) -> list[InvokeError]:
+    if path.startswith(("/", "\\", "~")) or _DRIVE.match(path) or "://" in path:
+        return [RELATIVE_PATH_NOT_ABSOLUTE.error(repr(path), field=field)]
+    depth = 0
+    for segment in _SEPARATORS.split(path):
+        if segment == "..":
+            depth -= 1
+            if depth < 0:
+                return [RELATIVE_PATH_WITHIN_ROOT.error(repr(path), field=field)]
+        elif segment not in ("", "."):
+            depth += 1
+    return []
+
+
+def _user_turn_errors(request: AgentExecuteRequest, kind: ContextType) -> list[InvokeError]:
+    errors: list[InvokeError] = []
+    if not has_user_input(request.instruction, request.input_artifacts, request.clipboard_images):
+        errors.append(INPUT_REQUIRED.error(field="Instruction"))
+    if kind is ContextType.INITIAL and _present(request.tool_results):
+        errors.append(TOOL_RESULTS_FORBIDDEN.error(field="ToolResults"))
+    for index, artifact in enumerate(request.input_artifacts or ()):
+        at = f"InputArtifacts[{index}]"
+        if not artifact.relative_path or not artifact.file_name:
+            empty = "RelativePath" if not artifact.relative_path else "FileName"
+            errors.append(ARTIFACT_NAMES_PRESENT.error(field=f"{at}.{empty}"))
+        if artifact.relative_path:
+            errors.extend(_path_errors(artifact.relative_path, f"{at}.RelativePath"))
+        if artifact.effective_encoding is ArtifactEncoding.BASE64 and not _is_base64(
+            artifact.contents
+        ):
+            errors.append(ARTIFACT_BASE64_VALID.error(field=f"{at}.Contents"))
+    for index, image in enumerate(request.clipboard_images or ()):
+        at = f"ClipboardImages[{index}]"
+        if not image.id.strip():
+            errors.append(CLIPBOARD_ID_PRESENT.error(field=f"{at}.Id"))
+        if not image.mime_type.lower().startswith("image/"):
+            errors.append(CLIPBOARD_MIME_IMAGE.error(repr(image.mime_type), field=f"{at}.MimeType"))
+        if not image.data_base64 or not _is_base64(image.data_base64):
+            errors.append(CLIPBOARD_BASE64_VALID.error(field=f"{at}.DataBase64"))
+    for index, condition in enumerate(request.rag_scope or ()):
+        at = f"RagScope[{index}]"
+        if not condition.key.strip():
+            errors.append(RAG_KEY_PRESENT.error(field=f"{at}.Key"))
+        if not condition.values:
+            errors.append(RAG_VALUES_PRESENT.error(field=f"{at}.Values"))
+    return errors
+
+
+_CONTINUATION_FORBIDDEN = (
+    ("Instruction", "instruction", INSTRUCTION_FORBIDDEN),
+    ("InputArtifacts", "input_artifacts", INPUT_ARTIFACTS_FORBIDDEN),
+    ("ClipboardImages", "clipboard_images", CLIPBOARD_IMAGES_FORBIDDEN),
+    ("RagScope", "rag_scope", CONTEXT_INPUTS_FORBIDDEN),
+    ("SolutionContextText", "solution_context_text", CONTEXT_INPUTS_FORBIDDEN),
+    ("WorkspaceHints", "workspace_hints", CONTEXT_INPUTS_FORBIDDEN),
+    ("AgentContextId", "agent_context_id", CONTEXT_INPUTS_FORBIDDEN),
+    ("ConversationContextId", "conversation_context_id", CONTEXT_INPUTS_FORBIDDEN),
+    ("Stream", "stream", STREAM_FORBIDDEN),
+)
+
+
+def _continuation_errors(request: AgentExecuteRequest) -> list[InvokeError]:
+    errors = [
+        forbidden.error(field=wire_name)
+        for wire_name, attribute, forbidden in _CONTINUATION_FORBIDDEN
+        if _present(getattr(request, attribute))
+    ]
+    results = request.tool_results or []
+    if not results:
+        errors.append(TOOL_RESULTS_REQUIRED.error(field="ToolResults"))
+    errors.extend(tool_result_errors(results, TOOL_RESULT_RULES, "ToolResults"))
+    return errors
+
+
+def validate_request(request: AgentExecuteRequest) -> InvokeResult[ContextType]:
+    """Check the AGN-034 scenario rules; on success the result is the context type."""
+    kind = classify_request(request)
+    if kind is None:
+        missing = "TurnId" if _has_id(request.session_id) else "SessionId"
+        return InvokeResult[ContextType].failure([SESSION_TURN_PAIR.error(field=missing)])
+    if kind is ContextType.CLIENT_TOOL_CALL_CONTINUATION:
+        errors = _continuation_errors(request)
+    else:
+        errors = _user_turn_errors(request, kind)
+    if errors:
+        return InvokeResult[ContextType].failure(errors)
+    return InvokeResult[ContextType].success(kind)
+
+
+def _shape_errors(error: ValidationError) -> list[InvokeError]:
+    errors: list[InvokeError] = []
+    for detail in error.errors(include_url=False):
+        loc = detail["loc"]
+        field = _json_path(loc)
+        if detail["type"] == "extra_forbidden":
+            name = str(loc[-1]) if loc else ""
+            owned = _normalized_name(name) in SERVER_OWNED_FIELDS
+            chosen = SERVER_OWNED_FIELD if owned and len(loc) == 1 else UNKNOWN_FIELD
+            errors.append(chosen.error(repr(name), field=field))
+            continue
+        top = str(loc[0]) if loc else ""
+        shape_rule = _SHAPE_RULE_BY_FIELD.get(top, FIELD_TYPE)
+        errors.append(shape_rule.error(f"{field}: {detail['msg']}", field=field or None))
+    return errors
+
+
+def _load(data: AgentExecuteRequest | Mapping[str, Any] | str | bytes) -> object:
+    if isinstance(data, str | bytes | bytearray):
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError) as error:
+            return error
+    return data
+
+
+def parse_request(
+    data: AgentExecuteRequest | Mapping[str, Any] | str | bytes,
+) -> InvokeResult[AgentExecuteRequest]:
+    """Parse and check a request: JSON text, a JSON-like mapping or a model.
+
+    Mappings and JSON use the wire (PascalCase) names only. The result is
+    unsuccessful, never an exception, for anything that is not a valid AGN-034
+    request; each error names its rule id and the offending field.
+    """
+    loaded = _load(data)
+    if isinstance(loaded, AgentExecuteRequest):
+        request = loaded
+    elif isinstance(loaded, Mapping):
+        try:
+            request = AgentExecuteRequest.model_validate(loaded, by_alias=True, by_name=False)
+        except ValidationError as error:
+            return InvokeResult[AgentExecuteRequest].failure(_shape_errors(error))
+    else:
+        detail = f"not JSON ({loaded})" if isinstance(loaded, Exception) else type(loaded).__name__
+        return InvokeResult[AgentExecuteRequest].failure([ENVELOPE_OBJECT.error(detail)])
+    checked = validate_request(request)
+    if not checked.successful:
+        return InvokeResult[AgentExecuteRequest].failure(checked.errors)
+    return InvokeResult[AgentExecuteRequest].success(request)

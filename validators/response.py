@@ -1,0 +1,391 @@
+"""AGN-033 response rules: session metadata, closed kinds, bucket presence, files.
+
+``validate_response`` is what the ResponseBuilder's POST runs ("Returned response
+conforms to AGN-033", AGN-036 §4.10). Presence is what the bucket rules see
+(§3.5: "Forbidden buckets must not appear (even as empty values)"), so a final
+response with ``ToolCalls: []`` is as wrong as one with calls.
+
+Decisions (docs/CONFORMANCE.md): §6.1 is checked on the text the client renders —
+a ``data:…;base64,`` URI or a run of 200+ base64 characters outside a guarded
+(language-tagged) fence counts as embedded file contents; §4.1 — an untagged fence
+whose body is a JSON object or array is an unguarded machine payload; a FileRef
+``Url`` must be an absolute URI and never a ``data:`` URI.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit
+
+from aptix_pipeline.contracts import (
+    AgentExecuteResponse,
+    ErrorCode,
+    InvokeError,
+    InvokeResult,
+    ResponseKind,
+)
+
+from .checks import Check, requirement, run_checks
+from .rules import outcome, rule
+from .tool_results import ToolResultRules, is_json, tool_result_errors
+
+__all__ = ["RESPONSE_CHECKS", "response_errors", "validate_response"]
+
+_INVALID = ErrorCode.INVALID_RESPONSE
+
+SESSION_ID_PRESENT = rule(
+    "AGN-033/3.1/session-id-present",
+    "AGN-033 §3.1",
+    "every successful response must include SessionId",
+    _INVALID,
+)
+TURN_ID_PRESENT = rule(
+    "AGN-033/3.1/turn-id-present",
+    "AGN-033 §3.1",
+    "every successful response must include TurnId",
+    _INVALID,
+)
+MODE_DISPLAY_NAME_PRESENT = rule(
+    "AGN-033/3.1/mode-display-name-present",
+    "AGN-033 §3.1",
+    "every successful response must include ModeDisplayName",
+    _INVALID,
+)
+KIND_CLOSED = rule(
+    "AGN-033/3.2/kind-closed",
+    "AGN-033 §3.2",
+    "Kind must be 'final' or 'client_tool_continuation'",
+    _INVALID,
+)
+FINAL_PRIMARY_OUTPUT_REQUIRED = rule(
+    "AGN-033/3.4/final-primary-output-required",
+    "AGN-033 §2.3, §3.4",
+    "a final response must include exactly one PrimaryOutputText",
+    _INVALID,
+)
+FINAL_TOOL_CALLS_FORBIDDEN = rule(
+    "AGN-033/3.4/final-tool-calls-forbidden",
+    "AGN-033 §3.4, §5.1",
+    "a final response must not include ToolCalls, not even empty",
+    _INVALID,
+)
+FINAL_TOOL_CONTINUATION_MESSAGE_FORBIDDEN = rule(
+    "AGN-033/3.4/final-tool-continuation-message-forbidden",
+    "AGN-033 §3.4, §4.2",
+    "a final response must not include ToolContinuationMessage",
+    _INVALID,
+)
+CONTINUATION_TOOL_CALLS_REQUIRED = rule(
+    "AGN-033/3.4/continuation-tool-calls-required",
+    "AGN-033 §3.4",
+    "a client_tool_continuation response must include one or more ToolCalls",
+    _INVALID,
+)
+CONTINUATION_PRIMARY_OUTPUT_FORBIDDEN = rule(
+    "AGN-033/3.4/continuation-primary-output-forbidden",
+    "AGN-033 §2.3, §3.4",
+    "a client_tool_continuation response must not include PrimaryOutputText",
+    _INVALID,
+)
+CONTINUATION_TOOL_RESULTS_FORBIDDEN = rule(
+    "AGN-033/3.4/continuation-tool-results-forbidden",
+    "AGN-033 §3.4, §5.3",
+    "a client_tool_continuation response must not include ToolResults, not even empty",
+    _INVALID,
+)
+CONTINUATION_FILES_FORBIDDEN = rule(
+    "AGN-033/3.4/continuation-files-forbidden",
+    "AGN-033 §3.4, §6.2",
+    "a client_tool_continuation response must not include Files, not even empty",
+    _INVALID,
+)
+CONTINUATION_USER_WARNINGS_FORBIDDEN = rule(
+    "AGN-033/3.4/continuation-user-warnings-forbidden",
+    "AGN-033 §3.4, §4.3",
+    "a client_tool_continuation response must not include UserWarnings, not even empty",
+    _INVALID,
+)
+CONTINUATION_USAGE_FORBIDDEN = rule(
+    "AGN-033/3.4/continuation-usage-forbidden",
+    "AGN-033 §3.4",
+    "a client_tool_continuation response must not include Usage",
+    _INVALID,
+)
+TOOL_CALL_FIELDS_PRESENT = rule(
+    "AGN-033/5.1/tool-call-fields-present",
+    "AGN-033 §5.1",
+    "a ToolCall needs a non-empty ToolCallId and Name",
+    _INVALID,
+)
+ARGUMENTS_JSON_OBJECT = rule(
+    "AGN-033/5.1/arguments-json-object",
+    "AGN-033 §5.1",
+    "a ToolCall's ArgumentsJson must be a JSON object",
+    _INVALID,
+)
+TOOL_CALL_IDS_UNIQUE = rule(
+    "AGN-033/3.3/tool-call-ids-unique",
+    "AGN-033 §3.3, §5.1",
+    "ToolCalls are an exact set: each ToolCallId appears once",
+    _INVALID,
+)
+TOOL_RESULT_RULES = ToolResultRules(
+    exactly_one_outcome=rule(
+        "AGN-033/5.2/exactly-one-outcome",
+        "AGN-033 §5.2",
+        "a tool result holds exactly one of ResultJson or ErrorMessage",
+        _INVALID,
+    ),
+    tool_call_id_present=rule(
+        "AGN-033/5.2/tool-call-id-present",
+        "AGN-033 §5.2",
+        "a tool result's ToolCallId must not be empty",
+        _INVALID,
+    ),
+    tool_call_ids_unique=rule(
+        "AGN-033/5.2/tool-call-ids-unique",
+        "AGN-033 §5.2",
+        "each server tool call has one result; the ToolCallId repeats",
+        _INVALID,
+    ),
+    execution_ms_non_negative=rule(
+        "AGN-033/5.2/execution-ms-non-negative",
+        "AGN-033 §5.2",
+        "ExecutionMs must not be negative",
+        _INVALID,
+    ),
+    result_json_valid=rule(
+        "AGN-033/5.2/result-json-valid",
+        "AGN-033 §5.2",
+        "ResultJson must be well-formed JSON",
+        _INVALID,
+    ),
+    error_message_not_blank=rule(
+        "AGN-033/5.2/error-message-not-blank",
+        "AGN-033 §5.2",
+        "ErrorMessage must say what failed",
+        _INVALID,
+    ),
+)
+GUARDED_PAYLOAD = rule(
+    "AGN-033/4.1/guarded-payload",
+    "AGN-033 §4.1",
+    "machine-consumable payloads must sit in a fenced code block with a language tag",
+    _INVALID,
+)
+NO_EMBEDDED_FILE_CONTENTS = rule(
+    "AGN-033/6.1/no-embedded-file-contents",
+    "AGN-033 §6.1",
+    "responses must not embed file contents (base64) outside guarded code blocks; "
+    "reference files through FileRef",
+    _INVALID,
+)
+FILE_REF_FIELDS_PRESENT = rule(
+    "AGN-033/6.3/file-ref-fields-present",
+    "AGN-033 §6.3",
+    "a FileRef needs Name, MimeType, Url, SizeBytes (>= 0) and ContentHash",
+    _INVALID,
+)
+FILE_REF_URL_ABSOLUTE = rule(
+    "AGN-033/6.3/file-ref-url-absolute",
+    "AGN-033 §6.1, §6.3",
+    "a FileRef Url must be an absolute URI that references the file, never a data: URI",
+    _INVALID,
+)
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
+_DATA_URI = re.compile(r"data:[\w.+\-]+/[\w.+\-]+(?:;[\w\-]+=[\w\-]+)*;base64,", re.IGNORECASE)
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{200,}={0,2}")
+
+
+def _kind(response: AgentExecuteResponse) -> ResponseKind | None:
+    try:
+        return ResponseKind(response.kind)
+    except ValueError:
+        return None
+
+
+def _segments(text: str) -> Iterator[tuple[str | None, str]]:
+    """Split Markdown into (fence language or None for prose, body) segments.
+
+    An untagged fence yields ``""`` as its language.
+    """
+    prose: list[str] = []
+    body: list[str] = []
+    fence: str | None = None
+    language = ""
+    for line in text.splitlines():
+        match = _FENCE.match(line)
+        if fence is None and match:
+            yield None, "\n".join(prose)
+            prose = []
+            fence, language = match.group(1), match.group(2)
+        elif (
+            fence is not None and match and match.group(1).startswith(fence) and not match.group(2)
+        ):
+            yield language, "\n".join(body)
+            body, fence = [], None
+        elif fence is None:
+            prose.append(line)
+        else:
+            body.append(line)
+    if fence is not None:  # an unclosed fence guards nothing
+        prose.extend(body)
+    yield None, "\n".join(prose)
+
+
+def _text_errors(text: str | None, field: str) -> list[InvokeError]:
+    if not text:
+        return []
+    errors: list[InvokeError] = []
+    for language, body in _segments(text):
+        if language:
+            continue  # a guarded block may carry a machine payload (AGN-033 §4.1, §6.1)
+        if language == "" and body.strip()[:1] in ("{", "[") and is_json(body):
+            errors.append(GUARDED_PAYLOAD.error(field=field))
+        if _DATA_URI.search(body) or _BASE64_RUN.search(body):
+            errors.append(NO_EMBEDDED_FILE_CONTENTS.error(field=field))
+    return errors
+
+
+def _is_reference_url(url: str) -> bool:
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    if not scheme or scheme == "data":
+        return False
+    return bool(parts.netloc) or scheme not in {"http", "https"}
+
+
+def _tool_call_errors(response: AgentExecuteResponse) -> list[InvokeError]:
+    errors: list[InvokeError] = []
+    seen: set[str] = set()
+    for index, call in enumerate(response.tool_calls or ()):
+        at = f"ToolCalls[{index}]"
+        if not call.tool_call_id.strip() or not call.name.strip():
+            errors.append(TOOL_CALL_FIELDS_PRESENT.error(field=at, tool_call_id=call.tool_call_id))
+        if call.tool_call_id in seen:
+            errors.append(
+                TOOL_CALL_IDS_UNIQUE.error(
+                    repr(call.tool_call_id),
+                    field=f"{at}.ToolCallId",
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.name,
+                )
+            )
+        seen.add(call.tool_call_id)
+        try:
+            arguments = json.loads(call.arguments_json)
+        except (ValueError, RecursionError):
+            arguments = None
+        if not isinstance(arguments, dict):
+            errors.append(
+                ARGUMENTS_JSON_OBJECT.error(
+                    field=f"{at}.ArgumentsJson", tool_call_id=call.tool_call_id, tool_name=call.name
+                )
+            )
+    return errors
+
+
+def _file_errors(response: AgentExecuteResponse) -> list[InvokeError]:
+    errors: list[InvokeError] = []
+    for index, file in enumerate(response.files or ()):
+        at = f"Files[{index}]"
+        required = (file.name, file.mime_type, file.url, file.content_hash)
+        if not all(value.strip() for value in required) or file.size_bytes < 0:
+            errors.append(FILE_REF_FIELDS_PRESENT.error(field=at))
+        if file.url.strip() and not _is_reference_url(file.url):
+            errors.append(FILE_REF_URL_ABSOLUTE.error(repr(file.url[:80]), field=f"{at}.Url"))
+    return errors
+
+
+def _kind_is(kind: ResponseKind) -> Callable[[AgentExecuteResponse], bool]:
+    return lambda response: _kind(response) is kind
+
+
+_FINAL = _kind_is(ResponseKind.FINAL)
+_CONTINUATION = _kind_is(ResponseKind.CLIENT_TOOL_CONTINUATION)
+
+RESPONSE_CHECKS: tuple[Check[AgentExecuteResponse], ...] = (
+    requirement(SESSION_ID_PRESENT, lambda r: bool(r.session_id.strip()), field="SessionId"),
+    requirement(TURN_ID_PRESENT, lambda r: bool(r.turn_id.strip()), field="TurnId"),
+    requirement(
+        MODE_DISPLAY_NAME_PRESENT,
+        lambda r: bool(r.mode_display_name.strip()),
+        field="ModeDisplayName",
+    ),
+    requirement(KIND_CLOSED, lambda r: _kind(r) is not None, field="Kind"),
+    requirement(
+        FINAL_PRIMARY_OUTPUT_REQUIRED,
+        lambda r: r.primary_output_text is not None,
+        field="PrimaryOutputText",
+        when=_FINAL,
+    ),
+    requirement(
+        FINAL_TOOL_CALLS_FORBIDDEN, lambda r: r.tool_calls is None, field="ToolCalls", when=_FINAL
+    ),
+    requirement(
+        FINAL_TOOL_CONTINUATION_MESSAGE_FORBIDDEN,
+        lambda r: r.tool_continuation_message is None,
+        field="ToolContinuationMessage",
+        when=_FINAL,
+    ),
+    requirement(
+        CONTINUATION_TOOL_CALLS_REQUIRED,
+        lambda r: bool(r.tool_calls),
+        field="ToolCalls",
+        when=_CONTINUATION,
+    ),
+    requirement(
+        CONTINUATION_PRIMARY_OUTPUT_FORBIDDEN,
+        lambda r: r.primary_output_text is None,
+        field="PrimaryOutputText",
+        when=_CONTINUATION,
+    ),
+    requirement(
+        CONTINUATION_TOOL_RESULTS_FORBIDDEN,
+        lambda r: r.tool_results is None,
+        field="ToolResults",
+        when=_CONTINUATION,
+    ),
+    requirement(
+        CONTINUATION_FILES_FORBIDDEN, lambda r: r.files is None, field="Files", when=_CONTINUATION
+    ),
+    requirement(
+        CONTINUATION_USER_WARNINGS_FORBIDDEN,
+        lambda r: r.user_warnings is None,
+        field="UserWarnings",
+        when=_CONTINUATION,
+    ),
+    requirement(
+        CONTINUATION_USAGE_FORBIDDEN, lambda r: r.usage is None, field="Usage", when=_CONTINUATION
+    ),
+    Check(
+        (TOOL_CALL_FIELDS_PRESENT.id, TOOL_CALL_IDS_UNIQUE.id, ARGUMENTS_JSON_OBJECT.id),
+        _tool_call_errors,
+    ),
+    Check(
+        TOOL_RESULT_RULES.ids,
+        lambda r: tool_result_errors(r.tool_results or [], TOOL_RESULT_RULES, "ToolResults"),
+    ),
+    Check(
+        (GUARDED_PAYLOAD.id, NO_EMBEDDED_FILE_CONTENTS.id),
+        lambda r: (
+            _text_errors(r.primary_output_text, "PrimaryOutputText")
+            + _text_errors(r.tool_continuation_message, "ToolContinuationMessage")
+        ),
+    ),
+    Check((FILE_REF_FIELDS_PRESENT.id, FILE_REF_URL_ABSOLUTE.id), _file_errors),
+)
+"""The AGN-033 rule set, in the DDR's section order."""
+
+
+def response_errors(response: AgentExecuteResponse) -> list[InvokeError]:
+    """Every AGN-033 rule ``response`` breaks."""
+    return run_checks(RESPONSE_CHECKS, response)
+
+
+def validate_response(response: AgentExecuteResponse) -> InvokeResult[None]:
+    """Check a response against AGN-033; never raises, never mutates."""
+    return outcome(response_errors(response))

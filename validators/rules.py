@@ -1,0 +1,73 @@
+"""Rules as data: every validation rule has a stable id, a spec section and a message.
+
+A rule id reads ``<DDR>/<section>/<PRE|POST/>requirement`` — e.g.
+``AGN-036/4.2/PRE/session-null`` is the requirement "``ctx.Session == null``"
+of AGN-036 §4.2's PRE set; the error it produces says the requirement was broken.
+Each rule is declared once, next to the check that enforces it, and registered
+here, so the conformance table (docs/CONFORMANCE.md) can be checked against the
+code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from aptix_pipeline.contracts import ErrorCode, InvokeError, InvokeResult
+
+__all__ = ["OK", "Rule", "all_rules", "outcome", "rule"]
+
+_REGISTRY: dict[str, Rule] = {}
+
+OK: InvokeResult[None] = InvokeResult[None].success()
+"""The shared successful validation result (frozen, so safe to share)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One validation rule: id, spec section (``AGN-036 §4.2``), one-line message, error code."""
+
+    id: str
+    section: str
+    message: str
+    code: ErrorCode
+
+    def error(
+        self,
+        detail: str | None = None,
+        *,
+        field: str | None = None,
+        tool_call_id: str | None = None,
+        tool_name: str | None = None,
+    ) -> InvokeError:
+        """The error this rule reports; ``detail`` is appended to the one-line message."""
+        message = self.message if detail is None else f"{self.message}: {detail}"
+        return InvokeError(
+            code=self.code,
+            message=message,
+            rule_id=self.id,
+            field=field,
+            tool_call_id=tool_call_id,
+            tool_name=tool_name,
+        )
+
+
+def rule(rule_id: str, section: str, message: str, code: ErrorCode) -> Rule:
+    """Declare and register a rule; ids are unique across the package."""
+    if rule_id in _REGISTRY:
+        raise ValueError(f"rule id declared twice: {rule_id}")
+    declared = Rule(rule_id, section, message, code)
+    _REGISTRY[rule_id] = declared
+    return declared
+
+
+def all_rules() -> Mapping[str, Rule]:
+    """Every registered rule, by id (read-only view)."""
+    return MappingProxyType(_REGISTRY)
+
+
+def outcome(errors: Iterable[InvokeError]) -> InvokeResult[None]:
+    """``OK`` when there are no errors, else an unsuccessful result carrying them."""
+    collected = tuple(errors)
+    return InvokeResult[None].failure(collected) if collected else OK
