@@ -37,7 +37,7 @@ test: install
 	$(BIN)/ruff format --check .
 
 demo: install
-	$(BIN)/aptix validate examples/requests/*.json
+	$(PY) examples/demo.py
 
 bench: install
 	$(PY) bench/run.py

@@ -5,7 +5,8 @@ error names a stable rule id (see ``all_rules`` and docs/CONFORMANCE.md).
 """
 
 from .core import validate_core
-from .manifest import validate_tool_call_manifest
+from .manifest import manifest_for, validate_tool_call_manifest
+from .protocol import validate_turn_protocol
 from .request import classify_request, parse_request, validate_request
 from .response import validate_response
 from .rules import Rule, all_rules
@@ -20,6 +21,7 @@ __all__ = [
     "all_rules",
     "check_tool_call",
     "classify_request",
+    "manifest_for",
     "parse_request",
     "step_rule_ids",
     "validate_core",
@@ -28,4 +30,5 @@ __all__ = [
     "validate_request",
     "validate_response",
     "validate_tool_call_manifest",
+    "validate_turn_protocol",
 ]

@@ -11,6 +11,9 @@ Decision: a ``ResultJson`` that is present but not well-formed JSON also fails
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+
 from aptix_pipeline.contracts import (
     ErrorCode,
     InvokeError,
@@ -18,12 +21,18 @@ from aptix_pipeline.contracts import (
     ManifestToolResult,
     ToolCall,
     ToolCallManifest,
+    ToolResult,
 )
 
 from .rules import outcome, rule
 from .tool_results import is_json
 
-__all__ = ["MANIFEST_RULE_IDS", "manifest_errors", "validate_tool_call_manifest"]
+__all__ = [
+    "MANIFEST_RULE_IDS",
+    "manifest_errors",
+    "manifest_for",
+    "validate_tool_call_manifest",
+]
 
 _MANIFEST = ErrorCode.TOOL_CALL_MANIFEST_INVALID
 
@@ -156,3 +165,35 @@ def manifest_errors(manifest: ToolCallManifest) -> list[InvokeError]:
 def validate_tool_call_manifest(manifest: ToolCallManifest) -> InvokeResult[None]:
     """``ValidateToolCallManifest(manifest)`` (AGN-036 §2.1, §5): never raises, never mutates."""
     return outcome(manifest_errors(manifest))
+
+
+def _manifest_result_json(result: ToolResult) -> str | None:
+    if result.result_json is not None and result.error_message is None:
+        return result.result_json
+    if result.error_message is not None and result.result_json is None:
+        return json.dumps({"error": result.error_message})
+    return None  # neither or both: no ResultJson, so §5 fails naming the tool
+
+
+def manifest_for(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> ToolCallManifest:
+    """Pair the pending calls of a turn with the results a client returned (DESIGN R3).
+
+    Results keep the client's order, so §5 can see a count, order or id mismatch.
+    Each result takes the name of the call with its id (none when no call has it).
+    A failed tool's ``ErrorMessage`` becomes ``ResultJson`` holding
+    ``{"error": message}``, so the AGN-036 §5 invariant holds and the LLM sees the
+    failure; a result with neither or both outcomes gets no ``ResultJson``.
+    """
+    names = {call.tool_call_id: call.name for call in calls}
+    return ToolCallManifest(
+        tool_calls=[call.model_copy() for call in calls],
+        tool_call_results=[
+            ManifestToolResult(
+                tool_call_id=result.tool_call_id,
+                name=names.get(result.tool_call_id),
+                result_json=_manifest_result_json(result),
+                execution_ms=result.execution_ms,
+            )
+            for result in results
+        ],
+    )

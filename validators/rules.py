@@ -10,8 +10,9 @@ code.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from aptix_pipeline.contracts import ErrorCode, InvokeError, InvokeResult
@@ -26,12 +27,16 @@ OK: InvokeResult[None] = InvokeResult[None].success()
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One validation rule: id, spec section (``AGN-036 §4.2``), one-line message, error code."""
+    """One validation rule: id, spec section (``AGN-036 §4.2``), one-line message, error code.
+
+    ``module`` is the module that declares and enforces it (for the conformance table).
+    """
 
     id: str
     section: str
     message: str
     code: ErrorCode
+    module: str = field(default="", compare=False)
 
     def error(
         self,
@@ -57,7 +62,10 @@ def rule(rule_id: str, section: str, message: str, code: ErrorCode) -> Rule:
     """Declare and register a rule; ids are unique across the package."""
     if rule_id in _REGISTRY:
         raise ValueError(f"rule id declared twice: {rule_id}")
-    declared = Rule(rule_id, section, message, code)
+    # The declaring module is the caller, or its caller for a module-local helper.
+    frame = sys._getframe(1)
+    module = str(frame.f_globals.get("__name__", ""))
+    declared = Rule(rule_id, section, message, code, module)
     _REGISTRY[rule_id] = declared
     return declared
 

@@ -1,0 +1,62 @@
+"""Validator cost per call, as ratios to a baseline measured in the same run.
+
+The baseline is pydantic's own model copy of the same context — the cheapest
+thing the engine already does per step. ``make bench`` prints µs per call and the
+ratio; the engine issue adds whole-turn benchmarks.
+"""
+
+from __future__ import annotations
+
+import sys
+import timeit
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from builders import PATHS, context_after, context_before, request_data  # noqa: E402
+
+from aptix_pipeline.contracts import ContextType, PipelineStep  # noqa: E402
+from aptix_pipeline.validators import (  # noqa: E402
+    parse_request,
+    validate_core,
+    validate_post_step,
+    validate_pre_step,
+)
+
+
+def _per_call_us(stmt: object, number: int = 2000) -> float:
+    timer = timeit.Timer(stmt)  # type: ignore[arg-type]
+    return min(timer.repeat(repeat=5, number=number)) / number * 1e6
+
+
+def main() -> int:
+    """Print a table: what, µs per call, ratio to the baseline."""
+    kind = ContextType.CLIENT_TOOL_CALL_CONTINUATION
+    ctx = context_before(PipelineStep.LLM_CLIENT, kind)
+    baseline = _per_call_us(lambda: ctx.model_copy(deep=True))
+    path = PATHS[kind]
+    pairs = [(context_before(s, kind), context_after(s, kind), s) for s in path]
+
+    def whole_path() -> None:
+        for before, after, step in pairs:
+            validate_pre_step(before, step)
+            validate_post_step(after, step, before=before)
+
+    rows = [
+        ("baseline: deep copy of the context", baseline),
+        ("validate_core", _per_call_us(lambda: validate_core(ctx))),
+        ("validate_pre_step(llm_client) incl. manifest",
+         _per_call_us(lambda: validate_pre_step(ctx, PipelineStep.LLM_CLIENT))),
+        (f"PRE+POST of all {len(path)} steps, continuation path",
+         _per_call_us(whole_path, number=200)),
+        ("parse_request (continuation JSON)",
+         _per_call_us(lambda: parse_request(request_data(kind)))),
+    ]  # fmt: skip
+    print(f"{'what':<52}{'µs/call':>10}{'× baseline':>12}")
+    for label, micros in rows:
+        print(f"{label:<52}{micros:>10.1f}{micros / baseline:>12.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

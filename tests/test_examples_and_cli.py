@@ -1,0 +1,80 @@
+"""The example requests, the demo and the ``aptix validate`` command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aptix_pipeline.validators import parse_request
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples" / "requests").glob("*.json"))
+APTIX = Path(sys.executable).parent / "aptix"
+EXPECTED_REFUSALS = {
+    "10-continuation-with-instruction.json": {"AGN-034/2.2/instruction-forbidden"},
+    "11-mode-in-request.json": {"AGN-034/3/server-owned-field"},
+    "12-artifact-escaping-root.json": {
+        "AGN-034/4.2/relative-path-within-root", "AGN-034/4.2/relative-path-not-absolute",
+    },
+    "13-session-without-turn.json": {"AGN-034/3/session-turn-pair"},
+    "14-result-and-error.json": {"AGN-034/5/exactly-one-outcome"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_request_is_accepted_or_refused_as_named(path: Path) -> None:
+    result = parse_request(path.read_bytes())
+
+    if path.name.startswith("0"):
+        assert result.successful, result.errors
+    else:
+        assert set(result.rule_ids) == EXPECTED_REFUSALS[path.name]
+
+
+def _aptix(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(APTIX), *args], capture_output=True, text=True, check=False)
+
+
+def test_validate_prints_a_successful_result_and_exits_zero() -> None:
+    run = _aptix("validate", "--compact", str(EXAMPLES[0]))
+
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["Successful"] is True
+
+
+def test_validate_exits_one_when_any_file_is_refused() -> None:
+    refused = ROOT / "examples" / "requests" / "11-mode-in-request.json"
+
+    run = _aptix("validate", "--compact", str(EXAMPLES[0]), str(refused))
+
+    assert run.returncode == 1
+    results = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert [r["Successful"] for r in results] == [True, False]
+    assert results[1]["Errors"][0]["Field"] == "Mode"
+
+
+def test_validate_of_a_missing_file_is_a_usage_error() -> None:
+    run = _aptix("validate", "no-such-file.json")
+
+    assert run.returncode == 2
+
+
+def test_version_is_printed() -> None:
+    run = _aptix("--version")
+
+    assert run.returncode == 0
+    assert run.stdout.startswith("aptix-pipeline ")
+
+
+def test_demo_prints_a_result_for_every_example() -> None:
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+
+    assert run.stdout.count('"Successful"') == len(EXAMPLES)
+    assert f"3 valid, 5 refused, {len(EXAMPLES)} requests" in run.stdout
