@@ -13,10 +13,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from builders import PATHS, context_after, context_before, request_data  # noqa: E402
+from builders import PATHS, context_after, context_before, request_data
 
-from aptix_pipeline.contracts import ContextType, PipelineStep  # noqa: E402
-from aptix_pipeline.validators import (  # noqa: E402
+from aptix_pipeline.contracts import ContextType, PipelineStep
+from aptix_pipeline.validators import (
     parse_request,
     validate_core,
     validate_post_step,
@@ -52,7 +52,7 @@ def main() -> int:
         ("parse_request (continuation JSON)",
          _per_call_us(lambda: parse_request(request_data(kind)))),
     ]  # fmt: skip
-    print(f"{'what':<52}{'µs/call':>10}{'× baseline':>12}")
+    print(f"{'what':<52}{'µs/call':>10}{'x baseline':>12}")
     for label, micros in rows:
         print(f"{label:<52}{micros:>10.1f}{micros / baseline:>12.2f}")
     return 0
