@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -38,7 +37,7 @@ from aptix_pipeline.contracts import (
 
 from .core import has_user_input
 from .rules import rule
-from .tool_results import ToolResultRules, tool_result_errors
+from .tool_results import ToolResultRules, strict_json_loads, tool_result_errors
 
 __all__ = [
     "SERVER_OWNED_FIELDS",
@@ -427,7 +426,7 @@ def _shape_errors(error: ValidationError) -> list[InvokeError]:
 def _load(data: AgentExecuteRequest | Mapping[str, Any] | str | bytes) -> object:
     if isinstance(data, str | bytes | bytearray):
         try:
-            return json.loads(data)
+            return strict_json_loads(data)
         except (ValueError, RecursionError) as error:
             return error
     return data
@@ -447,7 +446,7 @@ def parse_request(
         request = loaded
     elif isinstance(loaded, Mapping):
         try:
-            request = AgentExecuteRequest.model_validate(loaded, by_alias=True, by_name=False)
+            request = AgentExecuteRequest.model_validate(dict(loaded), by_alias=True, by_name=False)
         except ValidationError as error:
             return InvokeResult[AgentExecuteRequest].failure(_shape_errors(error))
     else:

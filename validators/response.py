@@ -14,7 +14,6 @@ whose body is a JSON object or array is an unguarded machine payload; a FileRef
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
@@ -29,7 +28,7 @@ from aptix_pipeline.contracts import (
 
 from .checks import Check, requirement, run_checks
 from .rules import outcome, rule
-from .tool_results import ToolResultRules, is_json, tool_result_errors
+from .tool_results import ToolResultRules, is_json, strict_json_loads, tool_result_errors
 
 __all__ = ["RESPONSE_CHECKS", "response_errors", "validate_response"]
 
@@ -276,7 +275,7 @@ def _tool_call_errors(response: AgentExecuteResponse) -> list[InvokeError]:
             )
         seen.add(call.tool_call_id)
         try:
-            arguments = json.loads(call.arguments_json)
+            arguments = strict_json_loads(call.arguments_json)
         except (ValueError, RecursionError):
             arguments = None
         if not isinstance(arguments, dict):

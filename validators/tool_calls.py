@@ -40,6 +40,7 @@ from aptix_pipeline.contracts import (
 )
 
 from .rules import rule
+from .tool_results import strict_json_loads
 
 __all__ = [
     "GUIDANCE_FUNCTION_LIMIT",
@@ -141,7 +142,7 @@ def _parse(arguments_json: str | None) -> tuple[bool, Any]:
     if arguments_json is None or not arguments_json.strip():
         return True, None
     try:
-        return True, json.loads(arguments_json)
+        return True, strict_json_loads(arguments_json)
     except (ValueError, RecursionError):
         return False, arguments_json
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 from aptix_pipeline.contracts import InvokeError, ToolResult
 
 from .rules import Rule
 
-__all__ = ["ToolResultRules", "is_json", "tool_result_errors"]
+__all__ = ["ToolResultRules", "is_json", "strict_json_loads", "tool_result_errors"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +36,19 @@ class ToolResultRules:
         return tuple(getattr(self, f.name).id for f in fields(self))
 
 
+def _no_constants(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_json_loads(text: str | bytes) -> Any:
+    """``json.loads`` that refuses ``NaN`` and ``Infinity``, which RFC 8259 does not allow."""
+    return json.loads(text, parse_constant=_no_constants)
+
+
 def is_json(text: str) -> bool:
-    """Whether ``text`` is one well-formed JSON value."""
+    """Whether ``text`` is one well-formed JSON value (RFC 8259)."""
     try:
-        json.loads(text)
+        strict_json_loads(text)
     except (ValueError, RecursionError):
         return False
     return True
