@@ -50,3 +50,19 @@ def test_wheel_declares_one_top_level_name(wheel: Path) -> None:
     (top_level,) = [n for n in archive.namelist() if n.endswith("top_level.txt")]
 
     assert archive.read(top_level).decode().split() == ["aptix_pipeline"]
+
+
+def test_top_level_exports_resolve_lazily() -> None:
+    import aptix_pipeline
+
+    exported = {name: getattr(aptix_pipeline, name) for name in aptix_pipeline.__all__}
+
+    assert exported["parse_request"]('{"Instruction": "hi"}').successful
+    assert set(aptix_pipeline.__all__) - {"__version__"} == set(aptix_pipeline._EXPORTS)
+
+
+def test_unknown_top_level_name_is_an_attribute_error() -> None:
+    import aptix_pipeline
+
+    with pytest.raises(AttributeError, match="no_such_name"):
+        aptix_pipeline.no_such_name  # noqa: B018
