@@ -181,3 +181,12 @@ def test_every_broken_rule_is_reported_at_once() -> None:
         "AGN-036/3/org-present",
         "AGN-036/3.1/follow-on-turn-id-present",
     )
+
+
+def test_r2_a_new_session_defaults_to_the_general_mode() -> None:
+    # AGN-011 §3.1, DESIGN R2: the mode lives on the context, never on the wire request.
+    from aptix_pipeline.contracts import DEFAULT_MODE, AgentExecuteRequest
+
+    assert DEFAULT_MODE == "general"
+    assert "mode" not in AgentExecuteRequest.model_fields
+    assert new_context(INITIAL).mode is None  # set by the engine, not by the request

@@ -8,7 +8,7 @@ from .core import validate_core
 from .manifest import manifest_for, validate_tool_call_manifest
 from .protocol import validate_turn_protocol
 from .request import classify_request, parse_request, validate_request
-from .response import validate_response
+from .response import parse_response, validate_response
 from .rules import Rule, all_rules
 from .steps import Phase, step_rule_ids, validate_post_step, validate_pre_step
 from .tool_calls import ToolCallOutcome, ToolCallVerdict, check_tool_call
@@ -23,6 +23,7 @@ __all__ = [
     "classify_request",
     "manifest_for",
     "parse_request",
+    "parse_response",
     "step_rule_ids",
     "validate_core",
     "validate_post_step",

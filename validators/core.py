@@ -21,9 +21,14 @@ from aptix_pipeline.contracts import (
 from .checks import Check, requirement, run_checks
 from .rules import outcome, rule
 
-__all__ = ["CORE_CHECKS", "core_errors", "has_user_input", "validate_core"]
+__all__ = ["CORE_CHECKS", "core_errors", "has_text", "has_user_input", "validate_core"]
 
 _FAILED = ErrorCode.PIPELINE_RULE_FAILED
+
+
+def has_text(value: str | None) -> bool:
+    """Present and not blank: ``None``, ``""`` and whitespace-only text count as empty."""
+    return bool(value and value.strip())
 
 
 def has_user_input(
@@ -35,7 +40,7 @@ def has_user_input(
 
     Shared by AGN-036 §3.1 and AGN-034 §2.1, which state the same rule.
     """
-    return bool((instruction and instruction.strip()) or artifacts or images)
+    return bool(has_text(instruction) or artifacts or images)
 
 
 def _type_of(ctx: PipelineContext) -> ContextType | None:
@@ -139,10 +144,10 @@ CORE_CHECKS: tuple[Check[PipelineContext], ...] = (
     requirement(TYPE_VALID, lambda ctx: _type_of(ctx) is not None, field="Type"),
     requirement(TIME_STAMP_PRESENT, lambda ctx: ctx.time_stamp is not None, field="TimeStamp"),
     requirement(
-        CORRELATION_ID_PRESENT, lambda ctx: bool(ctx.correlation_id.strip()), field="CorrelationId"
+        CORRELATION_ID_PRESENT, lambda ctx: has_text(ctx.correlation_id), field="CorrelationId"
     ),
-    requirement(ORG_PRESENT, lambda ctx: bool(ctx.envelope.org), field="Envelope.Org"),
-    requirement(USER_PRESENT, lambda ctx: bool(ctx.envelope.user), field="Envelope.User"),
+    requirement(ORG_PRESENT, lambda ctx: has_text(ctx.envelope.org), field="Envelope.Org"),
+    requirement(USER_PRESENT, lambda ctx: has_text(ctx.envelope.user), field="Envelope.User"),
     requirement(
         INPUT_PRESENT,
         lambda ctx: has_user_input(
@@ -153,13 +158,13 @@ CORE_CHECKS: tuple[Check[PipelineContext], ...] = (
     ),
     requirement(
         INITIAL_SESSION_ID_EMPTY,
-        lambda ctx: not ctx.envelope.session_id,
+        lambda ctx: not has_text(ctx.envelope.session_id),
         field="Envelope.SessionId",
         when=_when(_INITIAL),
     ),
     requirement(
         INITIAL_TURN_ID_EMPTY,
-        lambda ctx: not ctx.envelope.turn_id,
+        lambda ctx: not has_text(ctx.envelope.turn_id),
         field="Envelope.TurnId",
         when=_when(_INITIAL),
     ),
@@ -171,13 +176,13 @@ CORE_CHECKS: tuple[Check[PipelineContext], ...] = (
     ),
     requirement(
         FOLLOW_ON_SESSION_ID_PRESENT,
-        lambda ctx: bool(ctx.envelope.session_id),
+        lambda ctx: has_text(ctx.envelope.session_id),
         field="Envelope.SessionId",
         when=_when(_FOLLOW_ON),
     ),
     requirement(
         FOLLOW_ON_TURN_ID_PRESENT,
-        lambda ctx: bool(ctx.envelope.turn_id),
+        lambda ctx: has_text(ctx.envelope.turn_id),
         field="Envelope.TurnId",
         when=_when(_FOLLOW_ON),
     ),
@@ -189,13 +194,13 @@ CORE_CHECKS: tuple[Check[PipelineContext], ...] = (
     ),
     requirement(
         CONTINUATION_SESSION_ID_PRESENT,
-        lambda ctx: bool(ctx.envelope.session_id),
+        lambda ctx: has_text(ctx.envelope.session_id),
         field="Envelope.SessionId",
         when=_when(_CONTINUATION),
     ),
     requirement(
         CONTINUATION_TURN_ID_PRESENT,
-        lambda ctx: bool(ctx.envelope.turn_id),
+        lambda ctx: has_text(ctx.envelope.turn_id),
         field="Envelope.TurnId",
         when=_when(_CONTINUATION),
     ),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,7 +35,8 @@ from aptix_pipeline.contracts import (
     InvokeResult,
 )
 
-from .core import has_user_input
+from .core import has_text, has_user_input
+from .paths import json_path
 from .rules import rule
 from .tool_results import ToolResultRules, strict_json_loads, tool_result_errors
 
@@ -67,6 +68,9 @@ UNKNOWN_FIELD = rule(
 FIELD_TYPE = rule(
     "AGN-034/3/field-type", "AGN-034 §3, §4", "the field has the wrong type", _INVALID
 )
+TEXT_UTF8 = rule(
+    "AGN-034/4.1/text-utf8", "AGN-034 §4.1, §3",
+    "text must be UTF-8 encodable Unicode (no lone surrogates)", _INVALID)  # fmt: skip
 SESSION_TURN_PAIR = rule(
     "AGN-034/3/session-turn-pair",
     "AGN-034 §3, AGN-033 §3.1, DESIGN R1",
@@ -277,20 +281,9 @@ def _normalized_name(name: str) -> str:
     return re.sub(r"[_\-\s]", "", name).lower()
 
 
-def _json_path(loc: Sequence[int | str]) -> str:
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else part)
-    return path
-
-
 def _present(value: object) -> bool:
     """Presence in AGN-034's sense: sent at all. An empty list or ``false`` is present."""
     return value is not None
-
-
-def _has_id(value: str | None) -> bool:
-    return bool(value)
 
 
 def classify_request(request: AgentExecuteRequest) -> ContextType | None:
@@ -299,7 +292,7 @@ def classify_request(request: AgentExecuteRequest) -> ContextType | None:
     ``None`` when exactly one of ``SessionId``/``TurnId`` is given: such a request
     has no scenario and is rejected by ``AGN-034/3/session-turn-pair``.
     """
-    has_session, has_turn = _has_id(request.session_id), _has_id(request.turn_id)
+    has_session, has_turn = has_text(request.session_id), has_text(request.turn_id)
     if has_session != has_turn:
         return None
     if not has_session:
@@ -339,10 +332,10 @@ def _user_turn_errors(request: AgentExecuteRequest, kind: ContextType) -> list[I
         errors.append(TOOL_RESULTS_FORBIDDEN.error(field="ToolResults"))
     for index, artifact in enumerate(request.input_artifacts or ()):
         at = f"InputArtifacts[{index}]"
-        if not artifact.relative_path or not artifact.file_name:
-            empty = "RelativePath" if not artifact.relative_path else "FileName"
+        if not has_text(artifact.relative_path) or not has_text(artifact.file_name):
+            empty = "FileName" if has_text(artifact.relative_path) else "RelativePath"
             errors.append(ARTIFACT_NAMES_PRESENT.error(field=f"{at}.{empty}"))
-        if artifact.relative_path:
+        if has_text(artifact.relative_path):
             errors.extend(_path_errors(artifact.relative_path, f"{at}.RelativePath"))
         if artifact.effective_encoding is ArtifactEncoding.BASE64 and not _is_base64(
             artifact.contents
@@ -395,7 +388,7 @@ def validate_request(request: AgentExecuteRequest) -> InvokeResult[ContextType]:
     """Check the AGN-034 scenario rules; on success the result is the context type."""
     kind = classify_request(request)
     if kind is None:
-        missing = "TurnId" if _has_id(request.session_id) else "SessionId"
+        missing = "TurnId" if has_text(request.session_id) else "SessionId"
         return InvokeResult[ContextType].failure([SESSION_TURN_PAIR.error(field=missing)])
     if kind is ContextType.CLIENT_TOOL_CALL_CONTINUATION:
         errors = _continuation_errors(request)
@@ -410,7 +403,7 @@ def _shape_errors(error: ValidationError) -> list[InvokeError]:
     errors: list[InvokeError] = []
     for detail in error.errors(include_url=False):
         loc = detail["loc"]
-        field = _json_path(loc)
+        field = json_path(loc)
         if detail["type"] == "extra_forbidden":
             name = str(loc[-1]) if loc else ""
             owned = _normalized_name(name) in SERVER_OWNED_FIELDS
@@ -421,6 +414,28 @@ def _shape_errors(error: ValidationError) -> list[InvokeError]:
         shape_rule = _SHAPE_RULE_BY_FIELD.get(top, FIELD_TYPE)
         errors.append(shape_rule.error(f"{field}: {detail['msg']}", field=field or None))
     return errors
+
+
+def _non_utf8_fields(value: object, path: str) -> Iterator[str]:
+    """JSON paths of strings (keys included) that have no UTF-8 encoding."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            yield path
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            child = f"{path}.{key}" if path else str(key)
+            yield from _non_utf8_fields(key, child)
+            yield from _non_utf8_fields(item, child)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _non_utf8_fields(item, f"{path}[{index}]")
+
+
+def _text_errors(data: object) -> list[InvokeError]:
+    fields = dict.fromkeys(_non_utf8_fields(data, ""))
+    return [TEXT_UTF8.error(field=field or None) for field in fields]
 
 
 def _load(data: AgentExecuteRequest | Mapping[str, Any] | str | bytes) -> object:
@@ -444,7 +459,13 @@ def parse_request(
     loaded = _load(data)
     if isinstance(loaded, AgentExecuteRequest):
         request = loaded
+        text_errors = _text_errors(request.model_dump(by_alias=True, exclude_none=True))
+        if text_errors:
+            return InvokeResult[AgentExecuteRequest].failure(text_errors)
     elif isinstance(loaded, Mapping):
+        text_errors = _text_errors(loaded)
+        if text_errors:
+            return InvokeResult[AgentExecuteRequest].failure(text_errors)
         try:
             request = AgentExecuteRequest.model_validate(dict(loaded), by_alias=True, by_name=False)
         except ValidationError as error:

@@ -15,8 +15,11 @@ whose body is a JSON object or array is an unguarded machine payload; a FileRef
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 from urllib.parse import urlsplit
+
+from pydantic import ValidationError
 
 from aptix_pipeline.contracts import (
     AgentExecuteResponse,
@@ -27,13 +30,18 @@ from aptix_pipeline.contracts import (
 )
 
 from .checks import Check, requirement, run_checks
+from .paths import json_path
 from .rules import outcome, rule
-from .tool_results import ToolResultRules, is_json, strict_json_loads, tool_result_errors
+from .tool_results import ToolResultRules, strict_json_loads, tool_result_errors
 
-__all__ = ["RESPONSE_CHECKS", "response_errors", "validate_response"]
+__all__ = ["RESPONSE_CHECKS", "parse_response", "response_errors", "validate_response"]
 
 _INVALID = ErrorCode.INVALID_RESPONSE
 
+RESPONSE_SHAPE = rule(
+    "AGN-033/3/response-shape", "AGN-033 §3, §5, §6",
+    "the response must be one JSON object with the AgentExecuteResponse fields and types",
+    _INVALID)  # fmt: skip
 SESSION_ID_PRESENT = rule(
     "AGN-033/3.1/session-id-present",
     "AGN-033 §3.1",
@@ -197,6 +205,9 @@ FILE_REF_URL_ABSOLUTE = rule(
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
 _DATA_URI = re.compile(r"data:[\w.+\-]+/[\w.+\-]+(?:;[\w\-]+=[\w\-]+)*;base64,", re.IGNORECASE)
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{200,}={0,2}")
+_BASE64_LINE = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
+_BASE64_MIN = 200
+_PARAGRAPHS = re.compile(r"\n\s*\n")
 
 
 def _kind(response: AgentExecuteResponse) -> ResponseKind | None:
@@ -235,17 +246,53 @@ def _segments(text: str) -> Iterator[tuple[str | None, str]]:
     yield None, "\n".join(prose)
 
 
+def _is_machine_payload(text: str, *, fenced: bool) -> bool:
+    """JSON data rather than prose or code.
+
+    In an untagged fence any JSON object or array counts; in prose, where ``[1, 2]``
+    can be ordinary text, an object or an array holding objects or arrays.
+    """
+    stripped = text.strip()
+    if stripped[:1] not in ("{", "["):
+        return False
+    try:
+        value = strict_json_loads(stripped)
+    except (ValueError, RecursionError):
+        return False
+    if fenced or isinstance(value, dict):
+        return True
+    return isinstance(value, list) and any(isinstance(item, dict | list) for item in value)
+
+
+def _has_base64_blob(text: str) -> bool:
+    """A data: URI, or ≥ 200 base64 characters on one line or wrapped over several."""
+    if _DATA_URI.search(text) or _BASE64_RUN.search(text):
+        return True
+    run = 0
+    for line in text.splitlines():
+        token = line.strip()
+        run = run + len(token) if token and _BASE64_LINE.match(token) else 0
+        if run >= _BASE64_MIN:
+            return True
+    return False
+
+
 def _text_errors(text: str | None, field: str) -> list[InvokeError]:
     if not text:
         return []
-    errors: list[InvokeError] = []
+    payload = blob = False
     for language, body in _segments(text):
         if language:
             continue  # a guarded block may carry a machine payload (AGN-033 §4.1, §6.1)
-        if language == "" and body.strip()[:1] in ("{", "[") and is_json(body):
-            errors.append(GUARDED_PAYLOAD.error(field=field))
-        if _DATA_URI.search(body) or _BASE64_RUN.search(body):
-            errors.append(NO_EMBEDDED_FILE_CONTENTS.error(field=field))
+        fenced = language == ""
+        pieces = [body] if fenced else _PARAGRAPHS.split(body)
+        payload = payload or any(_is_machine_payload(p, fenced=fenced) for p in pieces)
+        blob = blob or _has_base64_blob(body)
+    errors: list[InvokeError] = []
+    if payload:
+        errors.append(GUARDED_PAYLOAD.error(field=field))
+    if blob:
+        errors.append(NO_EMBEDDED_FILE_CONTENTS.error(field=field))
     return errors
 
 
@@ -388,3 +435,35 @@ def response_errors(response: AgentExecuteResponse) -> list[InvokeError]:
 def validate_response(response: AgentExecuteResponse) -> InvokeResult[None]:
     """Check a response against AGN-033; never raises, never mutates."""
     return outcome(response_errors(response))
+
+
+def parse_response(data: str | bytes | Mapping[str, Any]) -> InvokeResult[AgentExecuteResponse]:
+    """Parse a wire response (JSON text or a JSON-like mapping) and check it against AGN-033.
+
+    For clients and hosts that receive responses: only the wire (PascalCase) names
+    are accepted; unknown fields, wrong types and every AGN-033 rule are reported
+    as errors with rule ids and fields. Never raises for bad input.
+    """
+    try:
+        loaded = strict_json_loads(data) if isinstance(data, str | bytes | bytearray) else data
+    except (ValueError, RecursionError) as error:
+        return InvokeResult[AgentExecuteResponse].failure(
+            [RESPONSE_SHAPE.error(f"not JSON ({error})")]
+        )
+    if not isinstance(loaded, Mapping):
+        return InvokeResult[AgentExecuteResponse].failure(
+            [RESPONSE_SHAPE.error(type(loaded).__name__)]
+        )
+    try:
+        response = AgentExecuteResponse.model_validate(dict(loaded), by_alias=True, by_name=False)
+    except ValidationError as error:
+        return InvokeResult[AgentExecuteResponse].failure(
+            RESPONSE_SHAPE.error(
+                f"{json_path(d['loc'])}: {d['msg']}", field=json_path(d["loc"]) or None
+            )
+            for d in error.errors(include_url=False)
+        )
+    errors = response_errors(response)
+    if errors:
+        return InvokeResult[AgentExecuteResponse].failure(errors)
+    return InvokeResult[AgentExecuteResponse].success(response)

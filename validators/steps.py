@@ -35,7 +35,7 @@ from aptix_pipeline.contracts import (
 )
 
 from .checks import Check, requirement, run_checks
-from .core import CORE_CHECKS
+from .core import CORE_CHECKS, has_text
 from .manifest import MANIFEST_RULE_IDS, manifest_errors
 from .response import RESPONSE_CHECKS, response_errors
 from .rules import Rule, outcome, rule
@@ -251,12 +251,12 @@ STEP_CHECKS: Mapping[tuple[PipelineStep, Phase], tuple[Check[_Ctx], ...]] = Mapp
         (PipelineStep.SESSION_RESTORER, _PRE): (
             requirement(
                 _rule("4.2", _PRE, "session-id-present", "Envelope.SessionId must be present"),
-                lambda ctx: bool(ctx.envelope.session_id),
+                lambda ctx: has_text(ctx.envelope.session_id),
                 field="Envelope.SessionId",
             ),
             requirement(
                 _rule("4.2", _PRE, "turn-id-present", "Envelope.TurnId must be present"),
-                lambda ctx: bool(ctx.envelope.turn_id),
+                lambda ctx: has_text(ctx.envelope.turn_id),
                 field="Envelope.TurnId",
             ),
             _session_null("4.2", _PRE),

@@ -39,6 +39,7 @@ from aptix_pipeline.contracts import (
     ValidationErrorResponse,
 )
 
+from .paths import json_path
 from .rules import rule
 from .tool_results import strict_json_loads
 
@@ -180,15 +181,8 @@ def _validator(schema_json: str) -> Draft202012Validator:
     )
 
 
-def _path(parts: Any) -> str:
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
 def _argument_errors(violation: SchemaViolation) -> list[ArgumentError]:
-    where = _path(violation.absolute_path)
+    where = json_path(violation.absolute_path)
     keyword = str(violation.validator)
     code = _ERROR_CODES.get(keyword, "VALIDATION_FAILED")
     if keyword == "required":
@@ -205,7 +199,12 @@ def _argument_errors(violation: SchemaViolation) -> list[ArgumentError]:
         ]
     if keyword == "additionalProperties" and isinstance(violation.instance, dict):
         schema = violation.schema if isinstance(violation.schema, dict) else {}
-        allowed = set(schema.get("properties", {}))
+        named = set(schema.get("properties", {}))
+        patterns = [re.compile(p) for p in schema.get("patternProperties", {})]
+
+        def allowed(name: str) -> bool:
+            return name in named or any(p.search(name) for p in patterns)
+
         return [
             ArgumentError(
                 property=f"{where}.{name}" if where else name,
@@ -214,7 +213,7 @@ def _argument_errors(violation: SchemaViolation) -> list[ArgumentError]:
                 error_code=code,
             )
             for name, value in violation.instance.items()
-            if name not in allowed
+            if not allowed(name)
         ]
     label = where or "arguments"
     return [
