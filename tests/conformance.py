@@ -1,7 +1,8 @@
 """Generate and check the rule table of docs/CONFORMANCE.md.
 
-The table has one row per registered rule: id, spec section, the module that
-enforces it, and the tests that show it holding and broken (from the ``rule``
+The table has one row per registered rule: id, spec section, its one-line
+message, the module that enforces it, and the tests (with their number of cases)
+that show it holding and broken (from the ``rule``
 markers, see conftest.py). ``python tests/conformance.py --write`` (``make
 conformance``) rewrites the generated part; ``test_conformance.py`` fails when the
 file is stale, when a rule lacks a holding or a breaking test, or when a marker
@@ -17,7 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from aptix_pipeline.validators import all_rules
+from aptix_pipeline.contracts import PipelineStep
+from aptix_pipeline.validators import Phase, all_rules, step_rule_ids
+from aptix_pipeline.validators.core import CORE_CHECKS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "CONFORMANCE.md"
@@ -47,8 +50,13 @@ def _sort_key(rule_id: str) -> tuple[object, ...]:
 
 
 def _tests(node_ids: list[str]) -> str:
-    functions = dict.fromkeys(node_id.split("[")[0].removeprefix("tests/") for node_id in node_ids)
-    return "<br>".join(f"`{name}`" for name in functions) or "**none**"
+    """Test functions, each with the number of its cases for this rule."""
+    counts: dict[str, int] = {}
+    for node_id in node_ids:
+        function = node_id.split("[")[0].removeprefix("tests/")
+        counts[function] = counts.get(function, 0) + 1
+    cells = [f"`{name}` ({n})" if n > 1 else f"`{name}`" for name, n in counts.items()]
+    return "<br>".join(cells) or "**none**"
 
 
 def _module_path(module: str) -> str:
@@ -56,19 +64,52 @@ def _module_path(module: str) -> str:
 
 
 def render_table(links: Links) -> str:
-    """The generated Markdown table."""
+    """The generated Markdown: the step rule sets, then one row per rule."""
     lines = [
-        "| Rule id | Spec | Enforced in | Holds | Broken |",
-        "|---|---|---|---|---|",
+        "### Rule sets per step",
+        "",
+        render_step_table(),
+        "",
+        "### Every rule",
+        "",
+        "| Rule id | Spec | Requirement | Enforced in | Holds | Broken |",
+        "|---|---|---|---|---|---|",
     ]
     rules = all_rules()
     for rule_id in sorted(rules, key=_sort_key):
         rule = rules[rule_id]
         outcomes = links.get(rule_id, {})
+        message = rule.message.replace("|", "\\|")
         lines.append(
-            f"| `{rule_id}` | {rule.section} | `{_module_path(rule.module)}` "
+            f"| `{rule_id}` | {rule.section} | {message} "
+            f"| `{_module_path(rule.module)}` "
             f"| {_tests(outcomes.get('holds', []))} | {_tests(outcomes.get('broken', []))} |"
         )
+    return "\n".join(lines)
+
+
+def _rule_set(step: PipelineStep, phase: Phase) -> str:
+    ids = list(step_rule_ids(step, phase))
+    core = [i for check in CORE_CHECKS for i in check.rule_ids]
+    cells = []
+    if ids[: len(core)] == core:
+        cells.append("ValidateCore (all `AGN-036/3…` rules)")
+        ids = ids[len(core) :]
+    cells += [
+        f"`{rule_id}`" for rule_id in ids if "/5/" not in rule_id and "AGN-033/" not in rule_id
+    ]
+    return "<br>".join(cells) or "N/A"
+
+
+def render_step_table() -> str:
+    """Which rules each step's PRE (guard) and POST (exit hook) set checks (AGN-036 §4).
+
+    A set that validates the manifest or the response also reports the AGN-036 §5
+    or AGN-033 rules; those are listed in the rule table, not repeated here.
+    """
+    lines = ["| Step | PRE (guard) | POST (exit hook) |", "|---|---|---|"]
+    for step in PipelineStep:
+        lines.append(f"| `{step}` | {_rule_set(step, Phase.PRE)} | {_rule_set(step, Phase.POST)} |")
     return "\n".join(lines)
 
 

@@ -61,3 +61,16 @@ def test_tool_call_arguments_with_infinity_are_malformed() -> None:
 
     assert verdict.outcome is ToolCallOutcome.REJECTED
     assert verdict.rule_id == "CPV/arguments-json-object"
+
+
+def test_a_deeply_nested_mapping_is_answered_not_raised() -> None:
+    deep: dict[str, object] = {}
+    cursor = deep
+    for _ in range(50_000):
+        cursor["a"] = {}
+        cursor = cursor["a"]  # type: ignore[assignment]
+
+    result = parse_request({"Instruction": "x", "WorkspaceHints": deep})
+
+    assert result.rule_ids == ("AGN-034/3/unknown-field",)
+    assert result.errors[0].field == "WorkspaceHints.a"

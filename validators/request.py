@@ -416,25 +416,30 @@ def _shape_errors(error: ValidationError) -> list[InvokeError]:
     return errors
 
 
-def _non_utf8_fields(value: object, path: str) -> Iterator[str]:
-    """JSON paths of strings (keys included) that have no UTF-8 encoding."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            yield path
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            child = f"{path}.{key}" if path else str(key)
-            yield from _non_utf8_fields(key, child)
-            yield from _non_utf8_fields(item, child)
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            yield from _non_utf8_fields(item, f"{path}[{index}]")
+def _non_utf8_fields(data: object) -> Iterator[str]:
+    """JSON paths of strings (keys included) that have no UTF-8 encoding.
+
+    Iterative, so a deeply nested mapping cannot exhaust the stack.
+    """
+    pending: list[tuple[object, str]] = [(data, "")]
+    while pending:
+        value, path = pending.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                yield path
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                child = f"{path}.{key}" if path else str(key)
+                pending.append((item, child))
+                pending.append((key, child))
+        elif isinstance(value, list | tuple):
+            pending.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
 
 
 def _text_errors(data: object) -> list[InvokeError]:
-    fields = dict.fromkeys(_non_utf8_fields(data, ""))
+    fields = dict.fromkeys(_non_utf8_fields(data))
     return [TEXT_UTF8.error(field=field or None) for field in fields]
 
 
