@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 from builders import new_context
+from rulecases import rule_params
 
 from aptix_pipeline.contracts import ContextType, PipelineContext, ToolResult
 from aptix_pipeline.validators import all_rules, validate_core
@@ -116,21 +117,13 @@ HOLDS = [
 ]  # fmt: skip
 
 
-def _params(cases: list[CoreCase], outcome: str) -> list[object]:
-    return [
-        pytest.param(case, id=f"{case.rule_id}|{case.variant}|{case.kind}",
-                     marks=pytest.mark.rule(case.rule_id, outcome))
-        for case in cases
-    ]  # fmt: skip
-
-
 def _context(case: CoreCase) -> PipelineContext:
     ctx = new_context(case.kind)
     case.change(ctx)
     return ctx
 
 
-@pytest.mark.parametrize("case", _params(BROKEN, "broken"))
+@pytest.mark.parametrize("case", rule_params(BROKEN, "broken", "kind"))
 def test_core_rule_broken_is_reported(case: CoreCase) -> None:
     result = validate_core(_context(case))
 
@@ -142,7 +135,7 @@ def test_core_rule_broken_is_reported(case: CoreCase) -> None:
         assert error.field == case.field
 
 
-@pytest.mark.parametrize("case", _params(HOLDS, "holds"))
+@pytest.mark.parametrize("case", rule_params(HOLDS, "holds", "kind"))
 def test_core_rule_holding_is_not_reported(case: CoreCase) -> None:
     result = validate_core(_context(case))
 

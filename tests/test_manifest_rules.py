@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 from builders import PENDING_CALLS, valid_manifest
+from rulecases import rule_params
 
 from aptix_pipeline.contracts import (
     ContextType,
@@ -98,15 +99,7 @@ HOLDS = [
 ]
 
 
-def _params(cases: list[ManifestCase], outcome: str) -> list[object]:
-    return [
-        pytest.param(case, id=f"{case.rule_id}|{case.variant}",
-                     marks=pytest.mark.rule(case.rule_id, outcome))
-        for case in cases
-    ]  # fmt: skip
-
-
-@pytest.mark.parametrize("case", _params(BROKEN, "broken"))
+@pytest.mark.parametrize("case", rule_params(BROKEN, "broken"))
 def test_manifest_mismatch_is_a_hard_fault_naming_the_tool(case: ManifestCase) -> None:
     manifest = valid_manifest()
     case.change(manifest)
@@ -122,7 +115,7 @@ def test_manifest_mismatch_is_a_hard_fault_naming_the_tool(case: ManifestCase) -
         assert case.tool_call_id in error.message  # the reason names the tool
 
 
-@pytest.mark.parametrize("case", _params(HOLDS, "holds"))
+@pytest.mark.parametrize("case", rule_params(HOLDS, "holds"))
 def test_matching_manifest_is_valid(case: ManifestCase) -> None:
     manifest = valid_manifest()
     case.change(manifest)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from builders import request_data
+from rulecases import rule_params
 
 from aptix_pipeline.contracts import (
     AgentExecuteRequest,
@@ -504,20 +505,12 @@ HOLDS = [
 ]  # fmt: skip
 
 
-def _params(cases: list[RequestCase], outcome: str) -> list[Any]:
-    return [
-        pytest.param(case, id=f"{case.rule_id}|{case.variant}",
-                     marks=pytest.mark.rule(case.rule_id, outcome))
-        for case in cases
-    ]  # fmt: skip
-
-
 def _wire(case: RequestCase) -> object:
     """The request as plain JSON data."""
     return json.loads(case.request) if isinstance(case.request, str) else case.request
 
 
-@pytest.mark.parametrize("case", _params(BROKEN, "broken"))
+@pytest.mark.parametrize("case", rule_params(BROKEN, "broken"))
 def test_broken_request_rule_is_reported_at_its_field(case: RequestCase) -> None:
     result = parse_request(case.request)
 
@@ -529,7 +522,7 @@ def test_broken_request_rule_is_reported_at_its_field(case: RequestCase) -> None
     assert error.code is ErrorCode.INVALID_REQUEST
 
 
-@pytest.mark.parametrize("case", _params(HOLDS, "holds"))
+@pytest.mark.parametrize("case", rule_params(HOLDS, "holds"))
 def test_holding_request_rule_is_not_reported(case: RequestCase) -> None:
     result = parse_request(case.request)
 

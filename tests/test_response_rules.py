@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from rulecases import rule_params
 
 from aptix_pipeline.contracts import (
     AgentExecuteResponse,
@@ -448,15 +449,7 @@ HOLDS = [
 ]  # fmt: skip
 
 
-def _params(cases: list[ResponseCase], outcome: str) -> list[object]:
-    return [
-        pytest.param(case, id=f"{case.rule_id}|{case.variant}",
-                     marks=pytest.mark.rule(case.rule_id, outcome))
-        for case in cases
-    ]  # fmt: skip
-
-
-@pytest.mark.parametrize("case", _params(BROKEN, "broken"))
+@pytest.mark.parametrize("case", rule_params(BROKEN, "broken"))
 def test_broken_response_rule_is_reported_on_its_field(case: ResponseCase) -> None:
     response = case.build()
 
@@ -470,7 +463,7 @@ def test_broken_response_rule_is_reported_on_its_field(case: ResponseCase) -> No
     assert {error.code for error in result.errors} == {ErrorCode.INVALID_RESPONSE}
 
 
-@pytest.mark.parametrize("case", _params(HOLDS, "holds"))
+@pytest.mark.parametrize("case", rule_params(HOLDS, "holds"))
 def test_holding_response_rule_is_not_reported(case: ResponseCase) -> None:
     response = case.build()
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 from builders import PATHS, PENDING_CALLS, context_after, context_before, continuation_response
+from rulecases import rule_params
 
 from aptix_pipeline.contracts import (
     ContextType,
@@ -256,14 +257,6 @@ def _holding_cases() -> list[StepCase]:
 HOLDS = _holding_cases()
 
 
-def _params(cases: list[StepCase], outcome: str) -> list[object]:
-    return [
-        pytest.param(case, id=f"{case.rule_id}|{case.variant}|{case.kind}",
-                     marks=pytest.mark.rule(case.rule_id, outcome))
-        for case in cases
-    ]  # fmt: skip
-
-
 def _validate(case: StepCase) -> InvokeResult[None]:
     before = context_before(case.step, case.kind)
     if case.phase is PRE:
@@ -274,7 +267,7 @@ def _validate(case: StepCase) -> InvokeResult[None]:
     return validate_post_step(after, case.step, before=before)
 
 
-@pytest.mark.parametrize("case", _params(BROKEN, "broken"))
+@pytest.mark.parametrize("case", rule_params(BROKEN, "broken", "kind"))
 def test_step_rule_broken_faults_the_step(case: StepCase) -> None:
     result = _validate(case)
 
@@ -282,7 +275,7 @@ def test_step_rule_broken_faults_the_step(case: StepCase) -> None:
     assert case.rule_id in result.rule_ids
 
 
-@pytest.mark.parametrize("case", _params(HOLDS, "holds"))
+@pytest.mark.parametrize("case", rule_params(HOLDS, "holds", "kind"))
 def test_step_rule_holds_on_a_correct_turn(case: StepCase) -> None:
     result = _validate(case)
 

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from rulecases import rule_params
 
 from aptix_pipeline.contracts import (
     ContainerInvocationErrorResponse,
@@ -176,21 +177,13 @@ HOLDING_CALLS = [
 ]  # fmt: skip
 
 
-def _params(cases: list[CallCase], outcome: str) -> list[object]:
-    return [
-        pytest.param(case, id=f"{case.rule_id}|{case.variant}",
-                     marks=pytest.mark.rule(case.rule_id, outcome))
-        for case in cases
-    ]  # fmt: skip
-
-
 def _check_case(case: CallCase) -> ToolCallVerdict:
     if case.tool is None:
         return check_tool_call(None, case.name or "", case.arguments_json)
     return check_tool_call(case.tool, case.name or case.tool.name, case.arguments_json)
 
 
-@pytest.mark.parametrize("case", _params(BROKEN_CALLS, "broken"))
+@pytest.mark.parametrize("case", rule_params(BROKEN_CALLS, "broken"))
 def test_broken_tool_call_rule_rejects_the_call(case: CallCase) -> None:
     verdict = _check_case(case)
 
@@ -200,7 +193,7 @@ def test_broken_tool_call_rule_rejects_the_call(case: CallCase) -> None:
     assert verdict.rejection is not None
 
 
-@pytest.mark.parametrize("case", _params(HOLDING_CALLS, "holds"))
+@pytest.mark.parametrize("case", rule_params(HOLDING_CALLS, "holds"))
 def test_holding_tool_call_rule_lets_the_call_through(case: CallCase) -> None:
     verdict = _check_case(case)
 
