@@ -724,3 +724,17 @@ def test_parse_request_checks_a_model_instance_too() -> None:
 
     assert not result.successful
     assert set(result.rule_ids) == {RESULTS_REQUIRED, STREAM_FORBIDDEN}
+
+
+def test_json_null_counts_as_an_absent_field() -> None:
+    # Decision D24: C#-style serializers write null for unset properties.
+    data = {
+        **request_data(ContextType.CLIENT_TOOL_CALL_CONTINUATION),
+        "Instruction": None, "InputArtifacts": None, "Stream": None,
+    }  # fmt: skip
+
+    result = parse_request(data)
+
+    assert result.successful, result.errors
+    assert result.result is not None
+    assert "Instruction" not in result.result.to_wire()
