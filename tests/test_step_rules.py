@@ -382,3 +382,26 @@ def test_a_step_name_given_as_text_is_accepted() -> None:
     ctx = context_before(S.SESSION_RESTORER, FOLLOW_ON)
 
     assert validate_pre_step(ctx, "session_restorer").successful  # type: ignore[arg-type]
+
+
+@pytest.mark.rule("AGN-036/4/step-known", "broken")
+@pytest.mark.parametrize("validate", [validate_pre_step, validate_post_step])
+@pytest.mark.parametrize("step", ["session_restore", "", 3, None], ids=repr)
+def test_an_unknown_step_is_answered_not_raised(
+    validate: Callable[[PipelineContext, PipelineStep], InvokeResult[None]], step: object
+) -> None:
+    ctx = context_before(S.SESSION_RESTORER, FOLLOW_ON)
+
+    result = validate(ctx, step)  # type: ignore[arg-type]
+
+    assert result.rule_ids == ("AGN-036/4/step-known",)
+    assert result.errors[0].field == "step"
+
+
+@pytest.mark.rule("AGN-036/4/step-known", "holds")
+@pytest.mark.parametrize("step", list(S))
+def test_every_pipeline_step_is_known(step: PipelineStep) -> None:
+    ctx = context_before(S.SESSION_RESTORER, FOLLOW_ON)
+
+    for result in (validate_pre_step(ctx, step), validate_post_step(ctx, step)):
+        assert "AGN-036/4/step-known" not in result.rule_ids

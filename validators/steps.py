@@ -419,9 +419,30 @@ def _unchanged_errors(ctx: _Ctx, before: _Ctx | None) -> list[InvokeError]:
     return []
 
 
+STEP_KNOWN = rule(
+    "AGN-036/4/step-known", "AGN-036 §2.1, §4",
+    "the step must be one of the ten pipeline steps of AGN-036 §4", _FAILED)  # fmt: skip
+
+
+def _known_step(step: object) -> PipelineStep | None:
+    if not isinstance(step, str):
+        return None
+    try:
+        return PipelineStep(step)
+    except ValueError:
+        return None
+
+
+def _unknown_step(step: object) -> InvokeResult[None]:
+    return outcome([STEP_KNOWN.error(repr(step), field="step")])
+
+
 def validate_pre_step(ctx: PipelineContext, step: PipelineStep) -> InvokeResult[None]:
     """``ValidatePreStep(ctx, step)`` (AGN-036 §2.1, §4): the step's guard."""
-    return outcome(run_checks(STEP_CHECKS[(PipelineStep(step), _PRE)], ctx))
+    known = _known_step(step)
+    if known is None:
+        return _unknown_step(step)
+    return outcome(run_checks(STEP_CHECKS[(known, _PRE)], ctx))
 
 
 def validate_post_step(
@@ -432,8 +453,10 @@ def validate_post_step(
     ``before`` is the context as it was when the step's PRE ran; only the
     ResponseBuilder's "context invariants unchanged" rule (§4.10) reads it.
     """
-    step = PipelineStep(step)
-    errors = run_checks(STEP_CHECKS[(step, _POST)], ctx)
-    if step is PipelineStep.RESPONSE_BUILDER:
+    known = _known_step(step)
+    if known is None:
+        return _unknown_step(step)
+    errors = run_checks(STEP_CHECKS[(known, _POST)], ctx)
+    if known is PipelineStep.RESPONSE_BUILDER:
         errors = _unchanged_errors(ctx, before) + errors
     return outcome(errors)
