@@ -24,8 +24,8 @@ from aptix_pipeline.contracts import (
     ToolResult,
 )
 
+from .json_text import is_json
 from .rules import outcome, rule
-from .tool_results import is_json
 
 __all__ = [
     "MANIFEST_RULE_IDS",

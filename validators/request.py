@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -36,9 +36,9 @@ from aptix_pipeline.contracts import (
 )
 
 from .core import has_text, has_user_input
-from .paths import json_path
+from .json_text import json_path, non_utf8_fields, strict_json_loads
 from .rules import rule
-from .tool_results import ToolResultRules, strict_json_loads, tool_result_errors
+from .tool_results import ToolResultRules, tool_result_errors
 
 __all__ = [
     "SERVER_OWNED_FIELDS",
@@ -416,30 +416,8 @@ def _shape_errors(error: ValidationError) -> list[InvokeError]:
     return errors
 
 
-def _non_utf8_fields(data: object) -> Iterator[str]:
-    """JSON paths of strings (keys included) that have no UTF-8 encoding.
-
-    Iterative, so a deeply nested mapping cannot exhaust the stack.
-    """
-    pending: list[tuple[object, str]] = [(data, "")]
-    while pending:
-        value, path = pending.pop()
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                yield path
-        elif isinstance(value, Mapping):
-            for key, item in value.items():
-                child = f"{path}.{key}" if path else str(key)
-                pending.append((item, child))
-                pending.append((key, child))
-        elif isinstance(value, list | tuple):
-            pending.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
-
-
 def _text_errors(data: object) -> list[InvokeError]:
-    fields = dict.fromkeys(_non_utf8_fields(data))
+    fields = dict.fromkeys(non_utf8_fields(data))
     return [TEXT_UTF8.error(field=field or None) for field in fields]
 
 

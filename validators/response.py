@@ -30,9 +30,9 @@ from aptix_pipeline.contracts import (
 )
 
 from .checks import Check, requirement, run_checks
-from .paths import json_path
+from .json_text import json_path, strict_json_loads
 from .rules import outcome, rule
-from .tool_results import ToolResultRules, strict_json_loads, tool_result_errors
+from .tool_results import ToolResultRules, tool_result_errors
 
 __all__ = ["RESPONSE_CHECKS", "parse_response", "response_errors", "validate_response"]
 

@@ -39,9 +39,8 @@ from aptix_pipeline.contracts import (
     ValidationErrorResponse,
 )
 
-from .paths import json_path
+from .json_text import json_path, strict_json_loads
 from .rules import rule
-from .tool_results import strict_json_loads
 
 __all__ = [
     "GUIDANCE_FUNCTION_LIMIT",

@@ -7,16 +7,15 @@ enforces it, reporting under the rule ids of whichever DDR the caller checks.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
 
 from aptix_pipeline.contracts import InvokeError, ToolResult
 
+from .json_text import is_json
 from .rules import Rule
 
-__all__ = ["ToolResultRules", "is_json", "strict_json_loads", "tool_result_errors"]
+__all__ = ["ToolResultRules", "tool_result_errors"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,24 +33,6 @@ class ToolResultRules:
     def ids(self) -> tuple[str, ...]:
         """The ids of all these rules."""
         return tuple(getattr(self, f.name).id for f in fields(self))
-
-
-def _no_constants(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
-
-
-def strict_json_loads(text: str | bytes) -> Any:
-    """``json.loads`` that refuses ``NaN`` and ``Infinity``, which RFC 8259 does not allow."""
-    return json.loads(text, parse_constant=_no_constants)
-
-
-def is_json(text: str) -> bool:
-    """Whether ``text`` is one well-formed JSON value (RFC 8259)."""
-    try:
-        strict_json_loads(text)
-    except (ValueError, RecursionError):
-        return False
-    return True
 
 
 def tool_result_errors(
