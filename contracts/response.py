@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import Field, StrictInt
+from pydantic import Field, StrictInt, field_validator
 
 from .tools import ToolCall, ToolResult
 from .wire import WireModel
@@ -38,7 +38,15 @@ class FileRef(WireModel):
     size_bytes: StrictInt
     content_hash: str
     description: str | None = None
-    content_expires: datetime | None = Field(default=None, strict=True)
+    content_expires: datetime | None = None
+
+    @field_validator("content_expires", mode="before")
+    @classmethod
+    def _iso_8601_only(cls, value: object) -> object:
+        # AGN-033 §6.3: ISO-8601 text (or a datetime in Python) — not a Unix number.
+        if value is not None and not isinstance(value, str | datetime):
+            raise ValueError("ContentExpires must be an ISO-8601 date-time")
+        return value
 
 
 class Usage(WireModel):

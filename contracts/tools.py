@@ -19,6 +19,9 @@ from typing import Any, Final, Literal
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from .wire import WireModel
 
@@ -40,6 +43,38 @@ CONTAINER_ERROR_TYPE: Final = "container_invocation_error"
 VALIDATION_ERROR_TYPE: Final = "validation_error"
 
 _EMPTY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def _local_refs(schema: object, *, root: bool = True) -> list[str]:
+    """The ``$ref`` values of a schema, skipping subschemas that set their own ``$id``."""
+    refs: list[str] = []
+    pending: list[tuple[object, bool]] = [(schema, root)]
+    while pending:
+        node, is_root = pending.pop()
+        if isinstance(node, dict):
+            if not is_root and "$id" in node:
+                continue
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                refs.append(ref)
+            pending.extend((value, False) for value in node.values())
+        elif isinstance(node, list):
+            pending.extend((item, False) for item in node)
+    return refs
+
+
+def _unresolved_refs(schema: dict[str, Any]) -> list[str]:
+    """``$ref`` values that do not resolve inside ``schema`` (no remote retrieval)."""
+    resource = Resource.from_contents(schema, default_specification=DRAFT202012)
+    base = resource.id() or ""
+    resolver = Registry().with_resource(base, resource).resolver(base_uri=base)
+    missing = []
+    for ref in _local_refs(schema):
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            missing.append(ref)
+    return missing
 
 
 class SourceType(StrEnum):
@@ -118,6 +153,12 @@ class ToolDefinition(WireModel):
             Draft202012Validator.check_schema(schema)
         except SchemaError as error:
             raise ValueError(f"Parameters is not a valid JSON Schema: {error.message}") from None
+        unresolved = _unresolved_refs(schema)
+        if unresolved:
+            raise ValueError(
+                f"Parameters has $ref(s) that do not resolve within the schema: {unresolved} "
+                "(remote schemas are never fetched)"
+            )
         return schema
 
     @model_validator(mode="after")

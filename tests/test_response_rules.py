@@ -172,6 +172,13 @@ class ResponseCase:
 
 
 BROKEN = [
+    # §4.1 text is UTF-8: a lone surrogate could not be serialized
+    ResponseCase("AGN-033/4.1/text-utf8", "primary-output-surrogate",
+                 final("broken \ud800 text"), "PrimaryOutputText"),
+    ResponseCase("AGN-033/4.1/text-utf8", "tool-call-arguments",
+                 continuation(ToolCall(tool_call_id="c1", name="n",
+                                       arguments_json='{"a": "\udfff"}')),
+                 "ToolCalls[0].ArgumentsJson"),
     # §3.1 session metadata
     ResponseCase("AGN-033/3.1/session-id-present", "final-empty",
                  final_with(session_id=""), "SessionId"),
@@ -321,15 +328,15 @@ BROKEN = [
                  "ToolContinuationMessage"),
     # §6.3 FileRef
     ResponseCase("AGN-033/6.3/file-ref-fields-present", "empty-name",
-                 final_with(files=[file_ref(name="")]), "Files[0]"),
+                 final_with(files=[file_ref(name="")]), "Files[0].Name"),
     ResponseCase("AGN-033/6.3/file-ref-fields-present", "blank-mime-type",
-                 final_with(files=[file_ref(mime_type="  ")]), "Files[0]"),
+                 final_with(files=[file_ref(mime_type="  ")]), "Files[0].MimeType"),
     ResponseCase("AGN-033/6.3/file-ref-fields-present", "empty-url",
-                 final_with(files=[file_ref(url="")]), "Files[0]"),
+                 final_with(files=[file_ref(url="")]), "Files[0].Url"),
     ResponseCase("AGN-033/6.3/file-ref-fields-present", "empty-content-hash",
-                 final_with(files=[file_ref(content_hash="")]), "Files[0]"),
+                 final_with(files=[file_ref(content_hash="")]), "Files[0].ContentHash"),
     ResponseCase("AGN-033/6.3/file-ref-fields-present", "negative-size-second-file",
-                 final_with(files=[FILE, file_ref(size_bytes=-1)]), "Files[1]"),
+                 final_with(files=[FILE, file_ref(size_bytes=-1)]), "Files[1].SizeBytes"),
     ResponseCase("AGN-033/6.3/file-ref-url-absolute", "relative",
                  final_with(files=[file_ref(url="files/a.txt")]), "Files[0].Url"),
     ResponseCase("AGN-033/6.3/file-ref-url-absolute", "root-relative",
@@ -347,6 +354,7 @@ BROKEN = [
 
 HOLDS = [
     # §3.1 session metadata
+    ResponseCase("AGN-033/4.1/text-utf8", "non-ascii", final("Grüße 日本 🚀")),
     ResponseCase("AGN-033/3.1/session-id-present", "final", final()),
     ResponseCase("AGN-033/3.1/session-id-present", "continuation", continuation()),
     ResponseCase("AGN-033/3.1/turn-id-present", "final", final()),
@@ -474,10 +482,11 @@ def test_holding_response_rule_is_not_reported(case: ResponseCase) -> None:
 
 
 def test_every_agn033_rule_has_a_holding_and_a_breaking_case() -> None:
-    # The wire-shape rule of parse_response has its cases in test_response_parsing.py.
+    # The wire-only rules of parse_response have their cases in test_response_parsing.py.
     agn033_ids = {
         rule_id for rule_id in all_rules()
-        if rule_id.startswith("AGN-033/") and rule_id != "AGN-033/3/response-shape"
+        if rule_id.startswith("AGN-033/")
+        and rule_id not in ("AGN-033/3/response-shape", "AGN-033/3.5/absent-not-null")
     }  # fmt: skip
 
     assert agn033_ids == {case.rule_id for case in BROKEN}

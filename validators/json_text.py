@@ -3,7 +3,7 @@
 - ``strict_json_loads`` / ``is_json``: RFC 8259 JSON — ``NaN`` and ``Infinity``,
   which Python's ``json`` accepts, are refused.
 - ``non_utf8_fields``: strings with no UTF-8 encoding (lone surrogates), which
-  could not be serialized again.
+  could not be serialized again; ``null_fields``: explicit nulls.
 - ``json_path``: ``InputArtifacts[0].RelativePath``, ``options.depth``.
 """
 
@@ -13,7 +13,14 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["is_json", "json_path", "non_utf8_fields", "strict_json_loads"]
+__all__ = [
+    "is_json",
+    "json_nodes",
+    "json_path",
+    "non_utf8_fields",
+    "null_fields",
+    "strict_json_loads",
+]
 
 
 def _no_constants(name: str) -> object:
@@ -42,23 +49,39 @@ def json_path(parts: Iterable[int | str]) -> str:
     return path
 
 
-def non_utf8_fields(data: object) -> Iterator[str]:
-    """JSON paths of strings (keys included) that have no UTF-8 encoding.
+def json_nodes(data: object) -> Iterator[tuple[str, object]]:
+    """Every (JSON path, value) in ``data``, object keys included as values of their path.
 
     Iterative, so a deeply nested mapping cannot exhaust the stack.
     """
     pending: list[tuple[object, str]] = [(data, "")]
     while pending:
         value, path = pending.pop()
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                yield path
-        elif isinstance(value, Mapping):
+        yield path, value
+        if isinstance(value, Mapping):
             for key, item in value.items():
                 child = f"{path}.{key}" if path else str(key)
                 pending.append((item, child))
                 pending.append((key, child))
         elif isinstance(value, list | tuple):
             pending.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+
+
+def _not_utf8(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def non_utf8_fields(data: object) -> list[str]:
+    """JSON paths of strings (keys included) that have no UTF-8 encoding, each once."""
+    return list(dict.fromkeys(path for path, value in json_nodes(data) if _not_utf8(value)))
+
+
+def null_fields(data: object) -> list[str]:
+    """JSON paths whose value is ``null``."""
+    return [path for path, value in json_nodes(data) if value is None]

@@ -417,8 +417,7 @@ def _shape_errors(error: ValidationError) -> list[InvokeError]:
 
 
 def _text_errors(data: object) -> list[InvokeError]:
-    fields = dict.fromkeys(non_utf8_fields(data))
-    return [TEXT_UTF8.error(field=field or None) for field in fields]
+    return [TEXT_UTF8.error(field=field or None) for field in non_utf8_fields(data)]
 
 
 def _load(data: AgentExecuteRequest | Mapping[str, Any] | str | bytes) -> object:

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from aptix_pipeline.contracts import (
     AgentExecuteResponse,
@@ -30,7 +31,8 @@ from aptix_pipeline.contracts import (
 )
 
 from .checks import Check, requirement, run_checks
-from .json_text import json_path, strict_json_loads
+from .core import has_text
+from .json_text import json_path, non_utf8_fields, null_fields, strict_json_loads
 from .rules import outcome, rule
 from .tool_results import ToolResultRules, tool_result_errors
 
@@ -42,6 +44,12 @@ RESPONSE_SHAPE = rule(
     "AGN-033/3/response-shape", "AGN-033 §3, §5, §6",
     "the response must be one JSON object with the AgentExecuteResponse fields and types",
     _INVALID)  # fmt: skip
+TEXT_UTF8 = rule(
+    "AGN-033/4.1/text-utf8", "AGN-033 §4.1",
+    "response text must be UTF-8 encodable Unicode (no lone surrogates)", _INVALID)  # fmt: skip
+ABSENT_NOT_NULL = rule(
+    "AGN-033/3.5/absent-not-null", "AGN-033 §3.4, §3.5",
+    "an absent field is omitted from the JSON, never null", _INVALID)  # fmt: skip
 SESSION_ID_PRESENT = rule(
     "AGN-033/3.1/session-id-present",
     "AGN-033 §3.1",
@@ -264,15 +272,26 @@ def _is_machine_payload(text: str, *, fenced: bool) -> bool:
     return isinstance(value, list) and any(isinstance(item, dict | list) for item in value)
 
 
+def _looks_encoded(run: str) -> bool:
+    """Encoded bytes mix upper case, lower case and digits; a long word or path does not."""
+    return (
+        any(c.isupper() for c in run)
+        and any(c.islower() for c in run)
+        and any(c.isdigit() for c in run)
+    )
+
+
 def _has_base64_blob(text: str) -> bool:
     """A data: URI, or ≥ 200 base64 characters on one line or wrapped over several."""
-    if _DATA_URI.search(text) or _BASE64_RUN.search(text):
+    if _DATA_URI.search(text):
         return True
-    run = 0
+    if any(_looks_encoded(m.group()) for m in _BASE64_RUN.finditer(text)):
+        return True
+    run: list[str] = []
     for line in text.splitlines():
         token = line.strip()
-        run = run + len(token) if token and _BASE64_LINE.match(token) else 0
-        if run >= _BASE64_MIN:
+        run = [*run, token] if token and _BASE64_LINE.match(token) else []
+        if sum(map(len, run)) >= _BASE64_MIN and _looks_encoded("".join(run)):
             return True
     return False
 
@@ -296,10 +315,18 @@ def _text_errors(text: str | None, field: str) -> list[InvokeError]:
     return errors
 
 
+_NOT_REFERENCES = {"data", "javascript", "vbscript"}
+_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
+
+
 def _is_reference_url(url: str) -> bool:
-    parts = urlsplit(url.strip())
+    """An absolute URI that points at a file: a scheme of two or more characters (so no
+    drive letter), no whitespace, not ``data:``/script, and a host for http(s)."""
+    if not _URL_SCHEME.match(url) or any(c.isspace() for c in url):
+        return False
+    parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    if not scheme or scheme == "data":
+    if scheme in _NOT_REFERENCES:
         return False
     return bool(parts.netloc) or scheme not in {"http", "https"}
 
@@ -338,10 +365,14 @@ def _file_errors(response: AgentExecuteResponse) -> list[InvokeError]:
     errors: list[InvokeError] = []
     for index, file in enumerate(response.files or ()):
         at = f"Files[{index}]"
-        required = (file.name, file.mime_type, file.url, file.content_hash)
-        if not all(value.strip() for value in required) or file.size_bytes < 0:
-            errors.append(FILE_REF_FIELDS_PRESENT.error(field=at))
-        if file.url.strip() and not _is_reference_url(file.url):
+        required = {"Name": file.name, "MimeType": file.mime_type, "Url": file.url,
+                    "ContentHash": file.content_hash}  # fmt: skip
+        blank = [name for name, value in required.items() if not has_text(value)]
+        if file.size_bytes < 0:
+            blank.append("SizeBytes")
+        if blank:
+            errors.append(FILE_REF_FIELDS_PRESENT.error(", ".join(blank), field=f"{at}.{blank[0]}"))
+        if has_text(file.url) and not _is_reference_url(file.url):
             errors.append(FILE_REF_URL_ABSOLUTE.error(repr(file.url[:80]), field=f"{at}.Url"))
     return errors
 
@@ -354,11 +385,11 @@ _FINAL = _kind_is(ResponseKind.FINAL)
 _CONTINUATION = _kind_is(ResponseKind.CLIENT_TOOL_CONTINUATION)
 
 RESPONSE_CHECKS: tuple[Check[AgentExecuteResponse], ...] = (
-    requirement(SESSION_ID_PRESENT, lambda r: bool(r.session_id.strip()), field="SessionId"),
-    requirement(TURN_ID_PRESENT, lambda r: bool(r.turn_id.strip()), field="TurnId"),
+    requirement(SESSION_ID_PRESENT, lambda r: has_text(r.session_id), field="SessionId"),
+    requirement(TURN_ID_PRESENT, lambda r: has_text(r.turn_id), field="TurnId"),
     requirement(
         MODE_DISPLAY_NAME_PRESENT,
-        lambda r: bool(r.mode_display_name.strip()),
+        lambda r: has_text(r.mode_display_name),
         field="ModeDisplayName",
     ),
     requirement(KIND_CLOSED, lambda r: _kind(r) is not None, field="Kind"),
@@ -423,6 +454,15 @@ RESPONSE_CHECKS: tuple[Check[AgentExecuteResponse], ...] = (
         ),
     ),
     Check((FILE_REF_FIELDS_PRESENT.id, FILE_REF_URL_ABSOLUTE.id), _file_errors),
+    Check(
+        (TEXT_UTF8.id,),
+        lambda r: [
+            TEXT_UTF8.error(field=field or None)
+            for field in non_utf8_fields(
+                r.model_dump(by_alias=True, exclude_none=True, warnings=False)
+            )
+        ],
+    ),
 )
 """The AGN-033 rule set, in the DDR's section order."""
 
@@ -454,16 +494,32 @@ def parse_response(data: str | bytes | Mapping[str, Any]) -> InvokeResult[AgentE
         return InvokeResult[AgentExecuteResponse].failure(
             [RESPONSE_SHAPE.error(type(loaded).__name__)]
         )
+    nulls = [ABSENT_NOT_NULL.error(field=field) for field in null_fields(loaded)]
     try:
         response = AgentExecuteResponse.model_validate(dict(loaded), by_alias=True, by_name=False)
     except ValidationError as error:
         return InvokeResult[AgentExecuteResponse].failure(
-            RESPONSE_SHAPE.error(
-                f"{json_path(d['loc'])}: {d['msg']}", field=json_path(d["loc"]) or None
-            )
-            for d in error.errors(include_url=False)
+            nulls + [_shape_error(detail) for detail in error.errors(include_url=False)]
         )
-    errors = response_errors(response)
+    errors = nulls + response_errors(response)
     if errors:
         return InvokeResult[AgentExecuteResponse].failure(errors)
     return InvokeResult[AgentExecuteResponse].success(response)
+
+
+_METADATA_RULES = {
+    "SessionId": SESSION_ID_PRESENT,
+    "TurnId": TURN_ID_PRESENT,
+    "ModeDisplayName": MODE_DISPLAY_NAME_PRESENT,
+}
+
+
+def _shape_error(detail: ErrorDetails) -> InvokeError:
+    """A parse error, under the AGN-033 rule it breaks where there is one."""
+    loc, where = detail["loc"], json_path(detail["loc"])
+    chosen = RESPONSE_SHAPE
+    if loc == ("Kind",):
+        chosen = KIND_CLOSED
+    elif len(loc) == 1 and detail["type"] == "missing":
+        chosen = _METADATA_RULES.get(str(loc[0]), RESPONSE_SHAPE)
+    return chosen.error(f"{where}: {detail['msg']}", field=where or None)

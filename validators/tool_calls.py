@@ -30,6 +30,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaViolation
+from referencing.exceptions import Unresolvable
 
 from aptix_pipeline.contracts import (
     ArgumentError,
@@ -294,10 +295,24 @@ def check_tool_call(
             ],
         )
     validator = _validator(json.dumps(tool.parameters, sort_keys=True))
-    violations = sorted(
-        validator.iter_errors(arguments),
-        key=lambda v: (list(map(str, v.absolute_path)), str(v.validator)),
-    )
+    try:
+        violations = sorted(
+            validator.iter_errors(arguments),
+            key=lambda v: (list(map(str, v.absolute_path)), str(v.validator)),
+        )
+    except Unresolvable as error:  # a $ref the definition check could not see (nested $id)
+        return _rejected(
+            ARGUMENTS_MATCH_SCHEMA.id,
+            arguments,
+            [
+                ArgumentError(
+                    property="",
+                    attempted_value=arguments,
+                    error_code="SCHEMA_UNUSABLE",
+                    error_message=f"the function's argument schema cannot be applied: {error}",
+                )
+            ],
+        )
     if violations:
         errors = [error for violation in violations for error in _argument_errors(violation)]
         return _rejected(ARGUMENTS_MATCH_SCHEMA.id, arguments, errors)
