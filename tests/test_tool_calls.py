@@ -526,3 +526,70 @@ def test_tool_name_that_is_not_a_plain_identifier_is_refused(name: str) -> None:
         ToolDefinition(name=name)
 
     assert [error["loc"] for error in refused.value.errors()] == [("name",)]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "#/$defs/missing"},
+        {"$ref": "https://example.com/schema.json"},
+        {"type": "object", "properties": {"a": {"$ref": "urn:example:x"}}},
+    ],
+    ids=["missing-local-definition", "remote-url", "nested-urn"],
+)
+def test_tool_whose_schema_refers_outside_itself_is_refused(schema: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError, match=r"\$ref"):
+        ToolDefinition(name="t", parameters=schema)
+
+
+def test_local_references_are_followed() -> None:
+    tool = ToolDefinition(
+        name="t",
+        parameters={
+            "type": "object",
+            "properties": {"depth": {"$ref": "#/$defs/positive"}},
+            "$defs": {"positive": {"type": "integer", "minimum": 1}},
+        },
+    )
+
+    verdict = check_tool_call(tool, "t", '{"depth": 0}')
+
+    assert verdict.rejection is not None
+    assert json.loads(verdict.rejection_json())["errors"][0]["error_code"] == "OUT_OF_RANGE"
+    assert check_tool_call(tool, "t", '{"depth": 2}').outcome is ToolCallOutcome.INVOKE
+
+
+def test_a_schema_that_cannot_be_applied_is_a_rejection_not_an_exception() -> None:
+    # model_construct skips the definition checks, as a hand-built definition could.
+    tool = ToolDefinition.model_construct(name="t", parameters={"$ref": "#/$defs/missing"})
+
+    verdict = check_tool_call(tool, "t", '{"a": 1}')
+
+    assert verdict.outcome is ToolCallOutcome.REJECTED
+    assert verdict.rule_id == "CPV/arguments-match-schema"
+    assert json.loads(verdict.rejection_json())["errors"][0]["error_code"] == "SCHEMA_UNUSABLE"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "good", "bad"),
+    [
+        ("date-time", "2026-01-02T03:04:05Z", "yesterday"),
+        ("time", "03:04:05Z", "3 o'clock"),
+        ("uri", "https://example.com/a", "not a uri"),
+        ("hostname", "example.com", "-bad-.com"),
+        ("duration", "P3DT4H", "three days"),
+        ("email", "a@example.com", "nobody"),
+        ("uuid", "12345678-1234-5678-1234-567812345678", "1234"),
+    ],
+)
+def test_string_formats_are_checked(fmt: str, good: str, bad: str) -> None:
+    tool = ToolDefinition(
+        name="t",
+        parameters={"type": "object", "properties": {"x": {"type": "string", "format": fmt}}},
+    )
+
+    rejected = check_tool_call(tool, "t", json.dumps({"x": bad}))
+
+    assert check_tool_call(tool, "t", json.dumps({"x": good})).outcome is ToolCallOutcome.INVOKE
+    assert rejected.rejection is not None
+    assert json.loads(rejected.rejection_json())["errors"][0]["error_code"] == "INVALID_FORMAT"
