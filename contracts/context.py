@@ -68,6 +68,16 @@ class PipelineStep(StrEnum):
     LLM_CLIENT = "llm_client"
     RESPONSE_BUILDER = "response_builder"
 
+    @classmethod
+    def _missing_(cls, value: object) -> PipelineStep | None:
+        # Also accept the DDR's names: "SessionRestorer", "LLMClient" (AGN-036 §4).
+        if isinstance(value, str):
+            wanted = value.replace("_", "").lower()
+            for step in cls:
+                if step.value.replace("_", "") == wanted:
+                    return step
+        return None
+
 
 class TurnStatus(StrEnum):
     """Where a turn stands (AGN-033 §3.3 continuation protocol)."""

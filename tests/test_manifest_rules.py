@@ -53,6 +53,15 @@ def _rename_id(m: ToolCallManifest) -> None:
     m.tool_call_results[0].tool_call_id = "call-unknown"
 
 
+def _repeat_result(m: ToolCallManifest) -> None:
+    m.tool_call_results[1] = m.tool_call_results[0].model_copy()
+
+
+def _repeat_call(m: ToolCallManifest) -> None:
+    m.tool_calls[1] = m.tool_calls[0].model_copy()
+    m.tool_call_results[1] = m.tool_call_results[0].model_copy()
+
+
 def _rename_tool(m: ToolCallManifest) -> None:
     m.tool_call_results[1].name = "delete_everything"
 
@@ -80,7 +89,9 @@ def _empty(m: ToolCallManifest) -> None:
 BROKEN = [
     ManifestCase("AGN-036/5/count-match", "missing-result", _drop_last_result),
     ManifestCase("AGN-036/5/count-match", "extra-result", _add_result),
-    ManifestCase("AGN-036/5/order-match", "swapped", _swap, "call-2", "read_file"),
+    ManifestCase("AGN-036/5/order-match", "swapped", _swap, "call-2", "list_dir"),
+    ManifestCase("AGN-036/5/ids-unique", "repeated-result", _repeat_result, "call-1", None),
+    ManifestCase("AGN-036/5/ids-unique", "repeated-call", _repeat_call, "call-1", None),
     ManifestCase("AGN-036/5/id-match", "unknown-id", _rename_id, "call-unknown", "read_file"),
     ManifestCase("AGN-036/5/name-match", "other-name", _rename_tool, "call-2", "list_dir"),
     ManifestCase("AGN-036/5/name-match", "no-name", _no_name, "call-2", "list_dir"),
@@ -248,3 +259,16 @@ def test_r10_continuation_naming_a_turn_that_awaits_nothing_is_rejected(turn: Tu
 @pytest.mark.rule("DESIGN/R10/continuation-turn-pending", "holds")
 def test_r10_continuation_naming_the_pending_turn_is_accepted() -> None:
     assert validate_turn_protocol(CONTINUATION, PENDING).successful
+
+
+@pytest.mark.parametrize(
+    ("kind", "turn", "rule_id"),
+    [
+        ("FollowOn", PENDING, "DESIGN/R10/follow-on-turn-settled"),
+        ("ClientToolCallContinuation", COMPLETED, "DESIGN/R10/continuation-turn-pending"),
+        ("Bogus", PENDING, "AGN-036/3/type-valid"),
+    ],
+    ids=["follow-on-text", "continuation-text", "unknown-kind"],
+)
+def test_r10_accepts_the_context_type_as_text(kind: str, turn: Turn, rule_id: str) -> None:
+    assert validate_turn_protocol(kind, turn).rule_ids == (rule_id,)

@@ -117,6 +117,17 @@ def _response_for_other_turn(ctx: PipelineContext) -> None:
     ctx.response = ctx.response.model_copy(update={"turn_id": "another-turn"})
 
 
+def _response_with_other_text(ctx: PipelineContext) -> None:
+    assert ctx.response is not None
+    ctx.response = ctx.response.model_copy(update={"primary_output_text": "Something else."})
+
+
+def _continuation_asking_for_other_calls(ctx: PipelineContext) -> None:
+    _as_continuation(ctx)
+    ctx.response = continuation_response(ctx)
+    ctx.client_tool_calls = list(PENDING_CALLS[:1])
+
+
 def _response_of_wrong_kind(ctx: PipelineContext) -> None:
     ctx.response = continuation_response(ctx)
 
@@ -237,6 +248,10 @@ BROKEN = [
              _set(response=None)),
     StepCase("AGN-036/4.10/POST/response-matches-context", "other-turn", S.RESPONSE_BUILDER,
              POST, INITIAL, _response_for_other_turn),
+    StepCase("AGN-036/4.10/POST/response-matches-context", "other-text", S.RESPONSE_BUILDER,
+             POST, CONTINUATION, _response_with_other_text),
+    StepCase("AGN-036/4.10/POST/response-matches-context", "other-tool-calls",
+             S.RESPONSE_BUILDER, POST, FOLLOW_ON, _continuation_asking_for_other_calls),
     StepCase("AGN-036/4.10/POST/response-matches-context", "wrong-kind", S.RESPONSE_BUILDER,
              POST, FOLLOW_ON, _response_of_wrong_kind),
 ]  # fmt: skip
@@ -353,12 +368,28 @@ def test_manifest_is_not_checked_before_the_llm_on_other_paths() -> None:
     assert validate_pre_step(ctx, S.LLM_CLIENT).successful
 
 
-def test_response_builder_post_without_a_pre_snapshot_fails_closed() -> None:
+def test_response_builder_post_without_a_pre_snapshot_checks_the_core_invariants() -> None:
+    # The two-argument ValidatePostStep (AGN-036 §2.1) still works on a correct turn ...
     ctx = context_after(S.RESPONSE_BUILDER, INITIAL)
+    assert validate_post_step(ctx, S.RESPONSE_BUILDER).successful
 
+    # ... and reports a broken core invariant under its own id.
+    ctx.correlation_id = ""
     result = validate_post_step(ctx, S.RESPONSE_BUILDER)
 
+    assert result.rule_ids == ("AGN-036/3/correlation-id-present",)
+
+
+def test_context_unchanged_names_the_changed_fields_by_their_wire_names() -> None:
+    before = context_before(S.RESPONSE_BUILDER, FOLLOW_ON)
+    ctx = context_after(S.RESPONSE_BUILDER, FOLLOW_ON)
+    ctx.correlation_id, ctx.mode = "other", "research"
+
+    result = validate_post_step(ctx, S.RESPONSE_BUILDER, before=before)
+
     assert result.rule_ids == ("AGN-036/4.10/POST/context-unchanged",)
+    assert result.errors[0].field == "CorrelationId"
+    assert "CorrelationId, Mode" in result.errors[0].message
 
 
 def test_response_builder_post_reports_agn_033_violations() -> None:
@@ -405,3 +436,28 @@ def test_every_pipeline_step_is_known(step: PipelineStep) -> None:
 
     for result in (validate_pre_step(ctx, step), validate_post_step(ctx, step)):
         assert "AGN-036/4/step-known" not in result.rule_ids
+
+
+def test_a_continuation_response_matching_the_context_passes_response_builder_post() -> None:
+    before = context_before(S.RESPONSE_BUILDER, FOLLOW_ON)
+    _as_continuation(before)
+    before.tool_continuation_message = "Running two tools."
+    ctx = before.model_copy(deep=True)
+    ctx.response = continuation_response(ctx)
+
+    result = validate_post_step(ctx, S.RESPONSE_BUILDER, before=before)
+
+    assert result.successful, result.errors
+
+
+@pytest.mark.parametrize(
+    ("name", "step"),
+    [("SessionRestorer", S.SESSION_RESTORER), ("LLMClient", S.LLM_CLIENT),
+     ("PromptContentProviderInitializer", S.PROMPT_CONTENT_PROVIDER_INITIALIZER),
+     ("ClientToolContinuationResolver", S.CLIENT_TOOL_CONTINUATION_RESOLVER)],
+)  # fmt: skip
+def test_steps_are_also_known_by_their_ddr_names(name: str, step: PipelineStep) -> None:
+    ctx = context_before(step, CONTINUATION)
+
+    assert PipelineStep(name) is step
+    assert validate_pre_step(ctx, name) == validate_pre_step(ctx, step)  # type: ignore[arg-type]

@@ -60,6 +60,10 @@ NAME_MATCH = rule(
     "each ToolCallResult must carry the Name of its ToolCall",
     _MANIFEST,
 )
+IDS_UNIQUE = rule(
+    "AGN-036/5/ids-unique", "AGN-036 §5, AGN-033 §3.3 (decision)",
+    "each ToolCallId appears once among the ToolCalls and once among the ToolCallResults",
+    _MANIFEST)  # fmt: skip
 RESULT_JSON_PRESENT = rule(
     "AGN-036/5/result-json-present",
     "AGN-036 §5",
@@ -100,6 +104,7 @@ def _pairing_errors(calls: list[ToolCall], results: list[ManifestToolResult]) ->
                 field="ToolCallResults",
             )
         )
+    names = {call.tool_call_id: call.name for call in calls}
     for index, (call, result) in enumerate(zip(calls, results, strict=False)):
         at = f"ToolCallResults[{index}]"
         if result.tool_call_id != call.tool_call_id:
@@ -111,7 +116,7 @@ def _pairing_errors(calls: list[ToolCall], results: list[ManifestToolResult]) ->
                     f"got {result.tool_call_id!r}",
                     field=f"{at}.ToolCallId",
                     tool_call_id=result.tool_call_id,
-                    tool_name=call.name,
+                    tool_name=names.get(result.tool_call_id, result.name),
                 )
             )
         elif result.name != call.name:
@@ -124,6 +129,24 @@ def _pairing_errors(calls: list[ToolCall], results: list[ManifestToolResult]) ->
                     tool_name=call.name,
                 )
             )
+    return errors
+
+
+def _unique_id_errors(
+    calls: list[ToolCall], results: list[ManifestToolResult]
+) -> list[InvokeError]:
+    errors: list[InvokeError] = []
+    for field, ids in (
+        ("ToolCalls", [call.tool_call_id for call in calls]),
+        ("ToolCallResults", [result.tool_call_id for result in results]),
+    ):
+        seen: set[str] = set()
+        for index, tool_call_id in enumerate(ids):
+            if tool_call_id in seen:
+                errors.append(IDS_UNIQUE.error(
+                    f"{tool_call_id!r} repeats", field=f"{field}[{index}].ToolCallId",
+                    tool_call_id=tool_call_id))  # fmt: skip
+            seen.add(tool_call_id)
     return errors
 
 
@@ -159,7 +182,11 @@ def _result_json_errors(
 def manifest_errors(manifest: ToolCallManifest) -> list[InvokeError]:
     """Every §5 rule the manifest breaks, each naming tool id, name and reason."""
     calls, results = manifest.tool_calls, manifest.tool_call_results
-    return _pairing_errors(calls, results) + _result_json_errors(calls, results)
+    return (
+        _pairing_errors(calls, results)
+        + _unique_id_errors(calls, results)
+        + _result_json_errors(calls, results)
+    )
 
 
 def validate_tool_call_manifest(manifest: ToolCallManifest) -> InvokeResult[None]:

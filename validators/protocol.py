@@ -18,6 +18,7 @@ from aptix_pipeline.contracts import (
     TurnStatus,
 )
 
+from .core import TYPE_VALID
 from .rules import outcome, rule
 
 __all__ = ["validate_turn_protocol"]
@@ -36,8 +37,16 @@ def _awaits_tools(turn: Turn) -> bool:
     return turn.status is TurnStatus.AWAITING_CLIENT_TOOLS and bool(turn.pending_tool_calls)
 
 
-def validate_turn_protocol(kind: ContextType, turn: Turn) -> InvokeResult[None]:
-    """Check that the turn a FollowOn or continuation names is in the right state (R10)."""
+def validate_turn_protocol(kind: ContextType | str, turn: Turn) -> InvokeResult[None]:
+    """Check that the turn a FollowOn or continuation names is in the right state (R10).
+
+    ``kind`` may be the enum or its value (``"FollowOn"``); an unknown kind fails
+    ``AGN-036/3/type-valid``.
+    """
+    try:
+        kind = ContextType(kind)
+    except ValueError:
+        return outcome([TYPE_VALID.error(repr(kind), field="Type")])
     errors: list[InvokeError] = []
     if kind is ContextType.FOLLOW_ON and _awaits_tools(turn):
         pending = [call.tool_call_id for call in turn.pending_tool_calls]

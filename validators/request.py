@@ -274,6 +274,8 @@ _SHAPE_RULE_BY_FIELD = {
     "ToolResults": TOOL_RESULT_SHAPE,
 }
 _DRIVE = re.compile(r"^[A-Za-z]:")
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
+_HOME = re.compile(r"^~(?:[^/\\$]*[/\\]|$)")  # "~", "~/x", "~user/x"; not "~tmp.txt"
 _SEPARATORS = re.compile(r"[\\/]")
 
 
@@ -311,7 +313,12 @@ def _is_base64(text: str) -> bool:
 
 
 def _path_errors(path: str, field: str) -> list[InvokeError]:
-    if path.startswith(("/", "\\", "~")) or _DRIVE.match(path) or "://" in path:
+    if (
+        path.startswith(("/", "\\"))
+        or _DRIVE.match(path)
+        or _URI_SCHEME.match(path)
+        or _HOME.match(path)
+    ):
         return [RELATIVE_PATH_NOT_ABSOLUTE.error(repr(path), field=field)]
     depth = 0
     for segment in _SEPARATORS.split(path):

@@ -10,11 +10,13 @@ Resolutions applied here:
 - **R4** — ``AGN-036/4.2/POST/turn-id-new`` holds on the FollowOn path only; on the
   continuation path the restorer loads the pending turn and §4.4's
   ``turn-id-matches-envelope`` holds instead.
-- §4.10's "context invariants unchanged (PRE == POST)" needs the context as it was
-  at PRE: pass it as ``before=``. Without it the rule fails closed.
+- §4.10's "context invariants unchanged (PRE == POST)" compares with the context as
+  it was at PRE, passed as ``before=``. Without it (the two-argument call) the
+  always-true core invariants of §3 are checked instead.
 - Decision: §4.9's POST also requires ``ResponseType`` to name the outcome
-  produced, and §4.10's POST requires the response to name the context's session,
-  turn and response type (``…/response-matches-context``).
+  produced, and §4.10's POST requires the response to carry the context's
+  session, turn, kind and outcome — the final payload, or the client tool calls
+  and message (``…/response-matches-context``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from aptix_pipeline.contracts import (
+    AgentExecuteResponse,
     ContextType,
     ErrorCode,
     InvokeError,
@@ -204,6 +207,32 @@ CONTEXT_UNCHANGED = _rule(
 )
 
 
+def _response_agreement(ctx: _Ctx, response: AgentExecuteResponse) -> list[tuple[str, bool]]:
+    """(response field, agrees with the context) for everything the response carries."""
+    pairs = [
+        ("SessionId", ctx.session is not None and response.session_id == ctx.session.id),
+        ("TurnId", ctx.turn is not None and response.turn_id == ctx.turn.id),
+        ("Kind", ctx.response_type is not None
+         and _KIND_FOR.get(ctx.response_type) == response.kind),
+    ]  # fmt: skip
+    payload = ctx.response_payload
+    if response.kind == ResponseKind.FINAL and payload is not None:
+        pairs += [
+            ("PrimaryOutputText", response.primary_output_text == payload.primary_output_text),
+            ("Files", response.files == payload.files),
+            ("ToolResults", response.tool_results == payload.tool_results),
+            ("UserWarnings", response.user_warnings == payload.user_warnings),
+            ("Usage", response.usage == payload.usage),
+        ]
+    if response.kind == ResponseKind.CLIENT_TOOL_CONTINUATION:
+        pairs += [
+            ("ToolCalls", response.tool_calls == ctx.client_tool_calls),
+            ("ToolContinuationMessage",
+             response.tool_continuation_message == ctx.tool_continuation_message),
+        ]  # fmt: skip
+    return pairs
+
+
 def _response_builder_post() -> tuple[Check[_Ctx], ...]:
     conforms = _rule(
         "4.10", _POST, "response-conforms", "the returned response must conform to AGN-033"
@@ -212,7 +241,7 @@ def _response_builder_post() -> tuple[Check[_Ctx], ...]:
         "4.10",
         _POST,
         "response-matches-context",
-        "the response must name the context's session, turn and response type",
+        "the response must carry the context's session, turn, kind and outcome",
     )
 
     def run_conforms(ctx: _Ctx) -> list[InvokeError]:
@@ -220,25 +249,20 @@ def _response_builder_post() -> tuple[Check[_Ctx], ...]:
             return [conforms.error("no response was built", field="Response")]
         return response_errors(ctx.response)
 
-    def holds_matches(ctx: _Ctx) -> bool:
-        response = ctx.response
-        if response is None:
-            return True  # reported by response-conforms
-        return (
-            ctx.session is not None
-            and response.session_id == ctx.session.id
-            and ctx.turn is not None
-            and response.turn_id == ctx.turn.id
-            and ctx.response_type is not None
-            and _KIND_FOR.get(ctx.response_type) == response.kind
-        )
+    def run_matches(ctx: _Ctx) -> list[InvokeError]:
+        if ctx.response is None:
+            return []  # reported by response-conforms
+        mismatched = [field for field, same in _response_agreement(ctx, ctx.response) if not same]
+        if mismatched:
+            return [matches.error(f"differs in {', '.join(mismatched)}", field=mismatched[0])]
+        return []
 
     response_rule_ids = tuple(i for c in RESPONSE_CHECKS for i in c.rule_ids)
     return (
         # Listed for step_rule_ids; it needs ``before``, so validate_post_step evaluates it.
         Check((CONTEXT_UNCHANGED.id,), lambda ctx: []),
         Check((conforms.id, *response_rule_ids), run_conforms),
-        requirement(matches, holds_matches, field="Response"),
+        Check((matches.id,), run_matches),
     )
 
 
@@ -268,7 +292,7 @@ STEP_CHECKS: Mapping[tuple[PipelineStep, Phase], tuple[Check[_Ctx], ...]] = Mapp
             _turn_id_new(),
             requirement(
                 _rule("4.2", _POST, "session-mode-present", "Session.Mode must have a value"),
-                lambda ctx: ctx.session is None or bool(ctx.session.mode),
+                lambda ctx: ctx.session is None or has_text(ctx.session.mode),
                 field="Session.Mode",
             ),
         ),
@@ -407,11 +431,18 @@ def step_rule_ids(step: PipelineStep, phase: Phase) -> tuple[str, ...]:
 
 
 def _unchanged_errors(ctx: _Ctx, before: _Ctx | None) -> list[InvokeError]:
+    """§4.10 "context invariants unchanged (PRE == POST)".
+
+    With the PRE snapshot every field but ``Response`` must be equal. Without one
+    (the two-argument call of AGN-036 §2.1) the invariants that must always hold —
+    the core invariants of §3 — are checked instead, under their own ids.
+    """
     if before is None:
-        return [CONTEXT_UNCHANGED.error("no PRE snapshot was given to compare with")]
+        return run_checks(CORE_CHECKS, ctx)
+    fields = type(ctx).model_fields
     changed = [
-        name
-        for name in type(ctx).model_fields
+        fields[name].alias or name
+        for name in fields
         if name != "response" and getattr(ctx, name) != getattr(before, name)
     ]
     if changed:
