@@ -461,3 +461,9 @@ def test_steps_are_also_known_by_their_ddr_names(name: str, step: PipelineStep) 
 
     assert PipelineStep(name) is step
     assert validate_pre_step(ctx, name) == validate_pre_step(ctx, step)  # type: ignore[arg-type]
+
+
+def test_rule_ids_can_be_asked_for_by_text() -> None:
+    assert step_rule_ids("SessionRestorer", "pre") == step_rule_ids(S.SESSION_RESTORER, PRE)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Phase"):
+        step_rule_ids(S.SESSION_RESTORER, "during")  # type: ignore[arg-type]

@@ -60,6 +60,10 @@ class Phase(StrEnum):
     PRE = "PRE"
     POST = "POST"
 
+    @classmethod
+    def _missing_(cls, value: object) -> Phase | None:
+        return cls.__members__.get(value.upper()) if isinstance(value, str) else None
+
 
 def _rule(section: str, phase: Phase, name: str, message: str) -> Rule:
     return rule(f"AGN-036/{section}/{phase}/{name}", f"AGN-036 §{section}", message, _FAILED)
@@ -426,7 +430,7 @@ STEP_CHECKS: Mapping[tuple[PipelineStep, Phase], tuple[Check[_Ctx], ...]] = Mapp
 
 def step_rule_ids(step: PipelineStep, phase: Phase) -> tuple[str, ...]:
     """The ids of the rules a step's PRE or POST set checks, in order, without repeats."""
-    ids = (i for check in STEP_CHECKS[(step, phase)] for i in check.rule_ids)
+    ids = (i for check in STEP_CHECKS[(PipelineStep(step), Phase(phase))] for i in check.rule_ids)
     return tuple(dict.fromkeys(ids))
 
 
