@@ -272,13 +272,17 @@ def _is_machine_payload(text: str, *, fenced: bool) -> bool:
     return isinstance(value, list) and any(isinstance(item, dict | list) for item in value)
 
 
+_CHAR_CLASSES = (str.isupper, str.islower, str.isdigit)
+
+
+def _char_classes(text: str) -> set[int]:
+    """Which of upper case, lower case and digits occur in ``text`` (by index)."""
+    return {i for i, test in enumerate(_CHAR_CLASSES) if any(test(c) for c in text)}
+
+
 def _looks_encoded(run: str) -> bool:
     """Encoded bytes mix upper case, lower case and digits; a long word or path does not."""
-    return (
-        any(c.isupper() for c in run)
-        and any(c.islower() for c in run)
-        and any(c.isdigit() for c in run)
-    )
+    return len(_char_classes(run)) == len(_CHAR_CLASSES)
 
 
 def _has_base64_blob(text: str) -> bool:
@@ -287,11 +291,15 @@ def _has_base64_blob(text: str) -> bool:
         return True
     if any(_looks_encoded(m.group()) for m in _BASE64_RUN.finditer(text)):
         return True
-    run: list[str] = []
+    length, classes = 0, set[int]()  # the current run of base64-only lines
     for line in text.splitlines():
         token = line.strip()
-        run = [*run, token] if token and _BASE64_LINE.match(token) else []
-        if sum(map(len, run)) >= _BASE64_MIN and _looks_encoded("".join(run)):
+        if not (token and _BASE64_LINE.match(token)):
+            length, classes = 0, set()
+            continue
+        length += len(token)
+        classes |= _char_classes(token)
+        if length >= _BASE64_MIN and len(classes) == len(_CHAR_CLASSES):
             return True
     return False
 
