@@ -79,6 +79,14 @@ def _not_utf8(value: object) -> bool:
 
 def non_utf8_fields(data: object) -> list[str]:
     """JSON paths of strings (keys included) that have no UTF-8 encoding, each once."""
+    try:  # fast path: the C encoder finds nothing to report in almost every input
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    except (TypeError, ValueError, RecursionError):
+        pass  # not plain JSON data, or too deep for the encoder: walk it
+    else:
+        return []
     return list(dict.fromkeys(path for path, value in json_nodes(data) if _not_utf8(value)))
 
 

@@ -467,7 +467,7 @@ RESPONSE_CHECKS: tuple[Check[AgentExecuteResponse], ...] = (
         lambda r: [
             TEXT_UTF8.error(field=field or None)
             for field in non_utf8_fields(
-                r.model_dump(by_alias=True, exclude_none=True, warnings=False)
+                r.model_dump(mode="json", by_alias=True, exclude_none=True, warnings=False)
             )
         ],
     ),
