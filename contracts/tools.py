@@ -45,10 +45,10 @@ VALIDATION_ERROR_TYPE: Final = "validation_error"
 _EMPTY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 
-def _local_refs(schema: object, *, root: bool = True) -> list[str]:
+def _local_refs(schema: object) -> list[str]:
     """The ``$ref`` values of a schema, skipping subschemas that set their own ``$id``."""
     refs: list[str] = []
-    pending: list[tuple[object, bool]] = [(schema, root)]
+    pending: list[tuple[object, bool]] = [(schema, True)]
     while pending:
         node, is_root = pending.pop()
         if isinstance(node, dict):

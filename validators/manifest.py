@@ -90,7 +90,14 @@ MANIFEST_RULE_IDS: tuple[str, ...] = tuple(
 )
 
 
-def _pairing_errors(calls: list[ToolCall], results: list[ManifestToolResult]) -> list[InvokeError]:
+def _names_by_id(calls: Sequence[ToolCall]) -> dict[str, str]:
+    """Tool name of each call, by its ToolCallId."""
+    return {call.tool_call_id: call.name for call in calls}
+
+
+def _pairing_errors(
+    calls: list[ToolCall], results: list[ManifestToolResult], names: dict[str, str]
+) -> list[InvokeError]:
     errors: list[InvokeError] = []
     call_ids = [call.tool_call_id for call in calls]
     result_ids = [result.tool_call_id for result in results]
@@ -104,7 +111,6 @@ def _pairing_errors(calls: list[ToolCall], results: list[ManifestToolResult]) ->
                 field="ToolCallResults",
             )
         )
-    names = {call.tool_call_id: call.name for call in calls}
     for index, (call, result) in enumerate(zip(calls, results, strict=False)):
         at = f"ToolCallResults[{index}]"
         if result.tool_call_id != call.tool_call_id:
@@ -151,9 +157,8 @@ def _unique_id_errors(
 
 
 def _result_json_errors(
-    calls: list[ToolCall], results: list[ManifestToolResult]
+    results: list[ManifestToolResult], names: dict[str, str]
 ) -> list[InvokeError]:
-    names = {call.tool_call_id: call.name for call in calls}
     errors: list[InvokeError] = []
     for index, result in enumerate(results):
         at = f"ToolCallResults[{index}].ResultJson"
@@ -182,10 +187,11 @@ def _result_json_errors(
 def manifest_errors(manifest: ToolCallManifest) -> list[InvokeError]:
     """Every §5 rule the manifest breaks, each naming tool id, name and reason."""
     calls, results = manifest.tool_calls, manifest.tool_call_results
+    names = _names_by_id(calls)
     return (
-        _pairing_errors(calls, results)
+        _pairing_errors(calls, results, names)
         + _unique_id_errors(calls, results)
-        + _result_json_errors(calls, results)
+        + _result_json_errors(results, names)
     )
 
 
@@ -211,7 +217,7 @@ def manifest_for(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> To
     ``{"error": message}``, so the AGN-036 §5 invariant holds and the LLM sees the
     failure; a result with neither or both outcomes gets no ``ResultJson``.
     """
-    names = {call.tool_call_id: call.name for call in calls}
+    names = _names_by_id(calls)
     return ToolCallManifest(
         tool_calls=[call.model_copy() for call in calls],
         tool_call_results=[

@@ -447,21 +447,22 @@ def parse_request(
     """
     loaded = _load(data)
     if isinstance(loaded, AgentExecuteRequest):
-        request = loaded
-        text_errors = _text_errors(request.model_dump(by_alias=True, exclude_none=True))
-        if text_errors:
-            return InvokeResult[AgentExecuteRequest].failure(text_errors)
+        wire: object = loaded.model_dump(by_alias=True, exclude_none=True)
     elif isinstance(loaded, Mapping):
-        text_errors = _text_errors(loaded)
-        if text_errors:
-            return InvokeResult[AgentExecuteRequest].failure(text_errors)
+        wire = loaded
+    else:
+        detail = f"not JSON ({loaded})" if isinstance(loaded, Exception) else type(loaded).__name__
+        return InvokeResult[AgentExecuteRequest].failure([ENVELOPE_OBJECT.error(detail)])
+    text_errors = _text_errors(wire)
+    if text_errors:
+        return InvokeResult[AgentExecuteRequest].failure(text_errors)
+    if isinstance(loaded, AgentExecuteRequest):
+        request = loaded
+    else:
         try:
             request = AgentExecuteRequest.model_validate(dict(loaded), by_alias=True, by_name=False)
         except ValidationError as error:
             return InvokeResult[AgentExecuteRequest].failure(_shape_errors(error))
-    else:
-        detail = f"not JSON ({loaded})" if isinstance(loaded, Exception) else type(loaded).__name__
-        return InvokeResult[AgentExecuteRequest].failure([ENVELOPE_OBJECT.error(detail)])
     checked = validate_request(request)
     if not checked.successful:
         return InvokeResult[AgentExecuteRequest].failure(checked.errors)
