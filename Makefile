@@ -21,7 +21,7 @@ $(PY):
 	$(BIN)/pip install --quiet --upgrade pip
 
 install: $(PY)
-	@find $(PACKAGE_DIRS) -type f \( -name '*.py' -o -name 'py.typed' \) | sort > $(MODULES).want
+	@find $(PACKAGE_DIRS) -type f \( -name '*.py' -o -name 'py.typed' -o -name '*.toml' \) | sort > $(MODULES).want
 	@md5sum pyproject.toml >> $(MODULES).want
 	@if ! cmp -s $(MODULES).want $(MODULES); then \
 		echo "installing aptix-pipeline (strict editable) into $(VENV)"; \

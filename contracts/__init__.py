@@ -4,6 +4,7 @@ Pydantic v2 models. JSON uses the DDRs' PascalCase names; Python uses snake_case
 This subpackage imports nothing else of ours (DESIGN.md "Layout and layers").
 """
 
+from .catalog import ModeSpec
 from .context import (
     DEFAULT_MODE,
     AgentContext,
@@ -19,6 +20,20 @@ from .context import (
     Session,
     Turn,
     TurnStatus,
+)
+from .llm import ChatMessage, ChatRole, LLMReply, LLMRequest
+from .ports import (
+    LLM,
+    AgentCatalog,
+    Clock,
+    IdSource,
+    ModeCatalog,
+    PermanentPortError,
+    SessionStore,
+    SessionTransaction,
+    StoreConflictError,
+    ToolExecutor,
+    ToolInvocation,
 )
 from .request import (
     AgentExecuteRequest,
@@ -50,7 +65,9 @@ from .wire import WireModel
 __all__ = [
     "CONTAINER_ERROR_TYPE",
     "DEFAULT_MODE",
+    "LLM",
     "VALIDATION_ERROR_TYPE",
+    "AgentCatalog",
     "AgentContext",
     "AgentExecuteRequest",
     "AgentExecuteResponse",
@@ -58,19 +75,28 @@ __all__ = [
     "ArtifactEncoding",
     "ArtifactOrigin",
     "Caller",
+    "ChatMessage",
+    "ChatRole",
     "ClipboardImage",
+    "Clock",
     "ContainerInvocationErrorResponse",
     "ContextType",
     "ConversationContext",
     "Envelope",
     "ErrorCode",
     "FileRef",
+    "IdSource",
     "InputArtifact",
     "InvokeError",
     "InvokeResult",
     "InvokeWarning",
+    "LLMReply",
+    "LLMRequest",
     "ManifestToolResult",
+    "ModeCatalog",
     "ModeHistoryEntry",
+    "ModeSpec",
+    "PermanentPortError",
     "PipelineContext",
     "PipelineStep",
     "RagOperator",
@@ -79,10 +105,15 @@ __all__ = [
     "ResponsePayload",
     "ResponseType",
     "Session",
+    "SessionStore",
+    "SessionTransaction",
     "SourceType",
+    "StoreConflictError",
     "ToolCall",
     "ToolCallManifest",
     "ToolDefinition",
+    "ToolExecutor",
+    "ToolInvocation",
     "ToolResult",
     "Turn",
     "TurnStatus",

@@ -144,13 +144,19 @@ class Session(WireModel):
 
 
 class Turn(WireModel):
-    """``AgentSessionTurn``: one turn of a session, with its mode snapshot (AGN-011 §3.2)."""
+    """``AgentSessionTurn``: one turn of a session, with its mode snapshot (AGN-011 §3.2).
+
+    ``mode`` is the mode the turn started in: it selects the turn's tools, which stay
+    frozen across its continuations (AGN-011 §4.4). ``expanded_containers`` are the
+    containers the model expanded during the turn (container design, DESIGN.md R9).
+    """
 
     id: str
     session_id: str
     mode: str | None = None
     status: TurnStatus = TurnStatus.OPEN
     pending_tool_calls: list[ToolCall] = Field(default_factory=list)
+    expanded_containers: list[str] = Field(default_factory=list)
     created_at: datetime | None = None
 
 

@@ -1,3 +1,24 @@
-"""The ``aptix_pipeline.engine`` subpackage: the state machine and ``Pipeline`` (next issue)."""
+"""The engine: the turn state machine and the ``Pipeline`` entry point.
 
-__all__: list[str] = []
+``Pipeline(ports).execute(request, caller)`` runs one agent turn through the
+statechart of ``engine/machine.py`` and returns an ``InvokeResult`` holding the
+AGN-033 response; ``Pipeline.run`` also returns what the turn did (a
+``TurnReport``).
+"""
+
+from aptix_pipeline.steps import ModeChange, PipelineOptions, Ports, ToolCallRecord
+
+from .machine import CheckRecord, TransitionRecord, TurnMachine
+from .pipeline import Pipeline, TurnReport
+
+__all__ = [
+    "CheckRecord",
+    "ModeChange",
+    "Pipeline",
+    "PipelineOptions",
+    "Ports",
+    "ToolCallRecord",
+    "TransitionRecord",
+    "TurnMachine",
+    "TurnReport",
+]

@@ -1,3 +1,61 @@
-"""The ``aptix_pipeline.steps`` subpackage: one module per AGN-036 §4 step (next issue)."""
+"""The pipeline steps of AGN-036 §4, one module each.
 
-__all__: list[str] = []
+A step is a plain ``async`` function of the turn's ``TurnScope``: it does its DDR
+job through the ports and changes the context. Nothing here depends on the state
+machine library; ``aptix_pipeline.engine`` wires the steps together by name, with
+each step's PRE rules as its guard and its POST rules as its exit hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+
+from aptix_pipeline.contracts import PipelineStep
+
+from .agent_context_loader import agent_context_loader
+from .agent_context_resolver import agent_context_resolver
+from .agent_session_creator import agent_session_creator
+from .client_tool_continuation_resolver import client_tool_continuation_resolver
+from .completion import complete_turn
+from .faults import StepFaultError
+from .llm_client import check_round_limit, llm_client
+from .mode_change import AGENT_CHANGE_MODE
+from .prompt_content_provider_initializer import prompt_content_provider_initializer
+from .reasoner import reasoner
+from .request_handler import request_handler
+from .response_builder import response_builder
+from .scope import ModeChange, PipelineOptions, Ports, ToolCallRecord, TurnScope
+from .session_restorer import session_restorer
+
+__all__ = [
+    "AGENT_CHANGE_MODE",
+    "STEP_FUNCTIONS",
+    "ModeChange",
+    "PipelineOptions",
+    "Ports",
+    "StepFaultError",
+    "StepFunction",
+    "ToolCallRecord",
+    "TurnScope",
+    "check_round_limit",
+    "complete_turn",
+]
+
+StepFunction = Callable[[TurnScope], Awaitable[None]]
+
+STEP_FUNCTIONS: Mapping[PipelineStep, StepFunction] = MappingProxyType(
+    {
+        PipelineStep.REQUEST_HANDLER: request_handler,
+        PipelineStep.SESSION_RESTORER: session_restorer,
+        PipelineStep.AGENT_CONTEXT_RESOLVER: agent_context_resolver,
+        PipelineStep.CLIENT_TOOL_CONTINUATION_RESOLVER: client_tool_continuation_resolver,
+        PipelineStep.AGENT_SESSION_CREATOR: agent_session_creator,
+        PipelineStep.AGENT_CONTEXT_LOADER: agent_context_loader,
+        PipelineStep.PROMPT_CONTENT_PROVIDER_INITIALIZER: prompt_content_provider_initializer,
+        PipelineStep.REASONER: reasoner,
+        PipelineStep.LLM_CLIENT: llm_client,
+        PipelineStep.RESPONSE_BUILDER: response_builder,
+    }
+)
+"""Each step of AGN-036 §4 and the function that does its job, in section order."""

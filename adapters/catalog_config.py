@@ -1,0 +1,209 @@
+"""The Mode Catalog and Agent Catalog from a TOML file, with a built-in default.
+
+One file configures both ports (README "Configuration"):
+
+- ``[[modes]]`` — ``name``, ``display_name`` and ``server_tools`` (names of
+  ``[[server_tools]]`` entries). A mode ``"general"`` must exist: it is every new
+  session's default (AGN-011 §3.1).
+- ``[[server_tools]]`` — tool definitions (``executes_on = "server"``), with the
+  container design's metadata where a tool is a container or a member of one.
+- ``[[agents]]`` — ``id``, ``name``, ``system_prompt``, ``model``, ``default``
+  and ``[[agents.client_tools]]``.
+- ``[[conversations]]`` — ``id``, ``name``, ``instructions``, ``default``.
+
+Without a file, ``default_config.toml`` (shipped with the package) is used.
+Mistakes are reported as ``CatalogError`` naming the entry and the problem.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from aptix_pipeline.contracts import (
+    DEFAULT_MODE,
+    AgentContext,
+    ConversationContext,
+    ModeSpec,
+    ToolDefinition,
+)
+
+__all__ = ["CatalogError", "ConfigCatalog"]
+
+_RESERVED_TOOL = "agent_change_mode"
+
+
+class CatalogError(ValueError):
+    """The catalog configuration is wrong; the message names where."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Mode(_Strict):
+    name: str = Field(min_length=1)
+    display_name: str = Field(min_length=1)
+    server_tools: list[str] = Field(default_factory=list)
+
+
+class _Agent(_Strict):
+    id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    system_prompt: str = ""
+    model: str | None = None
+    default: bool = False
+    client_tools: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class _Conversation(_Strict):
+    id: str = Field(min_length=1)
+    name: str | None = None
+    instructions: str = ""
+    default: bool = False
+
+
+class _Config(_Strict):
+    modes: list[_Mode]
+    server_tools: list[dict[str, Any]] = Field(default_factory=list)
+    agents: list[_Agent]
+    conversations: list[_Conversation]
+
+
+def _tool(data: dict[str, Any], where: str, side: str) -> ToolDefinition:
+    try:
+        tool = ToolDefinition.model_validate({"executes_on": side, **data})
+    except ValidationError as error:
+        raise CatalogError(
+            f"{where}: {error.errors()[0]['msg']} "
+            f"(at {'.'.join(map(str, error.errors()[0]['loc']))})"
+        ) from None
+    if tool.executes_on != side:
+        raise CatalogError(f"{where}: {tool.name!r} must have executes_on = {side!r}")
+    if tool.name == _RESERVED_TOOL:
+        raise CatalogError(f"{where}: {_RESERVED_TOOL!r} is the engine's own tool")
+    return tool
+
+
+def _unique(names: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise CatalogError(f"{what} {name!r} is declared twice")
+        seen.add(name)
+
+
+def _default(items: list[Any], what: str) -> Any:
+    defaults = [item for item in items if item.default]
+    if len(defaults) > 1:
+        raise CatalogError(f"more than one default {what}: {[d.id for d in defaults]}")
+    return defaults[0] if defaults else (items[0] if len(items) == 1 else None)
+
+
+class ConfigCatalog:
+    """``ModeCatalog`` and ``AgentCatalog`` from one configuration; see the module docstring."""
+
+    def __init__(self, data: dict[str, Any], *, source: str = "configuration") -> None:
+        try:
+            config = _Config.model_validate(data)
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(map(str, first["loc"]))
+            raise CatalogError(f"{source}: {where}: {first['msg']}") from None
+        tools = [
+            _tool(t, f"{source}: server_tools[{i}]", "server")
+            for i, t in enumerate(config.server_tools)
+        ]
+        _unique([t.name for t in tools], "server tool")
+        by_name = {tool.name: tool for tool in tools}
+        _unique([m.name for m in config.modes], "mode")
+        if DEFAULT_MODE not in {m.name for m in config.modes}:
+            raise CatalogError(f"{source}: a mode {DEFAULT_MODE!r} is required (AGN-011 §3.1)")
+        self._modes: dict[str, ModeSpec] = {}
+        for mode in config.modes:
+            missing = [name for name in mode.server_tools if name not in by_name]
+            if missing:
+                raise CatalogError(
+                    f"{source}: mode {mode.name!r} names unknown server tools {missing}"
+                )
+            self._modes[mode.name] = ModeSpec(
+                name=mode.name,
+                display_name=mode.display_name,
+                server_tools=tuple(by_name[name] for name in mode.server_tools),
+            )
+        _unique([a.id for a in config.agents], "agent")
+        _unique([c.id for c in config.conversations], "conversation")
+        self._agents: dict[str, AgentContext] = {}
+        for index, agent in enumerate(config.agents):
+            client_tools = [
+                _tool(t, f"{source}: agents[{index}].client_tools[{i}]", "client")
+                for i, t in enumerate(agent.client_tools)
+            ]
+            _unique([t.name for t in client_tools], f"client tool of agent {agent.id!r}:")
+            self._agents[agent.id] = AgentContext(
+                id=agent.id,
+                name=agent.name,
+                system_prompt=agent.system_prompt,
+                model=agent.model,
+                client_tools=client_tools,
+            )
+        self._conversations = {
+            c.id: ConversationContext(id=c.id, name=c.name, instructions=c.instructions)
+            for c in config.conversations
+        }
+        default_agent = _default(config.agents, "agent")
+        default_conversation = _default(config.conversations, "conversation")
+        self._default_agent: str | None = default_agent.id if default_agent else None
+        self._default_conversation: str | None = (
+            default_conversation.id if default_conversation else None
+        )
+
+    @classmethod
+    def from_toml(cls, text: str, *, source: str = "configuration") -> ConfigCatalog:
+        """A catalog from TOML text."""
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            raise CatalogError(f"{source}: not valid TOML: {error}") from None
+        return cls(data, source=source)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ConfigCatalog:
+        """A catalog from a TOML file."""
+        return cls.from_toml(Path(path).read_text(encoding="utf-8"), source=str(path))
+
+    @classmethod
+    def default(cls) -> ConfigCatalog:
+        """The built-in catalog (``default_config.toml``)."""
+        text = resources.files(__package__).joinpath("default_config.toml").read_text("utf-8")
+        return cls.from_toml(text, source="default_config.toml")
+
+    async def get_mode(self, mode: str) -> ModeSpec | None:
+        """The mode's entry, or ``None``."""
+        return self._modes.get(mode)
+
+    async def list_modes(self) -> list[ModeSpec]:
+        """Every mode, in file order."""
+        return list(self._modes.values())
+
+    async def get_agent_context(self, agent_context_id: str | None) -> AgentContext | None:
+        """The agent with this id, the default for ``None``, else ``None``."""
+        key = agent_context_id if agent_context_id is not None else self._default_agent
+        agent = self._agents.get(key) if key is not None else None
+        return None if agent is None else agent.model_copy(deep=True)
+
+    async def get_conversation_context(
+        self, conversation_context_id: str | None
+    ) -> ConversationContext | None:
+        """The conversation context with this id, the default for ``None``, else ``None``."""
+        key = (
+            conversation_context_id
+            if conversation_context_id is not None
+            else self._default_conversation
+        )
+        found = self._conversations.get(key) if key is not None else None
+        return None if found is None else found.model_copy(deep=True)

@@ -1,0 +1,156 @@
+"""``ScriptedLLM``: an LLM port that plays replies from a JSON script.
+
+It drives the tests, the demo, and anyone without a model. A script is a JSON
+list of replies, or an object ``{"replies": [...]}``; each reply is
+
+- ``{"text": "..."}`` — a final answer, or
+- ``{"tool_calls": [{"id": "call_1", "name": "read_file", "arguments": {...}}]}`` —
+  tool calls (``arguments`` as an object or as JSON text), optionally with
+  ``"text"`` as well,
+
+and may add ``"usage": {"input_tokens": 10, "output_tokens": 5}`` and ``"model"``.
+Replies are played in order, one per model call, across turns; a call after the
+last reply fails with ``ScriptExhaustedError``. ``requests`` keeps every request the
+script answered, so tests can check what the model was shown.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from aptix_pipeline.contracts import (
+    LLMReply,
+    LLMRequest,
+    PermanentPortError,
+    ToolCall,
+    Usage,
+)
+
+__all__ = ["ScriptError", "ScriptExhaustedError", "ScriptedLLM"]
+
+
+class ScriptError(ValueError):
+    """The script is not a list of replies in the documented shape."""
+
+
+class ScriptExhaustedError(PermanentPortError):
+    """The model was called more times than the script has replies."""
+
+
+_REPLY_KEYS = {"text", "tool_calls", "usage", "model"}
+_CALL_KEYS = {"id", "name", "arguments"}
+
+
+def _usage(data: object, where: str) -> Usage:
+    if not isinstance(data, Mapping):
+        raise ScriptError(f"{where}.usage must be an object")
+    unknown = set(data) - {"input_tokens", "output_tokens", "total_tokens"}
+    if unknown:
+        raise ScriptError(f"{where}.usage has unknown keys {sorted(unknown)}")
+    counts = {key: data.get(key, 0) for key in ("input_tokens", "output_tokens")}
+    for key, value in counts.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ScriptError(f"{where}.usage.{key} must be a whole number, 0 or more")
+    total = data.get("total_tokens", counts["input_tokens"] + counts["output_tokens"])
+    if not isinstance(total, int) or isinstance(total, bool) or total < 0:
+        raise ScriptError(f"{where}.usage.total_tokens must be a whole number, 0 or more")
+    return Usage(
+        input_tokens=counts["input_tokens"],
+        output_tokens=counts["output_tokens"],
+        total_tokens=total,
+    )
+
+
+def _tool_call(data: object, where: str) -> ToolCall:
+    if not isinstance(data, Mapping):
+        raise ScriptError(f"{where} must be an object with id, name and arguments")
+    unknown = set(data) - _CALL_KEYS
+    if unknown:
+        raise ScriptError(f"{where} has unknown keys {sorted(unknown)}")
+    call_id, name = data.get("id"), data.get("name")
+    if not isinstance(call_id, str) or not call_id:
+        raise ScriptError(f"{where}.id must be non-empty text")
+    if not isinstance(name, str) or not name:
+        raise ScriptError(f"{where}.name must be non-empty text")
+    arguments = data.get("arguments", {})
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return ToolCall(tool_call_id=call_id, name=name, arguments_json=text)
+
+
+def parse_reply(data: object, index: int) -> LLMReply:
+    """One scripted reply as an ``LLMReply``; ``ScriptError`` names what is wrong."""
+    where = f"replies[{index}]"
+    if not isinstance(data, Mapping):
+        raise ScriptError(f"{where} must be an object")
+    unknown = set(data) - _REPLY_KEYS
+    if unknown:
+        raise ScriptError(f"{where} has unknown keys {sorted(unknown)}; use {sorted(_REPLY_KEYS)}")
+    text, calls = data.get("text"), data.get("tool_calls")
+    if text is None and calls is None:
+        raise ScriptError(f'{where} needs "text" or "tool_calls"')
+    if text is not None and not isinstance(text, str):
+        raise ScriptError(f"{where}.text must be text")
+    if calls is not None and (not isinstance(calls, list) or not calls):
+        raise ScriptError(f"{where}.tool_calls must be a non-empty list")
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ScriptError(f"{where}.model must be text")
+    return LLMReply(
+        text=text,
+        tool_calls=[_tool_call(c, f"{where}.tool_calls[{i}]") for i, c in enumerate(calls or [])],
+        usage=_usage(data["usage"], where) if "usage" in data else None,
+        model=model or "scripted",
+        response_id=f"scripted-{index}",
+        finish_reason="tool_calls" if calls else "stop",
+    )
+
+
+class ScriptedLLM:
+    """Plays scripted replies in order; see the module docstring."""
+
+    def __init__(self, replies: Sequence[Mapping[str, Any]] | Sequence[LLMReply]) -> None:
+        self._replies = [
+            reply if isinstance(reply, LLMReply) else parse_reply(reply, index)
+            for index, reply in enumerate(replies)
+        ]
+        self._next = 0
+        self.requests: list[LLMRequest] = []
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ScriptedLLM:
+        """A script from JSON text: a list of replies or ``{"replies": [...]}``."""
+        try:
+            data = json.loads(text)
+        except ValueError as error:
+            raise ScriptError(f"the script is not JSON: {error}") from None
+        if isinstance(data, Mapping):
+            if set(data) != {"replies"}:
+                raise ScriptError('a script object has exactly one key, "replies"')
+            data = data["replies"]
+        if not isinstance(data, list):
+            raise ScriptError('a script is a list of replies or {"replies": [...]}')
+        return cls(data)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedLLM:
+        """A script from a JSON file."""
+        return cls.from_json(Path(path).read_bytes())
+
+    @property
+    def remaining(self) -> int:
+        """How many replies are left."""
+        return len(self._replies) - self._next
+
+    async def complete(self, request: LLMRequest) -> LLMReply:
+        """The next scripted reply."""
+        if self._next >= len(self._replies):
+            raise ScriptExhaustedError(
+                f"the script has {len(self._replies)} replies and all were played"
+            )
+        self.requests.append(request)
+        reply = self._replies[self._next]
+        self._next += 1
+        return reply.model_copy(deep=True)

@@ -1,0 +1,285 @@
+"""The SQLite ``SessionStore``: the embedded default (DESIGN.md "Embedding").
+
+- stdlib ``sqlite3``, always off the event loop: every statement runs on one
+  worker thread that owns the connection.
+- WAL journal and a busy timeout, so several processes (separate ``aptix run``
+  calls) can share one file.
+- One transaction per turn: a turn's writes arrive together
+  (``unit_of_work.BufferedTransaction``) and are applied in one ``BEGIN
+  IMMEDIATE … COMMIT`` with optimistic version checks, so a failed turn writes
+  nothing and a concurrent one loses cleanly (``StoreConflictError``).
+- A versioned schema (``PRAGMA user_version``): a new file is created at the
+  current version; a file written by a newer version is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aptix_pipeline.contracts import (
+    ChatMessage,
+    ModeHistoryEntry,
+    Session,
+    StoreConflictError,
+    Turn,
+)
+
+from .unit_of_work import BufferedTransaction, TurnWrites
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+SCHEMA_VERSION = 1
+T = TypeVar("T")
+
+_SCHEMA = (
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        org TEXT NOT NULL,
+        user TEXT NOT NULL,
+        mode TEXT,
+        agent_context_id TEXT,
+        conversation_context_id TEXT,
+        solution_context_text TEXT,
+        created_at TEXT,
+        version INTEGER NOT NULL)""",
+    "CREATE INDEX sessions_owner ON sessions (org, user)",
+    """CREATE TABLE mode_history (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        seq INTEGER NOT NULL,
+        entry TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq))""",
+    """CREATE TABLE turns (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (session_id, id))""",
+    """CREATE TABLE transcript (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        seq INTEGER NOT NULL,
+        turn_id TEXT NOT NULL,
+        message TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq))""",
+)
+
+
+class SQLiteStore:
+    """Sessions in a SQLite file; see the module docstring. Close it when done."""
+
+    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
+        self.path = Path(path)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aptix-sqlite")
+        self._busy_timeout_ms = busy_timeout_ms
+        self._connection: sqlite3.Connection | None = None
+        self._executor.submit(self._connect).result()
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute("PRAGMA foreign_keys = ON")
+        connection.execute("PRAGMA synchronous = NORMAL")
+        self._connection = connection
+        self._migrate(connection)
+
+    @staticmethod
+    def _migrate(connection: sqlite3.Connection) -> None:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"the database has schema version {version}; this aptix-pipeline "
+                    f"knows up to {SCHEMA_VERSION}"
+                )
+            if version == 0:
+                for statement in _SCHEMA:
+                    connection.execute(statement)
+                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        """Close the connection and stop the worker thread."""
+        if self._connection is not None:
+            self._executor.submit(self._connection.close).result()
+            self._connection = None
+        self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        """The file's schema version."""
+        return int(self._executor.submit(self._query_one, "PRAGMA user_version", ()).result()[0])
+
+    async def _run(self, work: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+
+    def _db(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise RuntimeError("the SQLite store is closed")
+        return self._connection
+
+    def _query_one(self, sql: str, params: tuple[Any, ...]) -> Any:
+        return self._db().execute(sql, params).fetchone()
+
+    # --- the port --------------------------------------------------------------------
+
+    def begin(self, org: str, user: str) -> BufferedTransaction:
+        """Start one turn's transaction for this caller."""
+        return BufferedTransaction(self, org, user)
+
+    def _read_session(self, org: str, user: str, session_id: str) -> Session | None:
+        db = self._db()
+        row = db.execute(
+            "SELECT id, org, user, mode, agent_context_id, conversation_context_id, "
+            "solution_context_text, created_at, version FROM sessions "
+            "WHERE id = ? AND org = ? AND user = ?",
+            (session_id, org, user),
+        ).fetchone()
+        if row is None:
+            return None
+        history = [
+            ModeHistoryEntry.model_validate_json(entry)
+            for (entry,) in db.execute(
+                "SELECT entry FROM mode_history WHERE session_id = ? ORDER BY seq", (session_id,)
+            )
+        ]
+        return Session(
+            id=row[0],
+            org=row[1],
+            user=row[2],
+            mode=row[3],
+            agent_context_id=row[4],
+            conversation_context_id=row[5],
+            solution_context_text=row[6],
+            created_at=row[7],
+            version=row[8],
+            mode_history=history,
+        )
+
+    async def read_session(self, org: str, user: str, session_id: str) -> Session | None:
+        """The session, if it belongs to this org and user."""
+        return await self._run(lambda: self._read_session(org, user, session_id))
+
+    def _read_turn(self, org: str, user: str, session_id: str, turn_id: str) -> Turn | None:
+        row = (
+            self._db()
+            .execute(
+                "SELECT t.data FROM turns t JOIN sessions s ON s.id = t.session_id "
+                "WHERE t.session_id = ? AND t.id = ? AND s.org = ? AND s.user = ?",
+                (session_id, turn_id, org, user),
+            )
+            .fetchone()
+        )
+        return None if row is None else Turn.model_validate_json(row[0])
+
+    async def read_turn(self, org: str, user: str, session_id: str, turn_id: str) -> Turn | None:
+        """The turn of the caller's session, or ``None``."""
+        return await self._run(lambda: self._read_turn(org, user, session_id, turn_id))
+
+    def _read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
+        rows = self._db().execute(
+            "SELECT t.message FROM transcript t JOIN sessions s ON s.id = t.session_id "
+            "WHERE t.session_id = ? AND s.org = ? AND s.user = ? ORDER BY t.seq",
+            (session_id, org, user),
+        )
+        return [ChatMessage.model_validate_json(message) for (message,) in rows]
+
+    async def read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
+        """The session's messages, oldest first."""
+        return await self._run(lambda: self._read_transcript(org, user, session_id))
+
+    def _apply(self, writes: TurnWrites) -> None:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            self._write(db, writes)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _write(db: sqlite3.Connection, writes: TurnWrites) -> None:
+        for write in writes.sessions:
+            s = write.session
+            if write.created:
+                try:
+                    db.execute(
+                        "INSERT INTO sessions (id, org, user, mode, agent_context_id, "
+                        "conversation_context_id, solution_context_text, created_at, version) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                        (
+                            s.id,
+                            s.org,
+                            s.user,
+                            s.mode,
+                            s.agent_context_id,
+                            s.conversation_context_id,
+                            s.solution_context_text,
+                            s.created_at.isoformat() if s.created_at else None,
+                        ),
+                    )
+                except sqlite3.IntegrityError as error:
+                    raise StoreConflictError(f"session {s.id!r} already exists") from error
+            else:
+                updated = db.execute(
+                    "UPDATE sessions SET mode = ?, version = version + 1 "
+                    "WHERE id = ? AND org = ? AND user = ? AND version = ?",
+                    (s.mode, s.id, writes.org, writes.user, write.expected_version),
+                )
+                if updated.rowcount != 1:
+                    raise StoreConflictError(f"session {s.id!r} changed since it was read")
+            (next_seq,) = db.execute(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM mode_history WHERE session_id = ?", (s.id,)
+            ).fetchone()
+            for offset, entry in enumerate(write.new_history):
+                db.execute(
+                    "INSERT INTO mode_history (session_id, seq, entry) VALUES (?, ?, ?)",
+                    (s.id, next_seq + offset, entry.model_dump_json()),
+                )
+        for turn_write in writes.turns:
+            turn = turn_write.turn
+            row = (turn.status.value, turn.model_dump_json(), turn.session_id, turn.id)
+            if turn_write.created:
+                try:
+                    db.execute(
+                        "INSERT INTO turns (status, data, session_id, id) VALUES (?, ?, ?, ?)", row
+                    )
+                except sqlite3.IntegrityError as error:
+                    raise StoreConflictError(f"turn {turn.id!r} already exists") from error
+            else:
+                db.execute(
+                    "UPDATE turns SET status = ?, data = ? WHERE session_id = ? AND id = ?", row
+                )
+        next_seq_by_session: dict[str, int] = {}
+        for session_id, turn_id, message in writes.transcript:
+            if session_id not in next_seq_by_session:
+                (next_seq_by_session[session_id],) = db.execute(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM transcript WHERE session_id = ?",
+                    (session_id,),
+                ).fetchone()
+            db.execute(
+                "INSERT INTO transcript (session_id, seq, turn_id, message) VALUES (?, ?, ?, ?)",
+                (session_id, next_seq_by_session[session_id], turn_id, message.model_dump_json()),
+            )
+            next_seq_by_session[session_id] += 1
+
+    async def apply(self, writes: TurnWrites) -> None:
+        """Write a turn in one transaction; ``StoreConflictError`` when another turn won."""
+        await self._run(lambda: self._apply(writes))

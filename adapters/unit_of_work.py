@@ -1,0 +1,207 @@
+"""One turn's store transaction, shared by the stores: read through, buffer writes, commit once.
+
+A turn reads straight from the store and keeps every write in memory; ``commit``
+hands them to the store in one atomic ``apply``. So a failed turn writes nothing,
+and no store lock is held while the model thinks. Concurrency is optimistic: each
+session a turn touches carries the version the turn read, and ``apply`` refuses
+(``StoreConflictError``) when another turn committed to that session in between.
+
+A store implements ``StoreBackend`` — three scoped reads and ``apply`` — and gets
+the full ``SessionTransaction`` port (contracts/ports.py) from ``BufferedTransaction``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from aptix_pipeline.contracts import ChatMessage, ModeHistoryEntry, Session, Turn
+
+__all__ = ["BufferedTransaction", "SessionWrite", "StoreBackend", "TurnWrite", "TurnWrites"]
+
+
+@dataclass(slots=True)
+class SessionWrite:
+    """A session a turn created or changed; ``expected_version`` is the version it read."""
+
+    session: Session
+    created: bool
+    expected_version: int
+    new_history: list[ModeHistoryEntry] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnWrite:
+    """A turn a transaction opened (``created``) or saved."""
+
+    turn: Turn
+    created: bool
+
+
+@dataclass(slots=True)
+class TurnWrites:
+    """Everything one turn writes, applied at once by ``StoreBackend.apply``."""
+
+    org: str
+    user: str
+    sessions: list[SessionWrite]
+    turns: list[TurnWrite]
+    transcript: list[tuple[str, str, ChatMessage]]
+
+
+class StoreBackend(Protocol):
+    """What a store provides to ``BufferedTransaction``; reads are scoped to org + user."""
+
+    async def read_session(self, org: str, user: str, session_id: str) -> Session | None:
+        """The session, if it belongs to this org and user."""
+        ...
+
+    async def read_turn(self, org: str, user: str, session_id: str, turn_id: str) -> Turn | None:
+        """The turn of that session, if the session belongs to this org and user."""
+        ...
+
+    async def read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
+        """The session's messages, oldest first."""
+        ...
+
+    async def apply(self, writes: TurnWrites) -> None:
+        """Write everything atomically; raise ``StoreConflictError`` on a version mismatch."""
+        ...
+
+
+class BufferedTransaction:
+    """``SessionTransaction`` over a ``StoreBackend``; see the module docstring."""
+
+    def __init__(self, backend: StoreBackend, org: str, user: str) -> None:
+        self._backend = backend
+        self._org = org
+        self._user = user
+        self._sessions: dict[str, SessionWrite] = {}
+        self._read: dict[str, Session] = {}
+        self._turns: dict[tuple[str, str], TurnWrite] = {}
+        self._transcript: list[tuple[str, str, ChatMessage]] = []
+        self._closed = False
+
+    def _open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this transaction was already committed or rolled back")
+
+    async def load_session(self, session_id: str) -> Session | None:
+        """The caller's session (with this transaction's changes), or ``None``."""
+        self._open()
+        if session_id in self._sessions:
+            return self._sessions[session_id].session.model_copy(deep=True)
+        if session_id not in self._read:
+            found = await self._backend.read_session(self._org, self._user, session_id)
+            if found is None:
+                return None
+            self._read[session_id] = found
+        return self._read[session_id].model_copy(deep=True)
+
+    async def create_session(self, session: Session) -> None:
+        """Buffer a new session of the caller."""
+        self._open()
+        if (session.org, session.user) != (self._org, self._user):
+            raise ValueError("a session is created for the caller's own org and user")
+        if session.id in self._sessions or session.id in self._read:
+            raise ValueError(f"session {session.id!r} already exists")
+        self._sessions[session.id] = SessionWrite(session.model_copy(deep=True), True, 0)
+
+    async def _touch(self, session_id: str) -> SessionWrite:
+        """The session's write record, made on first write; ``LookupError`` if not the caller's."""
+        if session_id not in self._sessions:
+            session = await self.load_session(session_id)
+            if session is None:
+                raise LookupError(f"no session {session_id!r} for this caller")
+            self._sessions[session_id] = SessionWrite(session, False, session.version)
+        return self._sessions[session_id]
+
+    async def load_turn(self, session_id: str, turn_id: str) -> Turn | None:
+        """The turn inside the caller's session, or ``None``."""
+        self._open()
+        buffered = self._turns.get((session_id, turn_id))
+        if buffered is not None:
+            return buffered.turn.model_copy(deep=True)
+        if await self.load_session(session_id) is None:
+            return None
+        return await self._backend.read_turn(self._org, self._user, session_id, turn_id)
+
+    async def open_turn(self, turn: Turn) -> None:
+        """Buffer a new turn of a session of the caller."""
+        self._open()
+        await self._touch(turn.session_id)
+        key = (turn.session_id, turn.id)
+        if key in self._turns or await self.load_turn(*key) is not None:
+            raise ValueError(f"turn {turn.id!r} already exists in session {turn.session_id!r}")
+        self._turns[key] = TurnWrite(turn.model_copy(deep=True), True)
+
+    async def complete_turn(self, turn: Turn) -> None:
+        """Buffer a turn's new status and pending calls."""
+        self._open()
+        await self._touch(turn.session_id)
+        key = (turn.session_id, turn.id)
+        previous = self._turns.get(key)
+        if previous is None and await self.load_turn(*key) is None:
+            raise LookupError(f"no turn {turn.id!r} in session {turn.session_id!r}")
+        created = previous is not None and previous.created
+        self._turns[key] = TurnWrite(turn.model_copy(deep=True), created)
+
+    async def load_transcript(self, session_id: str) -> list[ChatMessage]:
+        """The session's messages, then this transaction's, oldest first."""
+        self._open()
+        if await self.load_session(session_id) is None:
+            return []
+        stored: list[ChatMessage] = []
+        if not (session_id in self._sessions and self._sessions[session_id].created):
+            stored = await self._backend.read_transcript(self._org, self._user, session_id)
+        added = [message for sid, _, message in self._transcript if sid == session_id]
+        return [*stored, *(message.model_copy(deep=True) for message in added)]
+
+    async def append_transcript(
+        self, session_id: str, turn_id: str, messages: Sequence[ChatMessage]
+    ) -> None:
+        """Buffer messages of a turn."""
+        self._open()
+        await self._touch(session_id)
+        self._transcript.extend(
+            (session_id, turn_id, message.model_copy(deep=True)) for message in messages
+        )
+
+    async def set_session_mode(self, session_id: str, entry: ModeHistoryEntry) -> Session:
+        """SetSessionMode (AGN-011 §3.2): new mode plus a ModeHistory entry, both buffered."""
+        self._open()
+        write = await self._touch(session_id)
+        current = write.session
+        if entry.previous_mode != current.mode:
+            raise ValueError(
+                f"ModeHistory entry starts from {entry.previous_mode!r}, "
+                f"but the session is in {current.mode!r}"
+            )
+        write.session = current.model_copy(
+            update={"mode": entry.new_mode, "mode_history": [*current.mode_history, entry]},
+            deep=True,
+        )
+        write.new_history.append(entry)
+        return write.session.model_copy(deep=True)
+
+    async def commit(self) -> None:
+        """Apply every buffered write at once."""
+        self._open()
+        self._closed = True
+        writes = TurnWrites(
+            org=self._org,
+            user=self._user,
+            sessions=list(self._sessions.values()),
+            turns=list(self._turns.values()),
+            transcript=list(self._transcript),
+        )
+        if writes.sessions or writes.turns or writes.transcript:
+            await self._backend.apply(writes)
+
+    async def rollback(self) -> None:
+        """Forget every buffered write."""
+        self._closed = True
+        self._sessions.clear()
+        self._turns.clear()
+        self._transcript.clear()

@@ -1,0 +1,208 @@
+"""The ports: the only ways the pipeline talks to the world (DESIGN.md "Ports").
+
+Each is a small ``typing.Protocol``; adapters under ``aptix_pipeline.adapters``
+implement them, and a host may bring its own.
+
+- ``SessionStore`` — sessions, turns, transcripts and mode, scoped by org + user.
+  A turn reads and writes through one ``SessionTransaction``, committed only when
+  the turn completes, so a failed turn writes nothing. ``set_session_mode`` is the
+  SetSessionMode port of AGN-011 §3.2: the only way a mode changes, appending a
+  ModeHistory entry.
+- ``ModeCatalog`` — a mode's display name and server tools (AGN-011 §4.2).
+- ``AgentCatalog`` — agent and conversation contexts, with their client tools.
+- ``LLM`` — messages and advertised tools in, text or tool calls out (AGN-036 §4.9).
+- ``ToolExecutor`` — runs one server-side tool call (AGN-011 §5.2, DESIGN.md R5).
+- ``Clock`` and ``IdSource`` — time and ids, so runs are repeatable (STYLE.md
+  "Determinism first").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import ConfigDict
+
+from .catalog import ModeSpec
+from .context import AgentContext, ConversationContext, ModeHistoryEntry, Session, Turn
+from .llm import ChatMessage, LLMReply, LLMRequest
+from .wire import WireModel
+
+__all__ = [
+    "LLM",
+    "AgentCatalog",
+    "Clock",
+    "IdSource",
+    "ModeCatalog",
+    "PermanentPortError",
+    "SessionStore",
+    "SessionTransaction",
+    "StoreConflictError",
+    "ToolExecutor",
+    "ToolInvocation",
+]
+
+
+class PermanentPortError(Exception):
+    """A port failure that trying again cannot fix (a script that ran out, a bad key).
+
+    The pipeline retries other failures of the LLM port; this one faults at once.
+    """
+
+
+class StoreConflictError(Exception):
+    """A commit lost a race: the session changed after this turn read it.
+
+    The store writes nothing of the losing turn; the pipeline answers it with the
+    ``conflict`` error code.
+    """
+
+
+@runtime_checkable
+class SessionTransaction(Protocol):
+    """One turn's view of the store: reads see this turn's own writes.
+
+    Every method is scoped to the caller the transaction was begun for: a session
+    of another org or user reads as ``None`` ("not found", DESIGN.md "Isolation").
+    Nothing is visible to other turns until ``commit``; ``rollback`` (or never
+    committing) discards everything.
+    """
+
+    async def load_session(self, session_id: str) -> Session | None:
+        """The caller's session with this id, or ``None``."""
+        ...
+
+    async def create_session(self, session: Session) -> None:
+        """Create a new session (AGN-036 §4.5); its org and user must be the caller's."""
+        ...
+
+    async def load_turn(self, session_id: str, turn_id: str) -> Turn | None:
+        """The turn with this id inside the caller's session, or ``None`` (AGN-033 §3.1)."""
+        ...
+
+    async def open_turn(self, turn: Turn) -> None:
+        """Add a new turn to a session."""
+        ...
+
+    async def complete_turn(self, turn: Turn) -> None:
+        """Save where a turn stands: its status and the client tool calls it awaits."""
+        ...
+
+    async def load_transcript(self, session_id: str) -> list[ChatMessage]:
+        """Every message of the session, oldest first."""
+        ...
+
+    async def append_transcript(
+        self, session_id: str, turn_id: str, messages: Sequence[ChatMessage]
+    ) -> None:
+        """Add messages of a turn to the session's transcript."""
+        ...
+
+    async def set_session_mode(self, session_id: str, entry: ModeHistoryEntry) -> Session:
+        """SetSessionMode (AGN-011 §3.2): set the mode to ``entry.new_mode``, append ``entry``.
+
+        Returns the session as it now stands. Raises ``LookupError`` when the caller
+        has no such session and ``ValueError`` when ``entry.previous_mode`` is not the
+        session's current mode.
+        """
+        ...
+
+    async def commit(self) -> None:
+        """Write everything at once; raises ``StoreConflictError`` when a concurrent turn won."""
+        ...
+
+    async def rollback(self) -> None:
+        """Discard everything this transaction wrote."""
+        ...
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Where sessions live (AGN-011 §3.2: the session is the authority on mode)."""
+
+    def begin(self, org: str, user: str) -> SessionTransaction:
+        """Start one turn's transaction for this caller."""
+        ...
+
+
+@runtime_checkable
+class ModeCatalog(Protocol):
+    """The Mode Catalog (AGN-011 §4.2; its contents are TUL-010's)."""
+
+    async def get_mode(self, mode: str) -> ModeSpec | None:
+        """The mode's entry, or ``None`` when the catalog does not know it."""
+        ...
+
+    async def list_modes(self) -> list[ModeSpec]:
+        """Every mode, in catalog order."""
+        ...
+
+
+@runtime_checkable
+class AgentCatalog(Protocol):
+    """Agent and conversation contexts, by the ids a request or session names."""
+
+    async def get_agent_context(self, agent_context_id: str | None) -> AgentContext | None:
+        """The agent with this id, the default agent for ``None``, or ``None`` if unknown."""
+        ...
+
+    async def get_conversation_context(
+        self, conversation_context_id: str | None
+    ) -> ConversationContext | None:
+        """The conversation context with this id, the default for ``None``, or ``None``."""
+        ...
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """A language model (AGN-036 §4.9)."""
+
+    async def complete(self, request: LLMRequest) -> LLMReply:
+        """Answer one request. Raising counts as a failed attempt; the pipeline retries."""
+        ...
+
+
+class ToolInvocation(WireModel):
+    """Who and what a server-side tool call is for."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool_call_id: str
+    name: str
+    session_id: str
+    turn_id: str
+    mode: str
+    org: str
+    user: str
+
+
+@runtime_checkable
+class ToolExecutor(Protocol):
+    """Runs one server-side tool call (AGN-011 §5.2, DESIGN.md R5).
+
+    Returns the result as JSON text. Raising reports a tool failure: the model is
+    told the error and the turn goes on.
+    """
+
+    async def __call__(self, arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+        """Run the tool with already validated ``arguments``."""
+        ...
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """The time, through a port so traces and recordings repeat exactly."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
+        ...
+
+
+@runtime_checkable
+class IdSource(Protocol):
+    """New ids for sessions, turns and correlation, through a port for repeatability."""
+
+    def new_id(self, kind: str) -> str:
+        """A new id; ``kind`` is ``"session"``, ``"turn"`` or ``"correlation"``."""
+        ...

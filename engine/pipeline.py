@@ -1,0 +1,284 @@
+"""``Pipeline``: the entry point a host calls to run one agent turn.
+
+``await pipeline.execute(request, caller)`` returns an ``InvokeResult`` holding
+the AGN-033 response. It never raises for a bad request or a failing port: those
+come back as an unsuccessful result whose errors name the rule id or field, and
+the turn's store transaction is rolled back, so a failed turn persists nothing
+(DESIGN.md "What every part promises"). ``run`` returns a ``TurnReport`` with the
+same result plus what the turn did: the states it walked, the rules each guard
+and exit hook checked, its tool calls, its mode changes and the ``branch`` flag
+(DESIGN.md R7).
+
+Nothing here is global: each turn gets its own machine instance and scope, so
+many turns run concurrently in one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aptix_pipeline.contracts import (
+    AgentExecuteRequest,
+    AgentExecuteResponse,
+    Caller,
+    ContextType,
+    ErrorCode,
+    InvokeError,
+    InvokeResult,
+    InvokeWarning,
+    PipelineStep,
+)
+from aptix_pipeline.steps import (
+    STEP_FUNCTIONS,
+    ModeChange,
+    PipelineOptions,
+    Ports,
+    StepFaultError,
+    StepFunction,
+    ToolCallRecord,
+    TurnScope,
+)
+
+from .machine import FAULT, CheckRecord, TransitionRecord, TurnMachine, TurnRun, next_event
+
+__all__ = ["Pipeline", "RequestInput", "TurnReport"]
+
+logger = logging.getLogger("aptix_pipeline")
+
+RequestInput = AgentExecuteRequest | Mapping[str, Any] | str | bytes
+"""A request as a model, a JSON-like mapping with the wire names, or JSON text."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnReport:
+    """What one turn did, for the host: its result and the path it took.
+
+    ``states`` are the machine states in the order the turn entered them;
+    ``mode_changes`` are the changes the turn persisted (none when it failed: a
+    failed turn writes nothing); ``branch`` is the flag of the last one (AGN-011
+    §5.6, DESIGN.md R7), ``None`` when the mode did not change.
+    """
+
+    result: InvokeResult[AgentExecuteResponse]
+    context_type: ContextType | None
+    states: tuple[str, ...]
+    transitions: tuple[TransitionRecord, ...]
+    checks: tuple[CheckRecord, ...]
+    tool_calls: tuple[ToolCallRecord, ...]
+    mode: str | None
+    mode_changes: tuple[ModeChange, ...]
+    llm_calls: int
+    session_id: str | None
+    turn_id: str | None
+    faulted_step: str | None = None
+    warnings: tuple[InvokeWarning, ...] = field(default=())
+
+    @property
+    def successful(self) -> bool:
+        """Whether the turn produced a response."""
+        return self.result.successful
+
+    @property
+    def branch(self) -> bool | None:
+        """The last successful mode change's ``branch`` flag (R7), or ``None``."""
+        return self.mode_changes[-1].branch if self.mode_changes else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (the response itself is under ``result``)."""
+        return {
+            "result": self.result.to_wire(),
+            "context_type": self.context_type.value if self.context_type else None,
+            "states": list(self.states),
+            "transitions": [[t.event, t.source, t.target] for t in self.transitions],
+            "tool_calls": [
+                {
+                    "id": c.tool_call_id,
+                    "name": c.name,
+                    "side": c.side,
+                    "outcome": c.outcome,
+                    "rule_id": c.rule_id,
+                }
+                for c in self.tool_calls
+            ],
+            "mode": self.mode,
+            "mode_changes": [
+                {
+                    "previous_mode": m.previous_mode,
+                    "new_mode": m.new_mode,
+                    "reason": m.reason,
+                    "branch": m.branch,
+                }
+                for m in self.mode_changes
+            ],
+            "branch": self.branch,
+            "llm_calls": self.llm_calls,
+            "session_id": self.session_id,
+            "turn_id": self.turn_id,
+            "faulted_step": self.faulted_step,
+        }
+
+
+def _caller(caller: Caller | Mapping[str, Any]) -> Caller:
+    """The caller as given; a mapping is taken as is so ValidateCore can name what is missing."""
+    if isinstance(caller, Caller):
+        return caller
+    org, user = caller.get("org", caller.get("Org")), caller.get("user", caller.get("User"))
+    return Caller.model_construct(
+        org=org if isinstance(org, str) else "", user=user if isinstance(user, str) else ""
+    )
+
+
+def _errors_of(event: str, error: Exception) -> tuple[InvokeError, ...]:
+    if isinstance(error, StepFaultError):
+        return error.errors
+    logger.exception("step %s raised", event, exc_info=error)
+    return (
+        InvokeError(
+            code=ErrorCode.INTERNAL,
+            message=f"step {event} raised {type(error).__name__}: {error}",
+            field=event,
+        ),
+    )
+
+
+class Pipeline:
+    """Runs agent turns through the AGN-036 state machine; see the module docstring.
+
+    ``steps`` replaces step functions by step (to wrap or instrument them); the
+    machine, its guards and its exit hooks stay the same.
+    """
+
+    def __init__(
+        self,
+        ports: Ports,
+        options: PipelineOptions | None = None,
+        *,
+        steps: Mapping[PipelineStep, StepFunction] | None = None,
+    ) -> None:
+        self.ports = ports
+        self.options = options or PipelineOptions()
+        unknown = set(steps or {}) - set(PipelineStep)
+        if unknown:
+            raise ValueError(f"not pipeline steps: {sorted(map(str, unknown))}")
+        self._steps: Mapping[PipelineStep, StepFunction] = (
+            {**STEP_FUNCTIONS, **steps} if steps else STEP_FUNCTIONS
+        )
+
+    async def execute(
+        self,
+        request: RequestInput,
+        caller: Caller | Mapping[str, Any],
+        *,
+        initial_mode: str | None = None,
+    ) -> InvokeResult[AgentExecuteResponse]:
+        """Run one turn; the response, or the errors that stopped it. Never raises for bad input.
+
+        ``initial_mode`` is the mode of a new session (AGN-011 §3.1, DESIGN.md R2);
+        it is ignored on follow-on turns, which take the session's mode.
+        """
+        return (await self.run(request, caller, initial_mode=initial_mode)).result
+
+    async def run(
+        self,
+        request: RequestInput,
+        caller: Caller | Mapping[str, Any],
+        *,
+        initial_mode: str | None = None,
+    ) -> TurnReport:
+        """Run one turn and report what it did (see ``TurnReport``)."""
+        scope = TurnScope(
+            ports=self.ports,
+            options=self.options,
+            caller=_caller(caller),
+            raw_request=request,
+            initial_mode=initial_mode,
+        )
+        run = TurnRun(scope=scope, step_functions=self._steps)
+        errors: tuple[InvokeError, ...] = ()
+        faulted_step: str | None = None
+        states: list[str] = []
+        try:
+            machine = TurnMachine(model=run)
+            await machine.activate_initial_state()
+            states = [str(run.state)]
+            while not machine.is_terminated:
+                event = "?"
+                try:
+                    event = next_event(str(run.state), run)
+                    await machine.send(event)
+                except Exception as error:  # a failed guard or exit hook, a raising step
+                    errors, faulted_step = _errors_of(event, error), event
+                    await machine.send(FAULT)
+                states.append(str(run.state))
+        finally:
+            if errors or not states or states[-1] != "done":
+                await self._rollback(scope)
+        return self._report(run, states, errors, faulted_step)
+
+    def execute_sync(
+        self,
+        request: RequestInput,
+        caller: Caller | Mapping[str, Any],
+        *,
+        initial_mode: str | None = None,
+    ) -> InvokeResult[AgentExecuteResponse]:
+        """``execute`` for scripts without an event loop of their own."""
+        return self.run_sync(request, caller, initial_mode=initial_mode).result
+
+    def run_sync(
+        self,
+        request: RequestInput,
+        caller: Caller | Mapping[str, Any],
+        *,
+        initial_mode: str | None = None,
+    ) -> TurnReport:
+        """``run`` for scripts without an event loop of their own."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(request, caller, initial_mode=initial_mode))
+        raise RuntimeError("run_sync called inside a running event loop; await run() instead")
+
+    @staticmethod
+    async def _rollback(scope: TurnScope) -> None:
+        if scope.tx is None:
+            return
+        try:
+            await scope.tx.rollback()
+        except Exception:  # the turn already failed; a failing rollback must not hide why
+            logger.exception("rollback failed")
+
+    @staticmethod
+    def _report(
+        run: TurnRun, states: list[str], errors: tuple[InvokeError, ...], faulted_step: str | None
+    ) -> TurnReport:
+        scope = run.scope
+        ctx = scope.context
+        warnings = tuple(scope.warnings)
+        if errors:
+            result = InvokeResult[AgentExecuteResponse].failure(errors, warnings)
+        elif ctx is not None and ctx.response is not None:
+            result = InvokeResult[AgentExecuteResponse].success(ctx.response, warnings)
+        else:  # cannot happen: `done` is reached only after a response was built
+            result = InvokeResult[AgentExecuteResponse].failure(
+                [InvokeError(code=ErrorCode.INTERNAL, message="the turn ended without a response")]
+            )
+        return TurnReport(
+            result=result,
+            context_type=ctx.type if ctx is not None else None,
+            states=tuple(states),
+            transitions=tuple(run.transitions),
+            checks=tuple(run.checks),
+            tool_calls=tuple(scope.tool_calls),
+            mode=ctx.mode if ctx is not None else None,
+            mode_changes=() if errors else tuple(scope.mode_changes),
+            llm_calls=scope.llm_calls,
+            session_id=ctx.session.id if ctx is not None and ctx.session else None,
+            turn_id=ctx.turn.id if ctx is not None and ctx.turn else None,
+            faulted_step=faulted_step,
+            warnings=warnings,
+        )

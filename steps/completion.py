@@ -1,0 +1,53 @@
+"""Completing a turn: save where it stands and commit its one store transaction.
+
+Not a DDR step: it is the ``complete`` transition into the machine's ``done``
+state, so a turn is done only once it is persisted. The turn awaits client tool
+results (AGN-033 §3.3) or is completed; the request's messages join the session's
+transcript; then everything the turn wrote is committed at once, so a failed turn
+writes nothing (DESIGN.md "What every part promises").
+"""
+
+from __future__ import annotations
+
+from aptix_pipeline.contracts import (
+    ErrorCode,
+    InvokeError,
+    ResponseType,
+    StoreConflictError,
+    TurnStatus,
+)
+
+from .faults import StepFaultError
+from .scope import TurnScope
+
+__all__ = ["complete_turn"]
+
+
+async def complete_turn(scope: TurnScope) -> None:
+    """Persist the turn's status, pending calls and messages, then commit."""
+    ctx, tx = scope.ctx, scope.transaction
+    turn = ctx.turn
+    if turn is None or ctx.session is None:
+        raise RuntimeError("a turn completes only inside a session")
+    awaiting = ctx.response_type is ResponseType.TOOL_CONTINUATION
+    settled = turn.model_copy(
+        update={
+            "status": TurnStatus.AWAITING_CLIENT_TOOLS if awaiting else TurnStatus.COMPLETED,
+            "pending_tool_calls": list(ctx.client_tool_calls or []) if awaiting else [],
+            "expanded_containers": list(scope.expanded),
+        }
+    )
+    await tx.complete_turn(settled)
+    await tx.append_transcript(ctx.session.id, turn.id, scope.new_messages)
+    try:
+        await tx.commit()
+    except StoreConflictError as conflict:
+        raise StepFaultError(
+            [
+                InvokeError(
+                    code=ErrorCode.CONFLICT,
+                    field="SessionId",
+                    message=f"a concurrent turn of this session won; nothing saved: {conflict}",
+                )
+            ]
+        ) from conflict

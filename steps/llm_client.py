@@ -1,0 +1,271 @@
+"""AGN-036 §4.9 LLMClient: one call to the model, and what to do with its reply.
+
+The reply is one of three outcomes (DESIGN.md R5):
+
+- **Final** — text and no tool calls: ``ResponsePayload``.
+- **ToolContinuation** — at least one valid call of a client tool: the client
+  calls, sent to the client; any server-side calls in the same reply run first.
+- **another round** — only calls the engine answers itself: server tools,
+  ``agent_change_mode``, container expansions and calls the container design's
+  checks refuse (their errors go back to the model as tool results). The engine
+  then calls the model again, at most ``max_server_tool_rounds`` times.
+
+§4.9's POST ("exactly one outcome") is checked when the loop exits.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tenacity import (
+    AsyncRetrying,
+    retry_if_not_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from aptix_pipeline.contracts import (
+    ChatMessage,
+    ChatRole,
+    ErrorCode,
+    InvokeError,
+    LLMReply,
+    LLMRequest,
+    PermanentPortError,
+    ResponsePayload,
+    ResponseType,
+    ToolCall,
+    ToolDefinition,
+    ToolInvocation,
+    ToolResult,
+    Usage,
+)
+from aptix_pipeline.validators import ToolCallOutcome, check_tool_call
+from aptix_pipeline.validators.rules import rule
+
+from .faults import StepFaultError
+from .mode_change import AGENT_CHANGE_MODE, change_mode
+from .scope import ToolCallRecord, TurnScope
+
+__all__ = ["ROUND_LIMIT", "check_round_limit", "llm_client", "system_message"]
+
+ROUND_LIMIT = rule(
+    "DESIGN/R5/round-limit", "DESIGN.md R5, AGN-011 §5",
+    "the model must reach an outcome (a final answer or client tool calls) within the "
+    "configured number of server-tool rounds", ErrorCode.PIPELINE_RULE_FAILED)  # fmt: skip
+
+
+def check_round_limit(scope: TurnScope) -> None:
+    """The guard of another server-tool round: fault past ``max_server_tool_rounds``."""
+    limit = scope.options.max_server_tool_rounds
+    if scope.llm_calls > limit:
+        raise StepFaultError(
+            [
+                ROUND_LIMIT.error(
+                    f"{scope.llm_calls - 1} rounds taken, limit {limit}",
+                    field="max_server_tool_rounds",
+                )
+            ]
+        )
+
+
+def system_message(scope: TurnScope) -> ChatMessage:
+    """The agent's instructions, the conversation's, and the in-flight mode (AGN-011 §5.3)."""
+    ctx = scope.ctx
+    parts = [ctx.agent_context.system_prompt if ctx.agent_context else ""]
+    if ctx.conversation_context is not None:
+        parts.append(ctx.conversation_context.instructions)
+    if ctx.session is not None and ctx.session.solution_context_text:
+        parts.append(f"[solution context]\n{ctx.session.solution_context_text}")
+    parts.append(f"[mode] {ctx.mode}")
+    return ChatMessage(role=ChatRole.SYSTEM, content="\n\n".join(p for p in parts if p))
+
+
+async def _ask_model(scope: TurnScope) -> LLMReply:
+    ctx, options = scope.ctx, scope.options
+    request = LLMRequest(
+        model=ctx.agent_context.model if ctx.agent_context else None,
+        mode=ctx.mode or "",
+        messages=[system_message(scope), *scope.messages],
+        tools=scope.advertised_tools,
+    )
+    attempts = 0
+    try:
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(options.llm_attempts),
+            wait=wait_exponential(
+                multiplier=options.retry_wait_seconds, max=options.retry_max_wait_seconds
+            ),
+            retry=retry_if_not_exception_type(PermanentPortError),
+            reraise=True,
+        ):
+            with attempt:
+                attempts += 1
+                reply = await scope.ports.llm.complete(request)
+        if not isinstance(reply, LLMReply):
+            raise TypeError(f"the LLM port returned {type(reply).__name__}, not an LLMReply")
+    except Exception as error:
+        raise StepFaultError(
+            [
+                InvokeError(
+                    code=ErrorCode.PORT_FAILED,
+                    field="LLM",
+                    message=(
+                        f"the LLM failed after {attempts} attempt(s): "
+                        f"{type(error).__name__}: {error}"
+                    ),
+                )
+            ]
+        ) from error
+    return reply
+
+
+def _add_usage(scope: TurnScope, usage: Usage | None) -> None:
+    if usage is None:
+        return
+    total = scope.usage or Usage()
+    scope.usage = Usage(
+        input_tokens=total.input_tokens + usage.input_tokens,
+        output_tokens=total.output_tokens + usage.output_tokens,
+        total_tokens=total.total_tokens
+        + (usage.total_tokens or usage.input_tokens + usage.output_tokens),
+    )
+
+
+def _remember(scope: TurnScope, message: ChatMessage) -> None:
+    scope.messages.append(message)
+    scope.new_messages.append(message)
+
+
+def _answer(scope: TurnScope, call: ToolCall, content: str, record: ToolCallRecord) -> None:
+    _remember(
+        scope,
+        ChatMessage(
+            role=ChatRole.TOOL, tool_call_id=call.tool_call_id, name=call.name, content=content
+        ),
+    )
+    scope.tool_calls.append(record)
+
+
+def _result_json(text: object) -> str:
+    """An executor's answer as JSON text: kept when it is JSON, else quoted."""
+    if isinstance(text, str):
+        try:
+            json.loads(text)
+        except ValueError:
+            return json.dumps(text)
+        return text
+    return json.dumps(text, default=str)
+
+
+async def _run_server_tool(
+    scope: TurnScope, call: ToolCall, tool: ToolDefinition, arguments: dict[str, Any]
+) -> None:
+    ctx, clock = scope.ctx, scope.ports.clock
+    started = clock.now()
+    outcome, content, error = "executed", "", None
+    try:
+        if tool.name == AGENT_CHANGE_MODE:
+            content, outcome = await change_mode(scope, call, arguments)
+        else:
+            executor = scope.ports.tools.get(tool.name)
+            if executor is None:
+                raise LookupError(f"no executor is registered for server tool {tool.name!r}")
+            invocation = ToolInvocation(
+                tool_call_id=call.tool_call_id,
+                name=call.name,
+                session_id=ctx.session.id if ctx.session else "",
+                turn_id=ctx.turn.id if ctx.turn else "",
+                mode=ctx.mode or "",
+                org=scope.caller.org,
+                user=scope.caller.user,
+            )
+            content = _result_json(await executor(arguments, invocation))
+    except StepFaultError:
+        raise
+    except Exception as failure:
+        outcome, error = "failed", f"{type(failure).__name__}: {failure}"
+        content = json.dumps({"error": error})
+    elapsed = max(0, int((clock.now() - started).total_seconds() * 1000))
+    scope.server_results.append(
+        ToolResult(
+            tool_call_id=call.tool_call_id,
+            execution_ms=elapsed,
+            result_json=None if error else content,
+            error_message=error,
+        )
+    )
+    _answer(scope, call, content, ToolCallRecord(call.tool_call_id, call.name, "server", outcome))
+
+
+async def _handle_call(scope: TurnScope, call: ToolCall) -> ToolCall | None:
+    """Answer one call here, or return it when it is for the client."""
+    advertised = {tool.name: tool for tool in scope.advertised_tools}
+    tool = advertised.get(call.name)
+    verdict = check_tool_call(tool, call.name, call.arguments_json)
+    side = tool.executes_on if tool is not None else "unknown"
+    if tool is None or not verdict.allowed:
+        _answer(
+            scope,
+            call,
+            verdict.rejection_json(),
+            ToolCallRecord(call.tool_call_id, call.name, side, "rejected", verdict.rule_id),
+        )
+        return None
+    if verdict.outcome is ToolCallOutcome.EXPAND_CONTAINER:
+        if tool.name not in scope.expanded:
+            scope.expanded.append(tool.name)
+        members = [t.name for t in scope.tool_index.values() if t.member_of == tool.name]
+        content = json.dumps(
+            {
+                "container": tool.name,
+                "expanded": True,
+                "functions": members,
+                "message": f"{tool.name} expanded. Functions: {', '.join(members)}",
+            }
+        )
+        _answer(
+            scope, call, content, ToolCallRecord(call.tool_call_id, call.name, side, "expanded")
+        )
+        return None
+    if tool.executes_on == "client":
+        scope.tool_calls.append(ToolCallRecord(call.tool_call_id, call.name, "client", "client"))
+        return call
+    await _run_server_tool(scope, call, tool, verdict.arguments)
+    return None
+
+
+async def llm_client(scope: TurnScope) -> None:
+    """Call the model once and settle its reply into an outcome or another round."""
+    ctx = scope.ctx
+    scope.llm_calls += 1
+    reply = await _ask_model(scope)
+    _add_usage(scope, reply.usage)
+    _remember(
+        scope,
+        ChatMessage(
+            role=ChatRole.ASSISTANT,
+            content=reply.text or "",
+            tool_calls=list(reply.tool_calls) or None,
+        ),
+    )
+    scope.another_round = False
+    if not reply.tool_calls:
+        if reply.text is not None and reply.text.strip():
+            ctx.response_payload = ResponsePayload(
+                primary_output_text=reply.text,
+                tool_results=list(scope.server_results) or None,
+                usage=scope.usage,
+            )
+            ctx.response_type = ResponseType.FINAL
+        return  # an empty reply has no outcome: §4.9's POST says so
+    client_calls = [
+        handled for call in reply.tool_calls if (handled := await _handle_call(scope, call))
+    ]
+    if client_calls:
+        ctx.client_tool_calls = client_calls
+        ctx.tool_continuation_message = reply.text if reply.text and reply.text.strip() else None
+        ctx.response_type = ResponseType.TOOL_CONTINUATION
+    else:
+        scope.another_round = True

@@ -1,0 +1,194 @@
+"""AGN-011 §5: the ``agent_change_mode`` tool (TUL-007), executed server-side.
+
+The tool is always advertised (AGN-011 §4.2). When the model calls it the
+Reasoner runs it on the server, parses its result (mode, branch, reason), answers
+an unknown mode to the model as a tool error, and persists a valid change through
+the store's ``set_session_mode`` with a ModeHistory entry (§3.2, §5.2). The
+in-flight mode changes at once for later model calls of the turn (§5.3); the tool
+list does not (§4.4). Several changes in one turn are each persisted in order and
+the last one wins, with a warning (§5.1, DESIGN.md R8). ``branch`` is surfaced to
+the host, never added to the response (R7).
+
+A host may register its own executor under ``agent_change_mode``; it must return
+JSON with ``mode`` and optionally ``branch`` and ``reason``. The default one
+echoes the model's arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aptix_pipeline.contracts import (
+    ErrorCode,
+    InvokeWarning,
+    ModeCatalog,
+    ModeHistoryEntry,
+    ToolCall,
+    ToolDefinition,
+    ToolInvocation,
+)
+from aptix_pipeline.validators.json_text import strict_json_loads
+from aptix_pipeline.validators.rules import rule
+
+from .scope import ModeChange, TurnScope
+
+__all__ = [
+    "AGENT_CHANGE_MODE",
+    "MODE_KNOWN",
+    "MODE_RESULT_VALID",
+    "SEVERAL_MODE_CHANGES",
+    "change_mode",
+    "change_mode_tool",
+    "echo_mode_change",
+]
+
+AGENT_CHANGE_MODE = "agent_change_mode"
+
+MODE_KNOWN = rule(
+    "AGN-011/5.2/mode-known", "AGN-011 §5.2",
+    "agent_change_mode must name a mode of the Mode Catalog; the model is told so as a "
+    "tool error and the mode stays", ErrorCode.TOOL_CALL_INVALID)  # fmt: skip
+MODE_RESULT_VALID = rule(
+    "AGN-011/5.2/mode-result-valid", "AGN-011 §5.2",
+    "the agent_change_mode result must be a JSON object with a non-empty \"mode\", an optional "
+    "boolean \"branch\" and an optional text \"reason\"", ErrorCode.TOOL_CALL_INVALID)  # fmt: skip
+SEVERAL_MODE_CHANGES = rule(
+    "DESIGN/R8/several-mode-changes", "AGN-011 §5.1, DESIGN.md R8",
+    "the model changed mode more than once in one turn; each change is persisted in order "
+    "and the last one wins", ErrorCode.PIPELINE_RULE_FAILED)  # fmt: skip
+
+_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "mode": {"type": "string", "minLength": 1, "description": "The mode to switch to."},
+        "reason": {"type": "string", "description": "Why the switch helps the user."},
+        "branch": {
+            "type": "boolean",
+            "description": "Whether the work should continue in a new session.",
+        },
+    },
+    "required": ["mode"],
+    "additionalProperties": False,
+}
+
+
+async def change_mode_tool(modes: ModeCatalog) -> ToolDefinition:
+    """The ``agent_change_mode`` definition, naming the catalog's modes in its description."""
+    names = ", ".join(spec.name for spec in await modes.list_modes())
+    return ToolDefinition(
+        name=AGENT_CHANGE_MODE,
+        description=(
+            "Switch this session to another mode. The new mode applies from now on; its "
+            f"tools become available on the next turn. Modes: {names}."
+        ),
+        parameters=_PARAMETERS,
+        executes_on="server",
+    )
+
+
+async def echo_mode_change(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+    """The default executor: the requested change, as the result JSON (AGN-011 §5.2)."""
+    return json.dumps(
+        {
+            "mode": arguments.get("mode"),
+            "branch": bool(arguments.get("branch", False)),
+            "reason": arguments.get("reason"),
+        }
+    )
+
+
+def _parse_result(text: str) -> tuple[str, bool, str | None] | None:
+    try:
+        data = strict_json_loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    mode, branch, reason = data.get("mode"), data.get("branch", False), data.get("reason")
+    if not isinstance(mode, str) or not mode.strip():
+        return None
+    if not isinstance(branch, bool) or not (reason is None or isinstance(reason, str)):
+        return None
+    return mode, branch, reason
+
+
+def _error(rule_id: str, message: str, **detail: Any) -> str:
+    return json.dumps(
+        {"error_type": "mode_change_error", "rule_id": rule_id, "error_message": message, **detail}
+    )
+
+
+async def change_mode(
+    scope: TurnScope, call: ToolCall, arguments: dict[str, Any]
+) -> tuple[str, str]:
+    """Run one ``agent_change_mode`` call.
+
+    Returns the tool result the model will see and the outcome: ``mode_changed``,
+    ``mode_unchanged`` (already in that mode: not a transition, nothing recorded)
+    or ``mode_refused`` (an unknown mode or a malformed result).
+
+    Raises whatever the executor or the store raises; the caller reports an executor
+    failure to the model and lets a store failure fault the turn.
+    """
+    ctx = scope.ctx
+    session, turn = ctx.session, ctx.turn
+    if session is None or turn is None or ctx.mode is None:
+        raise RuntimeError("agent_change_mode runs inside a session's turn")
+    executor = scope.ports.tools.get(AGENT_CHANGE_MODE, echo_mode_change)
+    invocation = ToolInvocation(
+        tool_call_id=call.tool_call_id,
+        name=call.name,
+        session_id=session.id,
+        turn_id=turn.id,
+        mode=ctx.mode,
+        org=scope.caller.org,
+        user=scope.caller.user,
+    )
+    parsed = _parse_result(await executor(arguments, invocation))
+    if parsed is None:
+        return _error(MODE_RESULT_VALID.id, MODE_RESULT_VALID.message), "mode_refused"
+    mode, branch, reason = parsed
+    spec = await scope.ports.modes.get_mode(mode)
+    if spec is None:
+        available = [known.name for known in await scope.ports.modes.list_modes()]
+        return _error(
+            MODE_KNOWN.id,
+            f"unknown mode {mode!r}; the mode stays {ctx.mode!r}",
+            mode=mode,
+            available_modes=available,
+        ), "mode_refused"
+    previous = ctx.mode
+    if mode != previous:
+        entry = ModeHistoryEntry(
+            previous_mode=previous,
+            new_mode=mode,
+            timestamp=scope.ports.clock.now(),
+            reason=reason,
+            org=scope.caller.org,
+            user=scope.caller.user,
+            branch=branch,
+            turn_id=turn.id,
+        )
+        ctx.session = await scope.transaction.set_session_mode(session.id, entry)
+        ctx.mode = mode
+        scope.mode_changes.append(ModeChange(call.tool_call_id, previous, mode, reason, branch))
+        if len(scope.mode_changes) == 2:
+            scope.warnings.append(
+                InvokeWarning(
+                    code="several_mode_changes",
+                    message=SEVERAL_MODE_CHANGES.message,
+                    rule_id=SEVERAL_MODE_CHANGES.id,
+                )
+            )
+    result = json.dumps(
+        {
+            "mode": mode,
+            "display_name": spec.display_name,
+            "previous_mode": previous,
+            "changed": mode != previous,
+            "branch": branch,
+            "reason": reason,
+        }
+    )
+    return result, "mode_changed" if mode != previous else "mode_unchanged"

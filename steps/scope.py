@@ -1,0 +1,160 @@
+"""What one turn carries from step to step: its ports, options and working state.
+
+A ``TurnScope`` is made per turn and shared by nothing else, so many turns can
+run concurrently in one event loop (DESIGN.md "Embedding"). The pipeline context
+(AGN-036) is ``scope.ctx``; everything here that is not on the context — the
+transaction, the messages for the model, the tool set of the turn, the mode
+changes — is working state that the steps hand to one another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aptix_pipeline.contracts import (
+    LLM,
+    AgentCatalog,
+    AgentExecuteRequest,
+    Caller,
+    ChatMessage,
+    Clock,
+    IdSource,
+    InvokeWarning,
+    ModeCatalog,
+    PipelineContext,
+    SessionStore,
+    SessionTransaction,
+    ToolDefinition,
+    ToolExecutor,
+    ToolResult,
+    Usage,
+)
+
+__all__ = ["ModeChange", "PipelineOptions", "Ports", "ToolCallRecord", "TurnScope"]
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """Everything the pipeline talks to (contracts/ports.py).
+
+    ``tools`` maps a server tool's name to the executor that runs it; the Mode
+    Catalog decides which server tools a mode advertises (AGN-011 §4.2).
+    """
+
+    store: SessionStore
+    llm: LLM
+    modes: ModeCatalog
+    agents: AgentCatalog
+    clock: Clock
+    ids: IdSource
+    tools: Mapping[str, ToolExecutor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineOptions:
+    """How the engine behaves where the DDRs leave it open.
+
+    - ``max_server_tool_rounds``: how many times one request may call the model
+      again after handling tool calls itself (DESIGN.md R5); past it the turn faults
+      with ``DESIGN/R5/round-limit``.
+    - ``llm_attempts``: tries per model call before the turn faults (``port_failed``).
+    - ``retry_wait_seconds`` / ``retry_max_wait_seconds``: exponential back-off
+      between those tries.
+    """
+
+    max_server_tool_rounds: int = 8
+    llm_attempts: int = 3
+    retry_wait_seconds: float = 0.2
+    retry_max_wait_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.max_server_tool_rounds < 0:
+            raise ValueError("max_server_tool_rounds must be 0 or more")
+        if self.llm_attempts < 1:
+            raise ValueError("llm_attempts must be 1 or more")
+        if self.retry_wait_seconds < 0 or self.retry_max_wait_seconds < 0:
+            raise ValueError("retry waits must not be negative")
+
+
+@dataclass(frozen=True, slots=True)
+class ModeChange:
+    """One successful ``agent_change_mode`` call (AGN-011 §5, DESIGN.md R7, R8)."""
+
+    tool_call_id: str
+    previous_mode: str
+    new_mode: str
+    reason: str | None
+    branch: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """What became of one tool call the model made.
+
+    ``outcome`` is ``client`` (sent to the client), ``executed`` (a server tool
+    ran), ``failed`` (it raised), ``expanded`` (a container), ``rejected`` (the
+    container design's checks refused it) or ``mode_changed`` / ``mode_refused``.
+    """
+
+    tool_call_id: str
+    name: str
+    side: str
+    outcome: str
+    rule_id: str | None = None
+
+
+@dataclass(slots=True)
+class TurnScope:
+    """The working state of one turn; see the module docstring."""
+
+    ports: Ports
+    options: PipelineOptions
+    caller: Caller
+    raw_request: AgentExecuteRequest | Mapping[str, Any] | str | bytes
+    initial_mode: str | None = None
+    context: PipelineContext | None = None
+    request: AgentExecuteRequest | None = None
+    tx: SessionTransaction | None = None
+    messages: list[ChatMessage] = field(default_factory=list)
+    """The conversation as the model sees it, without the system message."""
+    new_messages: list[ChatMessage] = field(default_factory=list)
+    """The messages this request adds to the session's transcript."""
+    tool_index: dict[str, ToolDefinition] = field(default_factory=dict)
+    expanded: list[str] = field(default_factory=list)
+    llm_calls: int = 0
+    another_round: bool = False
+    usage: Usage | None = None
+    server_results: list[ToolResult] = field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    mode_changes: list[ModeChange] = field(default_factory=list)
+    warnings: list[InvokeWarning] = field(default_factory=list)
+    mode_display_name: str | None = None
+
+    @property
+    def ctx(self) -> PipelineContext:
+        """The pipeline context; the RequestHandler creates it (AGN-036 §4.1)."""
+        if self.context is None:
+            raise RuntimeError("the pipeline context is created by the RequestHandler step")
+        return self.context
+
+    @property
+    def transaction(self) -> SessionTransaction:
+        """The turn's store transaction, begun by the RequestHandler."""
+        if self.tx is None:
+            raise RuntimeError("the store transaction is begun by the RequestHandler step")
+        return self.tx
+
+    @property
+    def advertised_tools(self) -> list[ToolDefinition]:
+        """The tools offered to the model now: members of unexpanded containers stay hidden.
+
+        The set itself was frozen before the reasoner loop (AGN-011 §4.4); expanding a
+        container only reveals members already in it (DESIGN.md R9).
+        """
+        return [
+            tool
+            for tool in self.tool_index.values()
+            if tool.member_of is None or tool.member_of in self.expanded
+        ]
