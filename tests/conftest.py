@@ -39,3 +39,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             links.setdefault(rule_id, {}).setdefault(outcome, []).append(item.nodeid)
     if target:
         Path(target).write_text(json.dumps(links, indent=1, sort_keys=True), encoding="utf-8")
+
+
+# The engine scenario suite's `store` fixture: every scenario on both stores.
+from engine_kit import store  # noqa: E402, F401

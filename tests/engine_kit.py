@@ -1,0 +1,136 @@
+"""Helpers for engine scenario tests: a pipeline on either store, and request builders.
+
+Every scenario runs on both stores (``store`` fixture: the in-memory store and the
+SQLite store on a real file). Clock and ids are deterministic (SteppingClock,
+SequentialIds), so the same scenario gives the same ids on every run:
+``session-1``, ``turn-1``, ``turn-2``, …
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aptix_pipeline.adapters.builtin_tools import BUILTIN_TOOLS
+from aptix_pipeline.adapters.catalog_config import ConfigCatalog
+from aptix_pipeline.adapters.clocks import SteppingClock
+from aptix_pipeline.adapters.ids import SequentialIds
+from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
+from aptix_pipeline.adapters.sqlite_store import SQLiteStore
+from aptix_pipeline.contracts import (
+    LLM,
+    AgentExecuteResponse,
+    Caller,
+    InvokeResult,
+    PipelineStep,
+    SessionStore,
+    ToolExecutor,
+)
+from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports
+from aptix_pipeline.steps import StepFunction
+
+__all__ = [
+    "CALLER",
+    "OTHER_ORG",
+    "OTHER_USER",
+    "STORE_KINDS",
+    "continuation",
+    "follow_on",
+    "make_pipeline",
+    "make_store",
+    "ok",
+]
+
+CALLER = Caller(org="acme", user="ana")
+OTHER_ORG = Caller(org="globex", user="ana")
+OTHER_USER = Caller(org="acme", user="bob")
+STORE_KINDS = ("memory", "sqlite")
+
+
+def make_store(kind: str, directory: Path) -> Iterator[MemoryStore | SQLiteStore]:
+    """A fresh store of this kind; the SQLite one is a real file, closed afterwards."""
+    if kind == "memory":
+        yield MemoryStore()
+        return
+    store = SQLiteStore(directory / "aptix.db")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore | SQLiteStore]:
+    """Each scenario once on the memory store and once on a SQLite file."""
+    yield from make_store(request.param, tmp_path)
+
+
+def make_pipeline(
+    store: SessionStore,
+    replies: Sequence[Mapping[str, Any]] | LLM = (),
+    *,
+    config: str | None = None,
+    tools: Mapping[str, ToolExecutor] | None = None,
+    options: PipelineOptions | None = None,
+    steps: Mapping[PipelineStep, StepFunction] | None = None,
+) -> tuple[Pipeline, ScriptedLLM | None]:
+    """A pipeline on ``store`` with deterministic clock and ids.
+
+    ``replies`` is a ScriptedLLM script (returned too, to inspect ``requests``) or
+    any LLM port. ``config`` is catalog TOML text (default: the built-in catalog);
+    ``tools`` adds server tool executors to the built-in ones. Retries do not wait.
+    """
+    llm: LLM
+    scripted: ScriptedLLM | None
+    if isinstance(replies, Sequence):
+        scripted = ScriptedLLM(list(replies))
+        llm = scripted
+    else:
+        scripted, llm = None, replies
+    catalog = ConfigCatalog.from_toml(config) if config else ConfigCatalog.default()
+    ports = Ports(
+        store=store,
+        llm=llm,
+        modes=catalog,
+        agents=catalog,
+        clock=SteppingClock(),
+        ids=SequentialIds(),
+        tools={**BUILTIN_TOOLS, **(tools or {})},
+    )
+    opts = options or PipelineOptions(retry_wait_seconds=0, retry_max_wait_seconds=0)
+    return Pipeline(ports, opts, steps=steps), scripted
+
+
+def ok(result: InvokeResult[AgentExecuteResponse]) -> AgentExecuteResponse:
+    """The response of a successful result; fails the test with the errors otherwise."""
+    assert result.successful, [error.model_dump() for error in result.errors]
+    assert result.result is not None
+    return result.result
+
+
+def follow_on(response: AgentExecuteResponse, instruction: str = "next") -> dict[str, Any]:
+    """A FollowOn request after ``response``."""
+    return {
+        "SessionId": response.session_id,
+        "TurnId": response.turn_id,
+        "Instruction": instruction,
+    }
+
+
+def continuation(response: AgentExecuteResponse, *results: Mapping[str, Any]) -> dict[str, Any]:
+    """A continuation after ``response``: ``results`` are wire ToolResults; by default one
+    ``{"ok": true}`` result per pending call, in order."""
+    calls = response.tool_calls or []
+    tool_results = list(results) or [
+        {"ToolCallId": call.tool_call_id, "ExecutionMs": 1, "ResultJson": '{"ok": true}'}
+        for call in calls
+    ]
+    return {
+        "SessionId": response.session_id,
+        "TurnId": response.turn_id,
+        "ToolResults": tool_results,
+    }
