@@ -1,34 +1,124 @@
-"""The demo: check every example request against AGN-034 and print its InvokeResult.
+"""The demo: a scripted three-turn session on the embedded defaults.
 
-Run by ``make demo``. The requests in ``examples/requests/`` cover the three
-scenarios (new session, follow-on, tool continuation) and a set of requests the
-contract refuses; each result names the failing rule ids and fields.
+Run by ``make demo``. It runs on a SQLite file (in a temporary directory unless
+``--db PATH`` is given), the built-in catalog and a scripted model
+(``examples/session/script.json``):
+
+1. **Initial** — the model switches the session to ``review`` mode and asks the
+   client to run ``read_file``: a ``client_tool_continuation``.
+2. **Continuation** — the client's result goes back to the model, which answers.
+3. **FollowOn** — a new turn in the new mode, whose server tool
+   (``review_checklist``) the model now has.
+
+Each turn prints the states it walked, its tool calls, its mode changes and the
+response. Then every example request in ``examples/requests/`` is checked against
+AGN-034.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
+from aptix_pipeline.adapters.embedded import embedded_pipeline
+from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
+from aptix_pipeline.adapters.sqlite_store import SQLiteStore
+from aptix_pipeline.contracts import AgentExecuteResponse, Caller
+from aptix_pipeline.engine import Pipeline, TurnReport
 from aptix_pipeline.validators import classify_request, parse_request
 
-REQUESTS = Path(__file__).resolve().parent / "requests"
+EXAMPLES = Path(__file__).resolve().parent
+CALLER = Caller(org="acme", user="ana")
+FILE_CONTENTS = (
+    "def load_config(path):\n"
+    "    try:\n"
+    "        return json.load(open(path))\n"
+    "    except Exception:\n"
+    "        pass\n"
+)
 
 
-def main() -> int:
-    """Print one InvokeResult per example request and a summary line."""
+def _show(title: str, request: dict[str, Any], report: TurnReport) -> AgentExecuteResponse:
+    print(f"\n=== {title}")
+    print("request:  " + json.dumps(request))
+    print("states:   " + " → ".join(report.states))
+    for call in report.tool_calls:
+        print(f"tool:     {call.name} ({call.side}) → {call.outcome}")
+    for change in report.mode_changes:
+        print(
+            f"mode:     {change.previous_mode} → {change.new_mode} "
+            f"(reason: {change.reason!r}, branch: {change.branch})"
+        )
+    print("result:")
+    print(report.result.to_json(indent=2))
+    if report.result.result is None:
+        raise SystemExit(f"the demo turn failed: {report.result.rule_ids}")
+    return report.result.result
+
+
+async def run_session(pipeline: Pipeline) -> None:
+    """The three turns of the demo session."""
+    first_request = json.loads((EXAMPLES / "session" / "01-initial.json").read_text())
+    first = _show("Turn 1 — Initial", first_request, await pipeline.run(first_request, CALLER))
+
+    call = (first.tool_calls or [])[0]
+    contents = json.dumps({"path": "src/app.py", "contents": FILE_CONTENTS})
+    result = {"ToolCallId": call.tool_call_id, "ExecutionMs": 4, "ResultJson": contents}
+    second_request = {
+        "SessionId": first.session_id,
+        "TurnId": first.turn_id,
+        "ToolResults": [result],
+    }
+    second = _show(
+        "Turn 1, continued — ClientToolCallContinuation",
+        second_request,
+        await pipeline.run(second_request, CALLER),
+    )
+
+    third_request = {
+        "SessionId": second.session_id,
+        "TurnId": second.turn_id,
+        "Instruction": "Check it against the team's review checklist.",
+    }
+    _show(
+        "Turn 2 — FollowOn, in review mode",
+        third_request,
+        await pipeline.run(third_request, CALLER),
+    )
+
+
+def check_examples() -> None:
+    """Check every example request against AGN-034, one line each."""
+    print("\n=== Example requests (AGN-034)")
+    files = sorted((EXAMPLES / "requests").glob("*.json"))
     valid = 0
-    files = sorted(REQUESTS.glob("*.json"))
     for path in files:
         result = parse_request(path.read_bytes())
         if result.result is not None:
             valid += 1
-            verdict = f"valid {classify_request(result.result)} request"
+            print(f"{path.name}: valid {classify_request(result.result)} request")
         else:
-            verdict = "refused: " + ", ".join(result.rule_ids)
-        print(f"\n== {path.name} — {verdict}")
-        print(result.to_json(indent=2))
-    print(f"\n{valid} valid, {len(files) - valid} refused, {len(files)} requests")
+            print(f"{path.name}: refused — {', '.join(result.rule_ids)}")
+    print(f"{valid} valid, {len(files) - valid} refused, {len(files)} requests")
+
+
+def main() -> int:
+    """Run the session on a SQLite file, then check the example requests."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, help="SQLite file to keep (default: a temporary one)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        path = args.db or Path(scratch) / "aptix.db"
+        print(f"SQLite store: {path}")
+        with SQLiteStore(path) as store:
+            llm = ScriptedLLM.from_file(EXAMPLES / "session" / "script.json")
+            asyncio.run(run_session(embedded_pipeline(llm=llm, store=store)))
+    check_examples()
     return 0
 
 

@@ -70,11 +70,17 @@ def test_version_is_printed() -> None:
     assert run.stdout.startswith("aptix-pipeline ")
 
 
-def test_demo_prints_a_result_for_every_example() -> None:
+def test_demo_runs_a_three_turn_session_and_checks_every_example() -> None:
     run = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True, text=True,
         check=True,
     )  # fmt: skip
 
-    assert run.stdout.count('"Successful"') == len(EXAMPLES)
+    assert run.stdout.count('"Successful": true') == 3
+    assert "mode:     general → review" in run.stdout
+    assert '"Kind": "client_tool_continuation"' in run.stdout
+    assert run.stdout.count('"Kind": "final"') == 2
+    assert '"ModeDisplayName": "Code Review"' in run.stdout
+    assert "tool:     review_checklist (server) → executed" in run.stdout
+    assert run.stdout.count("→ response_built → done") == 3
     assert f"3 valid, 5 refused, {len(EXAMPLES)} requests" in run.stdout

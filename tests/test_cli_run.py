@@ -1,0 +1,163 @@
+"""``aptix run``: one turn per process; a session chains across processes on one SQLite file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+APTIX = Path(sys.executable).parent / "aptix"
+
+
+def _write(path: Path, data: object) -> Path:
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _run(
+    tmp: Path, request: object, script: object, *args: str
+) -> subprocess.CompletedProcess[str]:
+    request_file = _write(tmp / "request.json", request)
+    script_file = _write(tmp / "script.json", script)
+    return subprocess.run(
+        [str(APTIX), "run", str(request_file), "--llm-script", str(script_file), "--compact",
+         *args],
+        capture_output=True, text=True, check=False, cwd=tmp,
+    )  # fmt: skip
+
+
+def _result(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(run.stdout)
+    return data
+
+
+def test_three_turns_chain_across_processes_on_one_sqlite_file(tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'session.db'}"
+    mode_and_read = [{"tool_calls": [
+        {"id": "m1", "name": "agent_change_mode", "arguments": {"mode": "review"}},
+        {"id": "r1", "name": "read_file", "arguments": {"path": "a.py"}},
+    ]}]  # fmt: skip
+
+    first = _run(tmp_path, {"Instruction": "review a.py"}, mode_and_read, "--store", store)
+    assert first.returncode == 0, first.stderr
+    one = _result(first)["Result"]
+    assert one["Kind"] == "client_tool_continuation"
+    assert one["ModeDisplayName"] == "Code Review"
+
+    results = [{"ToolCallId": "r1", "ExecutionMs": 2, "ResultJson": '{"text": "x = 1"}'}]
+    second = _run(
+        tmp_path,
+        {"SessionId": one["SessionId"], "TurnId": one["TurnId"], "ToolResults": results},
+        [{"text": "Looks fine."}],
+        "--store", store,
+    )  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    two = _result(second)["Result"]
+    assert (two["Kind"], two["TurnId"]) == ("final", one["TurnId"])
+
+    third = _run(
+        tmp_path,
+        {"SessionId": two["SessionId"], "TurnId": two["TurnId"], "Instruction": "checklist?"},
+        [{"tool_calls": [{"id": "k1", "name": "review_checklist", "arguments": {}}]},
+         {"text": "Checked."}],
+        "--store", store, "--report",
+    )  # fmt: skip
+    assert third.returncode == 0, third.stderr
+    three = _result(third)["Result"]
+    assert three["ModeDisplayName"] == "Code Review"
+    assert three["TurnId"] != one["TurnId"]
+    assert three["ToolResults"][0]["ToolCallId"] == "k1"
+    report = json.loads(third.stderr)
+    assert report["states"][-1] == "done"
+    assert report["tool_calls"][0]["outcome"] == "executed"
+
+
+def test_a_failed_turn_exits_one_with_an_unsuccessful_result(tmp_path: Path) -> None:
+    run = _run(
+        tmp_path,
+        {"SessionId": "nope", "TurnId": "nope", "Instruction": "hi"},
+        [{"text": "never"}],
+        "--store", "memory",
+    )  # fmt: skip
+
+    assert run.returncode == 1
+    result = _result(run)
+    assert result["Successful"] is False
+    assert result["Result"] is None
+    assert result["Errors"][0]["RuleId"] == "AGN-033/3.1/session-found"
+
+
+def test_a_refused_request_exits_one_and_writes_no_database(tmp_path: Path) -> None:
+    run = _run(tmp_path, {"Instruction": "hi", "Mode": "review"}, [{"text": "x"}])
+
+    assert run.returncode == 1
+    assert "AGN-034/3/server-owned-field" in run.stdout
+
+
+def test_the_default_store_is_a_sqlite_file_in_the_working_directory(tmp_path: Path) -> None:
+    run = _run(tmp_path, {"Instruction": "hi"}, [{"text": "hello"}])
+
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "aptix.db").is_file()
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "message"),
+    [
+        ([{"txt": "typo"}], (), "replies[0] has unknown keys"),
+        ("not a list", (), "a script is a list of replies"),
+        ([{"text": "x"}], ("--store", "postgres://x"), "unknown store"),
+        ([{"text": "x"}], ("--org", " "), "must not be empty"),
+    ],
+)
+def test_usage_errors_exit_two_with_a_message(
+    tmp_path: Path, script: object, args: tuple[str, ...], message: str
+) -> None:
+    run = _run(tmp_path, {"Instruction": "hi"}, script, *args)
+
+    assert run.returncode == 2
+    assert message in run.stderr
+    assert run.stdout == ""
+
+
+def test_a_broken_config_is_a_usage_error(tmp_path: Path) -> None:
+    config = tmp_path / "catalog.toml"
+    config.write_text('[[modes]]\nname = "review"\ndisplay_name = "Review"\n', encoding="utf-8")
+
+    run = _run(tmp_path, {"Instruction": "hi"}, [{"text": "x"}], "--config", str(config))
+
+    assert run.returncode == 2
+    assert "catalog.toml" in run.stderr
+
+
+def test_a_missing_request_file_is_a_usage_error(tmp_path: Path) -> None:
+    script = _write(tmp_path / "script.json", [{"text": "x"}])
+    run = subprocess.run(
+        [str(APTIX), "run", str(tmp_path / "absent.json"), "--llm-script", str(script)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+    assert run.returncode == 2
+
+
+def test_a_custom_catalog_and_initial_mode_are_used(tmp_path: Path) -> None:
+    config = tmp_path / "catalog.toml"
+    config.write_text(
+        '[[modes]]\nname = "general"\ndisplay_name = "Everyday"\n'
+        '[[modes]]\nname = "plan"\ndisplay_name = "Planning"\n'
+        '[[agents]]\nid = "a"\nname = "A"\n'
+        '[[conversations]]\nid = "c"\n',
+        encoding="utf-8",
+    )
+
+    run = _run(
+        tmp_path, {"Instruction": "hi"}, [{"text": "ok"}],
+        "--config", str(config), "--initial-mode", "plan", "--store", "memory",
+    )  # fmt: skip
+
+    assert run.returncode == 0, run.stderr
+    assert _result(run)["Result"]["ModeDisplayName"] == "Planning"
