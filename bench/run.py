@@ -2,7 +2,8 @@
 
 The baseline is pydantic's own model copy of the same context — the cheapest
 thing the engine already does per step. ``make bench`` prints µs per call and the
-ratio; the engine issue adds whole-turn benchmarks.
+ratio. Then whole turns per path (``bench/turns.py``): the engine against the
+same steps in a plain loop and against python-statemachine alone.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from builders import PATHS, context_after, context_before, request_data
+from turns import engine_rows
 
 from aptix_pipeline.contracts import ContextType, PipelineStep
 from aptix_pipeline.validators import (
@@ -55,6 +57,16 @@ def main() -> int:
     print(f"{'what':<52}{'µs/call':>10}{'x baseline':>12}")
     for label, micros in rows:
         print(f"{label:<52}{micros:>10.1f}{micros / baseline:>12.2f}")
+    print()
+    print("whole turn, memory store, fixed-reply model (µs per turn)")
+    header = ("path", "engine", "plain", "raw psm", "engine/plain", "(engine-plain)/psm")
+    print(
+        f"{header[0]:<28}{header[1]:>9}{header[2]:>9}{header[3]:>9}{header[4]:>14}{header[5]:>20}"
+    )
+    for path_name, engine, plain, raw, turns in engine_rows():
+        label = f"{path_name} ({turns} transitions)"
+        print(f"{label:<28}{engine:>9.0f}{plain:>9.0f}{raw:>9.0f}{engine / plain:>14.2f}"
+              f"{(engine - plain) / raw:>20.2f}")  # fmt: skip
     return 0
 
 

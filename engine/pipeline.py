@@ -52,6 +52,9 @@ logger = logging.getLogger("aptix_pipeline")
 RequestInput = AgentExecuteRequest | Mapping[str, Any] | str | bytes
 """A request as a model, a JSON-like mapping with the wire names, or JSON text."""
 
+# Parametrized once and kept: pydantic rebuilds a generic whose class was collected.
+_ResponseResult = InvokeResult[AgentExecuteResponse]
+
 
 @dataclass(frozen=True, slots=True)
 class TurnReport:
@@ -260,11 +263,11 @@ class Pipeline:
         ctx = scope.context
         warnings = tuple(scope.warnings)
         if errors:
-            result = InvokeResult[AgentExecuteResponse].failure(errors, warnings)
+            result = _ResponseResult.failure(errors, warnings)
         elif ctx is not None and ctx.response is not None:
-            result = InvokeResult[AgentExecuteResponse].success(ctx.response, warnings)
+            result = _ResponseResult.success(ctx.response, warnings)
         else:  # cannot happen: `done` is reached only after a response was built
-            result = InvokeResult[AgentExecuteResponse].failure(
+            result = _ResponseResult.failure(
                 [InvokeError(code=ErrorCode.INTERNAL, message="the turn ended without a response")]
             )
         return TurnReport(

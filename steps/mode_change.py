@@ -17,6 +17,7 @@ echoes the model's arguments.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
 from aptix_pipeline.contracts import (
@@ -73,18 +74,23 @@ _PARAMETERS: dict[str, Any] = {
 }
 
 
-async def change_mode_tool(modes: ModeCatalog) -> ToolDefinition:
-    """The ``agent_change_mode`` definition, naming the catalog's modes in its description."""
-    names = ", ".join(spec.name for spec in await modes.list_modes())
+@lru_cache(maxsize=64)
+def _change_mode_tool(names: tuple[str, ...]) -> ToolDefinition:
+    # Built once per set of modes: checking the parameters' JSON Schema costs milliseconds.
     return ToolDefinition(
         name=AGENT_CHANGE_MODE,
         description=(
             "Switch this session to another mode. The new mode applies from now on; its "
-            f"tools become available on the next turn. Modes: {names}."
+            f"tools become available on the next turn. Modes: {', '.join(names)}."
         ),
         parameters=_PARAMETERS,
         executes_on="server",
     )
+
+
+async def change_mode_tool(modes: ModeCatalog) -> ToolDefinition:
+    """The ``agent_change_mode`` definition, naming the catalog's modes in its description."""
+    return _change_mode_tool(tuple(spec.name for spec in await modes.list_modes()))
 
 
 async def echo_mode_change(arguments: dict[str, Any], invocation: ToolInvocation) -> str:

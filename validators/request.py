@@ -47,6 +47,10 @@ __all__ = [
     "validate_request",
 ]
 
+# Parametrized once and kept: pydantic rebuilds a generic whose class was collected.
+_KindResult = InvokeResult[ContextType]
+_RequestResult = InvokeResult[AgentExecuteRequest]
+
 _INVALID = ErrorCode.INVALID_REQUEST
 
 ENVELOPE_OBJECT = rule(
@@ -396,14 +400,14 @@ def validate_request(request: AgentExecuteRequest) -> InvokeResult[ContextType]:
     kind = classify_request(request)
     if kind is None:
         missing = "TurnId" if has_text(request.session_id) else "SessionId"
-        return InvokeResult[ContextType].failure([SESSION_TURN_PAIR.error(field=missing)])
+        return _KindResult.failure([SESSION_TURN_PAIR.error(field=missing)])
     if kind is ContextType.CLIENT_TOOL_CALL_CONTINUATION:
         errors = _continuation_errors(request)
     else:
         errors = _user_turn_errors(request, kind)
     if errors:
-        return InvokeResult[ContextType].failure(errors)
-    return InvokeResult[ContextType].success(kind)
+        return _KindResult.failure(errors)
+    return _KindResult.success(kind)
 
 
 def _shape_errors(error: ValidationError) -> list[InvokeError]:
@@ -452,18 +456,18 @@ def parse_request(
         wire = loaded
     else:
         detail = f"not JSON ({loaded})" if isinstance(loaded, Exception) else type(loaded).__name__
-        return InvokeResult[AgentExecuteRequest].failure([ENVELOPE_OBJECT.error(detail)])
+        return _RequestResult.failure([ENVELOPE_OBJECT.error(detail)])
     text_errors = _text_errors(wire)
     if text_errors:
-        return InvokeResult[AgentExecuteRequest].failure(text_errors)
+        return _RequestResult.failure(text_errors)
     if isinstance(loaded, AgentExecuteRequest):
         request = loaded
     else:
         try:
             request = AgentExecuteRequest.model_validate(dict(loaded), by_alias=True, by_name=False)
         except ValidationError as error:
-            return InvokeResult[AgentExecuteRequest].failure(_shape_errors(error))
+            return _RequestResult.failure(_shape_errors(error))
     checked = validate_request(request)
     if not checked.successful:
-        return InvokeResult[AgentExecuteRequest].failure(checked.errors)
-    return InvokeResult[AgentExecuteRequest].success(request)
+        return _RequestResult.failure(checked.errors)
+    return _RequestResult.success(request)

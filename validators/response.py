@@ -38,6 +38,9 @@ from .tool_results import ToolResultRules, tool_result_errors
 
 __all__ = ["RESPONSE_CHECKS", "parse_response", "response_errors", "validate_response"]
 
+# Parametrized once and kept: pydantic rebuilds a generic whose class was collected.
+_ResponseResult = InvokeResult[AgentExecuteResponse]
+
 _INVALID = ErrorCode.INVALID_RESPONSE
 
 RESPONSE_SHAPE = rule(
@@ -495,24 +498,24 @@ def parse_response(data: str | bytes | Mapping[str, Any]) -> InvokeResult[AgentE
     try:
         loaded = strict_json_loads(data) if isinstance(data, str | bytes | bytearray) else data
     except (ValueError, RecursionError) as error:
-        return InvokeResult[AgentExecuteResponse].failure(
+        return _ResponseResult.failure(
             [RESPONSE_SHAPE.error(f"not JSON ({error})")]
         )
     if not isinstance(loaded, Mapping):
-        return InvokeResult[AgentExecuteResponse].failure(
+        return _ResponseResult.failure(
             [RESPONSE_SHAPE.error(type(loaded).__name__)]
         )
     nulls = [ABSENT_NOT_NULL.error(field=field) for field in null_fields(loaded)]
     try:
         response = AgentExecuteResponse.model_validate(dict(loaded), by_alias=True, by_name=False)
     except ValidationError as error:
-        return InvokeResult[AgentExecuteResponse].failure(
+        return _ResponseResult.failure(
             nulls + [_shape_error(detail) for detail in error.errors(include_url=False)]
         )
     errors = nulls + response_errors(response)
     if errors:
-        return InvokeResult[AgentExecuteResponse].failure(errors)
-    return InvokeResult[AgentExecuteResponse].success(response)
+        return _ResponseResult.failure(errors)
+    return _ResponseResult.success(response)
 
 
 _METADATA_RULES = {
