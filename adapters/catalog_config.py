@@ -89,18 +89,18 @@ def _tool(data: dict[str, Any], where: str, side: str) -> ToolDefinition:
     return tool
 
 
-def _unique(names: list[str], what: str) -> None:
+def _unique(names: list[str], what: str, source: str) -> None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise CatalogError(f"{what} {name!r} is declared twice")
+            raise CatalogError(f"{source}: {what} {name!r} is declared twice")
         seen.add(name)
 
 
-def _default(items: list[Any], what: str) -> Any:
+def _default(items: list[Any], what: str, source: str) -> Any:
     defaults = [item for item in items if item.default]
     if len(defaults) > 1:
-        raise CatalogError(f"more than one default {what}: {[d.id for d in defaults]}")
+        raise CatalogError(f"{source}: more than one default {what}: {[d.id for d in defaults]}")
     return defaults[0] if defaults else (items[0] if len(items) == 1 else None)
 
 
@@ -118,9 +118,9 @@ class ConfigCatalog:
             _tool(t, f"{source}: server_tools[{i}]", "server")
             for i, t in enumerate(config.server_tools)
         ]
-        _unique([t.name for t in tools], "server tool")
+        _unique([t.name for t in tools], "server tool", source)
         by_name = {tool.name: tool for tool in tools}
-        _unique([m.name for m in config.modes], "mode")
+        _unique([m.name for m in config.modes], "mode", source)
         if DEFAULT_MODE not in {m.name for m in config.modes}:
             raise CatalogError(f"{source}: a mode {DEFAULT_MODE!r} is required (AGN-011 §3.1)")
         self._modes: dict[str, ModeSpec] = {}
@@ -135,15 +135,15 @@ class ConfigCatalog:
                 display_name=mode.display_name,
                 server_tools=tuple(by_name[name] for name in mode.server_tools),
             )
-        _unique([a.id for a in config.agents], "agent")
-        _unique([c.id for c in config.conversations], "conversation")
+        _unique([a.id for a in config.agents], "agent", source)
+        _unique([c.id for c in config.conversations], "conversation", source)
         self._agents: dict[str, AgentContext] = {}
         for index, agent in enumerate(config.agents):
             client_tools = [
                 _tool(t, f"{source}: agents[{index}].client_tools[{i}]", "client")
                 for i, t in enumerate(agent.client_tools)
             ]
-            _unique([t.name for t in client_tools], f"client tool of agent {agent.id!r}:")
+            _unique([t.name for t in client_tools], f"client tool of agent {agent.id!r}:", source)
             self._agents[agent.id] = AgentContext(
                 id=agent.id,
                 name=agent.name,
@@ -155,8 +155,8 @@ class ConfigCatalog:
             c.id: ConversationContext(id=c.id, name=c.name, instructions=c.instructions)
             for c in config.conversations
         }
-        default_agent = _default(config.agents, "agent")
-        default_conversation = _default(config.conversations, "conversation")
+        default_agent = _default(config.agents, "agent", source)
+        default_conversation = _default(config.conversations, "conversation", source)
         self._default_agent: str | None = default_agent.id if default_agent else None
         self._default_conversation: str | None = (
             default_conversation.id if default_conversation else None

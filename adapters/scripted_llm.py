@@ -6,7 +6,8 @@ list of replies, or an object ``{"replies": [...]}``; each reply is
 - ``{"text": "..."}`` — a final answer, or
 - ``{"tool_calls": [{"id": "call_1", "name": "read_file", "arguments": {...}}]}`` —
   tool calls (``arguments`` as an object or as JSON text), optionally with
-  ``"text"`` as well,
+  ``"text"`` as well — arguments are played as given, malformed or not, so a
+  script can show how the engine answers a model's bad call,
 
 and may add ``"usage": {"input_tokens": 10, "output_tokens": 5}`` and ``"model"``.
 Replies are played in order, one per model call, across turns; a call after the

@@ -76,17 +76,27 @@ class SQLiteStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aptix-sqlite")
         self._busy_timeout_ms = busy_timeout_ms
         self._connection: sqlite3.Connection | None = None
-        self._executor.submit(self._connect).result()
+        try:
+            self._executor.submit(self._connect).result()
+        except BaseException:
+            self.close()
+            raise
 
     # --- lifecycle -------------------------------------------------------------------
 
     def _connect(self) -> None:
         connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._connection = connection
         connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:  # checked before anything changes the file
+            raise RuntimeError(
+                f"{self.path}: the database has schema version {version}; this "
+                f"aptix-pipeline knows up to {SCHEMA_VERSION}"
+            )
         connection.execute("PRAGMA journal_mode = WAL")
         connection.execute("PRAGMA foreign_keys = ON")
         connection.execute("PRAGMA synchronous = NORMAL")
-        self._connection = connection
         self._migrate(connection)
 
     @staticmethod
@@ -109,11 +119,18 @@ class SQLiteStore:
             raise
 
     def close(self) -> None:
-        """Close the connection and stop the worker thread."""
+        """Close the connection and stop the worker thread (waits for a running commit).
+
+        From async code prefer ``await store.aclose()``, which waits off the loop.
+        """
         if self._connection is not None:
             self._executor.submit(self._connection.close).result()
             self._connection = None
         self._executor.shutdown(wait=True)
+
+    async def aclose(self) -> None:
+        """``close`` without blocking the event loop."""
+        await asyncio.to_thread(self.close)
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -248,7 +265,9 @@ class SQLiteStore:
             (next_seq,) = db.execute(
                 "SELECT COALESCE(MAX(seq), 0) + 1 FROM mode_history WHERE session_id = ?", (s.id,)
             ).fetchone()
-            for offset, entry in enumerate(write.new_history):
+            # A new session's whole history is new; an existing one's only what this turn added.
+            history = s.mode_history if write.created else write.new_history
+            for offset, entry in enumerate(history):
                 db.execute(
                     "INSERT INTO mode_history (session_id, seq, entry) VALUES (?, ?, ?)",
                     (s.id, next_seq + offset, entry.model_dump_json()),

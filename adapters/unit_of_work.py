@@ -130,20 +130,22 @@ class BufferedTransaction:
     async def open_turn(self, turn: Turn) -> None:
         """Buffer a new turn of a session of the caller."""
         self._open()
-        await self._touch(turn.session_id)
         key = (turn.session_id, turn.id)
+        if await self.load_session(turn.session_id) is None:
+            raise LookupError(f"no session {turn.session_id!r} for this caller")
         if key in self._turns or await self.load_turn(*key) is not None:
             raise ValueError(f"turn {turn.id!r} already exists in session {turn.session_id!r}")
+        await self._touch(turn.session_id)
         self._turns[key] = TurnWrite(turn.model_copy(deep=True), True)
 
     async def complete_turn(self, turn: Turn) -> None:
         """Buffer a turn's new status and pending calls."""
         self._open()
-        await self._touch(turn.session_id)
         key = (turn.session_id, turn.id)
         previous = self._turns.get(key)
         if previous is None and await self.load_turn(*key) is None:
             raise LookupError(f"no turn {turn.id!r} in session {turn.session_id!r}")
+        await self._touch(turn.session_id)
         created = previous is not None and previous.created
         self._turns[key] = TurnWrite(turn.model_copy(deep=True), created)
 
@@ -171,13 +173,15 @@ class BufferedTransaction:
     async def set_session_mode(self, session_id: str, entry: ModeHistoryEntry) -> Session:
         """SetSessionMode (AGN-011 §3.2): new mode plus a ModeHistory entry, both buffered."""
         self._open()
-        write = await self._touch(session_id)
-        current = write.session
+        current = await self.load_session(session_id)
+        if current is None:
+            raise LookupError(f"no session {session_id!r} for this caller")
         if entry.previous_mode != current.mode:
             raise ValueError(
                 f"ModeHistory entry starts from {entry.previous_mode!r}, "
                 f"but the session is in {current.mode!r}"
             )
+        write = await self._touch(session_id)  # only once the change is known to be valid
         write.session = current.model_copy(
             update={"mode": entry.new_mode, "mode_history": [*current.mode_history, entry]},
             deep=True,
