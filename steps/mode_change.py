@@ -22,6 +22,7 @@ from typing import Any
 
 from aptix_pipeline.contracts import (
     ErrorCode,
+    InvokeError,
     InvokeWarning,
     ModeCatalog,
     ModeHistoryEntry,
@@ -32,6 +33,7 @@ from aptix_pipeline.contracts import (
 from aptix_pipeline.validators.json_text import strict_json_loads
 from aptix_pipeline.validators.rules import rule
 
+from .faults import StepFaultError
 from .scope import ModeChange, TurnScope
 
 __all__ = [
@@ -134,8 +136,8 @@ async def change_mode(
     ``mode_unchanged`` (already in that mode: not a transition, nothing recorded)
     or ``mode_refused`` (an unknown mode or a malformed result).
 
-    Raises whatever the executor or the store raises; the caller reports an executor
-    failure to the model and lets a store failure fault the turn.
+    An executor that raises propagates (the caller tells the model, like any failed
+    tool); a store that fails to set the mode faults the turn (``port_failed``).
     """
     ctx = scope.ctx
     session, turn = ctx.session, ctx.turn
@@ -176,7 +178,14 @@ async def change_mode(
             branch=branch,
             turn_id=turn.id,
         )
-        ctx.session = await scope.transaction.set_session_mode(session.id, entry)
+        try:
+            ctx.session = await scope.transaction.set_session_mode(session.id, entry)
+        except Exception as error:
+            detail = f"{type(error).__name__}: {error}"
+            raise StepFaultError([InvokeError(
+                code=ErrorCode.PORT_FAILED, field="SessionStore",
+                message=f"the session store could not set the mode: {detail}",
+            )]) from error  # fmt: skip
         ctx.mode = mode
         scope.mode_changes.append(ModeChange(call.tool_call_id, previous, mode, reason, branch))
         if len(scope.mode_changes) == 2:

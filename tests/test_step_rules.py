@@ -299,7 +299,11 @@ def test_step_rule_holds_on_a_correct_turn(case: StepCase) -> None:
 
 
 def test_every_step_rule_has_a_breaking_and_a_holding_case() -> None:
-    step_ids = {i for i in all_rules() if i.startswith("AGN-036/4.")}
+    # The PRE/POST sets of the validators; the engine's steps declare their own §4 rules.
+    step_ids = {
+        i for i, r in all_rules().items()
+        if i.startswith("AGN-036/4.") and r.module.startswith("aptix_pipeline.validators")
+    }  # fmt: skip
 
     assert step_ids == {c.rule_id for c in BROKEN}
     assert step_ids == {c.rule_id for c in HOLDS}

@@ -102,15 +102,24 @@ def _pairing_errors(
     call_ids = [call.tool_call_id for call in calls]
     result_ids = [result.tool_call_id for result in results]
     if len(calls) != len(results):
-        missing = [i for i in call_ids if i not in result_ids]
-        extra = [i for i in result_ids if i not in call_ids]
-        errors.append(
-            COUNT_MATCH.error(
-                f"{len(calls)} tool call(s), {len(results)} result(s); "
-                f"without result: {missing}; unknown: {extra}",
-                field="ToolCallResults",
-            )
-        )
+        # AGN-036 §5: bubbled with tool id, name and reason — one error per tool at fault.
+        summary = f"{len(calls)} tool call(s), {len(results)} result(s)"
+        unanswered = [call for call in calls if call.tool_call_id not in result_ids]
+        unknown = [result for result in results if result.tool_call_id not in call_ids]
+        errors.extend(
+            COUNT_MATCH.error(f"{summary}; no result for {call.tool_call_id!r} ({call.name})",
+                              field="ToolCallResults", tool_call_id=call.tool_call_id,
+                              tool_name=call.name)
+            for call in unanswered
+        )  # fmt: skip
+        errors.extend(
+            COUNT_MATCH.error(f"{summary}; the result {result.tool_call_id!r} answers no call",
+                              field="ToolCallResults", tool_call_id=result.tool_call_id,
+                              tool_name=result.name)
+            for result in unknown
+        )  # fmt: skip
+        if not unanswered and not unknown:
+            errors.append(COUNT_MATCH.error(summary, field="ToolCallResults"))
     for index, (call, result) in enumerate(zip(calls, results, strict=False)):
         at = f"ToolCallResults[{index}]"
         if result.tool_call_id != call.tool_call_id:
