@@ -498,13 +498,9 @@ def parse_response(data: str | bytes | Mapping[str, Any]) -> InvokeResult[AgentE
     try:
         loaded = strict_json_loads(data) if isinstance(data, str | bytes | bytearray) else data
     except (ValueError, RecursionError) as error:
-        return _ResponseResult.failure(
-            [RESPONSE_SHAPE.error(f"not JSON ({error})")]
-        )
+        return _ResponseResult.failure([RESPONSE_SHAPE.error(f"not JSON ({error})")])
     if not isinstance(loaded, Mapping):
-        return _ResponseResult.failure(
-            [RESPONSE_SHAPE.error(type(loaded).__name__)]
-        )
+        return _ResponseResult.failure([RESPONSE_SHAPE.error(type(loaded).__name__)])
     nulls = [ABSENT_NOT_NULL.error(field=field) for field in null_fields(loaded)]
     try:
         response = AgentExecuteResponse.model_validate(dict(loaded), by_alias=True, by_name=False)
