@@ -163,8 +163,9 @@ def _guard(step: PipelineStep) -> Callable[[TurnRun], None]:
 
 def _action(step: PipelineStep) -> Callable[..., Any]:
     async def action(model: TurnRun, source: State, target: State) -> None:
-        model.transitions.append(TransitionRecord(step.value, source.id, target.id))
         await model.step_functions[step](model.scope)
+        # Recorded once the step has done its work: a step that raised was not taken.
+        model.transitions.append(TransitionRecord(step.value, source.id, target.id))
 
     action.__name__ = f"run_{step.value}"
     return action

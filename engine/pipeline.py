@@ -30,6 +30,7 @@ from aptix_pipeline.contracts import (
     InvokeError,
     InvokeResult,
     InvokeWarning,
+    PipelineContext,
     PipelineStep,
 )
 from aptix_pipeline.steps import (
@@ -61,6 +62,8 @@ class TurnReport:
     """What one turn did, for the host: its result and the path it took.
 
     ``states`` are the machine states in the order the turn entered them;
+    ``session_id`` and ``turn_id`` name what exists in the store afterwards (a
+    failed Initial turn created nothing);
     ``mode_changes`` are the changes the turn persisted (none when it failed: a
     failed turn writes nothing); ``branch`` is the flag of the last one (AGN-011
     §5.6, DESIGN.md R7), ``None`` when the mode did not change.
@@ -125,10 +128,12 @@ class TurnReport:
         }
 
 
-def _caller(caller: Caller | Mapping[str, Any]) -> Caller:
-    """The caller as given; a mapping is taken as is so ValidateCore can name what is missing."""
+def _caller(caller: object) -> Caller:
+    """The caller as given; anything else is taken as is so ValidateCore names what is missing."""
     if isinstance(caller, Caller):
         return caller
+    if not isinstance(caller, Mapping):
+        caller = {}
     org, user = caller.get("org", caller.get("Org")), caller.get("user", caller.get("User"))
     return Caller.model_construct(
         org=org if isinstance(org, str) else "", user=user if isinstance(user, str) else ""
@@ -146,6 +151,24 @@ def _errors_of(event: str, error: Exception) -> tuple[InvokeError, ...]:
             field=event,
         ),
     )
+
+
+def _persisted_session_id(
+    ctx: PipelineContext | None, errors: tuple[InvokeError, ...]
+) -> str | None:
+    """The session the turn ran in, if it exists in the store (a failed Initial turn's does not)."""
+    if ctx is None or ctx.session is None or (errors and ctx.type is ContextType.INITIAL):
+        return None
+    return ctx.session.id
+
+
+def _persisted_turn_id(ctx: PipelineContext | None, errors: tuple[InvokeError, ...]) -> str | None:
+    """The turn, if it exists in the store (only a continued turn survives a failure)."""
+    if ctx is None or ctx.turn is None:
+        return None
+    if errors and ctx.type is not ContextType.CLIENT_TOOL_CALL_CONTINUATION:
+        return None
+    return ctx.turn.id
 
 
 class Pipeline:
@@ -215,6 +238,8 @@ class Pipeline:
                     await machine.send(event)
                 except Exception as error:  # a failed guard or exit hook, a raising step
                     errors, faulted_step = _errors_of(event, error), event
+                    if str(run.state) != states[-1]:  # a failed exit hook: the step was taken
+                        states.append(str(run.state))
                     await machine.send(FAULT)
                 states.append(str(run.state))
         finally:
@@ -280,8 +305,8 @@ class Pipeline:
             mode=ctx.mode if ctx is not None else None,
             mode_changes=() if errors else tuple(scope.mode_changes),
             llm_calls=scope.llm_calls,
-            session_id=ctx.session.id if ctx is not None and ctx.session else None,
-            turn_id=ctx.turn.id if ctx is not None and ctx.turn else None,
+            session_id=_persisted_session_id(ctx, errors),
+            turn_id=_persisted_turn_id(ctx, errors),
             faulted_step=faulted_step,
             warnings=warnings,
         )

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import aptix_pipeline.engine  # noqa: F401 - registers the rules the engine's steps declare
 from aptix_pipeline.contracts import PipelineStep
 from aptix_pipeline.validators import Phase, all_rules, step_rule_ids
 from aptix_pipeline.validators.core import CORE_CHECKS
