@@ -59,6 +59,8 @@ def _all_test_functions() -> set[str]:
 
     found = set()
     for path in (ROOT / "tests").glob("test_*.py"):
-        for name in re.findall(r"^def (test_[a-z0-9_]+)\(", path.read_text(), flags=re.M):
+        for name in re.findall(
+            r"^(?:async )?def (test_[a-z0-9_]+)\(", path.read_text(), flags=re.M
+        ):
             found.add(f"{path.name}::{name}")
     return found
