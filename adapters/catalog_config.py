@@ -194,7 +194,12 @@ class ConfigCatalog:
         """The agent with this id, the default for ``None``, else ``None``."""
         key = agent_context_id if agent_context_id is not None else self._default_agent
         agent = self._agents.get(key) if key is not None else None
-        return None if agent is None else agent.model_copy(deep=True)
+        # Tool definitions are frozen values; the list is the turn's own.
+        return (
+            None
+            if agent is None
+            else agent.model_copy(update={"client_tools": list(agent.client_tools)})
+        )
 
     async def get_conversation_context(
         self, conversation_context_id: str | None

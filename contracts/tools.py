@@ -146,6 +146,11 @@ class ToolDefinition(WireModel):
     source_type: SourceType | None = None
     member_of: str | None = None
 
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> ToolDefinition:
+        # A definition is a frozen value shared by every turn that advertises it:
+        # copying a context (AGN-036 §4.10's PRE snapshot) need not copy its schemas.
+        return self
+
     @field_validator("parameters")
     @classmethod
     def _parameters_is_a_json_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aptix_pipeline.contracts import (
@@ -44,6 +44,7 @@ from aptix_pipeline.steps import (
     TurnScope,
 )
 
+from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore
 from .machine import FAULT, CheckRecord, TransitionRecord, TurnMachine, TurnRun, next_event
 
 __all__ = ["Pipeline", "RequestInput", "TurnReport"]
@@ -186,6 +187,13 @@ class Pipeline:
         steps: Mapping[PipelineStep, StepFunction] | None = None,
     ) -> None:
         self.ports = ports
+        # Steps see the store and catalogs through guards that name a failing port.
+        self._ports = replace(
+            ports,
+            store=GuardedStore(ports.store),
+            modes=GuardedModeCatalog(ports.modes),
+            agents=GuardedAgentCatalog(ports.agents),
+        )
         self.options = options or PipelineOptions()
         unknown = set(steps or {}) - set(PipelineStep)
         if unknown:
@@ -217,7 +225,7 @@ class Pipeline:
     ) -> TurnReport:
         """Run one turn and report what it did (see ``TurnReport``)."""
         scope = TurnScope(
-            ports=self.ports,
+            ports=self._ports,
             options=self.options,
             caller=_caller(caller),
             raw_request=request,

@@ -50,6 +50,7 @@ from aptix_pipeline.contracts import (
     ResponsePayload,
     ResponseType,
     Session,
+    SessionTransaction,
     StoreConflictError,
     ToolCall,
     Turn,
@@ -838,7 +839,7 @@ class CommitFailingStore:
 @pytest.mark.parametrize(
     ("error", "code"),
     [
-        (RuntimeError("disk full"), ErrorCode.INTERNAL),
+        (RuntimeError("disk full"), ErrorCode.PORT_FAILED),
         (StoreConflictError("another turn won"), ErrorCode.CONFLICT),
     ],
     ids=["raises", "conflict"],
@@ -856,6 +857,57 @@ async def test_a_failing_commit_faults_the_turn_and_rolls_back(
     assert report.states[-2] == "response_built"
     assert [tx.rolled_back for tx in failing.transactions] == [True]
     assert report.mode_changes == ()
+    assert await stored(store) == (None, (None,) * 5, ())
+
+
+class ReadFailingStore:
+    """A store whose transactions fail to read sessions (a database that went away)."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+
+    def begin(self, org: str, user: str) -> SessionTransaction:
+        tx = self.inner.begin(org, user)
+
+        async def load_session(session_id: str) -> Session | None:
+            raise OSError("database is unavailable")
+
+        tx.load_session = load_session  # type: ignore[method-assign]
+        return tx
+
+
+async def test_a_failing_store_read_is_a_port_failure_naming_the_call(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [FINAL])
+    first = ok(await pipeline.execute(INITIAL_REQUEST, CALLER))
+    failing, _ = make_pipeline(ReadFailingStore(store), [FINAL])
+
+    report = await failing.run(follow_on(first), CALLER)
+
+    assert_faulted(report, "session_restorer")
+    error = report.result.errors[0]
+    assert (error.code, error.field) == (ErrorCode.PORT_FAILED, "SessionStore")
+    assert "load_session" in error.message
+    assert "database is unavailable" in error.message
+
+
+class FailingModes:
+    """A Mode Catalog that is down."""
+
+    async def get_mode(self, mode: str) -> None:
+        raise ConnectionError("catalog service unreachable")
+
+    async def list_modes(self) -> list[Any]:
+        raise ConnectionError("catalog service unreachable")
+
+
+async def test_a_failing_catalog_is_a_port_failure_and_stores_nothing(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [FINAL])
+    broken = Pipeline(replace(pipeline.ports, modes=FailingModes()), pipeline.options)
+
+    report = await broken.run(INITIAL_REQUEST, CALLER)
+
+    assert report.result.errors[0].code == ErrorCode.PORT_FAILED
+    assert report.result.errors[0].field == "ModeCatalog"
     assert await stored(store) == (None, (None,) * 5, ())
 
 

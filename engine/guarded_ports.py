@@ -1,0 +1,160 @@
+"""Ports that report their own failures: an exception from a store or catalog
+becomes a ``port_failed`` fault naming the port and the call.
+
+Without this a failing store would surface as "step X raised OSError" (code
+``internal``), indistinguishable from a bug in a step. The LLM port is guarded
+by the LLMClient's retries and tool executors by the Reasoner (their failures go
+back to the model), so only the store and the catalogs are wrapped here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
+
+from aptix_pipeline.contracts import (
+    AgentCatalog,
+    AgentContext,
+    ChatMessage,
+    ConversationContext,
+    ErrorCode,
+    InvokeError,
+    ModeCatalog,
+    ModeHistoryEntry,
+    ModeSpec,
+    Session,
+    SessionStore,
+    SessionTransaction,
+    StoreConflictError,
+    Turn,
+)
+from aptix_pipeline.steps import StepFaultError
+
+__all__ = ["GuardedAgentCatalog", "GuardedModeCatalog", "GuardedStore"]
+
+T = TypeVar("T")
+
+
+async def _guard(port: str, call: str, work: Awaitable[T]) -> T:
+    try:
+        return await work
+    except (StepFaultError, StoreConflictError):
+        raise
+    except (LookupError, ValueError):
+        raise  # the port's documented refusals: the step decides what they mean
+    except Exception as error:
+        raise StepFaultError(
+            [
+                InvokeError(
+                    code=ErrorCode.PORT_FAILED,
+                    field=port,
+                    message=f"{port}.{call} failed: {type(error).__name__}: {error}",
+                )
+            ]
+        ) from error
+
+
+class GuardedTransaction:
+    """A ``SessionTransaction`` whose unexpected failures are ``port_failed`` faults."""
+
+    def __init__(self, inner: SessionTransaction) -> None:
+        self._inner = inner
+
+    async def load_session(self, session_id: str) -> Session | None:
+        """See ``SessionTransaction``."""
+        return await _guard("SessionStore", "load_session", self._inner.load_session(session_id))
+
+    async def create_session(self, session: Session) -> None:
+        """See ``SessionTransaction``."""
+        await _guard("SessionStore", "create_session", self._inner.create_session(session))
+
+    async def load_turn(self, session_id: str, turn_id: str) -> Turn | None:
+        """See ``SessionTransaction``."""
+        return await _guard("SessionStore", "load_turn", self._inner.load_turn(session_id, turn_id))
+
+    async def open_turn(self, turn: Turn) -> None:
+        """See ``SessionTransaction``."""
+        await _guard("SessionStore", "open_turn", self._inner.open_turn(turn))
+
+    async def complete_turn(self, turn: Turn) -> None:
+        """See ``SessionTransaction``."""
+        await _guard("SessionStore", "complete_turn", self._inner.complete_turn(turn))
+
+    async def load_transcript(self, session_id: str) -> list[ChatMessage]:
+        """See ``SessionTransaction``."""
+        return await _guard(
+            "SessionStore", "load_transcript", self._inner.load_transcript(session_id)
+        )
+
+    async def append_transcript(
+        self, session_id: str, turn_id: str, messages: Sequence[ChatMessage]
+    ) -> None:
+        """See ``SessionTransaction``."""
+        await _guard(
+            "SessionStore",
+            "append_transcript",
+            self._inner.append_transcript(session_id, turn_id, messages),
+        )
+
+    async def set_session_mode(self, session_id: str, entry: ModeHistoryEntry) -> Session:
+        """See ``SessionTransaction``."""
+        return await _guard(
+            "SessionStore", "set_session_mode", self._inner.set_session_mode(session_id, entry)
+        )
+
+    async def commit(self) -> None:
+        """See ``SessionTransaction``."""
+        await _guard("SessionStore", "commit", self._inner.commit())
+
+    async def rollback(self) -> None:
+        """See ``SessionTransaction``."""
+        await _guard("SessionStore", "rollback", self._inner.rollback())
+
+
+class GuardedStore:
+    """A ``SessionStore`` whose transactions are guarded."""
+
+    def __init__(self, inner: SessionStore) -> None:
+        self.inner = inner
+
+    def begin(self, org: str, user: str) -> GuardedTransaction:
+        """See ``SessionStore``."""
+        return GuardedTransaction(self.inner.begin(org, user))
+
+
+class GuardedModeCatalog:
+    """A ``ModeCatalog`` whose failures are ``port_failed`` faults."""
+
+    def __init__(self, inner: ModeCatalog) -> None:
+        self.inner = inner
+
+    async def get_mode(self, mode: str) -> ModeSpec | None:
+        """See ``ModeCatalog``."""
+        return await _guard("ModeCatalog", "get_mode", self.inner.get_mode(mode))
+
+    async def list_modes(self) -> list[ModeSpec]:
+        """See ``ModeCatalog``."""
+        return await _guard("ModeCatalog", "list_modes", self.inner.list_modes())
+
+
+class GuardedAgentCatalog:
+    """An ``AgentCatalog`` whose failures are ``port_failed`` faults."""
+
+    def __init__(self, inner: AgentCatalog) -> None:
+        self.inner = inner
+
+    async def get_agent_context(self, agent_context_id: str | None) -> AgentContext | None:
+        """See ``AgentCatalog``."""
+        return await _guard(
+            "AgentCatalog", "get_agent_context", self.inner.get_agent_context(agent_context_id)
+        )
+
+    async def get_conversation_context(
+        self, conversation_context_id: str | None
+    ) -> ConversationContext | None:
+        """See ``AgentCatalog``."""
+        return await _guard(
+            "AgentCatalog",
+            "get_conversation_context",
+            self.inner.get_conversation_context(conversation_context_id),
+        )
