@@ -57,7 +57,8 @@ ROUND_LIMIT = rule(
 
 
 def check_round_limit(scope: TurnScope) -> None:
-    """The guard of another server-tool round: fault past ``max_server_tool_rounds``."""
+    """Fault past ``max_server_tool_rounds``: the guard of ``server_tool_round``, and the
+    LLMClient's check before it runs the calls of a reply that would need one more."""
     limit = scope.options.max_server_tool_rounds
     if scope.llm_calls > limit:
         raise StepFaultError(
@@ -199,6 +200,14 @@ async def _run_server_tool(
     _answer(scope, call, content, ToolCallRecord(call.tool_call_id, call.name, "server", outcome))
 
 
+def _goes_to_client(scope: TurnScope, call: ToolCall) -> bool:
+    """Whether the call is a valid call of an advertised client tool."""
+    tool = next((t for t in scope.advertised_tools if t.name == call.name), None)
+    if tool is None or tool.executes_on != "client":
+        return False
+    return check_tool_call(tool, call.name, call.arguments_json).outcome is ToolCallOutcome.INVOKE
+
+
 async def _handle_call(scope: TurnScope, call: ToolCall) -> ToolCall | None:
     """Answer one call here, or return it when it is for the client."""
     advertised = {tool.name: tool for tool in scope.advertised_tools}
@@ -260,6 +269,12 @@ async def llm_client(scope: TurnScope) -> None:
             )
             ctx.response_type = ResponseType.FINAL
         return  # an empty reply has no outcome: §4.9's POST says so
+    if scope.llm_calls > scope.options.max_server_tool_rounds and not any(
+        _goes_to_client(scope, call) for call in reply.tool_calls
+    ):
+        # No further model call is allowed, so the engine's own calls would be answered
+        # to no one: fault before running any of them (DESIGN.md R5).
+        check_round_limit(scope)
     client_calls = [
         handled for call in reply.tool_calls if (handled := await _handle_call(scope, call))
     ]

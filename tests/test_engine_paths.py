@@ -1165,11 +1165,13 @@ async def test_a_model_that_keeps_calling_server_tools_faults_past_the_round_lim
 
     report = await pipeline.run(INITIAL_REQUEST, CALLER, initial_mode=mode)
 
-    assert_faulted(report, "server_tool_round")
+    assert_faulted(report, "llm_client")
     assert report.result.rule_ids == ("DESIGN/R5/round-limit",)
     assert events(report).count("server_tool_round") == 2
     assert report.llm_calls == 3
-    assert report.states[-2] == "llm_answered"
+    assert report.states[-2] == "reasoning"
+    # The over-limit reply's own calls never ran: their results would reach no model.
+    assert len(report.tool_calls) == 2
     assert llm is not None
     assert llm.remaining == 3
     assert await stored(store) == (None, (None,) * 5, ())
