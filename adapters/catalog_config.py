@@ -174,7 +174,11 @@ class ConfigCatalog:
     @classmethod
     def from_file(cls, path: str | Path) -> ConfigCatalog:
         """A catalog from a TOML file."""
-        return cls.from_toml(Path(path).read_text(encoding="utf-8"), source=str(path))
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise CatalogError(f"{path}: not UTF-8 text: {error}") from None
+        return cls.from_toml(text, source=str(path))
 
     @classmethod
     def default(cls) -> ConfigCatalog:

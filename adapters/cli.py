@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -116,8 +117,9 @@ def run(
     try:
         llm = ScriptedLLM.from_file(llm_script)
         session_store = open_store(store)
-    except (ScriptError, ValueError, OSError, RuntimeError) as error:
-        raise _usage_error(str(error)) from None
+    except (ScriptError, ValueError, OSError, RuntimeError, sqlite3.Error) as error:
+        raise _usage_error(f"{type(error).__name__}: {error}" if isinstance(error, sqlite3.Error)
+                           else str(error)) from None  # fmt: skip
     try:
         pipeline = embedded_pipeline(llm=llm, store=session_store, config=config)
     except (CatalogError, OSError) as error:

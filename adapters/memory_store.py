@@ -7,7 +7,7 @@ so within one event loop it is atomic.
 
 from __future__ import annotations
 
-from aptix_pipeline.contracts import ChatMessage, Session, StoreConflictError, Turn
+from aptix_pipeline.contracts import ChatMessage, Session, StoreConflictError, Turn, TurnStatus
 
 from .unit_of_work import BufferedTransaction, TurnWrites
 
@@ -49,6 +49,15 @@ class MemoryStore:
         if self._owned(org, user, session_id) is None:
             return []
         return [message.model_copy(deep=True) for message in self._transcript.get(session_id, [])]
+
+    async def read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
+        """The session's turn that awaits client tool results, if any."""
+        if self._owned(org, user, session_id) is None:
+            return None
+        for (sid, _), turn in self._turns.items():
+            if sid == session_id and turn.status is TurnStatus.AWAITING_CLIENT_TOOLS:
+                return turn.model_copy(deep=True)
+        return None
 
     async def apply(self, writes: TurnWrites) -> None:
         """Check every version first, then write everything (no await in between)."""

@@ -27,6 +27,7 @@ from aptix_pipeline.contracts import (
     Session,
     StoreConflictError,
     Turn,
+    TurnStatus,
 )
 
 from .unit_of_work import BufferedTransaction, TurnWrites
@@ -59,6 +60,7 @@ _SCHEMA = (
         status TEXT NOT NULL,
         data TEXT NOT NULL,
         PRIMARY KEY (session_id, id))""",
+    "CREATE INDEX turns_status ON turns (session_id, status)",
     """CREATE TABLE transcript (
         session_id TEXT NOT NULL REFERENCES sessions (id),
         seq INTEGER NOT NULL,
@@ -221,6 +223,22 @@ class SQLiteStore:
         """The session's messages, oldest first."""
         return await self._run(lambda: self._read_transcript(org, user, session_id))
 
+    def _read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
+        row = (
+            self._db()
+            .execute(
+                "SELECT t.data FROM turns t JOIN sessions s ON s.id = t.session_id "
+                "WHERE t.session_id = ? AND t.status = ? AND s.org = ? AND s.user = ? LIMIT 1",
+                (session_id, TurnStatus.AWAITING_CLIENT_TOOLS.value, org, user),
+            )
+            .fetchone()
+        )
+        return None if row is None else Turn.model_validate_json(row[0])
+
+    async def read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
+        """The session's turn that awaits client tool results, if any."""
+        return await self._run(lambda: self._read_pending_turn(org, user, session_id))
+
     def _apply(self, writes: TurnWrites) -> None:
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
@@ -256,9 +274,16 @@ class SQLiteStore:
                     raise StoreConflictError(f"session {s.id!r} already exists") from error
             else:
                 updated = db.execute(
-                    "UPDATE sessions SET mode = ?, version = version + 1 "
-                    "WHERE id = ? AND org = ? AND user = ? AND version = ?",
-                    (s.mode, s.id, writes.org, writes.user, write.expected_version),
+                    "UPDATE sessions SET mode = ?, solution_context_text = ?, "
+                    "version = version + 1 WHERE id = ? AND org = ? AND user = ? AND version = ?",
+                    (
+                        s.mode,
+                        s.solution_context_text,
+                        s.id,
+                        writes.org,
+                        writes.user,
+                        write.expected_version,
+                    ),
                 )
                 if updated.rowcount != 1:
                     raise StoreConflictError(f"session {s.id!r} changed since it was read")

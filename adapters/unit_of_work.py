@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from aptix_pipeline.contracts import ChatMessage, ModeHistoryEntry, Session, Turn
+from aptix_pipeline.contracts import ChatMessage, ModeHistoryEntry, Session, Turn, TurnStatus
 
 __all__ = ["BufferedTransaction", "SessionWrite", "StoreBackend", "TurnWrite", "TurnWrites"]
 
@@ -63,6 +63,10 @@ class StoreBackend(Protocol):
 
     async def read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
         """The session's messages, oldest first."""
+        ...
+
+    async def read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
+        """The session's turn that awaits client tool results, if any."""
         ...
 
     async def apply(self, writes: TurnWrites) -> None:
@@ -149,6 +153,20 @@ class BufferedTransaction:
         created = previous is not None and previous.created
         self._turns[key] = TurnWrite(turn.model_copy(deep=True), created)
 
+    async def find_pending_turn(self, session_id: str) -> Turn | None:
+        """The turn awaiting client tool results, as this transaction sees it."""
+        self._open()
+        if await self.load_session(session_id) is None:
+            return None
+        buffered = {tid: w.turn for (sid, tid), w in self._turns.items() if sid == session_id}
+        for turn in reversed(buffered.values()):
+            if turn.status is TurnStatus.AWAITING_CLIENT_TOOLS:
+                return turn.model_copy(deep=True)
+        stored = await self._backend.read_pending_turn(self._org, self._user, session_id)
+        if stored is None or stored.id in buffered:  # settled by this transaction
+            return None
+        return stored
+
     async def load_transcript(self, session_id: str) -> list[ChatMessage]:
         """The session's messages, then this transaction's, oldest first."""
         self._open()
@@ -187,6 +205,13 @@ class BufferedTransaction:
             deep=True,
         )
         write.new_history.append(entry)
+        return write.session.model_copy(deep=True)
+
+    async def set_solution_context(self, session_id: str, text: str) -> Session:
+        """Replace the session's solution context (AGN-034 §4.5), buffered."""
+        self._open()
+        write = await self._touch(session_id)
+        write.session = write.session.model_copy(update={"solution_context_text": text})
         return write.session.model_copy(deep=True)
 
     async def commit(self) -> None:

@@ -89,6 +89,10 @@ class SessionTransaction(Protocol):
         """Save where a turn stands: its status and the client tool calls it awaits."""
         ...
 
+    async def find_pending_turn(self, session_id: str) -> Turn | None:
+        """The caller's turn of this session that awaits client tool results, if any."""
+        ...
+
     async def load_transcript(self, session_id: str) -> list[ChatMessage]:
         """Every message of the session, oldest first."""
         ...
@@ -106,6 +110,10 @@ class SessionTransaction(Protocol):
         has no such session and ``ValueError`` when ``entry.previous_mode`` is not the
         session's current mode.
         """
+        ...
+
+    async def set_solution_context(self, session_id: str, text: str) -> Session:
+        """Replace the session's stored solution context (AGN-034 §4.5, session-latched)."""
         ...
 
     async def commit(self) -> None:

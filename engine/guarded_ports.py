@@ -80,6 +80,20 @@ class GuardedTransaction:
         """See ``SessionTransaction``."""
         await _guard("SessionStore", "complete_turn", self._inner.complete_turn(turn))
 
+    async def find_pending_turn(self, session_id: str) -> Turn | None:
+        """See ``SessionTransaction``."""
+        return await _guard(
+            "SessionStore", "find_pending_turn", self._inner.find_pending_turn(session_id)
+        )
+
+    async def set_solution_context(self, session_id: str, text: str) -> Session:
+        """See ``SessionTransaction``."""
+        return await _guard(
+            "SessionStore",
+            "set_solution_context",
+            self._inner.set_solution_context(session_id, text),
+        )
+
     async def load_transcript(self, session_id: str) -> list[ChatMessage]:
         """See ``SessionTransaction``."""
         return await _guard(

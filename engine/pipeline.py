@@ -66,8 +66,9 @@ class TurnReport:
     ``session_id`` and ``turn_id`` name what exists in the store afterwards (a
     failed Initial turn created nothing);
     ``mode_changes`` are the changes the turn persisted (none when it failed: a
-    failed turn writes nothing); ``branch`` is the flag of the last one (AGN-011
-    §5.6, DESIGN.md R7), ``None`` when the mode did not change.
+    failed turn writes nothing); ``branch`` is the flag of the turn's last
+    successful ``agent_change_mode`` call, even one that kept the mode (AGN-011
+    §5.6, DESIGN.md R7), ``None`` when there was none.
     """
 
     result: InvokeResult[AgentExecuteResponse]
@@ -83,16 +84,12 @@ class TurnReport:
     turn_id: str | None
     faulted_step: str | None = None
     warnings: tuple[InvokeWarning, ...] = field(default=())
+    branch: bool | None = None
 
     @property
     def successful(self) -> bool:
         """Whether the turn produced a response."""
         return self.result.successful
-
-    @property
-    def branch(self) -> bool | None:
-        """The last successful mode change's ``branch`` flag (R7), or ``None``."""
-        return self.mode_changes[-1].branch if self.mode_changes else None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (the response itself is under ``result``)."""
@@ -295,7 +292,8 @@ class Pipeline:
         scope = run.scope
         ctx = scope.context
         warnings = tuple(scope.warnings)
-        if errors:
+        if errors:  # nothing was persisted, so no mode change happened
+            warnings = tuple(w for w in warnings if w.code != "several_mode_changes")
             result = _ResponseResult.failure(errors, warnings)
         elif ctx is not None and ctx.response is not None:
             result = _ResponseResult.success(ctx.response, warnings)
@@ -317,4 +315,5 @@ class Pipeline:
             turn_id=_persisted_turn_id(ctx, errors),
             faulted_step=faulted_step,
             warnings=warnings,
+            branch=None if errors else scope.branch,
         )

@@ -25,9 +25,10 @@ INITIAL_MODE_KNOWN = rule(
 async def agent_session_creator(scope: TurnScope) -> None:
     """Create the session and open its first turn."""
     ctx, ids = scope.ctx, scope.ports.ids
-    mode = (
-        scope.initial_mode if scope.initial_mode and has_text(scope.initial_mode) else DEFAULT_MODE
-    )
+    requested: object = scope.initial_mode
+    if requested is not None and not isinstance(requested, str):
+        raise StepFaultError([INITIAL_MODE_KNOWN.error(repr(requested), field="initial_mode")])
+    mode = requested if isinstance(requested, str) and has_text(requested) else DEFAULT_MODE
     if await scope.ports.modes.get_mode(mode) is None:
         raise StepFaultError([INITIAL_MODE_KNOWN.error(repr(mode), field="initial_mode")])
     session = Session(

@@ -42,18 +42,43 @@ from aptix_pipeline.contracts import (
     Usage,
 )
 from aptix_pipeline.validators import ToolCallOutcome, check_tool_call
+from aptix_pipeline.validators.json_text import strict_json_loads
+from aptix_pipeline.validators.response import guard_machine_payloads
 from aptix_pipeline.validators.rules import rule
 
 from .faults import StepFaultError
 from .mode_change import AGENT_CHANGE_MODE, change_mode
 from .scope import ToolCallRecord, TurnScope
 
-__all__ = ["ROUND_LIMIT", "check_round_limit", "llm_client", "system_message"]
+__all__ = ["ROUND_LIMIT", "TOOL_CALL_IDS", "check_round_limit", "llm_client", "system_message"]
 
 ROUND_LIMIT = rule(
     "DESIGN/R5/round-limit", "DESIGN.md R5, AGN-011 §5",
     "the model must reach an outcome (a final answer or client tool calls) within the "
     "configured number of server-tool rounds", ErrorCode.PIPELINE_RULE_FAILED)  # fmt: skip
+
+
+TOOL_CALL_IDS = rule(
+    "AGN-033/5.1/model-tool-call-ids", "AGN-033 §5.1, §3.3",
+    "every tool call the model makes needs a non-empty ToolCallId, unique among the calls "
+    "of this request, so each result answers exactly one call",
+    ErrorCode.PIPELINE_RULE_FAILED)  # fmt: skip
+
+
+def _check_tool_call_ids(scope: TurnScope, calls: list[ToolCall]) -> None:
+    seen = {record.tool_call_id for record in scope.tool_calls}
+    for index, call in enumerate(calls):
+        problem = None
+        if not call.tool_call_id.strip():
+            problem = "is empty"
+        elif call.tool_call_id in seen:
+            problem = "repeats an earlier call's id"
+        if problem:
+            raise StepFaultError([TOOL_CALL_IDS.error(
+                f"the call to {call.name!r} (#{index + 1} of the reply) {problem}",
+                field=f"ToolCalls[{index}].ToolCallId", tool_call_id=call.tool_call_id,
+                tool_name=call.name)])  # fmt: skip
+        seen.add(call.tool_call_id)
 
 
 def check_round_limit(scope: TurnScope) -> None:
@@ -150,14 +175,19 @@ def _answer(scope: TurnScope, call: ToolCall, content: str, record: ToolCallReco
 
 
 def _result_json(text: object) -> str:
-    """An executor's answer as JSON text: kept when it is JSON, else quoted."""
+    """An executor's answer as RFC 8259 JSON text: kept when it is JSON, else quoted.
+
+    ``NaN``/``Infinity`` are not JSON (AGN-033 §5.2 needs valid ResultJson): text
+    holding them is quoted, and a Python value holding them raises ``ValueError``,
+    which the caller reports as the tool's failure.
+    """
     if isinstance(text, str):
         try:
-            json.loads(text)
-        except ValueError:
+            strict_json_loads(text)
+        except (ValueError, RecursionError):
             return json.dumps(text)
         return text
-    return json.dumps(text, default=str)
+    return json.dumps(text, default=str, allow_nan=False)
 
 
 async def _run_server_tool(
@@ -169,6 +199,8 @@ async def _run_server_tool(
     try:
         if tool.name == AGENT_CHANGE_MODE:
             content, outcome = await change_mode(scope, call, arguments)
+            if outcome == "mode_refused":  # a refusal is a failed tool call (D30)
+                error = content
         else:
             executor = scope.ports.tools.get(tool.name)
             if executor is None:
@@ -198,6 +230,14 @@ async def _run_server_tool(
         )
     )
     _answer(scope, call, content, ToolCallRecord(call.tool_call_id, call.name, "server", outcome))
+
+
+def _json_or_none(text: str) -> object:
+    """The JSON value of ``text``, or ``None`` when it is blank or not JSON."""
+    try:
+        return strict_json_loads(text) if text.strip() else None
+    except (ValueError, RecursionError):
+        return None
 
 
 def _goes_to_client(scope: TurnScope, call: ToolCall) -> bool:
@@ -240,6 +280,9 @@ async def _handle_call(scope: TurnScope, call: ToolCall) -> ToolCall | None:
         return None
     if tool.executes_on == "client":
         scope.tool_calls.append(ToolCallRecord(call.tool_call_id, call.name, "client", "client"))
+        if not isinstance(_json_or_none(call.arguments_json), dict):
+            # "", "null", "{}"-less: no arguments, sent as the JSON object AGN-033 §5.1 needs.
+            return call.model_copy(update={"arguments_json": json.dumps(verdict.arguments)})
         return call
     await _run_server_tool(scope, call, tool, verdict.arguments)
     return None
@@ -263,12 +306,13 @@ async def llm_client(scope: TurnScope) -> None:
     if not reply.tool_calls:
         if reply.text is not None and reply.text.strip():
             ctx.response_payload = ResponsePayload(
-                primary_output_text=reply.text,
+                primary_output_text=guard_machine_payloads(reply.text),
                 tool_results=list(scope.server_results) or None,
                 usage=scope.usage,
             )
             ctx.response_type = ResponseType.FINAL
         return  # an empty reply has no outcome: §4.9's POST says so
+    _check_tool_call_ids(scope, reply.tool_calls)
     if scope.llm_calls > scope.options.max_server_tool_rounds and not any(
         _goes_to_client(scope, call) for call in reply.tool_calls
     ):
@@ -280,7 +324,10 @@ async def llm_client(scope: TurnScope) -> None:
     ]
     if client_calls:
         ctx.client_tool_calls = client_calls
-        ctx.tool_continuation_message = reply.text if reply.text and reply.text.strip() else None
+        has_text = bool(reply.text and reply.text.strip())
+        ctx.tool_continuation_message = (
+            guard_machine_payloads(reply.text or "") if has_text else None
+        )
         ctx.response_type = ResponseType.TOOL_CONTINUATION
     else:
         scope.another_round = True

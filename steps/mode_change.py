@@ -17,6 +17,7 @@ echoes the model's arguments.
 from __future__ import annotations
 
 import json
+import logging
 from functools import lru_cache
 from typing import Any
 
@@ -35,6 +36,8 @@ from aptix_pipeline.validators.rules import rule
 
 from .faults import StepFaultError
 from .scope import ModeChange, TurnScope
+
+logger = logging.getLogger("aptix_pipeline")
 
 __all__ = [
     "AGENT_CHANGE_MODE",
@@ -167,6 +170,7 @@ async def change_mode(
             available_modes=available,
         ), "mode_refused"
     previous = ctx.mode
+    scope.branch = branch  # surfaced even when the mode stays (AGN-011 §5.6)
     if mode != previous:
         entry = ModeHistoryEntry(
             previous_mode=previous,
@@ -188,7 +192,9 @@ async def change_mode(
             )]) from error  # fmt: skip
         ctx.mode = mode
         scope.mode_changes.append(ModeChange(call.tool_call_id, previous, mode, reason, branch))
+        logger.info("session %s: mode %s -> %s (branch=%s)", session.id, previous, mode, branch)
         if len(scope.mode_changes) == 2:
+            logger.warning("session %s: %s", session.id, SEVERAL_MODE_CHANGES.message)
             scope.warnings.append(
                 InvokeWarning(
                     code="several_mode_changes",

@@ -129,6 +129,8 @@ class TurnScope:
     server_results: list[ToolResult] = field(default_factory=list)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     mode_changes: list[ModeChange] = field(default_factory=list)
+    branch: bool | None = None
+    """``branch`` of the turn's last successful ``agent_change_mode`` call (DESIGN.md R7)."""
     warnings: list[InvokeWarning] = field(default_factory=list)
     mode_display_name: str | None = None
 

@@ -2,20 +2,35 @@
 
 FollowOn opens a new turn in the new mode snapshot (§4.2 POST ``turn-id-new``);
 a continuation resumes the pending turn (DESIGN.md R4). The named turn must be in
-the right state for the request (R10). The turn's mode is normalized from the
-persisted session, never from the client (AGN-011 §3.3).
+the right state for the request (R10) — and a FollowOn is refused while *any*
+turn of the session awaits client tool results, whichever turn it names: the
+emitted call set must be answered first (AGN-033 §3.3). The turn's mode is
+normalized from the persisted session, never from the client (AGN-011 §3.3); a
+FollowOn's SolutionContextText replaces the session's (AGN-034 §4.5).
 """
 
 from __future__ import annotations
 
-from aptix_pipeline.contracts import ContextType, ErrorCode, Turn, TurnStatus
+import logging
+
+from aptix_pipeline.contracts import (
+    ContextType,
+    ErrorCode,
+    InvokeWarning,
+    Session,
+    Turn,
+    TurnStatus,
+)
 from aptix_pipeline.validators import validate_turn_protocol
+from aptix_pipeline.validators.protocol import FOLLOW_ON_TURN_SETTLED
 from aptix_pipeline.validators.rules import rule
 
 from .faults import StepFaultError
 from .scope import TurnScope
 
 __all__ = ["SESSION_FOUND", "TURN_FOUND", "session_restorer"]
+
+logger = logging.getLogger("aptix_pipeline")
 
 SESSION_FOUND = rule(
     "AGN-033/3.1/session-found", "AGN-033 §3.1, DESIGN.md Isolation",
@@ -43,6 +58,14 @@ async def session_restorer(scope: TurnScope) -> None:
         turn = named
         scope.expanded = list(named.expanded_containers)
     else:
+        pending = await tx.find_pending_turn(session_id)
+        if pending is not None:  # R10 for the session: its open call set must be answered first
+            raise StepFaultError([FOLLOW_ON_TURN_SETTLED.error(
+                f"turn {pending.id!r} of this session awaits "
+                f"{[call.tool_call_id for call in pending.pending_tool_calls]}",
+                field="TurnId")])  # fmt: skip
+        if ctx.envelope.solution_context_text is not None:  # AGN-034 §4.5: session-latched
+            session = await tx.set_solution_context(session.id, ctx.envelope.solution_context_text)
         turn = Turn(
             id=scope.ports.ids.new_id("turn"),
             session_id=session.id,
@@ -51,6 +74,28 @@ async def session_restorer(scope: TurnScope) -> None:
             created_at=ctx.time_stamp,
         )
         await tx.open_turn(turn)
+    _warn_about_ignored_inputs(scope, session)
     ctx.session = session
     ctx.turn = turn
     ctx.mode = session.mode
+
+
+def _warn_about_ignored_inputs(scope: TurnScope, session: Session) -> None:
+    """A restored session keeps its mode and contexts; say so when the caller asked otherwise."""
+    ignored = []
+    if scope.initial_mode is not None and scope.initial_mode != session.mode:
+        # AGN-011 §3.3: a mismatched mode is overwritten by the persisted one, with a warning.
+        ignored.append(("mode_mismatch", f"initial mode {scope.initial_mode!r} ignored: the "
+                        f"session is in {session.mode!r}"))  # fmt: skip
+    envelope = scope.ctx.envelope
+    for field, asked, kept in (
+        ("AgentContextId", envelope.agent_context_id, session.agent_context_id),
+        ("ConversationContextId", envelope.conversation_context_id,
+         session.conversation_context_id),
+    ):  # fmt: skip
+        if asked is not None and asked.strip() and asked != kept:
+            ignored.append(("context_id_ignored", f"{field} {asked!r} ignored: the session "
+                            f"runs in {kept!r}"))  # fmt: skip
+    for code, message in ignored:
+        logger.warning("session %s: %s", session.id, message)
+        scope.warnings.append(InvokeWarning(code=code, message=message))

@@ -260,6 +260,21 @@ def test_container_retry_guidance_lists_only_the_first_five_functions_then_ellip
 
 
 @pytest.mark.rule(CONTAINER, "broken")
+@pytest.mark.parametrize("count", [1, 5])
+def test_container_with_five_or_fewer_functions_lists_them_all_without_ellipsis(
+    count: int,
+) -> None:
+    names = MATH_FUNCTIONS[:count]
+    small = ToolDefinition(
+        name="Math", is_container=True, function_names=names, function_count=count
+    )
+
+    guidance = container_rejection(check(small, MATH_CALL)).retry_guidance
+
+    assert guidance.endswith(f"Available functions: {', '.join(names)}")
+
+
+@pytest.mark.rule(CONTAINER, "broken")
 def test_container_without_function_names_gets_generic_guidance() -> None:
     verdict = check(UNNAMED_CONTAINER, '{"city": "Oslo"}')
 

@@ -36,7 +36,13 @@ from .json_text import json_path, non_utf8_fields, null_fields, strict_json_load
 from .rules import outcome, rule
 from .tool_results import ToolResultRules, tool_result_errors
 
-__all__ = ["RESPONSE_CHECKS", "parse_response", "response_errors", "validate_response"]
+__all__ = [
+    "RESPONSE_CHECKS",
+    "guard_machine_payloads",
+    "parse_response",
+    "response_errors",
+    "validate_response",
+]
 
 # Parametrized once and kept: pydantic rebuilds a generic whose class was collected.
 _ResponseResult = InvokeResult[AgentExecuteResponse]
@@ -273,6 +279,56 @@ def _is_machine_payload(text: str, *, fenced: bool) -> bool:
     if fenced or isinstance(value, dict):
         return True
     return isinstance(value, list) and any(isinstance(item, dict | list) for item in value)
+
+
+def guard_machine_payloads(text: str) -> str:
+    """``text`` with each unguarded JSON payload put in a ```` ```json ```` fence (AGN-033 §4.1).
+
+    What counts as unguarded is what ``AGN-033/4.1/guarded-payload`` refuses: an
+    untagged fence whose body is JSON (it gets the ``json`` tag) and a prose
+    paragraph that is a JSON object or an array of objects/arrays (it is fenced).
+    Everything else is left exactly as it was. Pure; the engine applies it to the
+    model's text before it becomes a response.
+    """
+    lines = text.split("\n")
+    out: list[str] = []
+    paragraph: list[str] = []
+
+    def end_paragraph() -> None:
+        if paragraph and _is_machine_payload("\n".join(paragraph), fenced=False):
+            out.extend(["```json", *paragraph, "```"])
+        else:
+            out.extend(paragraph)
+        paragraph.clear()
+
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        opening = _FENCE.match(line)
+        closing_at = None
+        if opening:
+            fence = opening.group(1)
+            for later in range(index + 1, len(lines)):
+                match = _FENCE.match(lines[later])
+                if match and match.group(1).startswith(fence) and not match.group(2):
+                    closing_at = later
+                    break
+        if opening is None or closing_at is None:  # prose (an unclosed fence guards nothing)
+            if line.strip():
+                paragraph.append(line)
+            else:
+                end_paragraph()
+                out.append(line)
+            index += 1
+            continue
+        end_paragraph()
+        body = lines[index + 1 : closing_at]
+        if not opening.group(2) and _is_machine_payload("\n".join(body), fenced=True):
+            line = line.rstrip() + "json"
+        out.extend([line, *body, lines[closing_at]])
+        index = closing_at + 1
+    end_paragraph()
+    return "\n".join(out)
 
 
 _CHAR_CLASSES = (str.isupper, str.islower, str.isdigit)

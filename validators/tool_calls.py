@@ -161,7 +161,8 @@ def _container_rejection(tool: ToolDefinition, attempted: Any) -> ContainerInvoc
     )
     if names:
         shown = ", ".join(names[:GUIDANCE_FUNCTION_LIMIT])
-        guidance += f" Available functions: {shown}, ..."
+        more = ", ..." if len(names) > GUIDANCE_FUNCTION_LIMIT else ""
+        guidance += f" Available functions: {shown}{more}"
     return ContainerInvocationErrorResponse(
         container_name=tool.name,
         attempted_parameters=attempted,
