@@ -722,6 +722,71 @@ async def test_a_commit_with_no_writes_is_fine(store: SessionStore) -> None:
     assert await snapshot(store) == before
 
 
+# --- pending turns and solution context ---------------------------------------------------
+
+
+async def test_find_pending_turn_sees_stored_and_buffered_turns(store: SessionStore) -> None:
+    waiting = make_turn("t1", status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[READ_FILE])
+    await seed(store, turns=[waiting, make_turn("t2", status=TurnStatus.COMPLETED)])
+
+    tx = store.begin(ORG, USER)
+    found = await tx.find_pending_turn("s1")
+    await tx.complete_turn(waiting.model_copy(update={"status": TurnStatus.COMPLETED}))
+    after_settling = await tx.find_pending_turn("s1")
+    await tx.open_turn(make_turn("t3", status=TurnStatus.AWAITING_CLIENT_TOOLS))
+    buffered = await tx.find_pending_turn("s1")
+
+    assert found is not None
+    assert (found.id, found.pending_tool_calls) == ("t1", [READ_FILE])
+    assert after_settling is None
+    assert buffered is not None
+    assert buffered.id == "t3"
+
+
+async def test_find_pending_turn_is_none_without_one_or_for_another_caller(
+    store: SessionStore,
+) -> None:
+    await seed(store, turns=[make_turn("t1", status=TurnStatus.COMPLETED)])
+    await seed(
+        store,
+        make_session("s2"),
+        turns=[make_turn("t9", "s2", status=TurnStatus.AWAITING_CLIENT_TOOLS)],
+    )
+
+    own = store.begin(ORG, USER)
+    other = store.begin("globex", USER)
+
+    assert await own.find_pending_turn("s1") is None
+    assert (await own.find_pending_turn("s2")) is not None
+    assert await other.find_pending_turn("s2") is None
+
+
+async def test_set_solution_context_replaces_it_at_commit_only(store: SessionStore) -> None:
+    await seed(store)
+
+    tx = store.begin(ORG, USER)
+    updated = await tx.set_solution_context("s1", "solution: other.sln")
+    seen_by_others, _, _ = await snapshot(store)
+    await tx.commit()
+    committed, _, _ = await snapshot(store)
+
+    assert updated.solution_context_text == "solution: other.sln"
+    assert seen_by_others is not None
+    assert seen_by_others.solution_context_text == "solution: aptix.sln"
+    assert committed is not None
+    assert committed.solution_context_text == "solution: other.sln"
+    assert committed.mode == "general"
+
+
+async def test_set_solution_context_of_another_callers_session_is_a_lookup_error(
+    store: SessionStore,
+) -> None:
+    await seed(store)
+
+    with pytest.raises(LookupError):
+        await store.begin("globex", USER).set_solution_context("s1", "stolen")
+
+
 # --- SQLite only -----------------------------------------------------------------------
 
 
