@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         PipelineContext,
         PipelineStep,
     )
+    from .engine import Pipeline, PipelineOptions, Ports, TurnReport
     from .validators import (
         parse_request,
         validate_core,
@@ -48,6 +49,10 @@ _EXPORTS = {
     "InvokeResult": "contracts",
     "InvokeWarning": "contracts",
     "PipelineContext": "contracts",
+    "Pipeline": "engine",
+    "PipelineOptions": "engine",
+    "Ports": "engine",
+    "TurnReport": "engine",
     "PipelineStep": "contracts",
     "parse_request": "validators",
     "validate_core": "validators",
@@ -66,8 +71,12 @@ __all__ = [
     "InvokeError",
     "InvokeResult",
     "InvokeWarning",
+    "Pipeline",
     "PipelineContext",
+    "PipelineOptions",
     "PipelineStep",
+    "Ports",
+    "TurnReport",
     "__version__",
     "parse_request",
     "validate_core",
