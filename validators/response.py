@@ -281,54 +281,75 @@ def _is_machine_payload(text: str, *, fenced: bool) -> bool:
     return isinstance(value, list) and any(isinstance(item, dict | list) for item in value)
 
 
+def _with_ending(raw: str) -> str:
+    """A line that may have been the last one, with a line break."""
+    return raw if raw.splitlines(keepends=False) != [raw] else raw + "\n"
+
+
 def guard_machine_payloads(text: str) -> str:
     """``text`` with each unguarded JSON payload put in a ```` ```json ```` fence (AGN-033 §4.1).
 
-    What counts as unguarded is what ``AGN-033/4.1/guarded-payload`` refuses: an
-    untagged fence whose body is JSON (it gets the ``json`` tag) and a prose
-    paragraph that is a JSON object or an array of objects/arrays (it is fenced).
-    Everything else is left exactly as it was. Pure; the engine applies it to the
-    model's text before it becomes a response.
+    What counts as unguarded is what ``AGN-033/4.1/guarded-payload`` refuses, read
+    with the same line and fence rules: an untagged fence whose body is JSON gets
+    the ``json`` tag, and a prose paragraph that is a JSON object or an array of
+    objects/arrays is fenced. A fence left open (a reply cut short) is closed at
+    the end of the text. Everything else is kept byte for byte. Pure and
+    idempotent; the engine applies it to the model's text before it becomes a
+    response.
     """
-    lines = text.split("\n")
+    raw = text.splitlines(keepends=True)
+    plain = text.splitlines()
     out: list[str] = []
-    paragraph: list[str] = []
+    paragraph: list[int] = []
 
     def end_paragraph() -> None:
-        if paragraph and _is_machine_payload("\n".join(paragraph), fenced=False):
-            out.extend(["```json", *paragraph, "```"])
+        if paragraph and _is_machine_payload("\n".join(plain[i] for i in paragraph), fenced=False):
+            out.append("```json\n")
+            out.extend(_with_ending(raw[i]) for i in paragraph)
+            out.append("```" + ("\n" if raw[paragraph[-1]] != plain[paragraph[-1]] else ""))
         else:
-            out.extend(paragraph)
+            out.extend(raw[i] for i in paragraph)
         paragraph.clear()
 
     index = 0
-    while index < len(lines):
-        line = lines[index]
-        opening = _FENCE.match(line)
-        closing_at = None
-        if opening:
-            fence = opening.group(1)
-            for later in range(index + 1, len(lines)):
-                match = _FENCE.match(lines[later])
-                if match and match.group(1).startswith(fence) and not match.group(2):
-                    closing_at = later
-                    break
-        if opening is None or closing_at is None:  # prose (an unclosed fence guards nothing)
-            if line.strip():
-                paragraph.append(line)
+    while index < len(raw):
+        opening = _FENCE.match(plain[index])
+        if opening is None:
+            if plain[index].strip():
+                paragraph.append(index)
             else:
                 end_paragraph()
-                out.append(line)
+                out.append(raw[index])
             index += 1
             continue
         end_paragraph()
-        body = lines[index + 1 : closing_at]
-        if not opening.group(2) and _is_machine_payload("\n".join(body), fenced=True):
-            line = line.rstrip() + "json"
-        out.extend([line, *body, lines[closing_at]])
-        index = closing_at + 1
+        fence = opening.group(1)
+        closing_at = next(
+            (
+                later
+                for later in range(index + 1, len(raw))
+                if (match := _FENCE.match(plain[later]))
+                and match.group(1).startswith(fence)
+                and not match.group(2)
+            ),
+            None,
+        )
+        body_end = closing_at if closing_at is not None else len(raw)
+        first = raw[index]
+        body = "\n".join(plain[index + 1 : body_end])
+        if not opening.group(2) and _is_machine_payload(body, fenced=True):
+            first = first[: opening.end(1)] + "json" + first[opening.end(1) :]
+        out.append(first)
+        out.extend(raw[index + 1 : body_end])
+        if closing_at is None:  # close a fence the text left open
+            out[-1] = _with_ending(out[-1])
+            out.append(fence)
+            index = len(raw)
+        else:
+            out.append(raw[closing_at])
+            index = closing_at + 1
     end_paragraph()
-    return "\n".join(out)
+    return "".join(out)
 
 
 _CHAR_CLASSES = (str.isupper, str.islower, str.isdigit)
