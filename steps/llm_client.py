@@ -61,12 +61,15 @@ ROUND_LIMIT = rule(
 TOOL_CALL_IDS = rule(
     "AGN-033/5.1/model-tool-call-ids", "AGN-033 §5.1, §3.3",
     "every tool call the model makes needs a non-empty ToolCallId, unique among the calls "
-    "of this request, so each result answers exactly one call",
+    "of this request and those it answers, so each result answers exactly one call",
     ErrorCode.PIPELINE_RULE_FAILED)  # fmt: skip
 
 
 def _check_tool_call_ids(scope: TurnScope, calls: list[ToolCall]) -> None:
     seen = {record.tool_call_id for record in scope.tool_calls}
+    manifest = scope.ctx.tool_call_manifest
+    if manifest is not None:  # the calls this continuation just answered
+        seen.update(call.tool_call_id for call in manifest.tool_calls)
     for index, call in enumerate(calls):
         problem = None
         if not call.tool_call_id.strip():

@@ -36,6 +36,7 @@ from aptix_pipeline.contracts import (
     ToolCall,
     ToolInvocation,
     Turn,
+    TurnStatus,
 )
 from aptix_pipeline.engine import Pipeline, TurnReport
 from aptix_pipeline.validators.json_text import strict_json_loads
@@ -487,6 +488,24 @@ async def test_model_tool_calls_with_empty_or_repeated_ids_fault_and_store_nothi
     # a reply is checked before any of its calls runs: a repeated id in one reply runs nothing
     if len(replies) == 1:
         assert ran == []
+
+
+@pytest.mark.rule(TOOL_CALL_IDS, "broken")
+async def test_a_continuation_reply_reusing_an_answered_call_id_faults(store: Store) -> None:
+    llm = ScriptedLLM([reply(("c1", "read_file", READ)), reply(("c1", "read_file", READ))])
+    pipeline, _ = make_pipeline(store, llm)
+    _, pending = await start(pipeline)
+
+    report = await pipeline.run(continuation(pending), CALLER)
+
+    assert_refused(report, TOOL_CALL_IDS, "llm_client")
+    assert report.result.errors[0].tool_call_id == "c1"
+    tx = store.begin(CALLER.org, CALLER.user)
+    turn = await tx.load_turn(pending.session_id, pending.turn_id)
+    await tx.rollback()
+    assert turn is not None  # nothing changed: the turn still awaits c1
+    assert turn.status is TurnStatus.AWAITING_CLIENT_TOOLS
+    assert [call.tool_call_id for call in turn.pending_tool_calls] == ["c1"]
 
 
 @pytest.mark.rule(TOOL_CALL_IDS, "holds")
