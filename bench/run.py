@@ -61,11 +61,11 @@ def main() -> int:
     print("whole turn, memory store, fixed-reply model (µs per turn)")
     header = ("path", "engine", "plain", "raw psm", "engine/plain", "(engine-plain)/psm")
     print(
-        f"{header[0]:<28}{header[1]:>9}{header[2]:>9}{header[3]:>9}{header[4]:>14}{header[5]:>20}"
+        f"{header[0]:<44}{header[1]:>9}{header[2]:>9}{header[3]:>9}{header[4]:>14}{header[5]:>20}"
     )
     for path_name, engine, plain, raw, turns in engine_rows():
         label = f"{path_name} ({turns} transitions)"
-        print(f"{label:<28}{engine:>9.0f}{plain:>9.0f}{raw:>9.0f}{engine / plain:>14.2f}"
+        print(f"{label:<44}{engine:>9.0f}{plain:>9.0f}{raw:>9.0f}{engine / plain:>14.2f}"
               f"{(engine - plain) / raw:>20.2f}")  # fmt: skip
     return 0
 
