@@ -97,6 +97,39 @@ def _unique(names: list[str], what: str, source: str) -> None:
         seen.add(name)
 
 
+def _check_containers(tools: list[ToolDefinition], where: str) -> None:
+    """Every member's container is in the same set, and every container's members are.
+
+    A container whose members are missing would expand to nothing, and a member
+    whose container is missing could never be revealed (container design, R9).
+    """
+    by_name = {tool.name: tool for tool in tools}
+    for tool in tools:
+        if tool.member_of is None:
+            continue
+        container = by_name.get(tool.member_of)
+        if container is None or not container.is_container:
+            raise CatalogError(
+                f"{where}: {tool.name!r} is a member of {tool.member_of!r}, "
+                "which is not a container of the same set"
+            )
+        if container.function_names is not None and tool.name not in container.function_names:
+            raise CatalogError(
+                f"{where}: {tool.name!r} is not in the FunctionNames of {container.name!r}"
+            )
+    for tool in tools:
+        missing = [
+            name
+            for name in tool.function_names or ()
+            if name not in by_name or by_name[name].member_of != tool.name
+        ]
+        if missing:
+            raise CatalogError(
+                f"{where}: container {tool.name!r} names functions that are not its "
+                f"members in the same set: {missing}"
+            )
+
+
 def _default(items: list[Any], what: str, source: str) -> Any:
     defaults = [item for item in items if item.default]
     if len(defaults) > 1:
@@ -119,6 +152,7 @@ class ConfigCatalog:
             for i, t in enumerate(config.server_tools)
         ]
         _unique([t.name for t in tools], "server tool", source)
+        _check_containers(tools, f"{source}: server_tools")
         by_name = {tool.name: tool for tool in tools}
         _unique([m.name for m in config.modes], "mode", source)
         if DEFAULT_MODE not in {m.name for m in config.modes}:
@@ -130,6 +164,10 @@ class ConfigCatalog:
                 raise CatalogError(
                     f"{source}: mode {mode.name!r} names unknown server tools {missing}"
                 )
+            _check_containers(
+                [by_name[name] for name in mode.server_tools],
+                f"{source}: mode {mode.name!r}",
+            )
             self._modes[mode.name] = ModeSpec(
                 name=mode.name,
                 display_name=mode.display_name,
@@ -144,6 +182,7 @@ class ConfigCatalog:
                 for i, t in enumerate(agent.client_tools)
             ]
             _unique([t.name for t in client_tools], f"client tool of agent {agent.id!r}:", source)
+            _check_containers(client_tools, f"{source}: agent {agent.id!r} client_tools")
             self._agents[agent.id] = AgentContext(
                 id=agent.id,
                 name=agent.name,

@@ -72,7 +72,7 @@ def _tool_call(data: object, where: str) -> ToolCall:
     if unknown:
         raise ScriptError(f"{where} has unknown keys {sorted(unknown)}")
     call_id, name = data.get("id"), data.get("name")
-    if not isinstance(call_id, str) or not call_id:
+    if not isinstance(call_id, str) or not call_id.strip():
         raise ScriptError(f"{where}.id must be non-empty text")
     if not isinstance(name, str) or not name:
         raise ScriptError(f"{where}.name must be non-empty text")
@@ -133,6 +133,8 @@ class ScriptedLLM:
             data = data["replies"]
         if not isinstance(data, list):
             raise ScriptError('a script is a list of replies or {"replies": [...]}')
+        if not data:
+            raise ScriptError("the script has no replies")
         return cls(data)
 
     @classmethod

@@ -149,6 +149,8 @@ class Turn(WireModel):
     ``mode`` is the mode the turn started in: it selects the turn's tools, which stay
     frozen across its continuations (AGN-011 §4.4). ``expanded_containers`` are the
     containers the model expanded during the turn (container design, DESIGN.md R9).
+    ``usage`` and ``server_tool_results`` add up over all the requests of the turn,
+    so its final response reports the whole turn (AGN-033 §1.1, §5.3).
     """
 
     id: str
@@ -157,6 +159,8 @@ class Turn(WireModel):
     status: TurnStatus = TurnStatus.OPEN
     pending_tool_calls: list[ToolCall] = Field(default_factory=list)
     expanded_containers: list[str] = Field(default_factory=list)
+    usage: Usage | None = None
+    server_tool_results: list[ToolResult] = Field(default_factory=list)
     created_at: datetime | None = None
 
 

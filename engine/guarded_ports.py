@@ -40,18 +40,20 @@ async def _guard(port: str, call: str, work: Awaitable[T]) -> T:
         return await work
     except (StepFaultError, StoreConflictError):
         raise
-    except (LookupError, ValueError):
-        raise  # the port's documented refusals: the step decides what they mean
     except Exception as error:
-        raise StepFaultError(
-            [
-                InvokeError(
-                    code=ErrorCode.PORT_FAILED,
-                    field=port,
-                    message=f"{port}.{call} failed: {type(error).__name__}: {error}",
-                )
-            ]
-        ) from error
+        raise _port_failed(port, call, error) from error
+
+
+def _port_failed(port: str, call: str, error: Exception) -> StepFaultError:
+    return StepFaultError(
+        [
+            InvokeError(
+                code=ErrorCode.PORT_FAILED,
+                field=port,
+                message=f"{port}.{call} failed: {type(error).__name__}: {error}",
+            )
+        ]
+    )
 
 
 class GuardedTransaction:
@@ -133,7 +135,10 @@ class GuardedStore:
 
     def begin(self, org: str, user: str) -> GuardedTransaction:
         """See ``SessionStore``."""
-        return GuardedTransaction(self.inner.begin(org, user))
+        try:
+            return GuardedTransaction(self.inner.begin(org, user))
+        except Exception as error:
+            raise _port_failed("SessionStore", "begin", error) from error
 
 
 class GuardedModeCatalog:

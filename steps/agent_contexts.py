@@ -11,7 +11,7 @@ from aptix_pipeline.contracts import AgentContext, ConversationContext, ErrorCod
 from aptix_pipeline.validators.core import has_text
 from aptix_pipeline.validators.rules import Rule, rule
 
-from .faults import StepFaultError
+from .faults import StepFaultError, shown
 from .scope import TurnScope
 
 __all__ = ["ContextRules", "load_contexts"]
@@ -49,10 +49,10 @@ async def load_contexts(
     )
     errors = []
     if agent is None:
-        errors.append(rules.agent.error(repr(agent_context_id), field="AgentContextId"))
+        errors.append(rules.agent.error(shown(agent_context_id), field="AgentContextId"))
     if conversation is None:
         errors.append(
-            rules.conversation.error(repr(conversation_context_id), field="ConversationContextId")
+            rules.conversation.error(shown(conversation_context_id), field="ConversationContextId")
         )
     if errors:
         raise StepFaultError(errors)

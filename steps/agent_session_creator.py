@@ -11,7 +11,7 @@ from aptix_pipeline.contracts import DEFAULT_MODE, ErrorCode, Session, Turn, Tur
 from aptix_pipeline.validators.core import has_text
 from aptix_pipeline.validators.rules import rule
 
-from .faults import StepFaultError
+from .faults import StepFaultError, shown
 from .scope import TurnScope
 
 __all__ = ["INITIAL_MODE_KNOWN", "agent_session_creator"]
@@ -27,10 +27,10 @@ async def agent_session_creator(scope: TurnScope) -> None:
     ctx, ids = scope.ctx, scope.ports.ids
     requested: object = scope.initial_mode
     if requested is not None and not isinstance(requested, str):
-        raise StepFaultError([INITIAL_MODE_KNOWN.error(repr(requested), field="initial_mode")])
+        raise StepFaultError([INITIAL_MODE_KNOWN.error(shown(requested), field="initial_mode")])
     mode = requested if isinstance(requested, str) and has_text(requested) else DEFAULT_MODE
     if await scope.ports.modes.get_mode(mode) is None:
-        raise StepFaultError([INITIAL_MODE_KNOWN.error(repr(mode), field="initial_mode")])
+        raise StepFaultError([INITIAL_MODE_KNOWN.error(shown(mode), field="initial_mode")])
     session = Session(
         id=ids.new_id("session"),
         org=scope.caller.org,

@@ -35,6 +35,8 @@ async def complete_turn(scope: TurnScope) -> None:
             "status": TurnStatus.AWAITING_CLIENT_TOOLS if awaiting else TurnStatus.COMPLETED,
             "pending_tool_calls": list(ctx.client_tool_calls or []) if awaiting else [],
             "expanded_containers": list(scope.expanded),
+            "usage": scope.usage,
+            "server_tool_results": list(scope.server_results),
         }
     )
     await tx.complete_turn(settled)

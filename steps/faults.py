@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from aptix_pipeline.contracts import InvokeError
 
-__all__ = ["StepFaultError"]
+__all__ = ["StepFaultError", "shown"]
 
 
 class StepFaultError(Exception):
@@ -23,3 +23,12 @@ class StepFaultError(Exception):
         if not self.errors:
             raise ValueError("a StepFaultError names at least one error")
         super().__init__("; ".join(error.message for error in self.errors))
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters.
+
+    Errors quote what the client sent; a megabyte-long id must not come back whole.
+    """
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"

@@ -20,6 +20,7 @@ from typing import Any
 
 from tenacity import (
     AsyncRetrying,
+    retry_if_exception_type,
     retry_if_not_exception_type,
     stop_after_attempt,
     wait_exponential,
@@ -126,7 +127,9 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
             wait=wait_exponential(
                 multiplier=options.retry_wait_seconds, max=options.retry_max_wait_seconds
             ),
-            retry=retry_if_not_exception_type(PermanentPortError),
+            # Exceptions only: cancellation, KeyboardInterrupt and SystemExit end the turn.
+            retry=retry_if_exception_type(Exception)
+            & retry_if_not_exception_type(PermanentPortError),
             reraise=True,
         ):
             with attempt:

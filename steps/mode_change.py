@@ -193,7 +193,10 @@ async def change_mode(
         ctx.mode = mode
         scope.mode_changes.append(ModeChange(call.tool_call_id, previous, mode, reason, branch))
         logger.info("session %s: mode %s -> %s (branch=%s)", session.id, previous, mode, branch)
-        if len(scope.mode_changes) == 2:
+        # R8 counts the turn's changes, across its continuations too (the session's history).
+        of_turn = [e for e in ctx.session.mode_history if e.turn_id == turn.id]
+        already_warned = any(w.rule_id == SEVERAL_MODE_CHANGES.id for w in scope.warnings)
+        if len(of_turn) >= 2 and not already_warned:
             logger.warning("session %s: %s", session.id, SEVERAL_MODE_CHANGES.message)
             scope.warnings.append(
                 InvokeWarning(

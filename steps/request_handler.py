@@ -2,13 +2,19 @@
 
 Parses and checks the request (AGN-034), decides its context type by field
 presence (DESIGN.md R1), stamps the time and a correlation id from the ports, and
-begins the turn's store transaction. Its POST is ``ValidateCore`` (§4.1).
+begins the turn's store transaction. Its POST is ``ValidateCore`` (§4.1). A
+continuation refused for its ToolResults gets each error's tool name from the
+pending turn (read only), so the fault names tool id, name and reason.
 """
 
 from __future__ import annotations
 
-from aptix_pipeline.contracts import Envelope, PipelineContext
+from collections.abc import Mapping
+from contextlib import suppress
+
+from aptix_pipeline.contracts import AgentExecuteRequest, Envelope, InvokeError, PipelineContext
 from aptix_pipeline.validators import classify_request, parse_request
+from aptix_pipeline.validators.json_text import strict_json_loads
 
 from .faults import StepFaultError
 from .scope import TurnScope
@@ -16,11 +22,59 @@ from .scope import TurnScope
 __all__ = ["request_handler"]
 
 
+def _named_ids(raw: object) -> tuple[str, str] | None:
+    """SessionId and TurnId of a request that did not parse, when they can be read."""
+    if isinstance(raw, AgentExecuteRequest):
+        data: object = {"SessionId": raw.session_id, "TurnId": raw.turn_id}
+    elif isinstance(raw, str | bytes):
+        try:
+            data = strict_json_loads(raw)
+        except (ValueError, RecursionError):
+            return None
+    else:
+        data = raw
+    if not isinstance(data, Mapping):
+        return None
+    session_id, turn_id = data.get("SessionId"), data.get("TurnId")
+    if isinstance(session_id, str) and isinstance(turn_id, str):
+        return session_id, turn_id
+    return None
+
+
+async def _with_tool_names(
+    scope: TurnScope, errors: tuple[InvokeError, ...]
+) -> tuple[InvokeError, ...]:
+    """Name the tool of each error about a returned result (AGN-036 §5, DESIGN.md R3).
+
+    A continuation whose ToolResults break AGN-034 is refused before the pending
+    turn is loaded; here it is read (never written) to add each result's tool name.
+    """
+    unnamed = {e.tool_call_id for e in errors if e.tool_call_id and e.tool_name is None}
+    ids = _named_ids(scope.raw_request) if unnamed else None
+    if ids is None:
+        return errors
+    tx = scope.ports.store.begin(scope.caller.org, scope.caller.user)
+    try:
+        turn = await tx.load_turn(*ids)
+    except Exception:  # only a nicety: the request is refused either way
+        turn = None
+    finally:
+        with suppress(Exception):
+            await tx.rollback()
+    names = {call.tool_call_id: call.name for call in (turn.pending_tool_calls if turn else [])}
+    return tuple(
+        error.model_copy(update={"tool_name": names[error.tool_call_id]})
+        if error.tool_call_id in names and error.tool_name is None
+        else error
+        for error in errors
+    )
+
+
 async def request_handler(scope: TurnScope) -> None:
     """Create ``scope.ctx`` from the request; a request that breaks AGN-034 faults the turn."""
     parsed = parse_request(scope.raw_request)
     if parsed.result is None:
-        raise StepFaultError(parsed.errors)
+        raise StepFaultError(await _with_tool_names(scope, parsed.errors))
     request = parsed.result
     kind = classify_request(request)
     if kind is None:  # parse_request already refuses this (AGN-034/3/session-turn-pair)

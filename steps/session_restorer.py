@@ -25,7 +25,7 @@ from aptix_pipeline.validators import validate_turn_protocol
 from aptix_pipeline.validators.protocol import FOLLOW_ON_TURN_SETTLED
 from aptix_pipeline.validators.rules import rule
 
-from .faults import StepFaultError
+from .faults import StepFaultError, shown
 from .scope import TurnScope
 
 __all__ = ["SESSION_FOUND", "TURN_FOUND", "session_restorer"]
@@ -47,16 +47,18 @@ async def session_restorer(scope: TurnScope) -> None:
     session_id, turn_id = ctx.envelope.session_id or "", ctx.envelope.turn_id or ""
     session = await tx.load_session(session_id)
     if session is None:
-        raise StepFaultError([SESSION_FOUND.error(repr(session_id), field="SessionId")])
+        raise StepFaultError([SESSION_FOUND.error(shown(session_id), field="SessionId")])
     named = await tx.load_turn(session_id, turn_id)
     if named is None:
-        raise StepFaultError([TURN_FOUND.error(repr(turn_id), field="TurnId")])
+        raise StepFaultError([TURN_FOUND.error(shown(turn_id), field="TurnId")])
     protocol = validate_turn_protocol(ctx.type, named)
     if not protocol.successful:
         raise StepFaultError(protocol.errors)
     if ctx.type is ContextType.CLIENT_TOOL_CALL_CONTINUATION:
         turn = named
         scope.expanded = list(named.expanded_containers)
+        scope.usage = named.usage
+        scope.server_results = list(named.server_tool_results)
     else:
         pending = await tx.find_pending_turn(session_id)
         if pending is not None:  # R10 for the session: its open call set must be answered first

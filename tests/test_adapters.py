@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -591,3 +592,68 @@ async def test_embedded_pipeline_runs_an_initial_turn_on_sqlite(tmp_path: Path) 
     assert turn is not None
     assert [m.content for m in transcript][-1] == "hello there"
     assert stranger is None
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [("[]", "the script has no replies"), ('{"replies": []}', "the script has no replies"),
+     ('[{"tool_calls": [{"id": "  ", "name": "x"}]}]', "replies[0].tool_calls[0].id")],
+)  # fmt: skip
+def test_an_empty_script_or_a_blank_call_id_is_refused(script: str, message: str) -> None:
+    with pytest.raises(ScriptError, match=re.escape(message)):
+        ScriptedLLM.from_json(script)
+
+
+README_TOML = re.compile(r"```toml\n(.*?)```", re.S)
+
+
+def test_the_readme_catalog_example_loads() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    [example] = README_TOML.findall(readme)
+
+    catalog = ConfigCatalog.from_toml(example, source="README.md")
+
+    assert asyncio.run(catalog.get_mode("general")) is not None
+
+
+MEMBERS = """
+[[modes]]
+name = "general"
+display_name = "General"
+server_tools = {modes}
+[[server_tools]]
+name = "Math"
+is_container = true
+function_names = {names}
+executes_on = "server"
+[[server_tools]]
+name = "Add"
+member_of = "{container}"
+executes_on = "server"
+[[agents]]
+id = "a"
+name = "A"
+[[conversations]]
+id = "c"
+"""
+
+
+@pytest.mark.parametrize(
+    ("modes", "names", "container", "message"),
+    [
+        ('["Math", "Add"]', '["Add"]', "Mth", "not a container of the same set"),
+        ('["Math", "Add"]', '["Add", "Sub"]', "Math", "not its members"),
+        ('["Math", "Add"]', '["Sub"]', "Math", "is not in the FunctionNames"),
+        ('["Add"]', '["Add"]', "Math", "mode 'general'"),
+        ('["Math"]', '["Add"]', "Math", "mode 'general'"),
+    ],
+    ids=["unknown-container", "unknown-function", "member-not-named", "member-without-container",
+         "container-without-members"],
+)  # fmt: skip
+def test_containers_and_members_must_agree(
+    modes: str, names: str, container: str, message: str
+) -> None:
+    config = MEMBERS.format(modes=modes, names=names, container=container)
+
+    with pytest.raises(CatalogError, match=re.escape(message)):
+        ConfigCatalog.from_toml(config)

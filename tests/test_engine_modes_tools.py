@@ -161,7 +161,7 @@ BIG_CONTAINER_CONFIG = (
 [[modes]]
 name = "general"
 display_name = "General"
-server_tools = ["Math"]
+server_tools = ["Math", "Add", "Multiply", "Abs", "Square", "Subtract", "Min", "SolveQuadratic"]
 
 [[server_tools]]
 name = "Math"
@@ -173,6 +173,10 @@ function_count = 7
 source_type = "Plugin"
 executes_on = "server"
 """
+    + "".join(
+        f'\n[[server_tools]]\nname = "{name}"\nmember_of = "Math"\nexecutes_on = "server"\n'
+        for name in SEVEN_FUNCTIONS
+    )
     + _AGENT_AND_CONVERSATION
 )
 

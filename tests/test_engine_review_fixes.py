@@ -11,6 +11,7 @@ the warnings of restored sessions (AGN-011 §3.3, §5.6, DESIGN.md R7/R8), and t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -879,3 +880,155 @@ def test_a_sqlite_store_that_works_still_runs(tmp_path: Path) -> None:
 
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["Result"]["PrimaryOutputText"] == "hello"
+
+
+# === second review ======================================================================
+
+
+async def test_cancelling_a_turn_stops_the_model_call_without_retrying(store: Store) -> None:
+    calls: list[float] = []
+
+    class SlowLLM:
+        async def complete(self, request: LLMRequest) -> LLMReply:
+            calls.append(asyncio.get_running_loop().time())
+            await asyncio.sleep(5)
+            return LLMReply(text="late")
+
+    pipeline, _ = make_pipeline(store, SlowLLM())
+    task = asyncio.create_task(pipeline.execute({"Instruction": "hello"}, CALLER))
+    await asyncio.sleep(0.05)
+
+    task.cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, timeout=1)
+    assert len(calls) == 1
+    assert await stored(store) == NOTHING_STORED
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"ToolCallId": "c1", "ExecutionMs": 1, "ResultJson": "{}", "ErrorMessage": "x"},
+        {"ToolCallId": "c1", "ExecutionMs": 1},
+        {"ToolCallId": "c1", "ExecutionMs": 1, "ResultJson": "{not json"},
+    ],
+    ids=["both", "neither", "bad-json"],
+)
+async def test_a_refused_tool_result_names_the_pending_calls_tool(
+    store: Store, result: dict[str, Any]
+) -> None:
+    pipeline, _ = make_pipeline(store, [calls(call("c1", "read_file", {"path": "a.py"}))])
+    _, pending = await start(pipeline)
+
+    report = await pipeline.run(continuation(pending, result), CALLER)
+
+    assert not report.successful
+    [error] = report.result.errors
+    assert (error.tool_call_id, error.tool_name) == ("c1", "read_file")
+
+
+class RaisingStore:
+    """A store whose reads raise ``error`` (or whose ``begin`` does)."""
+
+    def __init__(self, inner: Store, error: Exception, *, at_begin: bool = False) -> None:
+        self.inner, self.error, self.at_begin = inner, error, at_begin
+
+    def begin(self, org: str, user: str) -> Any:
+        if self.at_begin:
+            raise self.error
+        tx = self.inner.begin(org, user)
+
+        async def fail(*args: Any) -> None:
+            raise self.error
+
+        tx.load_session = fail  # type: ignore[method-assign,assignment]
+        return tx
+
+
+@pytest.mark.parametrize(
+    ("error", "at_begin"),
+    [(KeyError("s"), False), (ValueError("bad row"), False), (OSError("no disk"), True)],
+    ids=["KeyError", "ValueError", "begin"],
+)
+async def test_any_store_exception_is_a_port_failure(
+    store: Store, error: Exception, at_begin: bool
+) -> None:
+    first, _ = make_pipeline(store, [text("hi")])
+    done = ok(await first.execute({"Instruction": "hello"}, CALLER))
+    pipeline, _ = make_pipeline(RaisingStore(store, error, at_begin=at_begin), [text("x")])
+
+    report = await pipeline.run(follow_on(done), CALLER)
+
+    [failure] = report.result.errors
+    assert (failure.code, failure.field) == (ErrorCode.PORT_FAILED, "SessionStore")
+    assert type(error).__name__ in failure.message
+
+
+async def test_several_mode_changes_across_the_requests_of_one_turn_warn(store: Store) -> None:
+    pipeline, _ = make_pipeline(
+        store,
+        [
+            calls(change_mode("m1", "review"), call("c1", "read_file", {"path": "a.py"})),
+            calls(change_mode("m2", "general")),
+            text("done"),
+        ],
+    )
+    first, pending = await start(pipeline)
+
+    report = await pipeline.run(continuation(pending), CALLER)
+
+    assert "several_mode_changes" not in warning_codes(first)
+    assert "several_mode_changes" in warning_codes(report)
+    history = (await session_of(store)).mode_history
+    assert [(e.previous_mode, e.new_mode) for e in history] == [
+        ("general", "review"),
+        ("review", "general"),
+    ]
+
+
+async def test_a_final_answer_reports_the_whole_turns_usage_and_server_tools(
+    store: Store,
+) -> None:
+    pipeline, _ = make_pipeline(
+        store,
+        [
+            {**calls(call("k1", "Math"), call("c1", "read_file", {"path": "a.py"})),
+             "usage": {"input_tokens": 10, "output_tokens": 2}},
+            {**text("done"), "usage": {"input_tokens": 20, "output_tokens": 3}},
+        ],
+    )  # fmt: skip
+    _, pending = await start(pipeline)
+
+    final = ok(await pipeline.execute(continuation(pending), CALLER))
+
+    assert final.usage is not None
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (30, 5)
+    assert final.usage.total_tokens == 35
+    assert [r.tool_call_id for r in final.tool_results or []] == []  # an expansion is no tool run
+
+
+async def test_a_final_answer_carries_server_results_from_before_the_client_round_trip(
+    store: Store,
+) -> None:
+    pipeline, _ = make_pipeline(
+        store,
+        [calls(call("k1", "review_checklist"), call("c1", "read_file", {"path": "a.py"})),
+         text("done")],
+    )  # fmt: skip
+    _, pending = await start(pipeline, initial_mode="review")
+
+    final = ok(await pipeline.execute(continuation(pending), CALLER))
+
+    assert [r.tool_call_id for r in final.tool_results or []] == ["k1"]
+
+
+async def test_an_error_quotes_a_huge_id_only_in_part(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [text("x")])
+    huge = "s" * 100_000
+
+    report = await pipeline.run({"SessionId": huge, "TurnId": "t", "Instruction": "hi"}, CALLER)
+
+    [error] = report.result.errors
+    assert error.rule_id == "AGN-033/3.1/session-found"
+    assert len(error.message) < 300
