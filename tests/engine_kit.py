@@ -25,24 +25,35 @@ from aptix_pipeline.contracts import (
     LLM,
     AgentExecuteResponse,
     Caller,
+    ChatMessage,
     InvokeResult,
     PipelineStep,
+    Session,
     SessionStore,
     ToolExecutor,
+    Turn,
 )
 from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports
 from aptix_pipeline.steps import StepFunction
 
 __all__ = [
     "CALLER",
+    "NOTHING_STORED",
     "OTHER_ORG",
     "OTHER_USER",
     "STORE_KINDS",
+    "StoreView",
+    "call",
+    "calls",
+    "change_mode",
     "continuation",
     "follow_on",
     "make_pipeline",
     "make_store",
     "ok",
+    "scripted",
+    "stored",
+    "text",
 ]
 
 CALLER = Caller(org="acme", user="ana")
@@ -134,3 +145,53 @@ def continuation(response: AgentExecuteResponse, *results: Mapping[str, Any]) ->
         "TurnId": response.turn_id,
         "ToolResults": tool_results,
     }
+
+
+# --- scripted replies ---------------------------------------------------------------------
+
+
+def call(call_id: str, name: str, arguments: Any = None) -> dict[str, Any]:
+    """One scripted tool call; ``arguments`` as an object or JSON text (default ``{}``)."""
+    return {"id": call_id, "name": name, "arguments": {} if arguments is None else arguments}
+
+
+def calls(*tool_calls: dict[str, Any], text: str | None = None) -> dict[str, Any]:
+    """One scripted reply with tool calls (and optionally text)."""
+    reply: dict[str, Any] = {"tool_calls": list(tool_calls)}
+    if text is not None:
+        reply["text"] = text
+    return reply
+
+
+def text(answer: str) -> dict[str, Any]:
+    """One scripted final answer."""
+    return {"text": answer}
+
+
+def change_mode(call_id: str, mode: str, reason: str = "the user asked", **more: Any) -> Any:
+    """A scripted ``agent_change_mode`` call."""
+    return call(call_id, "agent_change_mode", {"mode": mode, "reason": reason, **more})
+
+
+def scripted(llm: ScriptedLLM | None) -> ScriptedLLM:
+    """The scripted model ``make_pipeline`` returned."""
+    assert llm is not None
+    return llm
+
+
+# --- what the store holds -------------------------------------------------------------------
+
+StoreView = tuple[Session | None, tuple[Turn | None, ...], tuple[ChatMessage, ...]]
+
+
+async def stored(store: MemoryStore | SQLiteStore, session_id: str = "session-1") -> StoreView:
+    """What the store holds for CALLER's session: the session, turns 1-5, transcript."""
+    org, user = CALLER.org, CALLER.user
+    session = await store.read_session(org, user, session_id)
+    turns = [await store.read_turn(org, user, session_id, f"turn-{n}") for n in range(1, 6)]
+    transcript = await store.read_transcript(org, user, session_id)
+    return session, tuple(turns), tuple(transcript)
+
+
+NOTHING_STORED: StoreView = (None, (None,) * 5, ())
+"""``stored`` of a store where the turn left nothing."""

@@ -12,7 +12,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
-from engine_kit import CALLER, continuation, follow_on, make_pipeline, ok
+from engine_kit import (
+    CALLER,
+    call,
+    calls,
+    change_mode,
+    continuation,
+    follow_on,
+    make_pipeline,
+    ok,
+    scripted,
+    text,
+)
 
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.contracts import (
@@ -196,35 +207,6 @@ executes_on = "server"
 )
 
 # --- helpers ----------------------------------------------------------------------------
-
-
-def call(call_id: str, name: str, arguments: Any = None) -> dict[str, Any]:
-    """One scripted tool call; ``arguments`` as an object or JSON text (default ``{}``)."""
-    return {"id": call_id, "name": name, "arguments": {} if arguments is None else arguments}
-
-
-def calls(*tool_calls: dict[str, Any], text: str | None = None) -> dict[str, Any]:
-    """One scripted reply with tool calls."""
-    reply: dict[str, Any] = {"tool_calls": list(tool_calls)}
-    if text is not None:
-        reply["text"] = text
-    return reply
-
-
-def text(answer: str) -> dict[str, Any]:
-    """One scripted final answer."""
-    return {"text": answer}
-
-
-def change_mode(call_id: str, mode: str, reason: str = "the user asked", **more: Any) -> Any:
-    """A scripted ``agent_change_mode`` call."""
-    return call(call_id, "agent_change_mode", {"mode": mode, "reason": reason, **more})
-
-
-def scripted(llm: ScriptedLLM | None) -> ScriptedLLM:
-    """The scripted model ``make_pipeline`` returned."""
-    assert llm is not None
-    return llm
 
 
 def names(request: LLMRequest) -> list[str]:

@@ -21,12 +21,15 @@ from typing import Any
 import pytest
 from engine_kit import (
     CALLER,
+    NOTHING_STORED,
     OTHER_ORG,
     OTHER_USER,
+    StoreView,
     continuation,
     follow_on,
     make_pipeline,
     ok,
+    stored,
 )
 from rulecases import rule_params
 
@@ -39,7 +42,6 @@ from aptix_pipeline.contracts import (
     AgentExecuteRequest,
     AgentExecuteResponse,
     Caller,
-    ChatMessage,
     ChatRole,
     ContextType,
     ErrorCode,
@@ -132,18 +134,6 @@ def assert_faulted(report: TurnReport, faulted_step: str) -> None:
     assert report.transitions[-1].event == "fault"
     assert report.transitions[-1].target == "faulted"
     assert "complete" not in events(report)
-
-
-StoreView = tuple[Session | None, tuple[Turn | None, ...], tuple[ChatMessage, ...]]
-
-
-async def stored(store: Store, session_id: str = "session-1") -> StoreView:
-    """What the store holds for the caller's session: the session, turns 1-5, transcript."""
-    org, user = CALLER.org, CALLER.user
-    session = await store.read_session(org, user, session_id)
-    turns = [await store.read_turn(org, user, session_id, f"turn-{n}") for n in range(1, 6)]
-    transcript = await store.read_transcript(org, user, session_id)
-    return session, tuple(turns), tuple(transcript)
 
 
 @dataclass
@@ -730,7 +720,7 @@ async def test_an_initial_turn_naming_an_unknown_context_is_not_found(
     assert "'nobody'" in error.message
     assert llm is not None
     assert llm.remaining == 1
-    assert await stored(store) == (None, (None,) * 5, ())
+    assert await stored(store) == NOTHING_STORED
 
 
 @pytest.mark.parametrize(
@@ -857,7 +847,7 @@ async def test_a_failing_commit_faults_the_turn_and_rolls_back(
     assert report.states[-2] == "response_built"
     assert [tx.rolled_back for tx in failing.transactions] == [True]
     assert report.mode_changes == ()
-    assert await stored(store) == (None, (None,) * 5, ())
+    assert await stored(store) == NOTHING_STORED
 
 
 class ReadFailingStore:
@@ -908,7 +898,7 @@ async def test_a_failing_catalog_is_a_port_failure_and_stores_nothing(store: Sto
 
     assert report.result.errors[0].code == ErrorCode.PORT_FAILED
     assert report.result.errors[0].field == "ModeCatalog"
-    assert await stored(store) == (None, (None,) * 5, ())
+    assert await stored(store) == NOTHING_STORED
 
 
 # --- 4. R1 and bad requests ------------------------------------------------------------
@@ -971,7 +961,7 @@ async def test_a_bad_request_returns_an_unsuccessful_result_and_never_raises(
     assert result.result is None
     assert rule_id in result.rule_ids
     assert all(e.code is ErrorCode.INVALID_REQUEST for e in result.errors)
-    assert await stored(store) == (None, (None,) * 5, ())
+    assert await stored(store) == NOTHING_STORED
     assert llm is not None
     assert llm.remaining == 1
 
@@ -1174,7 +1164,7 @@ async def test_a_model_that_keeps_calling_server_tools_faults_past_the_round_lim
     assert len(report.tool_calls) == 2
     assert llm is not None
     assert llm.remaining == 3
-    assert await stored(store) == (None, (None,) * 5, ())
+    assert await stored(store) == NOTHING_STORED
 
 
 # --- 8. LLM port failures --------------------------------------------------------------
@@ -1238,7 +1228,7 @@ async def test_an_llm_that_always_fails_faults_as_port_failed_after_every_attemp
     assert f"after {attempts} attempt(s)" in error.message
     assert "ConnectionError" in error.message
     assert llm.calls == attempts
-    assert await stored(store) == (None, (None,) * 5, ())
+    assert await stored(store) == NOTHING_STORED
 
 
 async def test_a_script_that_runs_out_faults_at_once_without_retrying(store: Store) -> None:
@@ -1253,7 +1243,7 @@ async def test_a_script_that_runs_out_faults_at_once_without_retrying(store: Sto
     assert "ScriptExhaustedError" in error.message
     assert "after 1 attempt(s)" in error.message
     assert llm.calls == 1
-    assert await stored(store) == (None, (None,) * 5, ())
+    assert await stored(store) == NOTHING_STORED
 
 
 @pytest.mark.rule("AGN-036/4.9/POST/exactly-one-outcome", "broken")
@@ -1267,7 +1257,7 @@ async def test_an_empty_reply_without_tool_calls_has_no_outcome_and_faults(
 
     assert_faulted(report, "llm_client")
     assert report.result.rule_ids == ("AGN-036/4.9/POST/exactly-one-outcome",)
-    assert await stored(store) == (None, (None,) * 5, ())
+    assert await stored(store) == NOTHING_STORED
 
 
 # --- 9. concurrency --------------------------------------------------------------------
@@ -1370,7 +1360,7 @@ async def test_run_sync_inside_a_running_event_loop_raises_and_runs_nothing(
 
     assert llm is not None
     assert llm.remaining == 1
-    assert await stored(store) == (None, (None,) * 5, ())
+    assert await stored(store) == NOTHING_STORED
 
 
 ORG, USER = "AGN-036/3/org-present", "AGN-036/3/user-present"
@@ -1398,7 +1388,7 @@ async def test_a_caller_mapping_without_org_or_user_is_refused_and_never_raises(
     assert report.result.rule_ids == (rule_id,)
     assert llm is not None
     assert llm.remaining == 1
-    assert await stored(store) == (None, (None,) * 5, ())
+    assert await stored(store) == NOTHING_STORED
 
 
 async def test_a_caller_mapping_with_wire_names_is_accepted(store: Store) -> None:

@@ -20,7 +20,20 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from engine_kit import CALLER, continuation, follow_on, make_pipeline, ok
+from engine_kit import (
+    CALLER,
+    NOTHING_STORED,
+    call,
+    calls,
+    change_mode,
+    continuation,
+    follow_on,
+    make_pipeline,
+    ok,
+    scripted,
+    stored,
+    text,
+)
 
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
@@ -36,7 +49,6 @@ from aptix_pipeline.contracts import (
     Session,
     ToolCall,
     ToolInvocation,
-    Turn,
     TurnStatus,
 )
 from aptix_pipeline.engine import Pipeline, TurnReport
@@ -90,37 +102,7 @@ instructions = "Elsewhere instructions."
 
 # --- helpers ----------------------------------------------------------------------------
 
-
-def call(call_id: str, name: str, arguments: Any = None) -> dict[str, Any]:
-    """One scripted tool call; ``arguments`` as an object or JSON text (default ``{}``)."""
-    return {"id": call_id, "name": name, "arguments": {} if arguments is None else arguments}
-
-
-def calls(*tool_calls: dict[str, Any], text: str | None = None) -> dict[str, Any]:
-    """One scripted reply with tool calls (and optionally text)."""
-    reply: dict[str, Any] = {"tool_calls": list(tool_calls)}
-    if text is not None:
-        reply["text"] = text
-    return reply
-
-
-def text(answer: str) -> dict[str, Any]:
-    """One scripted final answer."""
-    return {"text": answer}
-
-
-def change_mode(call_id: str, mode: str, **more: Any) -> dict[str, Any]:
-    """A scripted ``agent_change_mode`` call."""
-    return call(call_id, "agent_change_mode", {"mode": mode, **more})
-
-
 READ_A = call("c1", "read_file", {"path": "a.py"})
-
-
-def scripted(llm: ScriptedLLM | None) -> ScriptedLLM:
-    """The scripted model ``make_pipeline`` returned."""
-    assert llm is not None
-    return llm
 
 
 def system_text(request: LLMRequest) -> str:
@@ -138,21 +120,6 @@ def tool_messages(request: LLMRequest, call_id: str) -> list[ChatMessage]:
 def warning_codes(report: TurnReport) -> list[str]:
     """The codes of the result's warnings, in order."""
     return [warning.code for warning in report.result.warnings]
-
-
-StoreView = tuple[Session | None, tuple[Turn | None, ...], tuple[ChatMessage, ...]]
-
-
-async def stored(store: Store, session_id: str = "session-1") -> StoreView:
-    """What the store holds for the caller's session: the session, turns 1-5, transcript."""
-    org, user = CALLER.org, CALLER.user
-    session = await store.read_session(org, user, session_id)
-    turns = [await store.read_turn(org, user, session_id, f"turn-{n}") for n in range(1, 6)]
-    transcript = await store.read_transcript(org, user, session_id)
-    return session, tuple(turns), tuple(transcript)
-
-
-NOTHING_STORED: StoreView = (None, (None,) * 5, ())
 
 
 async def session_of(store: Store, session_id: str = "session-1") -> Session:
