@@ -42,7 +42,7 @@ from aptix_pipeline.contracts import (
     ToolResult,
     Usage,
 )
-from aptix_pipeline.validators import ToolCallOutcome, check_tool_call
+from aptix_pipeline.validators import ToolCallOutcome, ToolCallVerdict, check_tool_call
 from aptix_pipeline.validators.json_text import strict_json_loads
 from aptix_pipeline.validators.response import guard_machine_payloads
 from aptix_pipeline.validators.rules import rule
@@ -246,19 +246,25 @@ def _json_or_none(text: str) -> object:
         return None
 
 
+def _decide(scope: TurnScope, call: ToolCall) -> tuple[ToolDefinition | None, ToolCallVerdict]:
+    """The advertised tool the call names (if any) and the container design's verdict."""
+    tool = next((t for t in scope.advertised_tools if t.name == call.name), None)
+    return tool, check_tool_call(tool, call.name, call.arguments_json)
+
+
 def _goes_to_client(scope: TurnScope, call: ToolCall) -> bool:
     """Whether the call is a valid call of an advertised client tool."""
-    tool = next((t for t in scope.advertised_tools if t.name == call.name), None)
-    if tool is None or tool.executes_on != "client":
-        return False
-    return check_tool_call(tool, call.name, call.arguments_json).outcome is ToolCallOutcome.INVOKE
+    tool, verdict = _decide(scope, call)
+    return (
+        tool is not None
+        and tool.executes_on == "client"
+        and verdict.outcome is ToolCallOutcome.INVOKE
+    )
 
 
 async def _handle_call(scope: TurnScope, call: ToolCall) -> ToolCall | None:
     """Answer one call here, or return it when it is for the client."""
-    advertised = {tool.name: tool for tool in scope.advertised_tools}
-    tool = advertised.get(call.name)
-    verdict = check_tool_call(tool, call.name, call.arguments_json)
+    tool, verdict = _decide(scope, call)
     side = tool.executes_on if tool is not None else "unknown"
     if tool is None or not verdict.allowed:
         _answer(
@@ -287,7 +293,7 @@ async def _handle_call(scope: TurnScope, call: ToolCall) -> ToolCall | None:
     if tool.executes_on == "client":
         scope.tool_calls.append(ToolCallRecord(call.tool_call_id, call.name, "client", "client"))
         if not isinstance(_json_or_none(call.arguments_json), dict):
-            # "", "null", "{}"-less: no arguments, sent as the JSON object AGN-033 §5.1 needs.
+            # Blank or null arguments mean none: sent as the JSON object AGN-033 §5.1 needs.
             return call.model_copy(update={"arguments_json": json.dumps(verdict.arguments)})
         return call
     await _run_server_tool(scope, call, tool, verdict.arguments)
