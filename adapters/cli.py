@@ -107,7 +107,8 @@ def run(
         str | None, typer.Option(help="Mode of a new session (default: general).")
     ] = None,
     report: Annotated[
-        bool, typer.Option(help="Also print what the turn did (states, tools, modes) to stderr.")
+        bool,
+        typer.Option(help="Also print what the turn did (states, checks, tools, modes) to stderr."),
     ] = False,
     compact: Annotated[bool, typer.Option(help="One line of JSON.")] = False,
 ) -> None:

@@ -28,7 +28,7 @@ from aptix_pipeline.contracts import (
     StoreConflictError,
     Turn,
 )
-from aptix_pipeline.steps import StepFaultError
+from aptix_pipeline.steps import StepFaultError, described
 
 __all__ = ["GuardedAgentCatalog", "GuardedModeCatalog", "GuardedStore"]
 
@@ -50,7 +50,7 @@ def _port_failed(port: str, call: str, error: Exception) -> StepFaultError:
             InvokeError(
                 code=ErrorCode.PORT_FAILED,
                 field=port,
-                message=f"{port}.{call} failed: {type(error).__name__}: {error}",
+                message=f"{port}.{call} failed: {described(error)}",
             )
         ]
     )

@@ -42,6 +42,7 @@ from aptix_pipeline.steps import (
     StepFunction,
     ToolCallRecord,
     TurnScope,
+    described,
 )
 
 from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore
@@ -119,6 +120,17 @@ class TurnReport:
                 for m in self.mode_changes
             ],
             "branch": self.branch,
+            "checks": [
+                {
+                    "step": c.step,
+                    "phase": c.phase,
+                    "rule_ids": list(c.rule_ids),
+                    "failed": list(c.failed),
+                    "deferred": c.deferred,
+                }
+                for c in self.checks
+            ],
+            "warnings": [warning.to_wire() for warning in self.warnings],
             "llm_calls": self.llm_calls,
             "session_id": self.session_id,
             "turn_id": self.turn_id,
@@ -145,7 +157,7 @@ def _errors_of(event: str, error: Exception) -> tuple[InvokeError, ...]:
     return (
         InvokeError(
             code=ErrorCode.INTERNAL,
-            message=f"step {event} raised {type(error).__name__}: {error}",
+            message=f"step {event} raised {described(error)}",
             field=event,
         ),
     )

@@ -1,4 +1,4 @@
-"""The demo: a scripted three-turn session on the embedded defaults.
+"""The demo: a scripted session on the embedded defaults — two turns, three requests.
 
 Run by ``make demo``. It runs on a SQLite file (in a temporary directory unless
 ``--db PATH`` is given), the built-in catalog and a scripted model

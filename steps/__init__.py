@@ -18,7 +18,7 @@ from .agent_context_resolver import agent_context_resolver
 from .agent_session_creator import agent_session_creator
 from .client_tool_continuation_resolver import client_tool_continuation_resolver
 from .completion import complete_turn
-from .faults import StepFaultError
+from .faults import StepFaultError, described
 from .llm_client import check_round_limit, llm_client
 from .mode_change import AGENT_CHANGE_MODE
 from .prompt_content_provider_initializer import prompt_content_provider_initializer
@@ -40,6 +40,7 @@ __all__ = [
     "TurnScope",
     "check_round_limit",
     "complete_turn",
+    "described",
 ]
 
 StepFunction = Callable[[TurnScope], Awaitable[None]]

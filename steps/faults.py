@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from aptix_pipeline.contracts import InvokeError
+from aptix_pipeline.validators.json_text import utf8_text
 
-__all__ = ["StepFaultError", "shown"]
+__all__ = ["StepFaultError", "described", "shown"]
 
 
 class StepFaultError(Exception):
@@ -23,6 +24,15 @@ class StepFaultError(Exception):
         if not self.errors:
             raise ValueError("a StepFaultError names at least one error")
         super().__init__("; ".join(error.message for error in self.errors))
+
+
+def described(error: BaseException) -> str:
+    """``"TypeName: message"`` of an exception, safe to put in a response or a store.
+
+    Exception text comes from ports and tools the engine does not control; a lone
+    surrogate in it is escaped (``utf8_text``) so the result can always be written.
+    """
+    return utf8_text(f"{type(error).__name__}: {error}")
 
 
 def shown(value: object, limit: int = 80) -> str:

@@ -43,11 +43,11 @@ from aptix_pipeline.contracts import (
     Usage,
 )
 from aptix_pipeline.validators import ToolCallOutcome, ToolCallVerdict, check_tool_call
-from aptix_pipeline.validators.json_text import strict_json_loads
+from aptix_pipeline.validators.json_text import strict_json_loads, utf8_text
 from aptix_pipeline.validators.response import guard_machine_payloads
 from aptix_pipeline.validators.rules import rule
 
-from .faults import StepFaultError
+from .faults import StepFaultError, described
 from .mode_change import AGENT_CHANGE_MODE, change_mode
 from .scope import ToolCallRecord, TurnScope
 
@@ -143,14 +143,22 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
                 InvokeError(
                     code=ErrorCode.PORT_FAILED,
                     field="LLM",
-                    message=(
-                        f"the LLM failed after {attempts} attempt(s): "
-                        f"{type(error).__name__}: {error}"
-                    ),
+                    message=(f"the LLM failed after {attempts} attempt(s): {described(error)}"),
                 )
             ]
         ) from error
-    return reply
+    return _utf8_reply(reply)
+
+
+def _utf8_reply(reply: LLMReply) -> LLMReply:
+    """The reply with lone surrogates escaped, so it can be answered, stored and returned."""
+    calls = [
+        call.model_copy(update={field: utf8_text(getattr(call, field))
+                                for field in ("tool_call_id", "name", "arguments_json")})
+        for call in reply.tool_calls
+    ]  # fmt: skip
+    text = utf8_text(reply.text) if reply.text is not None else None
+    return reply.model_copy(update={"text": text, "tool_calls": calls})
 
 
 def _add_usage(scope: TurnScope, usage: Usage | None) -> None:
@@ -192,8 +200,8 @@ def _result_json(text: object) -> str:
             strict_json_loads(text)
         except (ValueError, RecursionError):
             return json.dumps(text)
-        return text
-    return json.dumps(text, default=str, allow_nan=False)
+        return utf8_text(text)
+    return json.dumps(text, default=str, allow_nan=False, ensure_ascii=True)
 
 
 async def _run_server_tool(
@@ -224,7 +232,7 @@ async def _run_server_tool(
     except StepFaultError:
         raise
     except Exception as failure:
-        outcome, error = "failed", f"{type(failure).__name__}: {failure}"
+        outcome, error = "failed", described(failure)
         content = json.dumps({"error": error})
     elapsed = max(0, int((clock.now() - started).total_seconds() * 1000))
     scope.server_results.append(

@@ -34,7 +34,7 @@ from aptix_pipeline.contracts import (
 from aptix_pipeline.validators.json_text import strict_json_loads
 from aptix_pipeline.validators.rules import rule
 
-from .faults import StepFaultError
+from .faults import StepFaultError, described
 from .scope import ModeChange, TurnScope
 
 logger = logging.getLogger("aptix_pipeline")
@@ -185,7 +185,7 @@ async def change_mode(
         try:
             ctx.session = await scope.transaction.set_session_mode(session.id, entry)
         except Exception as error:
-            detail = f"{type(error).__name__}: {error}"
+            detail = described(error)
             raise StepFaultError([InvokeError(
                 code=ErrorCode.PORT_FAILED, field="SessionStore",
                 message=f"the session store could not set the mode: {detail}",

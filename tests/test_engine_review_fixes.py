@@ -999,3 +999,85 @@ async def test_an_error_quotes_a_huge_id_only_in_part(store: Store) -> None:
     [error] = report.result.errors
     assert error.rule_id == "AGN-033/3.1/session-found"
     assert len(error.message) < 300
+
+
+# === text with no UTF-8 form (lone surrogates) from ports and the model ==================
+
+
+class SurrogateLLM:
+    """A model port whose failure message holds a lone surrogate."""
+
+    async def complete(self, request: LLMRequest) -> LLMReply:
+        raise RuntimeError("model down \ud800")
+
+
+async def test_a_port_error_with_a_lone_surrogate_still_serializes(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, SurrogateLLM())
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    [error] = report.result.errors
+    assert error.code is ErrorCode.PORT_FAILED
+    assert "model down \\ud800" in error.message
+    assert json.loads(report.result.to_json())["Successful"] is False
+    assert json.dumps(report.to_dict())
+
+
+async def test_a_tool_name_with_a_lone_surrogate_is_refused_to_the_model(store: Store) -> None:
+    pipeline, llm = make_pipeline(store, [calls(call("a", "x\ud800")), text("ok")])
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    assert ok(report.result).primary_output_text == "ok"
+    [answer] = tool_messages(scripted(llm).requests[1], "a")
+    assert json.loads(answer.content)["error_type"] == "validation_error"
+    assert report.tool_calls[0].rule_id == "CPV/tool-known"
+
+
+async def test_server_tool_text_with_a_lone_surrogate_is_escaped(store: Store) -> None:
+    async def broken(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+        raise ValueError("bad \udcff")
+
+    pipeline, _ = make_pipeline(
+        store,
+        [calls(call("k1", "review_checklist")), text("done")],
+        tools={"review_checklist": broken},
+    )
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER, initial_mode="review")
+
+    final = ok(report.result)
+    [result] = final.tool_results or []
+    assert result.error_message == "ValueError: bad \\udcff"
+    assert json.loads(report.result.to_json())["Successful"] is True
+
+
+async def test_server_tool_json_with_a_lone_surrogate_is_escaped(store: Store) -> None:
+    async def odd(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+        return '{"text": "\ud800"}'
+
+    pipeline, _ = make_pipeline(
+        store,
+        [calls(call("k1", "review_checklist")), text("done")],
+        tools={"review_checklist": odd},
+    )
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER, initial_mode="review")
+
+    [result] = ok(report.result).tool_results or []
+    assert result.result_json == '{"text": "\\ud800"}'
+
+
+async def test_the_report_lists_every_guard_and_exit_hook_and_the_warnings(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [text("hi")])
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    data = report.to_dict()
+    assert [(c["step"], c["phase"]) for c in data["checks"]][:2] == [
+        ("request_handler", "POST"),
+        ("agent_context_resolver", "PRE"),
+    ]
+    assert all(c["failed"] == [] for c in data["checks"])
+    assert "AGN-036/3/org-present" in data["checks"][0]["rule_ids"]
+    assert data["warnings"] == []

@@ -20,6 +20,7 @@ __all__ = [
     "non_utf8_fields",
     "null_fields",
     "strict_json_loads",
+    "utf8_text",
 ]
 
 
@@ -75,6 +76,19 @@ def _not_utf8(value: object) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+def utf8_text(text: str) -> str:
+    """``text`` with every lone surrogate written out as ``\\udXXX``, so it has a UTF-8 form.
+
+    For text the engine did not write — exception messages, a model's reply, a tool's
+    result — that it must still put into a response or a store (AGN-033 §4.1 UTF-8).
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def non_utf8_fields(data: object) -> list[str]:

@@ -135,7 +135,8 @@ class ToolCallVerdict:
         """The rejection as the JSON text handed back to the LLM as the tool result."""
         if self.rejection is None:
             raise ValueError("the call was not rejected")
-        return self.rejection.model_dump_json()
+        # The model's own text (a name, an argument) may hold a lone surrogate: escape it.
+        return json.dumps(self.rejection.model_dump(), ensure_ascii=True)
 
 
 def _parse(arguments_json: str | None) -> tuple[bool, Any]:
