@@ -38,7 +38,6 @@ from aptix_pipeline.contracts import (
     ResponseType,
     ToolCall,
     ToolDefinition,
-    ToolInvocation,
     ToolResult,
     Usage,
 )
@@ -207,7 +206,7 @@ def _result_json(text: object) -> str:
 async def _run_server_tool(
     scope: TurnScope, call: ToolCall, tool: ToolDefinition, arguments: dict[str, Any]
 ) -> None:
-    ctx, clock = scope.ctx, scope.ports.clock
+    clock = scope.ports.clock
     started = clock.now()
     outcome, content, error = "executed", "", None
     try:
@@ -219,16 +218,7 @@ async def _run_server_tool(
             executor = scope.ports.tools.get(tool.name)
             if executor is None:
                 raise LookupError(f"no executor is registered for server tool {tool.name!r}")
-            invocation = ToolInvocation(
-                tool_call_id=call.tool_call_id,
-                name=call.name,
-                session_id=ctx.session.id if ctx.session else "",
-                turn_id=ctx.turn.id if ctx.turn else "",
-                mode=ctx.mode or "",
-                org=scope.caller.org,
-                user=scope.caller.user,
-            )
-            content = _result_json(await executor(arguments, invocation))
+            content = _result_json(await executor(arguments, scope.invocation(call)))
     except StepFaultError:
         raise
     except Exception as failure:

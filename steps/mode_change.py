@@ -147,16 +147,7 @@ async def change_mode(
     if session is None or turn is None or ctx.mode is None:
         raise RuntimeError("agent_change_mode runs inside a session's turn")
     executor = scope.ports.tools.get(AGENT_CHANGE_MODE, echo_mode_change)
-    invocation = ToolInvocation(
-        tool_call_id=call.tool_call_id,
-        name=call.name,
-        session_id=session.id,
-        turn_id=turn.id,
-        mode=ctx.mode,
-        org=scope.caller.org,
-        user=scope.caller.user,
-    )
-    parsed = _parse_result(await executor(arguments, invocation))
+    parsed = _parse_result(await executor(arguments, scope.invocation(call)))
     if parsed is None:
         return _error(MODE_RESULT_VALID.id, MODE_RESULT_VALID.message), "mode_refused"
     mode, branch, reason = parsed

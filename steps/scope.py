@@ -26,8 +26,10 @@ from aptix_pipeline.contracts import (
     PipelineContext,
     SessionStore,
     SessionTransaction,
+    ToolCall,
     ToolDefinition,
     ToolExecutor,
+    ToolInvocation,
     ToolResult,
     Usage,
 )
@@ -147,6 +149,19 @@ class TurnScope:
         if self.tx is None:
             raise RuntimeError("the store transaction is begun by the RequestHandler step")
         return self.tx
+
+    def invocation(self, call: ToolCall) -> ToolInvocation:
+        """Who and what a server-side call of this turn is for (the ToolExecutor port)."""
+        ctx = self.ctx
+        return ToolInvocation(
+            tool_call_id=call.tool_call_id,
+            name=call.name,
+            session_id=ctx.session.id if ctx.session else "",
+            turn_id=ctx.turn.id if ctx.turn else "",
+            mode=ctx.mode or "",
+            org=self.caller.org,
+            user=self.caller.user,
+        )
 
     @property
     def advertised_tools(self) -> list[ToolDefinition]:
