@@ -295,6 +295,15 @@ async def test_client_call_with_arguments_keeps_their_exact_text(
 # === 4. server tool results are RFC 8259 JSON (AGN-033 §5.2) =============================
 
 
+def checklist_turn(store: Store, executor: Any, answer: str) -> tuple[Pipeline, ScriptedLLM | None]:
+    """A pipeline whose model calls ``review_checklist`` (run by ``executor``), then answers."""
+    return make_pipeline(
+        store,
+        [calls(call("k1", "review_checklist")), text(answer)],
+        tools={"review_checklist": executor},
+    )
+
+
 @pytest.mark.parametrize("answer", ["Infinity", '{"x": NaN}', "-Infinity", "[1, NaN]"])
 async def test_server_tool_text_that_is_not_strict_json_is_quoted(
     store: Store, answer: str
@@ -302,11 +311,7 @@ async def test_server_tool_text_that_is_not_strict_json_is_quoted(
     async def checklist(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
         return answer
 
-    pipeline, llm = make_pipeline(
-        store,
-        [calls(call("k1", "review_checklist")), text("checked")],
-        tools={"review_checklist": checklist},
-    )
+    pipeline, llm = checklist_turn(store, checklist, "checked")
 
     report, response = await start(pipeline, initial_mode="review")
 
@@ -328,11 +333,7 @@ async def test_server_tool_text_that_is_strict_json_is_kept_as_is(store: Store) 
     async def checklist(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
         return answer
 
-    pipeline, llm = make_pipeline(
-        store,
-        [calls(call("k1", "review_checklist")), text("checked")],
-        tools={"review_checklist": checklist},
-    )
+    pipeline, llm = checklist_turn(store, checklist, "checked")
 
     _, response = await start(pipeline, initial_mode="review")
 
@@ -351,11 +352,7 @@ async def test_server_tool_value_that_cannot_be_strict_json_is_a_tool_failure(
     async def checklist(arguments: dict[str, Any], invocation: ToolInvocation) -> Any:
         return value
 
-    pipeline, llm = make_pipeline(
-        store,
-        [calls(call("k1", "review_checklist")), text("it failed")],
-        tools={"review_checklist": checklist},
-    )
+    pipeline, llm = checklist_turn(store, checklist, "it failed")
 
     report, response = await start(pipeline, initial_mode="review")
 
@@ -1038,11 +1035,7 @@ async def test_server_tool_text_with_a_lone_surrogate_is_escaped(store: Store) -
     async def broken(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
         raise ValueError("bad \udcff")
 
-    pipeline, _ = make_pipeline(
-        store,
-        [calls(call("k1", "review_checklist")), text("done")],
-        tools={"review_checklist": broken},
-    )
+    pipeline, _ = checklist_turn(store, broken, "done")
 
     report = await pipeline.run({"Instruction": "hello"}, CALLER, initial_mode="review")
 
@@ -1056,11 +1049,7 @@ async def test_server_tool_json_with_a_lone_surrogate_is_escaped(store: Store) -
     async def odd(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
         return '{"text": "\ud800"}'
 
-    pipeline, _ = make_pipeline(
-        store,
-        [calls(call("k1", "review_checklist")), text("done")],
-        tools={"review_checklist": odd},
-    )
+    pipeline, _ = checklist_turn(store, odd, "done")
 
     report = await pipeline.run({"Instruction": "hello"}, CALLER, initial_mode="review")
 
