@@ -43,3 +43,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 # The engine scenario suite's `store` fixture: every scenario on both stores.
 from engine_kit import store  # noqa: E402, F401
+
+# A throwaway PostgreSQL server on loopback (tests/pg_server.py): `postgres_url`, `postgres_db_url`.
+from pg_server import postgres_db_url, postgres_server, postgres_url  # noqa: E402, F401
