@@ -8,13 +8,18 @@
   prints its ``InvokeResult``. Exit codes: 0 when Successful, 1 when not, 2 for a
   usage error (a missing file, a malformed script or configuration, a bad store).
   Turns of one session chain across separate ``aptix run`` calls that share the
-  SQLite file.
+  SQLite file. ``--config`` takes the service configuration
+  (``adapters/service_config.py``): its catalog, and its ``[model]``, ``[store]``
+  and ``[engine]`` where ``--llm-script`` / ``--store`` are not given.
+- ``aptix serve --config FILE`` runs the HTTP service (``adapters/http_app.py``)
+  under uvicorn; ``--host``, ``--port`` and ``--workers`` override ``[server]``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -23,12 +28,13 @@ from typing import Annotated
 import typer
 
 from aptix_pipeline import __version__
-from aptix_pipeline.contracts import Caller
+from aptix_pipeline.contracts import LLM, Caller
 from aptix_pipeline.validators import parse_request
 
 from .catalog_config import CatalogError
 from .embedded import embedded_pipeline, open_store
 from .scripted_llm import ScriptedLLM, ScriptError
+from .service_config import DEFAULT_STORE_URL, ConfigError, build_llm, load_service_config
 
 __all__ = ["app", "main"]
 
@@ -85,23 +91,33 @@ def run(
         Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="Request JSON file.")
     ],
     llm_script: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--llm-script",
             exists=True,
             dir_okay=False,
             readable=True,
-            help="ScriptedLLM replies for this turn (README: 'Scripted model').",
+            help="ScriptedLLM replies for this turn (README: 'Scripted model'); "
+            "default: the config's [model].",
         ),
-    ],
+    ] = None,
     store: Annotated[
-        str, typer.Option(help="Session store: sqlite:PATH or memory.")
-    ] = "sqlite:aptix.db",
+        str | None,
+        typer.Option(
+            help="Session store: sqlite:PATH or memory; default: the config's [store], "
+            "else sqlite:aptix.db."
+        ),
+    ] = None,
     org: Annotated[str, typer.Option(help="The caller's org.")] = "local",
     user: Annotated[str, typer.Option(help="The caller's user.")] = "local",
     config: Annotated[
         Path | None,
-        typer.Option(exists=True, dir_okay=False, readable=True, help="Catalog TOML file."),
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="Configuration TOML: catalog tables, [model], [store], [engine] (README).",
+        ),
     ] = None,
     initial_mode: Annotated[
         str | None, typer.Option(help="Mode of a new session (default: general).")
@@ -116,13 +132,32 @@ def run(
     if not org.strip() or not user.strip():
         raise _usage_error("--org and --user must not be empty")
     try:
-        llm = ScriptedLLM.from_file(llm_script)
-        session_store = open_store(store)
-    except (ScriptError, ValueError, OSError, RuntimeError, sqlite3.Error) as error:
+        service = load_service_config(config) if config is not None else None
+    except ConfigError as error:
+        raise _usage_error(str(error)) from None
+    model = service.model if service is not None else None
+    if llm_script is None and model is None:
+        raise _usage_error("give --llm-script, or a --config with a [model] table")
+    try:
+        llm: LLM
+        if llm_script is not None:
+            llm = ScriptedLLM.from_file(llm_script)
+        else:
+            assert model is not None
+            llm = build_llm(model)
+        session_store = open_store(
+            store or (service.store_url if service else None) or DEFAULT_STORE_URL
+        )
+    except (ScriptError, ValueError, OSError, RuntimeError, ImportError, sqlite3.Error) as error:
         raise _usage_error(f"{type(error).__name__}: {error}" if isinstance(error, sqlite3.Error)
                            else str(error)) from None  # fmt: skip
     try:
-        pipeline = embedded_pipeline(llm=llm, store=session_store, config=config)
+        pipeline = embedded_pipeline(
+            llm=llm,
+            store=session_store,
+            catalog=service.catalog if service else None,
+            options=service.options if service else None,
+        )
     except (CatalogError, OSError) as error:
         raise _usage_error(str(error)) from None
     try:
@@ -140,6 +175,51 @@ def run(
         summary = {key: value for key, value in outcome.to_dict().items() if key != "result"}
         typer.echo(json.dumps(summary, indent=None if compact else 2), err=True)
     raise typer.Exit(0 if outcome.successful else 1)
+
+
+@app.command()
+def serve(
+    config: Annotated[
+        Path,
+        typer.Option(
+            exists=True, dir_okay=False, readable=True, help="Configuration TOML (README)."
+        ),
+    ],
+    host: Annotated[str | None, typer.Option(help="Interface; default [server].host.")] = None,
+    port: Annotated[int | None, typer.Option(help="TCP port; default [server].port.")] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Worker processes; default [server].workers.")
+    ] = None,
+) -> None:
+    """Serve POST /v1/agent/execute over HTTP (uvicorn) with the configuration's model and store."""
+
+    def refuse(message: str) -> typer.Exit:
+        typer.echo(f"aptix serve: {message}", err=True)
+        return typer.Exit(2)
+
+    try:
+        service = load_service_config(config)
+    except ConfigError as error:
+        raise refuse(str(error)) from None
+    if service.model is None:
+        raise refuse(f"{config}: a [model] table is required to serve")
+    if not service.api_keys:
+        raise refuse(f"{config}: no [[auth.keys]]: every request would be refused")
+    try:
+        import uvicorn
+
+        from . import http_app
+    except ImportError as error:
+        raise refuse(f"{error}; install aptix-pipeline[http]") from None
+    # Every worker process builds its own app from the same file (create_app()).
+    os.environ[http_app.CONFIG_ENV] = str(config.resolve())
+    uvicorn.run(
+        f"{http_app.__name__}:create_app",
+        factory=True,
+        host=host or service.server.host,
+        port=service.server.port if port is None else port,
+        workers=workers or service.server.workers,
+    )
 
 
 def main() -> None:

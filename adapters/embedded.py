@@ -44,13 +44,19 @@ def embedded_pipeline(
     llm: LLM,
     store: SessionStore | str | Path = "memory",
     config: str | Path | None = None,
+    catalog: ConfigCatalog | None = None,
     tools: Mapping[str, ToolExecutor] | None = None,
     clock: Clock | None = None,
     ids: IdSource | None = None,
     options: PipelineOptions | None = None,
 ) -> Pipeline:
-    """A pipeline on the embedded defaults; ``tools`` adds to (or replaces) the built-ins."""
-    catalog = ConfigCatalog.from_file(config) if config is not None else ConfigCatalog.default()
+    """A pipeline on the embedded defaults; ``tools`` adds to (or replaces) the built-ins.
+
+    ``catalog`` is an already loaded catalog (e.g. ``ServiceConfig.catalog``); it
+    takes the place of ``config``.
+    """
+    if catalog is None:
+        catalog = ConfigCatalog.from_file(config) if config is not None else ConfigCatalog.default()
     session_store = open_store(store) if isinstance(store, str | Path) else store
     ports = Ports(
         store=session_store,

@@ -1,0 +1,333 @@
+"""The HTTP front door: a FastAPI app that runs one agent turn per POST (issue 6 "HTTP service").
+
+- ``POST /v1/agent/execute`` — the body is an ``AgentExecuteRequest`` (AGN-034) as
+  JSON; the answer is the turn's ``InvokeResult`` JSON (AGN-033 §2.1). The raw body
+  goes to ``Pipeline.execute``, so the engine's own rule ids and messages answer a
+  malformed request, never a framework's validation error. The status follows
+  the result (``http_status``): 200 when Successful, else by the first error's code.
+- ``GET /healthz`` — ``{"status": "ok"}`` once the store is open.
+- ``GET /openapi.json`` — the OpenAPI document, with the request and
+  ``InvokeResult`` JSON Schemas of ``contracts/schemas.py``.
+
+The caller's identity comes from an ``Authenticator`` (default
+``ApiKeyAuthenticator``: the ``[[auth.keys]]`` of the configuration, read from
+``Authorization: Bearer KEY`` or ``X-API-Key``). No key or a wrong one is a 401
+and the pipeline never runs; a body over ``max_body_bytes`` is a 413, refused
+from ``Content-Length`` before any of it is read and counted while it streams.
+Failures the engine never saw (401, 413) answer ``{"error": ..., "message": ...}``.
+
+``create_app(config)`` opens the configured store when the app starts and closes
+it when it stops (lifespan). ``create_app()`` with no argument reads the file
+named by ``APTIX_CONFIG``, so ``uvicorn --factory`` and every worker of
+``aptix serve --workers N`` share one configuration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import inspect
+import os
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+
+from aptix_pipeline import __version__
+from aptix_pipeline.contracts import (
+    AgentExecuteRequest,
+    AgentExecuteResponse,
+    Caller,
+    ErrorCode,
+    InvokeResult,
+)
+from aptix_pipeline.engine import Pipeline
+
+from .service_config import ApiKey, ConfigError, ServiceConfig, build_pipeline, load_service_config
+
+__all__ = [
+    "CONFIG_ENV",
+    "EXECUTE_PATH",
+    "HEALTH_PATH",
+    "ApiKeyAuthenticator",
+    "Authenticator",
+    "create_app",
+    "http_status",
+]
+
+CONFIG_ENV = "APTIX_CONFIG"
+"""The environment variable ``create_app()`` reads the configuration file's path from."""
+EXECUTE_PATH = "/v1/agent/execute"
+HEALTH_PATH = "/healthz"
+
+_STATUS: Mapping[ErrorCode, int] = {
+    ErrorCode.INVALID_REQUEST: 400,
+    ErrorCode.TOOL_CALL_MANIFEST_INVALID: 400,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.PORT_FAILED: 502,
+}
+
+
+def http_status(result: InvokeResult[AgentExecuteResponse]) -> int:
+    """The HTTP status of a turn's result (docs/CONFORMANCE.md D82).
+
+    200 when Successful; otherwise by the first error's code: ``invalid_request``
+    and ``tool_call_manifest_invalid`` 400, ``not_found`` 404, ``conflict`` 409,
+    ``port_failed`` (the model or store failed) 502, anything else 500. The body
+    is the ``InvokeResult`` either way.
+    """
+    if result.successful:
+        return 200
+    return _STATUS.get(result.errors[0].code, 500)
+
+
+class Authenticator(Protocol):
+    """Who is calling: the request's headers → the caller, or ``None`` to refuse (401).
+
+    ``headers`` is case-insensitive (Starlette's ``Headers``). Implementations may
+    be plain or ``async`` methods.
+    """
+
+    def authenticate(self, headers: Mapping[str, str]) -> Caller | Awaitable[Caller | None] | None:
+        """The caller, or ``None`` when the request does not say who it is."""
+
+
+class ApiKeyAuthenticator:
+    """API keys mapped to an org and user (``[[auth.keys]]``); the default ``Authenticator``.
+
+    The key is read from ``Authorization: Bearer KEY``, else from ``X-API-Key``. Only
+    SHA-256 digests are kept; the presented key's digest is compared with every
+    configured one in constant time, so timing tells nothing about which matched.
+    """
+
+    def __init__(self, keys: Iterable[ApiKey]) -> None:
+        self._keys = tuple(keys)
+
+    @staticmethod
+    def presented_key(headers: Mapping[str, str]) -> str | None:
+        """The key a request presents, or ``None``."""
+        scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+        key = (headers.get("x-api-key") or "").strip()
+        return key or None
+
+    def authenticate(self, headers: Mapping[str, str]) -> Caller | None:
+        """The caller whose key the request presents, else ``None``."""
+        key = self.presented_key(headers)
+        if key is None:
+            return None
+        digest = hashlib.sha256(key.encode()).digest()
+        found: ApiKey | None = None
+        for candidate in self._keys:  # no early exit: every key is compared
+            if hmac.compare_digest(digest, candidate.sha256):
+                found = candidate
+        return None if found is None else Caller(org=found.org, user=found.user)
+
+
+@dataclass(slots=True)
+class _Service:
+    pipeline: Pipeline | None
+    authenticator: Authenticator
+    max_body_bytes: int
+
+
+class _TooLargeError(Exception):
+    pass
+
+
+def _problem(status: int, error: str, message: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"error": error, "message": message}, status_code=status, headers=headers)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing more than ``limit`` bytes (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise _TooLargeError
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _TooLargeError
+    return bytes(body)
+
+
+async def _close_store(pipeline: Pipeline) -> None:
+    store = pipeline.ports.store
+    for name in ("aclose", "close"):
+        close = getattr(store, name, None)
+        if close is not None:
+            outcome = close()
+            if inspect.isawaitable(outcome):
+                await outcome
+            return
+
+
+def _schemas() -> dict[str, Any]:
+    """The request and ``InvokeResult`` schemas (validation mode, wire names), as components."""
+    components: dict[str, Any] = {}
+    template = "#/components/schemas/{model}"
+    for name, model in (
+        ("AgentExecuteRequest", AgentExecuteRequest),
+        ("InvokeResult", InvokeResult[AgentExecuteResponse]),
+    ):
+        schema = model.model_json_schema(by_alias=True, mode="validation", ref_template=template)
+        components.update(schema.pop("$defs", {}))
+        components[name] = schema
+    return components
+
+
+_RESULT = {
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InvokeResult"}}}
+}
+_PROBLEM = {
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["error", "message"],
+                "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+            }
+        }
+    }
+}
+
+
+def create_app(
+    source: ServiceConfig | Pipeline | str | Path | None = None,
+    *,
+    authenticator: Authenticator | None = None,
+    max_body_bytes: int | None = None,
+) -> FastAPI:
+    """The HTTP app (module docstring).
+
+    ``source`` is a loaded ``ServiceConfig``, a configuration file, ``None`` (the
+    file named by ``$APTIX_CONFIG``), or a ready ``Pipeline`` (which the app uses
+    but does not close; give it an ``authenticator``). ``authenticator`` replaces
+    the configuration's API keys; ``max_body_bytes`` its ``[server]`` limit.
+    Raises ``ConfigError`` for a bad configuration.
+    """
+    if source is None:
+        path = os.environ.get(CONFIG_ENV)
+        if not path:
+            raise ConfigError(f"create_app(): set {CONFIG_ENV} to the configuration file")
+        source = path
+    if isinstance(source, str | Path):
+        source = load_service_config(source)
+    config = source if isinstance(source, ServiceConfig) else None
+    if authenticator is None:
+        if config is None:
+            raise ConfigError("create_app(pipeline) needs an authenticator")
+        authenticator = ApiKeyAuthenticator(config.api_keys)
+    limit = max_body_bytes or (config.server.max_body_bytes if config else 1_048_576)
+    service = _Service(
+        pipeline=source if isinstance(source, Pipeline) else None,
+        authenticator=authenticator,
+        max_body_bytes=limit,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if config is None:  # the host's pipeline: the host closes it
+            yield
+            return
+        pipeline = build_pipeline(config)
+        service.pipeline = pipeline
+        try:
+            yield
+        finally:
+            service.pipeline = None
+            await _close_store(pipeline)
+
+    app = FastAPI(
+        title="aptix-pipeline",
+        version=__version__,
+        summary="One Aptix agent turn per request (AGN-034 in, AGN-033 out).",
+        lifespan=lifespan,
+    )
+
+    @app.post(
+        EXECUTE_PATH,
+        summary="Run one agent turn",
+        description=(
+            "The body is an AgentExecuteRequest (AGN-034). The answer is its InvokeResult "
+            "(AGN-033 §2.1): 200 when Successful; 400 invalid_request or "
+            "tool_call_manifest_invalid, 404 not_found, 409 conflict, 502 port_failed, "
+            "500 otherwise — the InvokeResult body names the rule ids either way."
+        ),
+        response_class=Response,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {"$ref": "#/components/schemas/AgentExecuteRequest"}
+                    }
+                },
+            },
+        },
+        responses={
+            200: {"description": "The turn's response", **_RESULT},
+            400: {"description": "The request broke AGN-034 / AGN-033 §3.3", **_RESULT},
+            401: {"description": "No API key, or an unknown one: nothing ran", **_PROBLEM},
+            404: {"description": "No such session or turn for this caller", **_RESULT},
+            409: {"description": "Another turn of the session committed first", **_RESULT},
+            413: {"description": "The body is larger than max_body_bytes", **_PROBLEM},
+            500: {"description": "An engine rule or internal failure", **_RESULT},
+            502: {"description": "The model or store failed", **_RESULT},
+        },
+    )
+    async def execute(request: Request) -> Response:
+        outcome = service.authenticator.authenticate(request.headers)
+        caller = await outcome if inspect.isawaitable(outcome) else outcome
+        if not isinstance(caller, Caller):
+            return _problem(
+                401,
+                "unauthorized",
+                "send an API key: Authorization: Bearer KEY or X-API-Key: KEY",
+                **{"WWW-Authenticate": "Bearer"},
+            )
+        try:
+            body = await _read_body(request, service.max_body_bytes)
+        except _TooLargeError:
+            return _problem(
+                413,
+                "body_too_large",
+                f"the request body may hold at most {service.max_body_bytes} bytes",
+            )
+        pipeline = service.pipeline
+        if pipeline is None:
+            return _problem(503, "not_ready", "the service is starting or stopping")
+        result = await pipeline.execute(body, caller)
+        return Response(
+            result.to_json(), status_code=http_status(result), media_type="application/json"
+        )
+
+    @app.get(HEALTH_PATH, summary="Liveness: the store is open")
+    async def health() -> JSONResponse:
+        ready = service.pipeline is not None
+        return JSONResponse(
+            {"status": "ok" if ready else "starting"}, status_code=200 if ready else 503
+        )
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(
+                title=app.title,
+                version=app.version,
+                summary=app.summary,
+                routes=app.routes,
+            )
+            document.setdefault("components", {}).setdefault("schemas", {}).update(_schemas())
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

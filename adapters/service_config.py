@@ -1,0 +1,430 @@
+"""The one TOML file ``aptix run`` and ``aptix serve`` share (issue 6 "Configuration").
+
+It is the catalog file ``ConfigCatalog`` reads (``[[modes]]``, ``[[server_tools]]``,
+``[[agents]]``, ``[[conversations]]``; without them the built-in catalog is used),
+plus five tables of its own, each optional:
+
+- ``[store]`` — ``url`` (``memory``, ``sqlite:PATH``, ``postgresql://user@host/db``)
+  or ``url_env`` (an environment variable holding it); ``password_env`` puts a
+  PostgreSQL password from the environment into the URL.
+- ``[model]`` — ``kind = "scripted"`` with ``script = "replies.json"``, or
+  ``kind = "openai"`` with ``model``, ``base_url``, ``api_key_env``,
+  ``timeout_seconds``, ``max_attempts``, ``max_total_seconds``.
+- ``[server]`` — ``host``, ``port``, ``workers``, ``max_body_bytes``.
+- ``[auth]`` — ``[[auth.keys]]`` mapping an API key to an ``org`` and ``user``; the
+  key comes from ``key_env`` (an environment variable) or is given only as its
+  SHA-256 (``key_sha256``), so the file never holds a clear key.
+- ``[engine]`` — ``PipelineOptions`` (``max_server_tool_rounds``, ``llm_attempts``,
+  ``retry_wait_seconds``, ``retry_max_wait_seconds``).
+
+Secrets come only from the environment. Relative paths (the SQLite file, the
+script) are resolved against the configuration file's folder. Every mistake is a
+``ConfigError`` naming the file, the table and the key (DESIGN.md "Bad input gets
+a clear error"); unknown tables and keys are refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
+from aptix_pipeline.engine import Pipeline, PipelineOptions
+
+from .catalog_config import CatalogError, ConfigCatalog
+from .embedded import embedded_pipeline, open_store
+from .scripted_llm import ScriptedLLM, ScriptError
+
+__all__ = [
+    "DEFAULT_STORE_URL",
+    "ApiKey",
+    "ConfigError",
+    "ModelConfig",
+    "OpenAIModelConfig",
+    "ScriptedModelConfig",
+    "ServerConfig",
+    "ServiceConfig",
+    "build_llm",
+    "build_pipeline",
+    "load_service_config",
+    "parse_service_config",
+]
+
+DEFAULT_STORE_URL = "sqlite:aptix.db"
+"""The store when the file has no ``[store]`` table (a file in the working directory)."""
+
+_CATALOG_TABLES = ("modes", "server_tools", "agents", "conversations")
+_SERVICE_TABLES = ("store", "model", "server", "auth", "engine")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ConfigError(ValueError):
+    """The configuration is wrong; the message names the file, table and key."""
+
+
+# --- the file's tables, as written ------------------------------------------------------------
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+_T = TypeVar("_T", bound=_Table)
+
+
+def _env_name() -> Any:
+    return Field(default=None, pattern=_ENV_NAME.pattern)
+
+
+class _Store(_Table):
+    url: str | None = Field(default=None, min_length=1)
+    url_env: str | None = _env_name()
+    password_env: str | None = _env_name()
+
+
+class _ScriptedModel(_Table):
+    kind: Literal["scripted"]
+    script: str = Field(min_length=1)
+
+
+class _OpenAIModel(_Table):
+    kind: Literal["openai"]
+    model: str = Field(min_length=1)
+    base_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    api_key_env: str | None = _env_name()
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    max_attempts: int | None = Field(default=None, ge=1)
+    max_total_seconds: float | None = Field(default=None, gt=0)
+
+
+class _Server(_Table):
+    host: str = Field(default="127.0.0.1", min_length=1)
+    port: int = Field(default=8080, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1)
+    max_body_bytes: int = Field(default=1_048_576, ge=1)
+
+
+class _Key(_Table):
+    org: str = Field(min_length=1)
+    user: str = Field(min_length=1)
+    key_env: str | None = _env_name()
+    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
+
+
+class _Auth(_Table):
+    keys: list[_Key] = Field(default_factory=list)
+
+
+class _Engine(_Table):
+    max_server_tool_rounds: int = Field(default=8, ge=0)
+    llm_attempts: int = Field(default=3, ge=1)
+    retry_wait_seconds: float = Field(default=0.2, ge=0)
+    retry_max_wait_seconds: float = Field(default=2.0, ge=0)
+
+
+# --- the loaded configuration -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """One API key of ``[[auth.keys]]``: the caller it stands for and the key's SHA-256."""
+
+    org: str
+    user: str
+    sha256: bytes = field(repr=False)
+    where: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedModelConfig:
+    """``[model] kind = "scripted"``: a ``ScriptedLLM`` playing ``script`` (an absolute path)."""
+
+    script: Path
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAIModelConfig:
+    """``[model] kind = "openai"``: an OpenAI-compatible endpoint.
+
+    ``None`` leaves a setting to the adapter's default; ``api_key`` is read from
+    the environment variable the file names (``None`` when it names none).
+    """
+
+    model: str
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout_seconds: float | None = None
+    max_attempts: int | None = None
+    max_total_seconds: float | None = None
+
+
+ModelConfig = ScriptedModelConfig | OpenAIModelConfig
+"""What ``[model]`` configures."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """``[server]``: where ``aptix serve`` listens and how big a request body may be."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 1
+    max_body_bytes: int = 1_048_576
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    """One loaded configuration file; see the module docstring.
+
+    ``store_url`` is ``None`` when the file has no ``[store]`` (callers use
+    ``DEFAULT_STORE_URL``) and holds the password when ``password_env`` gave one,
+    so it is kept out of ``repr``. ``model`` is ``None`` when the file has no
+    ``[model]``.
+    """
+
+    source: str
+    catalog: ConfigCatalog = field(repr=False)
+    store_url: str | None = field(default=None, repr=False)
+    model: ModelConfig | None = None
+    server: ServerConfig = field(default_factory=ServerConfig)
+    api_keys: tuple[ApiKey, ...] = ()
+    options: PipelineOptions = field(default_factory=PipelineOptions)
+
+
+def _where(table: str, loc: tuple[int | str, ...]) -> str:
+    path = f"[{table}]"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _table(model: type[_T], data: object, table: str, source: str) -> _T:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: [{table}] must be a table")
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise ConfigError(f"{source}: {_where(table, first['loc'])}: {first['msg']}") from None
+
+
+def _env(name: str, where: str, env: Mapping[str, str]) -> str:
+    value = env.get(name)
+    if value is None or not value.strip():
+        raise ConfigError(f"{where}: environment variable {name} is not set (or is empty)")
+    return value
+
+
+def _store_url(data: object, base: Path, source: str, env: Mapping[str, str]) -> str:
+    table = _table(_Store, data, "store", source)
+    if (table.url is None) == (table.url_env is None):
+        raise ConfigError(f"{source}: [store]: give exactly one of url and url_env")
+    if table.url is not None:
+        url = table.url
+    else:
+        assert table.url_env is not None
+        url = _env(table.url_env, f"{source}: [store].url_env", env).strip()
+    if url.startswith(("postgresql://", "postgres://")):
+        if table.password_env is None:
+            return url
+        return _with_password(url, table.password_env, source, env)
+    if table.password_env is not None:
+        raise ConfigError(f"{source}: [store].password_env applies to postgresql:// URLs only")
+    if url == "memory":
+        return url
+    if url.startswith("sqlite:") or url.endswith((".db", ".sqlite", ".sqlite3")):
+        path = url.removeprefix("sqlite:")
+        if not path:
+            raise ConfigError(f"{source}: [store].url: sqlite: needs a file path")
+        return f"sqlite:{base / Path(path).expanduser()}"
+    raise ConfigError(
+        f"{source}: [store].url: unknown store {url.split(':', 1)[0]!r}: "
+        "use memory, sqlite:PATH or postgresql://USER@HOST/DB"
+    )
+
+
+def _with_password(url: str, variable: str, source: str, env: Mapping[str, str]) -> str:
+    parts = urlsplit(url)
+    if parts.password is not None:
+        raise ConfigError(
+            f"{source}: [store]: the URL already holds a password; keep it only in password_env"
+        )
+    password = _env(variable, f"{source}: [store].password_env", env)
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{user}:{quote(password, safe='')}@{host}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _model(data: object, base: Path, source: str, env: Mapping[str, str]) -> ModelConfig:
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == "scripted":
+        scripted = _table(_ScriptedModel, data, "model", source)
+        script = (base / Path(scripted.script).expanduser()).resolve()
+        try:
+            ScriptedLLM.from_file(script)
+        except (OSError, ScriptError) as error:
+            raise ConfigError(f"{source}: [model].script: {script}: {error}") from None
+        return ScriptedModelConfig(script=script)
+    if kind == "openai":
+        table = _table(_OpenAIModel, data, "model", source)
+        api_key = (
+            _env(table.api_key_env, f"{source}: [model].api_key_env", env)
+            if table.api_key_env is not None
+            else None
+        )
+        return OpenAIModelConfig(
+            model=table.model,
+            base_url=table.base_url,
+            api_key=api_key,
+            timeout_seconds=table.timeout_seconds,
+            max_attempts=table.max_attempts,
+            max_total_seconds=table.max_total_seconds,
+        )
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: [model] must be a table")
+    raise ConfigError(f"{source}: [model].kind must be 'scripted' or 'openai', not {kind!r}")
+
+
+def _api_keys(data: object, source: str, env: Mapping[str, str]) -> tuple[ApiKey, ...]:
+    table = _table(_Auth, data, "auth", source)
+    keys: list[ApiKey] = []
+    seen: dict[bytes, str] = {}
+    for index, key in enumerate(table.keys):
+        where = f"{source}: [auth].keys[{index}]"
+        if (key.key_env is None) == (key.key_sha256 is None):
+            raise ConfigError(f"{where}: give exactly one of key_env and key_sha256")
+        if key.key_env is not None:
+            digest = hashlib.sha256(_env(key.key_env, f"{where}.key_env", env).encode()).digest()
+        else:
+            assert key.key_sha256 is not None
+            digest = bytes.fromhex(key.key_sha256)
+        if digest in seen:
+            raise ConfigError(f"{where}: the same key as {seen[digest]}")
+        seen[digest] = f"[auth].keys[{index}]"
+        keys.append(ApiKey(org=key.org, user=key.user, sha256=digest, where=seen[digest]))
+    return tuple(keys)
+
+
+def parse_service_config(
+    data: Mapping[str, Any],
+    *,
+    source: str = "configuration",
+    base_dir: str | Path = ".",
+    env: Mapping[str, str] | None = None,
+) -> ServiceConfig:
+    """A configuration from parsed TOML; ``base_dir`` anchors relative paths."""
+    environment = os.environ if env is None else env
+    base = Path(base_dir).resolve()
+    unknown = sorted(set(data) - {*_CATALOG_TABLES, *_SERVICE_TABLES})
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown table(s) {unknown}; "
+            f"known: {', '.join([*_CATALOG_TABLES, *_SERVICE_TABLES])}"
+        )
+    catalog_tables = {key: data[key] for key in _CATALOG_TABLES if key in data}
+    try:
+        catalog = (
+            ConfigCatalog(catalog_tables, source=source)
+            if catalog_tables
+            else ConfigCatalog.default()
+        )
+    except CatalogError as error:
+        raise ConfigError(str(error)) from None
+    engine = _table(_Engine, data.get("engine", {}), "engine", source)
+    server = _table(_Server, data.get("server", {}), "server", source)
+    return ServiceConfig(
+        source=source,
+        catalog=catalog,
+        store_url=(
+            _store_url(data["store"], base, source, environment) if "store" in data else None
+        ),
+        model=_model(data["model"], base, source, environment) if "model" in data else None,
+        server=ServerConfig(**server.model_dump()),
+        api_keys=_api_keys(data.get("auth", {}), source, environment),
+        options=PipelineOptions(**engine.model_dump()),
+    )
+
+
+def load_service_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> ServiceConfig:
+    """Load a configuration file; ``env`` (default ``os.environ``) supplies the secrets."""
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(f"{file}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{file}: not UTF-8 text: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{file}: not valid TOML: {error}") from None
+    return parse_service_config(data, source=str(file), base_dir=file.parent, env=env)
+
+
+def build_llm(model: ModelConfig) -> LLM:
+    """The model port ``[model]`` describes.
+
+    The OpenAI-compatible adapter is imported here, so the rest works without the
+    ``openai`` extra.
+    """
+    if isinstance(model, ScriptedModelConfig):
+        return ScriptedLLM.from_file(model.script)
+    from .openai_llm import OpenAICompatibleLLM  # the `openai` extra
+
+    settings: dict[str, Any] = {
+        "timeout_seconds": model.timeout_seconds,
+        "max_attempts": model.max_attempts,
+        "max_total_seconds": model.max_total_seconds,
+    }
+    return OpenAICompatibleLLM(
+        model=model.model,
+        base_url=model.base_url,
+        api_key=model.api_key,
+        **{key: value for key, value in settings.items() if value is not None},
+    )
+
+
+def build_pipeline(
+    config: ServiceConfig,
+    *,
+    llm: LLM | None = None,
+    store: SessionStore | str | None = None,
+    tools: Mapping[str, ToolExecutor] | None = None,
+    clock: Clock | None = None,
+    ids: IdSource | None = None,
+) -> Pipeline:
+    """A ``Pipeline`` on the configuration's catalog, store, model and engine options.
+
+    ``llm`` and ``store`` override the file's (``aptix run --llm-script`` /
+    ``--store``); a store given as text is opened with ``open_store``. Raises
+    ``ConfigError`` when there is no model at all, or the store cannot be opened.
+    """
+    if llm is None:
+        if config.model is None:
+            raise ConfigError(f"{config.source}: no [model] table and no model given")
+        llm = build_llm(config.model)
+    if store is None or isinstance(store, str):
+        url = store if isinstance(store, str) else config.store_url or DEFAULT_STORE_URL
+        try:
+            store = open_store(url)
+        except Exception as error:  # the driver's own errors: name the store, not a traceback
+            raise ConfigError(
+                f"{config.source}: [store]: cannot open the store: {type(error).__name__}: {error}"
+            ) from None
+    return embedded_pipeline(
+        llm=llm,
+        store=store,
+        catalog=config.catalog,
+        tools=tools,
+        clock=clock,
+        ids=ids,
+        options=config.options,
+    )
