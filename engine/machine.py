@@ -53,6 +53,9 @@ from aptix_pipeline.steps import (
 )
 from aptix_pipeline.validators import Phase, step_rule_ids, validate_post_step, validate_pre_step
 
+from .telemetry import TurnRecorder
+from .trace import CheckRecord, TransitionRecord
+
 __all__ = [
     "COMPLETE",
     "FAULT",
@@ -69,41 +72,24 @@ COMPLETE = "complete"
 FAULT = "fault"
 
 
-@dataclass(frozen=True, slots=True)
-class TransitionRecord:
-    """One transition the turn took: the event (a step name), from and to."""
-
-    event: str
-    source: str
-    target: str
-
-
-@dataclass(frozen=True, slots=True)
-class CheckRecord:
-    """One guard (PRE) or exit hook (POST) run: the rules it checked and those that failed.
-
-    ``deferred`` marks §4.9's POST skipped for a round that goes on (DESIGN.md R5).
-    """
-
-    step: str
-    phase: str
-    rule_ids: tuple[str, ...]
-    failed: tuple[str, ...] = ()
-    deferred: bool = False
-
-
 @dataclass(slots=True)
 class TurnRun:
-    """The machine's model: the turn's scope plus what the machine records of it."""
+    """The machine's model: the turn's scope and the recorder of what it does.
+
+    The recorder is also the scope's observer, so the steps and the machine write
+    one ordered trace.
+    """
 
     scope: TurnScope
     step_functions: Mapping[PipelineStep, StepFunction] = field(
         default_factory=lambda: STEP_FUNCTIONS
     )
+    recorder: TurnRecorder = field(default_factory=TurnRecorder)
     state: Any = None
-    transitions: list[TransitionRecord] = field(default_factory=list)
-    checks: list[CheckRecord] = field(default_factory=list)
     before_response: PipelineContext | None = None
+
+    def __post_init__(self) -> None:
+        self.scope.observer = self.recorder
 
 
 # --- path choice: by ctx.Type, never by trial (DESIGN.md "The machine") ---------------
@@ -153,7 +139,7 @@ def _guard(step: PipelineStep) -> Callable[[TurnRun], None]:
         if step is PipelineStep.RESPONSE_BUILDER:
             model.before_response = ctx.model_copy(deep=True)
         result = validate_pre_step(ctx, step)
-        model.checks.append(CheckRecord(step.value, Phase.PRE.value, rule_ids, result.rule_ids))
+        model.recorder.check(CheckRecord(step.value, Phase.PRE.value, rule_ids, result.rule_ids))
         if not result.successful:
             raise StepFaultError(result.errors)
 
@@ -165,7 +151,7 @@ def _action(step: PipelineStep) -> Callable[..., Any]:
     async def action(model: TurnRun, source: State, target: State) -> None:
         await model.step_functions[step](model.scope)
         # Recorded once the step has done its work: a step that raised was not taken.
-        model.transitions.append(TransitionRecord(step.value, source.id, target.id))
+        model.recorder.transition(TransitionRecord(step.value, source.id, target.id))
 
     action.__name__ = f"run_{step.value}"
     return action
@@ -176,11 +162,11 @@ def _exit_hook(step: PipelineStep) -> Callable[[TurnRun], None]:
 
     def exit_hook(model: TurnRun) -> None:
         if step is PipelineStep.LLM_CLIENT and model.scope.another_round:
-            model.checks.append(CheckRecord(step.value, Phase.POST.value, rule_ids, deferred=True))
+            model.recorder.check(CheckRecord(step.value, Phase.POST.value, rule_ids, deferred=True))
             return
         before = model.before_response if step is PipelineStep.RESPONSE_BUILDER else None
         result = validate_post_step(model.scope.ctx, step, before=before)
-        model.checks.append(CheckRecord(step.value, Phase.POST.value, rule_ids, result.rule_ids))
+        model.recorder.check(CheckRecord(step.value, Phase.POST.value, rule_ids, result.rule_ids))
         if not result.successful:
             raise StepFaultError(result.errors)
 
@@ -208,16 +194,16 @@ def _round_guard(model: TurnRun) -> None:
 
 
 async def _record_round(model: TurnRun, source: State, target: State) -> None:
-    model.transitions.append(TransitionRecord(SERVER_TOOL_ROUND, source.id, target.id))
+    model.recorder.transition(TransitionRecord(SERVER_TOOL_ROUND, source.id, target.id))
 
 
 async def _complete(model: TurnRun, source: State, target: State) -> None:
     await complete_turn(model.scope)
-    model.transitions.append(TransitionRecord(COMPLETE, source.id, target.id))
+    model.recorder.transition(TransitionRecord(COMPLETE, source.id, target.id))
 
 
 async def _record_fault(model: TurnRun, source: State, target: State) -> None:
-    model.transitions.append(TransitionRecord(FAULT, source.id, target.id))
+    model.recorder.transition(TransitionRecord(FAULT, source.id, target.id))
 
 
 def _faults(*sources: State, target: State) -> TransitionList:

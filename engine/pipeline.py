@@ -46,7 +46,9 @@ from aptix_pipeline.steps import (
 )
 
 from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore
-from .machine import FAULT, CheckRecord, TransitionRecord, TurnMachine, TurnRun, next_event
+from .machine import FAULT, TurnMachine, TurnRun, next_event
+from .telemetry import Telemetry, TurnRecorder
+from .trace import CheckRecord, StateTrace, TransitionRecord
 
 __all__ = ["Pipeline", "RequestInput", "TurnReport"]
 
@@ -86,6 +88,8 @@ class TurnReport:
     faulted_step: str | None = None
     warnings: tuple[InvokeWarning, ...] = field(default=())
     branch: bool | None = None
+    trace: StateTrace | None = None
+    """The turn's ordered, deterministic record (``StateTrace``)."""
 
     @property
     def successful(self) -> bool:
@@ -135,6 +139,7 @@ class TurnReport:
             "session_id": self.session_id,
             "turn_id": self.turn_id,
             "faulted_step": self.faulted_step,
+            "trace": self.trace.to_dict() if self.trace is not None else None,
         }
 
 
@@ -194,8 +199,14 @@ class Pipeline:
         options: PipelineOptions | None = None,
         *,
         steps: Mapping[PipelineStep, StepFunction] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.ports = ports
+        self.telemetry = (telemetry or Telemetry()).resolved()
+        self._tracer = self.telemetry.tracer()
+        self._capture_content = bool(self.telemetry.capture_content)
+        provider = getattr(ports.llm, "provider_name", None)
+        self._provider_name = provider if isinstance(provider, str) and provider else "aptix"
         # Steps see the store and catalogs through guards that name a failing port.
         self._ports = replace(
             ports,
@@ -240,29 +251,41 @@ class Pipeline:
             raw_request=request,
             initial_mode=initial_mode,
         )
-        run = TurnRun(scope=scope, step_functions=self._steps)
+        recorder = TurnRecorder(self._tracer, self._capture_content, self._provider_name)
+        run = TurnRun(scope=scope, step_functions=self._steps, recorder=recorder)
         errors: tuple[InvokeError, ...] = ()
         faulted_step: str | None = None
         states: list[str] = []
-        try:
-            machine = TurnMachine(model=run)
-            await machine.activate_initial_state()
-            states = [str(run.state)]
-            while not machine.is_terminated:
-                event = "?"
-                try:
-                    event = next_event(str(run.state), run)
-                    await machine.send(event)
-                except Exception as error:  # a failed guard or exit hook, a raising step
-                    errors, faulted_step = _errors_of(event, error), event
-                    if str(run.state) != states[-1]:  # a failed exit hook: the step was taken
-                        states.append(str(run.state))
-                    await machine.send(FAULT)
-                states.append(str(run.state))
-        finally:
-            if errors or not states or states[-1] != "done":
-                await self._rollback(scope)
-        return self._report(run, states, errors, faulted_step)
+        with recorder.turn():
+            try:
+                machine = TurnMachine(model=run)
+                await machine.activate_initial_state()
+                states = [str(run.state)]
+                while not machine.is_terminated:
+                    source, event = str(run.state), "?"
+                    try:
+                        event = next_event(source, run)
+                        with recorder.step(event, source, scope.context):
+                            try:
+                                await machine.send(event)
+                            except Exception as error:  # a failed guard or exit hook, a step
+                                errors, faulted_step = _errors_of(event, error), event
+                                recorder.fault(event, errors)
+                            recorder.step_ended(str(run.state), scope.context)
+                    except Exception as error:  # no route leaves the state: never raise
+                        errors, faulted_step = _errors_of(event, error), event
+                        recorder.fault(event, errors)
+                    if errors:
+                        if str(run.state) != states[-1]:  # a failed exit hook: the step was taken
+                            states.append(str(run.state))
+                        await machine.send(FAULT)
+                    states.append(str(run.state))
+            finally:
+                if errors or not states or states[-1] != "done":
+                    await self._rollback(scope)
+            report = self._report(run, states, errors, faulted_step)
+            recorder.turn_ended(scope.context, report.result.errors, scope.usage)
+        return report
 
     def execute_sync(
         self,
@@ -313,19 +336,37 @@ class Pipeline:
             result = _ResponseResult.failure(
                 [InvokeError(code=ErrorCode.INTERNAL, message="the turn ended without a response")]
             )
+        session_id = _persisted_session_id(ctx, errors)
+        turn_id = _persisted_turn_id(ctx, errors)
+        recorder = run.recorder
+        trace = StateTrace(
+            context_type=str(ctx.type) if ctx is not None else None,
+            outcome="faulted" if errors else "done",
+            states=tuple(states),
+            entries=tuple(recorder.entries),
+            session_id=session_id,
+            turn_id=turn_id,
+            mode=ctx.mode if ctx is not None else None,
+            response_type=str(ctx.response_type) if ctx and ctx.response_type and not errors
+            else None,
+            error_codes=tuple(str(error.code) for error in result.errors),
+            faulted_step=faulted_step,
+            warnings=tuple(warning.code for warning in warnings),
+        )  # fmt: skip
         return TurnReport(
             result=result,
             context_type=ctx.type if ctx is not None else None,
             states=tuple(states),
-            transitions=tuple(run.transitions),
-            checks=tuple(run.checks),
+            transitions=tuple(recorder.transitions),
+            checks=tuple(recorder.checks),
             tool_calls=tuple(scope.tool_calls),
             mode=ctx.mode if ctx is not None else None,
             mode_changes=() if errors else tuple(scope.mode_changes),
             llm_calls=scope.llm_calls,
-            session_id=_persisted_session_id(ctx, errors),
-            turn_id=_persisted_turn_id(ctx, errors),
+            session_id=session_id,
+            turn_id=turn_id,
             faulted_step=faulted_step,
             warnings=warnings,
             branch=None if errors else scope.branch,
+            trace=trace,
         )

@@ -20,6 +20,7 @@ from typing import Any
 
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry_if_exception_type,
     retry_if_not_exception_type,
     stop_after_attempt,
@@ -29,6 +30,7 @@ from tenacity import (
 from aptix_pipeline.contracts import (
     ChatMessage,
     ChatRole,
+    ContainerInvocationErrorResponse,
     ErrorCode,
     InvokeError,
     LLMReply,
@@ -120,33 +122,44 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
         tools=scope.advertised_tools,
     )
     attempts = 0
-    try:
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(options.llm_attempts),
-            wait=wait_exponential(
-                multiplier=options.retry_wait_seconds, max=options.retry_max_wait_seconds
-            ),
-            # Exceptions only: cancellation, KeyboardInterrupt and SystemExit end the turn.
-            retry=retry_if_exception_type(Exception)
-            & retry_if_not_exception_type(PermanentPortError),
-            reraise=True,
-        ):
-            with attempt:
-                attempts += 1
-                reply = await scope.ports.llm.complete(request)
-        if not isinstance(reply, LLMReply):
-            raise TypeError(f"the LLM port returned {type(reply).__name__}, not an LLMReply")
-    except Exception as error:
-        raise StepFaultError(
-            [
-                InvokeError(
-                    code=ErrorCode.PORT_FAILED,
-                    field="LLM",
-                    message=(f"the LLM failed after {attempts} attempt(s): {described(error)}"),
-                )
-            ]
-        ) from error
-    return _utf8_reply(reply)
+    with scope.observer.llm_call(request) as observation:
+
+        def before_sleep(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
+            wait = state.next_action.sleep if state.next_action is not None else 0.0
+            if error is not None:
+                observation.retry(state.attempt_number, error, wait)
+
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(options.llm_attempts),
+                wait=wait_exponential(
+                    multiplier=options.retry_wait_seconds, max=options.retry_max_wait_seconds
+                ),
+                # Exceptions only: cancellation, KeyboardInterrupt and SystemExit end the turn.
+                retry=retry_if_exception_type(Exception)
+                & retry_if_not_exception_type(PermanentPortError),
+                before_sleep=before_sleep,
+                reraise=True,
+            ):
+                with attempt:
+                    attempts += 1
+                    reply = await scope.ports.llm.complete(request)
+            if not isinstance(reply, LLMReply):
+                raise TypeError(f"the LLM port returned {type(reply).__name__}, not an LLMReply")
+        except Exception as error:
+            raise StepFaultError(
+                [
+                    InvokeError(
+                        code=ErrorCode.PORT_FAILED,
+                        field="LLM",
+                        message=(f"the LLM failed after {attempts} attempt(s): {described(error)}"),
+                    )
+                ]
+            ) from error
+        reply = _utf8_reply(reply)
+        observation.replied(reply, attempts)
+    return reply
 
 
 def _utf8_reply(reply: LLMReply) -> LLMReply:
@@ -177,14 +190,34 @@ def _remember(scope: TurnScope, message: ChatMessage) -> None:
     scope.new_messages.append(message)
 
 
-def _answer(scope: TurnScope, call: ToolCall, content: str, record: ToolCallRecord) -> None:
+def _record(scope: TurnScope, record: ToolCallRecord, rejection_kind: str | None = None) -> None:
+    scope.tool_calls.append(record)
+    scope.observer.tool_call(record, rejection_kind)
+
+
+def _answer(
+    scope: TurnScope,
+    call: ToolCall,
+    content: str,
+    record: ToolCallRecord,
+    rejection_kind: str | None = None,
+) -> None:
     _remember(
         scope,
         ChatMessage(
             role=ChatRole.TOOL, tool_call_id=call.tool_call_id, name=call.name, content=content
         ),
     )
-    scope.tool_calls.append(record)
+    _record(scope, record, rejection_kind)
+
+
+def _rejection_kind(tool: ToolDefinition | None, verdict: ToolCallVerdict) -> str:
+    """Why a call was refused, for traces and span events (the container design's errors)."""
+    if tool is None:
+        return "unknown_tool"
+    if isinstance(verdict.rejection, ContainerInvocationErrorResponse):
+        return "container_invocation"
+    return "argument_validation"
 
 
 def _result_json(text: object) -> str:
@@ -209,21 +242,23 @@ async def _run_server_tool(
     clock = scope.ports.clock
     started = clock.now()
     outcome, content, error = "executed", "", None
-    try:
-        if tool.name == AGENT_CHANGE_MODE:
-            content, outcome = await change_mode(scope, call, arguments)
-            if outcome == "mode_refused":  # a refusal is a failed tool call (D30)
-                error = content
-        else:
-            executor = scope.ports.tools.get(tool.name)
-            if executor is None:
-                raise LookupError(f"no executor is registered for server tool {tool.name!r}")
-            content = _result_json(await executor(arguments, scope.invocation(call)))
-    except StepFaultError:
-        raise
-    except Exception as failure:
-        outcome, error = "failed", described(failure)
-        content = json.dumps({"error": error})
+    with scope.observer.tool_execution(call, tool, arguments) as observation:
+        try:
+            if tool.name == AGENT_CHANGE_MODE:
+                content, outcome = await change_mode(scope, call, arguments)
+                if outcome == "mode_refused":  # a refusal is a failed tool call (D30)
+                    error = content
+            else:
+                executor = scope.ports.tools.get(tool.name)
+                if executor is None:
+                    raise LookupError(f"no executor is registered for server tool {tool.name!r}")
+                content = _result_json(await executor(arguments, scope.invocation(call)))
+        except StepFaultError:
+            raise
+        except Exception as failure:
+            outcome, error = "failed", described(failure)
+            content = json.dumps({"error": error})
+        observation.finished(outcome, content, error)
     elapsed = max(0, int((clock.now() - started).total_seconds() * 1000))
     scope.server_results.append(
         ToolResult(
@@ -270,6 +305,7 @@ async def _handle_call(scope: TurnScope, call: ToolCall) -> ToolCall | None:
             call,
             verdict.rejection_json(),
             ToolCallRecord(call.tool_call_id, call.name, side, "rejected", verdict.rule_id),
+            _rejection_kind(tool, verdict),
         )
         return None
     if verdict.outcome is ToolCallOutcome.EXPAND_CONTAINER:
@@ -289,7 +325,7 @@ async def _handle_call(scope: TurnScope, call: ToolCall) -> ToolCall | None:
         )
         return None
     if tool.executes_on == "client":
-        scope.tool_calls.append(ToolCallRecord(call.tool_call_id, call.name, "client", "client"))
+        _record(scope, ToolCallRecord(call.tool_call_id, call.name, "client", "client"))
         if not isinstance(_json_or_none(call.arguments_json), dict):
             # Blank or null arguments mean none: sent as the JSON object AGN-033 §5.1 needs.
             return call.model_copy(update={"arguments_json": json.dumps(verdict.arguments)})

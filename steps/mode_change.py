@@ -182,20 +182,21 @@ async def change_mode(
                 message=f"the session store could not set the mode: {detail}",
             )]) from error  # fmt: skip
         ctx.mode = mode
-        scope.mode_changes.append(ModeChange(call.tool_call_id, previous, mode, reason, branch))
+        change = ModeChange(call.tool_call_id, previous, mode, reason, branch)
+        scope.mode_changes.append(change)
+        scope.observer.mode_changed(change)
         logger.info("session %s: mode %s -> %s (branch=%s)", session.id, previous, mode, branch)
         # R8 counts the turn's changes, across its continuations too (the session's history).
         of_turn = [e for e in ctx.session.mode_history if e.turn_id == turn.id]
         already_warned = any(w.rule_id == SEVERAL_MODE_CHANGES.id for w in scope.warnings)
         if len(of_turn) >= 2 and not already_warned:
             logger.warning("session %s: %s", session.id, SEVERAL_MODE_CHANGES.message)
-            scope.warnings.append(
-                InvokeWarning(
-                    code="several_mode_changes",
-                    message=SEVERAL_MODE_CHANGES.message,
-                    rule_id=SEVERAL_MODE_CHANGES.id,
-                )
+            warning = InvokeWarning(
+                code="several_mode_changes",
+                message=SEVERAL_MODE_CHANGES.message,
+                rule_id=SEVERAL_MODE_CHANGES.id,
             )
+            scope.warn(warning)
     result = json.dumps(
         {
             "mode": mode,

@@ -25,7 +25,7 @@ async def reasoner(scope: TurnScope) -> None:
     turn_mode = (ctx.turn.mode if ctx.turn is not None else None) or ctx.mode or ""
     spec = await scope.ports.modes.get_mode(turn_mode)
     if spec is None:
-        scope.warnings.append(
+        scope.warn(
             InvokeWarning(
                 code="mode_not_in_catalog",
                 message=f"mode {turn_mode!r} is not in the Mode Catalog; no server tools this turn",
@@ -36,7 +36,7 @@ async def reasoner(scope: TurnScope) -> None:
         merged.setdefault(tool.name, tool)
     for tool in spec.server_tools if spec else ():
         if tool.name in merged:
-            scope.warnings.append(
+            scope.warn(
                 InvokeWarning(
                     code="server_tool_shadowed",
                     message=f"server tool {tool.name!r} is left out: a client tool has that name",

@@ -34,6 +34,8 @@ from aptix_pipeline.contracts import (
     Usage,
 )
 
+from .observer import NullObserver, TurnObserver
+
 __all__ = ["ModeChange", "PipelineOptions", "Ports", "ToolCallRecord", "TurnScope"]
 
 
@@ -135,6 +137,13 @@ class TurnScope:
     """``branch`` of the turn's last successful ``agent_change_mode`` call (DESIGN.md R7)."""
     warnings: list[InvokeWarning] = field(default_factory=list)
     mode_display_name: str | None = None
+    observer: TurnObserver = field(default_factory=NullObserver)
+    """Where the steps report model calls, tool calls and mode changes (state trace, spans)."""
+
+    def warn(self, warning: InvokeWarning) -> None:
+        """Add a warning to the turn's result and tell the observer."""
+        self.warnings.append(warning)
+        self.observer.warned(warning)
 
     @property
     def ctx(self) -> PipelineContext:

@@ -100,4 +100,4 @@ def _warn_about_ignored_inputs(scope: TurnScope, session: Session) -> None:
                             f"runs in {kept!r}"))  # fmt: skip
     for code, message in ignored:
         logger.warning("session %s: %s", session.id, message)
-        scope.warnings.append(InvokeWarning(code=code, message=message))
+        scope.warn(InvokeWarning(code=code, message=message))

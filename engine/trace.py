@@ -1,0 +1,336 @@
+"""``StateTrace``: the ordered, deterministic record of what one turn did.
+
+A trace lists, in the order they happened, each transition the machine took
+(step, from, to), each guard (PRE) and exit hook (POST) with the rule ids it
+checked and those that failed (AGN-036 §4), each model call, each tool call and
+what became of it (server or client, the container design's verdict), each mode
+change (AGN-011 §5.2), each warning, and the fault that ended a failed turn;
+then the outcome and its error codes.
+
+It holds no wall-clock time and no generated value that does not come through
+the ports (ids from ``IdSource``), so the same turn on the same ports gives the
+same trace byte for byte: tests snapshot it, and a replay compares against it.
+User content (the model's text, tool arguments and results, a mode change's
+reason) is left out unless the host opts in to content capture (DESIGN.md
+"Observability without leaks").
+
+``to_dict``/``to_json`` give the JSON form; ``StateTrace.from_dict`` reads it back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aptix_pipeline.contracts import InvokeWarning
+from aptix_pipeline.steps import ModeChange, ToolCallRecord
+
+__all__ = [
+    "TRACE_FORMAT",
+    "CheckRecord",
+    "FaultRecord",
+    "LLMCallRecord",
+    "StateTrace",
+    "TraceEntry",
+    "TransitionRecord",
+    "entry_from_dict",
+    "entry_to_dict",
+]
+
+TRACE_FORMAT = "aptix.state-trace/1"
+"""The version of the JSON form; a reader refuses any other."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionRecord:
+    """One transition the turn took: the event (a step name), from and to."""
+
+    event: str
+    source: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRecord:
+    """One guard (PRE) or exit hook (POST) run: the rules it checked and those that failed.
+
+    ``deferred`` marks §4.9's POST skipped for a round that goes on (DESIGN.md R5).
+    """
+
+    step: str
+    phase: str
+    rule_ids: tuple[str, ...]
+    failed: tuple[str, ...] = ()
+    deferred: bool = False
+
+    @property
+    def outcome(self) -> str:
+        """``passed``, ``failed`` or ``deferred``."""
+        if self.deferred:
+            return "deferred"
+        return "failed" if self.failed else "passed"
+
+
+@dataclass(frozen=True, slots=True)
+class LLMCallRecord:
+    """One call of the LLM port (AGN-036 §4.9), with all its attempts.
+
+    ``round`` counts the model calls of this request from 1 (DESIGN.md R5);
+    ``tools`` are the names advertised to the model; ``error`` is the exception
+    class of a call that failed after its attempts (the turn then faults).
+    ``text`` is the model's text only when content capture is on; ``has_text``
+    always says whether there was any.
+    """
+
+    round: int
+    mode: str
+    request_model: str | None
+    tools: tuple[str, ...]
+    messages: int
+    attempts: int = 1
+    retries: tuple[str, ...] = ()
+    response_model: str | None = None
+    response_id: str | None = None
+    finish_reason: str | None = None
+    tool_calls: tuple[tuple[str, str], ...] = ()
+    has_text: bool = False
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    error: str | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FaultRecord:
+    """What ended a failed turn: the step (or transition) and the errors' codes and rules."""
+
+    step: str
+    error_codes: tuple[str, ...]
+    rule_ids: tuple[str, ...]
+
+
+TraceEntry = (
+    TransitionRecord
+    | CheckRecord
+    | LLMCallRecord
+    | ToolCallRecord
+    | ModeChange
+    | InvokeWarning
+    | FaultRecord
+)
+
+
+def entry_to_dict(entry: TraceEntry) -> dict[str, Any]:
+    """One entry as JSON: a ``kind`` and its fields."""
+    if isinstance(entry, TransitionRecord):
+        return {"kind": "transition", "step": entry.event, "from": entry.source,
+                "to": entry.target}  # fmt: skip
+    if isinstance(entry, CheckRecord):
+        return {
+            "kind": "guard" if entry.phase == "PRE" else "exit_hook",
+            "step": entry.step,
+            "outcome": entry.outcome,
+            "rule_ids": list(entry.rule_ids),
+            "failed": list(entry.failed),
+        }
+    if isinstance(entry, LLMCallRecord):
+        data: dict[str, Any] = {
+            "kind": "llm_call",
+            "round": entry.round,
+            "mode": entry.mode,
+            "request_model": entry.request_model,
+            "tools": list(entry.tools),
+            "messages": entry.messages,
+            "attempts": entry.attempts,
+            "retries": list(entry.retries),
+            "response_model": entry.response_model,
+            "response_id": entry.response_id,
+            "finish_reason": entry.finish_reason,
+            "tool_calls": [{"id": i, "name": n} for i, n in entry.tool_calls],
+            "has_text": entry.has_text,
+            "input_tokens": entry.input_tokens,
+            "output_tokens": entry.output_tokens,
+            "error": entry.error,
+        }
+        if entry.text is not None:
+            data["text"] = entry.text
+        return data
+    if isinstance(entry, ToolCallRecord):
+        return {
+            "kind": "tool_call",
+            "id": entry.tool_call_id,
+            "name": entry.name,
+            "side": entry.side,
+            "outcome": entry.outcome,
+            "rule_id": entry.rule_id,
+        }
+    if isinstance(entry, ModeChange):
+        change: dict[str, Any] = {
+            "kind": "mode_change",
+            "tool_call_id": entry.tool_call_id,
+            "previous": entry.previous_mode,
+            "new": entry.new_mode,
+            "branch": entry.branch,
+        }
+        if entry.reason is not None:
+            change["reason"] = entry.reason
+        return change
+    if isinstance(entry, InvokeWarning):
+        return {"kind": "warning", "code": entry.code, "rule_id": entry.rule_id}
+    return {
+        "kind": "fault",
+        "step": entry.step,
+        "error_codes": list(entry.error_codes),
+        "rule_ids": list(entry.rule_ids),
+    }
+
+
+def entry_from_dict(data: Mapping[str, Any]) -> TraceEntry:
+    """The entry ``entry_to_dict`` wrote; ``ValueError`` for an unknown kind."""
+    kind = data.get("kind")
+    if kind == "transition":
+        return TransitionRecord(data["step"], data["from"], data["to"])
+    if kind in ("guard", "exit_hook"):
+        return CheckRecord(
+            data["step"],
+            "PRE" if kind == "guard" else "POST",
+            tuple(data["rule_ids"]),
+            tuple(data["failed"]),
+            deferred=data["outcome"] == "deferred",
+        )
+    if kind == "llm_call":
+        return LLMCallRecord(
+            round=data["round"],
+            mode=data["mode"],
+            request_model=data["request_model"],
+            tools=tuple(data["tools"]),
+            messages=data["messages"],
+            attempts=data["attempts"],
+            retries=tuple(data["retries"]),
+            response_model=data["response_model"],
+            response_id=data["response_id"],
+            finish_reason=data["finish_reason"],
+            tool_calls=tuple((c["id"], c["name"]) for c in data["tool_calls"]),
+            has_text=data["has_text"],
+            input_tokens=data["input_tokens"],
+            output_tokens=data["output_tokens"],
+            error=data["error"],
+            text=data.get("text"),
+        )
+    if kind == "tool_call":
+        return ToolCallRecord(
+            data["id"], data["name"], data["side"], data["outcome"], data["rule_id"]
+        )
+    if kind == "mode_change":
+        return ModeChange(
+            data["tool_call_id"], data["previous"], data["new"], data.get("reason"), data["branch"]
+        )
+    if kind == "warning":
+        # The message is not kept in the trace: it is in the result's warnings.
+        return InvokeWarning(code=data["code"], message="", rule_id=data["rule_id"])
+    if kind == "fault":
+        return FaultRecord(data["step"], tuple(data["error_codes"]), tuple(data["rule_ids"]))
+    raise ValueError(f"unknown trace entry kind {kind!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StateTrace:
+    """What one turn did, in order; see the module docstring.
+
+    ``outcome`` is ``done`` or ``faulted``; ``states`` are the machine states in
+    the order the turn entered them; ``session_id``/``turn_id`` name what the
+    store holds afterwards (``None`` where a failed turn left nothing).
+    """
+
+    context_type: str | None
+    outcome: str
+    states: tuple[str, ...]
+    entries: tuple[TraceEntry, ...]
+    session_id: str | None = None
+    turn_id: str | None = None
+    mode: str | None = None
+    response_type: str | None = None
+    error_codes: tuple[str, ...] = ()
+    faulted_step: str | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def transitions(self) -> tuple[TransitionRecord, ...]:
+        """The transitions taken, in order."""
+        return tuple(e for e in self.entries if isinstance(e, TransitionRecord))
+
+    @property
+    def checks(self) -> tuple[CheckRecord, ...]:
+        """The guards and exit hooks run, in order."""
+        return tuple(e for e in self.entries if isinstance(e, CheckRecord))
+
+    @property
+    def llm_calls(self) -> tuple[LLMCallRecord, ...]:
+        """The model calls, in order."""
+        return tuple(e for e in self.entries if isinstance(e, LLMCallRecord))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCallRecord, ...]:
+        """The model's tool calls and what became of them, in order."""
+        return tuple(e for e in self.entries if isinstance(e, ToolCallRecord))
+
+    @property
+    def mode_changes(self) -> tuple[ModeChange, ...]:
+        """The mode changes, in order."""
+        return tuple(e for e in self.entries if isinstance(e, ModeChange))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``TRACE_FORMAT``)."""
+        return {
+            "format": TRACE_FORMAT,
+            "context_type": self.context_type,
+            "outcome": self.outcome,
+            "session_id": self.session_id,
+            "turn_id": self.turn_id,
+            "mode": self.mode,
+            "response_type": self.response_type,
+            "error_codes": list(self.error_codes),
+            "faulted_step": self.faulted_step,
+            "warnings": list(self.warnings),
+            "states": list(self.states),
+            "entries": [entry_to_dict(entry) for entry in self.entries],
+        }
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The JSON form as text, keys in a fixed order."""
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StateTrace:
+        """Read the JSON form back; ``ValueError`` when it is not a trace of this format."""
+        if data.get("format") != TRACE_FORMAT:
+            raise ValueError(f"not a {TRACE_FORMAT} trace (format {data.get('format')!r})")
+        try:
+            return cls(
+                context_type=data["context_type"],
+                outcome=data["outcome"],
+                states=tuple(data["states"]),
+                entries=tuple(entry_from_dict(entry) for entry in data["entries"]),
+                session_id=data["session_id"],
+                turn_id=data["turn_id"],
+                mode=data["mode"],
+                response_type=data["response_type"],
+                error_codes=tuple(data["error_codes"]),
+                faulted_step=data["faulted_step"],
+                warnings=tuple(data["warnings"]),
+            )
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"malformed state trace: {error!r}") from error
+
+    def describe(self) -> Sequence[str]:
+        """One line per entry, for people (the CLI's ``--trace`` and the demo)."""
+        lines = []
+        for entry in self.entries:
+            data = entry_to_dict(entry)
+            kind = data.pop("kind")
+            detail = " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, [], ()))
+            lines.append(f"{kind:<11} {detail}")
+        lines.append(f"{'outcome':<11} {self.outcome} {' '.join(self.error_codes)}".rstrip())
+        return lines

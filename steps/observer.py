@@ -1,0 +1,119 @@
+"""What a turn tells its observer: model calls, tool executions, tool verdicts, mode changes.
+
+The steps report what they do through ``scope.observer`` so the engine can keep a
+deterministic state trace and emit OpenTelemetry spans from one stream of facts
+(DESIGN.md "What every part promises": observability without leaks). Nothing here
+depends on OpenTelemetry; ``aptix_pipeline.engine.telemetry`` implements the port.
+
+``NullObserver`` does nothing and is what a ``TurnScope`` has unless the engine
+gives it another, so a step can be run and tested alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, Protocol
+
+from aptix_pipeline.contracts import (
+    InvokeWarning,
+    LLMReply,
+    LLMRequest,
+    ToolCall,
+    ToolDefinition,
+)
+
+if TYPE_CHECKING:
+    from .scope import ModeChange, ToolCallRecord
+
+__all__ = ["LLMCallObservation", "NullObserver", "ToolObservation", "TurnObserver"]
+
+
+class LLMCallObservation(Protocol):
+    """One model call in progress (its attempts and its reply)."""
+
+    def retry(self, attempt: int, error: BaseException, wait_seconds: float) -> None:
+        """Attempt ``attempt`` failed with ``error``; the next starts after ``wait_seconds``."""
+        ...
+
+    def replied(self, reply: LLMReply, attempts: int) -> None:
+        """The model answered after ``attempts`` attempts."""
+        ...
+
+
+class ToolObservation(Protocol):
+    """One server-side tool execution in progress."""
+
+    def finished(self, outcome: str, result_json: str, error: str | None) -> None:
+        """The tool ran: its outcome (``ToolCallRecord.outcome``), result and error text."""
+        ...
+
+
+class TurnObserver(Protocol):
+    """The port the steps report through; see the module docstring.
+
+    A context manager's body raising means the call failed; the observer records
+    that and lets the exception propagate.
+    """
+
+    def llm_call(self, request: LLMRequest) -> AbstractContextManager[LLMCallObservation]:
+        """Around one model call (all its attempts) of the LLMClient (AGN-036 §4.9)."""
+        ...
+
+    def tool_execution(
+        self, call: ToolCall, tool: ToolDefinition, arguments: Any
+    ) -> AbstractContextManager[ToolObservation]:
+        """Around one server-side tool execution (AGN-011 §5, DESIGN.md R5)."""
+        ...
+
+    def tool_call(self, record: ToolCallRecord, rejection_kind: str | None = None) -> None:
+        """What became of one tool call of the model; ``rejection_kind`` says why it was
+        refused: ``unknown_tool``, ``container_invocation`` or ``argument_validation``."""
+        ...
+
+    def mode_changed(self, change: ModeChange) -> None:
+        """A mode change was persisted through SetSessionMode (AGN-011 §5.2)."""
+        ...
+
+    def warned(self, warning: InvokeWarning) -> None:
+        """The turn raised a warning (e.g. DESIGN.md R8's several mode changes)."""
+        ...
+
+
+class _NullCall:
+    def retry(self, attempt: int, error: BaseException, wait_seconds: float) -> None:
+        return None
+
+    def replied(self, reply: LLMReply, attempts: int) -> None:
+        return None
+
+    def finished(self, outcome: str, result_json: str, error: str | None) -> None:
+        return None
+
+
+_NULL_CALL = _NullCall()
+
+
+class NullObserver:
+    """An observer that records nothing."""
+
+    @contextmanager
+    def llm_call(self, request: LLMRequest) -> Iterator[LLMCallObservation]:
+        """Nothing to observe."""
+        yield _NULL_CALL
+
+    @contextmanager
+    def tool_execution(
+        self, call: ToolCall, tool: ToolDefinition, arguments: Any
+    ) -> Iterator[ToolObservation]:
+        """Nothing to observe."""
+        yield _NULL_CALL
+
+    def tool_call(self, record: ToolCallRecord, rejection_kind: str | None = None) -> None:
+        """Nothing to observe."""
+
+    def mode_changed(self, change: ModeChange) -> None:
+        """Nothing to observe."""
+
+    def warned(self, warning: InvokeWarning) -> None:
+        """Nothing to observe."""
