@@ -46,7 +46,13 @@ from openai.types.chat import (
 )
 from openai.types.shared_params import FunctionDefinition
 from opentelemetry import trace
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    wait_exponential,
+    wait_random,
+)
 
 from aptix_pipeline.contracts import (
     ChatMessage,
@@ -419,15 +425,16 @@ class OpenAICompatibleLLM:
         tools: list[ChatCompletionToolParam],
     ) -> ChatCompletion:
         start = self._clock()
-        backoff = wait_exponential_jitter(
-            initial=self._backoff_initial, max=self._backoff_max, jitter=self._backoff_initial
-        )
+        # Exponential, plus up to one initial wait of jitter, capped (module docstring).
+        backoff = wait_exponential(
+            multiplier=self._backoff_initial, max=self._backoff_max
+        ) + wait_random(0, self._backoff_initial)
         gave_up = ""
 
         def wait(state: RetryCallState) -> float:
             error = state.outcome.exception() if state.outcome else None
             asked = _server_wait(error) if error else None
-            return asked if asked is not None else float(backoff(state))
+            return asked if asked is not None else min(backoff(state), self._backoff_max)
 
         def stop(state: RetryCallState) -> bool:
             nonlocal gave_up

@@ -32,7 +32,7 @@ answer 404 in the same error shape. ``GET /v1/models`` lists one model,
 ``"fake-model"``.
 
 ``server.requests`` holds every request received (method, path, lower-cased
-headers, parsed JSON body), in order; ``server.add(*entries)`` appends to the
+headers, parsed JSON body, arrival time), in order; ``server.add(*entries)`` appends to the
 script while it runs. The server runs in a daemon thread and stops when the
 ``with`` block ends: delayed answers are cut short then, so it never outlives
 its test.
@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -73,6 +74,8 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     """The parsed JSON body, or the raw text when it was not JSON (``None`` when empty)."""
+    received_at: float
+    """``time.monotonic()`` when the request arrived."""
 
 
 def _error_body(status: int, error: object) -> dict[str, Any]:
@@ -240,7 +243,8 @@ def _handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
 
         def _recorded(self, body: Any) -> int:
             headers = {name.lower(): value for name, value in self.headers.items()}
-            return server._record(RecordedRequest(self.command, self.path, headers, body))
+            received = RecordedRequest(self.command, self.path, headers, body, time.monotonic())
+            return server._record(received)
 
         def do_GET(self) -> None:
             self._recorded(None)
