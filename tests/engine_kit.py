@@ -8,7 +8,8 @@ SequentialIds), so the same scenario gives the same ids on every run:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from aptix_pipeline.adapters.catalog_config import ConfigCatalog
 from aptix_pipeline.adapters.clocks import SteppingClock
 from aptix_pipeline.adapters.ids import SequentialIds
 from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.adapters.postgres_store import PostgresStore
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.contracts import (
@@ -37,6 +39,7 @@ from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports
 from aptix_pipeline.steps import StepFunction
 
 __all__ = [
+    "ALL_STORE_KINDS",
     "CALLER",
     "NOTHING_STORED",
     "OTHER_ORG",
@@ -51,6 +54,7 @@ __all__ = [
     "make_pipeline",
     "make_store",
     "ok",
+    "open_store_of_kind",
     "scripted",
     "stored",
     "text",
@@ -60,6 +64,8 @@ CALLER = Caller(org="acme", user="ana")
 OTHER_ORG = Caller(org="globex", user="ana")
 OTHER_USER = Caller(org="acme", user="bob")
 STORE_KINDS = ("memory", "sqlite")
+ALL_STORE_KINDS = (*STORE_KINDS, "postgres")
+"""The store contract tests (tests/test_stores.py) run on PostgreSQL too."""
 
 
 def make_store(kind: str, directory: Path) -> Iterator[MemoryStore | SQLiteStore]:
@@ -72,6 +78,25 @@ def make_store(kind: str, directory: Path) -> Iterator[MemoryStore | SQLiteStore
         yield store
     finally:
         store.close()
+
+
+@asynccontextmanager
+async def open_store_of_kind(
+    kind: str, request: pytest.FixtureRequest, directory: Path
+) -> AsyncIterator[MemoryStore | SQLiteStore | PostgresStore]:
+    """A fresh store of any kind; ``postgres`` is a fresh database on the test server."""
+    store: MemoryStore | SQLiteStore | PostgresStore
+    if kind == "memory":
+        yield MemoryStore()
+        return
+    if kind == "sqlite":
+        store = SQLiteStore(directory / "aptix.db")
+    else:
+        store = PostgresStore(request.getfixturevalue("postgres_db_url"), max_size=4)
+    try:
+        yield store
+    finally:
+        await store.aclose()  # both close off the event loop
 
 
 @pytest.fixture(params=STORE_KINDS)
@@ -184,7 +209,9 @@ def scripted(llm: ScriptedLLM | None) -> ScriptedLLM:
 StoreView = tuple[Session | None, tuple[Turn | None, ...], tuple[ChatMessage, ...]]
 
 
-async def stored(store: MemoryStore | SQLiteStore, session_id: str = "session-1") -> StoreView:
+async def stored(
+    store: MemoryStore | SQLiteStore | PostgresStore, session_id: str = "session-1"
+) -> StoreView:
     """What the store holds for CALLER's session: the session, turns 1-5, transcript."""
     org, user = CALLER.org, CALLER.user
     session = await store.read_session(org, user, session_id)

@@ -1,6 +1,8 @@
-"""The SessionStore port contract (contracts/ports.py), on the memory store and a SQLite file.
+"""The SessionStore port contract (contracts/ports.py), on the memory store, a SQLite file
+and a PostgreSQL database.
 
-Every test taking the ``store`` fixture runs once per store. The SQLite-only tests
+Every test taking the ``store`` fixture runs once per store (PostgreSQL-only tests are
+in tests/test_postgres_store.py). The SQLite-only tests
 at the end check what only a real file can show: durability, WAL, the schema
 version, two processes, and that the store keeps off the event loop.
 """
@@ -11,11 +13,12 @@ import asyncio
 import sqlite3
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from engine_kit import ALL_STORE_KINDS, open_store_of_kind
 
 from aptix_pipeline.adapters.sqlite_store import SCHEMA_VERSION, SQLiteStore
 from aptix_pipeline.contracts import (
@@ -34,6 +37,13 @@ from aptix_pipeline.contracts import (
 ORG, USER = "acme", "ana"
 OTHER_CALLERS = [("globex", USER), (ORG, "bob")]
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
+
+
+@pytest.fixture(params=ALL_STORE_KINDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionStore]:
+    """Each contract test on the memory store, a SQLite file and a PostgreSQL database."""
+    async with open_store_of_kind(request.param, request, tmp_path) as opened:
+        yield opened
 
 
 # --- builders ------------------------------------------------------------------------
