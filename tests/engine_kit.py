@@ -35,7 +35,7 @@ from aptix_pipeline.contracts import (
     ToolExecutor,
     Turn,
 )
-from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports
+from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, Telemetry
 from aptix_pipeline.steps import StepFunction
 
 __all__ = [
@@ -113,12 +113,15 @@ def make_pipeline(
     tools: Mapping[str, ToolExecutor] | None = None,
     options: PipelineOptions | None = None,
     steps: Mapping[PipelineStep, StepFunction] | None = None,
+    telemetry: Telemetry | None = None,
 ) -> tuple[Pipeline, ScriptedLLM | None]:
     """A pipeline on ``store`` with deterministic clock and ids.
 
     ``replies`` is a ScriptedLLM script (returned too, to inspect ``requests``) or
     any LLM port. ``config`` is catalog TOML text (default: the built-in catalog);
     ``tools`` adds server tool executors to the built-in ones. Retries do not wait.
+    ``telemetry`` is the pipeline's (default: spans to the global provider, the
+    API's no-op unless a test configured the SDK).
     """
     llm: LLM
     scripted: ScriptedLLM | None
@@ -138,7 +141,7 @@ def make_pipeline(
         tools={**BUILTIN_TOOLS, **(tools or {})},
     )
     opts = options or PipelineOptions(retry_wait_seconds=0, retry_max_wait_seconds=0)
-    return Pipeline(ports, opts, steps=steps), scripted
+    return Pipeline(ports, opts, steps=steps, telemetry=telemetry), scripted
 
 
 def ok(result: InvokeResult[AgentExecuteResponse]) -> AgentExecuteResponse:
