@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
-from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports
+from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, Telemetry
 
 from .builtin_tools import BUILTIN_TOOLS
 from .catalog_config import ConfigCatalog
@@ -21,14 +22,30 @@ from .ids import RandomIds
 from .memory_store import MemoryStore
 from .sqlite_store import SQLiteStore
 
+if TYPE_CHECKING:
+    from .postgres_store import PostgresStore
+
 __all__ = ["embedded_pipeline", "open_store"]
 
 
-def open_store(spec: str | Path) -> MemoryStore | SQLiteStore:
-    """A store from its spec: ``memory``, ``sqlite:PATH``, or a ``.db``/``.sqlite`` path."""
+def open_store(spec: str | Path) -> MemoryStore | SQLiteStore | PostgresStore:
+    """A store from its spec: ``memory``, ``sqlite:PATH``, a ``.db``/``.sqlite`` path, or a
+    PostgreSQL URL (``postgresql://user:password@host:5432/db``, also ``postgres://``).
+
+    The PostgreSQL store needs the ``postgres`` extra; it is imported only when asked for.
+    """
     text = str(spec)
     if text == "memory":
         return MemoryStore()
+    if text.startswith(("postgresql://", "postgres://")):
+        try:
+            from .postgres_store import PostgresStore
+        except ImportError as error:
+            raise RuntimeError(
+                "a postgresql:// store needs psycopg: pip install 'aptix-pipeline[postgres]' "
+                f"({error})"
+            ) from None
+        return PostgresStore(text)
     if text.startswith("sqlite:"):
         path = text.removeprefix("sqlite:")
         if not path:
@@ -36,7 +53,10 @@ def open_store(spec: str | Path) -> MemoryStore | SQLiteStore:
         return SQLiteStore(path)
     if text.endswith((".db", ".sqlite", ".sqlite3")):
         return SQLiteStore(text)
-    raise ValueError(f"unknown store {text!r}: use memory or sqlite:PATH")
+    shown = f"{text.partition('://')[0]}://..." if "://" in text else text  # no credentials
+    raise ValueError(
+        f"unknown store {shown!r}: use memory, sqlite:PATH or postgresql://USER@HOST/DB"
+    )
 
 
 def embedded_pipeline(
@@ -49,8 +69,11 @@ def embedded_pipeline(
     clock: Clock | None = None,
     ids: IdSource | None = None,
     options: PipelineOptions | None = None,
+    telemetry: Telemetry | None = None,
 ) -> Pipeline:
     """A pipeline on the embedded defaults; ``tools`` adds to (or replaces) the built-ins.
+
+    ``telemetry`` says where spans go (default: the global OpenTelemetry provider).
 
     ``catalog`` is an already loaded catalog (e.g. ``ServiceConfig.catalog``); it
     takes the place of ``config``.
@@ -67,4 +90,4 @@ def embedded_pipeline(
         ids=ids or RandomIds(),
         tools={**BUILTIN_TOOLS, **(tools or {})},
     )
-    return Pipeline(ports, options)
+    return Pipeline(ports, options, telemetry=telemetry)

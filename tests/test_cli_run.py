@@ -110,7 +110,7 @@ def test_the_default_store_is_a_sqlite_file_in_the_working_directory(tmp_path: P
     [
         ([{"txt": "typo"}], (), "replies[0] has unknown keys"),
         ("not a list", (), "a script is a list of replies"),
-        ([{"text": "x"}], ("--store", "postgres://x"), "unknown store"),
+        ([{"text": "x"}], ("--store", "mysql://x"), "unknown store"),
         ([{"text": "x"}], ("--org", " "), "must not be empty"),
     ],
 )
