@@ -29,6 +29,7 @@ import typer
 
 from aptix_pipeline import __version__
 from aptix_pipeline.contracts import LLM, Caller
+from aptix_pipeline.engine import Telemetry
 from aptix_pipeline.validators import parse_request
 
 from .catalog_config import CatalogError
@@ -126,11 +127,26 @@ def run(
         bool,
         typer.Option(help="Also print what the turn did (states, checks, tools, modes) to stderr."),
     ] = False,
+    trace: Annotated[
+        bool,
+        typer.Option(
+            "--trace", help="Also print the turn's state trace, one line a step, to stderr."
+        ),
+    ] = False,
     compact: Annotated[bool, typer.Option(help="One line of JSON.")] = False,
 ) -> None:
-    """Run one agent turn (AGN-034 request in, AGN-033 response out) and print its InvokeResult."""
+    """Run one agent turn (AGN-034 request in, AGN-033 response out) and print its InvokeResult.
+
+    Spans go where OTEL_TRACES_EXPORTER says (console: JSON on stderr; otlp; none).
+    """
     if not org.strip() or not user.strip():
         raise _usage_error("--org and --user must not be empty")
+    from .telemetry_setup import TelemetrySetupError, configure_tracing  # the SDK: only here
+
+    try:
+        provider = configure_tracing()
+    except TelemetrySetupError as error:
+        raise _usage_error(str(error)) from None
     try:
         service = load_service_config(config) if config is not None else None
     except ConfigError as error:
@@ -157,6 +173,7 @@ def run(
             store=session_store,
             catalog=service.catalog if service else None,
             options=service.options if service else None,
+            telemetry=Telemetry(tracer_provider=provider),
         )
     except (CatalogError, OSError) as error:
         raise _usage_error(str(error)) from None
@@ -170,7 +187,11 @@ def run(
         close = getattr(session_store, "close", None)
         if close is not None:
             close()
+        if provider is not None:
+            provider.shutdown()  # flush the spans before the output
     typer.echo(outcome.result.to_json(indent=None if compact else 2))
+    if trace and outcome.trace is not None:
+        typer.echo("\n".join(outcome.trace.describe()), err=True)
     if report:
         summary = {key: value for key, value in outcome.to_dict().items() if key != "result"}
         typer.echo(json.dumps(summary, indent=None if compact else 2), err=True)

@@ -330,7 +330,9 @@ class StateTrace:
         for entry in self.entries:
             data = entry_to_dict(entry)
             kind = data.pop("kind")
-            detail = " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, [], ()))
+            if isinstance(entry, CheckRecord):  # a count reads better than thirty rule ids
+                data["rule_ids"] = len(entry.rule_ids)
+            detail = " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, [], (), 0))
             lines.append(f"{kind:<11} {detail}")
         lines.append(f"{'outcome':<11} {self.outcome} {' '.join(self.error_codes)}".rstrip())
         return lines
