@@ -10,9 +10,12 @@ Run by ``make demo``. It runs on a SQLite file (in a temporary directory unless
 3. **FollowOn** — a new turn in the new mode, whose server tool
    (``review_checklist``) the model now has.
 
-Each turn prints the states it walked, its tool calls, its mode changes and the
-response. Then every example request in ``examples/requests/`` is checked against
-AGN-034.
+Each turn prints its state trace (transitions, guards and exit hooks with their
+rule counts, model calls, tool calls, mode changes), then the response. Then every
+example request in ``examples/requests/`` is checked against AGN-034.
+
+Spans: ``OTEL_TRACES_EXPORTER=console make demo`` prints the OpenTelemetry spans of
+the session (invoke_agent, step, chat, execute_tool) as JSON on stderr.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from typing import Any
 from aptix_pipeline.adapters.embedded import embedded_pipeline
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
+from aptix_pipeline.adapters.telemetry_setup import configure_tracing
 from aptix_pipeline.contracts import AgentExecuteResponse, Caller
-from aptix_pipeline.engine import Pipeline, TurnReport
+from aptix_pipeline.engine import Pipeline, Telemetry, TurnReport
 from aptix_pipeline.validators import classify_request, parse_request
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -47,8 +51,9 @@ def _show(title: str, request: dict[str, Any], report: TurnReport) -> AgentExecu
     print(f"\n=== {title}")
     print("request:  " + json.dumps(request))
     print("states:   " + " → ".join(report.states))
-    for call in report.tool_calls:
-        print(f"tool:     {call.name} ({call.side}) → {call.outcome}")
+    if report.trace is not None:
+        print("trace:")
+        print("\n".join(f"  {line}" for line in report.trace.describe()))
     for change in report.mode_changes:
         print(
             f"mode:     {change.previous_mode} → {change.new_mode} "
@@ -112,12 +117,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, help="SQLite file to keep (default: a temporary one)")
     args = parser.parse_args()
+    provider = configure_tracing()  # OTEL_TRACES_EXPORTER=console prints the spans
     with tempfile.TemporaryDirectory() as scratch:
         path = args.db or Path(scratch) / "aptix.db"
         print(f"SQLite store: {path}")
         with SQLiteStore(path) as store:
             llm = ScriptedLLM.from_file(EXAMPLES / "session" / "script.json")
-            asyncio.run(run_session(embedded_pipeline(llm=llm, store=store)))
+            telemetry = Telemetry(tracer_provider=provider)
+            pipeline = embedded_pipeline(llm=llm, store=store, telemetry=telemetry)
+            asyncio.run(run_session(pipeline))
+    if provider is not None:
+        provider.shutdown()
     check_examples()
     return 0
 
