@@ -3,7 +3,9 @@
 The baseline is pydantic's own model copy of the same context — the cheapest
 thing the engine already does per step. ``make bench`` prints µs per call and the
 ratio. Then whole turns per path (``bench/turns.py``): the engine against the
-same steps in a plain loop and against python-statemachine alone.
+same steps in a plain loop and against python-statemachine alone. Last, the
+telemetry's cost per turn (``bench/tracing.py``): tracing off, the API's no-op
+tracer, and the SDK with an in-memory exporter, as ratios to tracing off.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from builders import PATHS, context_after, context_before, request_data
+from tracing import tracing_rows
 from turns import engine_rows
 
 from aptix_pipeline.contracts import ContextType, PipelineStep
@@ -67,6 +70,15 @@ def main() -> int:
         label = f"{path_name} ({turns} transitions)"
         print(f"{label:<44}{engine:>9.0f}{plain:>9.0f}{raw:>9.0f}{engine / plain:>14.2f}"
               f"{(engine - plain) / raw:>20.2f}")  # fmt: skip
+    print()
+    print("telemetry cost per turn, memory store (µs per turn; x = ratio to tracing off)")
+    settings = ("off", "no-op", "sdk", "sdk+content")
+    print(f"{'workload':<34}" + "".join(f"{name:>13}" for name in settings)
+          + "".join(f"{'x ' + name:>15}" for name in settings[1:]))  # fmt: skip
+    for workload, costs in tracing_rows():
+        cells = "".join(f"{costs[name]:>13.0f}" for name in settings)
+        ratios = "".join(f"{costs[name] / costs['off']:>15.2f}" for name in settings[1:])
+        print(f"{workload:<34}{cells}{ratios}")
     return 0
 
 
