@@ -253,6 +253,7 @@ class TurnRecorder:
     _rounds: int = 0
     _turn_span: Span | None = None
     _step_span: Span | None = None
+    _step_start: int = 0
 
     # --- the turn and its steps (engine side) ---------------------------------------
 
@@ -278,7 +279,13 @@ class TurnRecorder:
     def turn_ended(
         self, ctx: PipelineContext | None, errors: Sequence[InvokeError], usage: Any
     ) -> None:
-        """Name the turn's span after its agent and set what is known only at the end."""
+        """Name the turn's span after its agent and set what is known only at the end.
+
+        ``gen_ai.usage.*`` sum this request's own model calls (its ``chat`` spans), so
+        adding up ``invoke_agent`` spans counts each call once; ``usage`` — the
+        turn's total over its continuations too, the response's ``Usage`` (D31) —
+        goes to ``aptix.turn.usage.*``.
+        """
         span = self._turn_span
         if span is None:
             return
@@ -302,9 +309,14 @@ class TurnRecorder:
                 attributes["aptix.response.type"] = str(ctx.response_type)
             if self.capture_content:
                 self._turn_content(ctx, attributes)
+        reported = [c for c in self.entries if isinstance(c, LLMCallRecord)
+                    and (c.input_tokens is not None or c.output_tokens is not None)]  # fmt: skip
+        if reported:
+            attributes["gen_ai.usage.input_tokens"] = sum(c.input_tokens or 0 for c in reported)
+            attributes["gen_ai.usage.output_tokens"] = sum(c.output_tokens or 0 for c in reported)
         if usage is not None:
-            attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
-            attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
+            attributes["aptix.turn.usage.input_tokens"] = usage.input_tokens
+            attributes["aptix.turn.usage.output_tokens"] = usage.output_tokens
         if errors:
             codes = [str(error.code) for error in errors]
             attributes[ERROR_TYPE] = codes[0]
@@ -324,7 +336,8 @@ class TurnRecorder:
             parts.append({"type": "text", "content": envelope.instructions})
         for artifact in envelope.input_artifacts or ():
             parts.append({"type": "file", "name": artifact.relative_path,
-                          "mime_type": artifact.mime_type, "content": artifact.contents})  # fmt: skip
+                          "mime_type": artifact.mime_type,
+                          "content": artifact.contents})  # fmt: skip
         for image in envelope.clip_board_images or ():
             parts.append({"type": "blob", "modality": "image", "mime_type": image.mime_type,
                           "content": image.data_base64})  # fmt: skip
@@ -349,18 +362,26 @@ class TurnRecorder:
             return found
 
         with self._span(f"step {event}", SpanKind.INTERNAL, attributes) as span:
-            self._step_span = span
+            self._step_span, self._step_start = span, len(self.transitions)
             try:
                 yield
             finally:
                 self._step_span = None
 
     def step_ended(self, target: str, ctx: PipelineContext | None) -> None:
-        """Where the transition went and the mode it left (on the open step span)."""
+        """Where the transition went and the mode it left (on the open step span).
+
+        ``aptix.step.to`` only for a transition taken (the trace recorded it): a step
+        stopped by its guard or by raising stays where it was and goes nowhere. The
+        context type is set here too, for ``request_handler``, which makes the context.
+        """
         span = self._step_span
         if span is None:
             return
-        span.set_attribute("aptix.step.to", target)
+        if len(self.transitions) > self._step_start:
+            span.set_attribute("aptix.step.to", target)
+        if ctx is not None:
+            span.set_attribute("aptix.context.type", str(ctx.type))
         if ctx is not None and ctx.mode:
             span.set_attribute("aptix.mode", ctx.mode)
         if ctx is not None and self._turn_span is not None and ctx.session is not None:
