@@ -241,11 +241,11 @@ async def _run_server_tool(
 ) -> None:
     clock = scope.ports.clock
     started = clock.now()
-    outcome, content, error = "executed", "", None
+    outcome, content, error, rule_id = "executed", "", None, None
     with scope.observer.tool_execution(call, tool, arguments) as observation:
         try:
             if tool.name == AGENT_CHANGE_MODE:
-                content, outcome = await change_mode(scope, call, arguments)
+                content, outcome, rule_id = await change_mode(scope, call, arguments)
                 if outcome == "mode_refused":  # a refusal is a failed tool call (D30)
                     error = content
             else:
@@ -268,7 +268,8 @@ async def _run_server_tool(
             error_message=error,
         )
     )
-    _answer(scope, call, content, ToolCallRecord(call.tool_call_id, call.name, "server", outcome))
+    record = ToolCallRecord(call.tool_call_id, call.name, "server", outcome, rule_id)
+    _answer(scope, call, content, record)
 
 
 def _json_or_none(text: str) -> object:

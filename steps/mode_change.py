@@ -132,12 +132,13 @@ def _error(rule_id: str, message: str, **detail: Any) -> str:
 
 async def change_mode(
     scope: TurnScope, call: ToolCall, arguments: dict[str, Any]
-) -> tuple[str, str]:
+) -> tuple[str, str, str | None]:
     """Run one ``agent_change_mode`` call.
 
-    Returns the tool result the model will see and the outcome: ``mode_changed``,
+    Returns the tool result the model will see, the outcome — ``mode_changed``,
     ``mode_unchanged`` (already in that mode: not a transition, nothing recorded)
-    or ``mode_refused`` (an unknown mode or a malformed result).
+    or ``mode_refused`` (an unknown mode or a malformed result) — and the id of the
+    rule a refusal broke (for the trace and spans).
 
     An executor that raises propagates (the caller tells the model, like any failed
     tool); a store that fails to set the mode faults the turn (``port_failed``).
@@ -149,17 +150,25 @@ async def change_mode(
     executor = scope.ports.tools.get(AGENT_CHANGE_MODE, echo_mode_change)
     parsed = _parse_result(await executor(arguments, scope.invocation(call)))
     if parsed is None:
-        return _error(MODE_RESULT_VALID.id, MODE_RESULT_VALID.message), "mode_refused"
+        return (
+            _error(MODE_RESULT_VALID.id, MODE_RESULT_VALID.message),
+            "mode_refused",
+            (MODE_RESULT_VALID.id),
+        )
     mode, branch, reason = parsed
     spec = await scope.ports.modes.get_mode(mode)
     if spec is None:
         available = [known.name for known in await scope.ports.modes.list_modes()]
-        return _error(
+        return (
+            _error(
+                MODE_KNOWN.id,
+                f"unknown mode {mode!r}; the mode stays {ctx.mode!r}",
+                mode=mode,
+                available_modes=available,
+            ),
+            "mode_refused",
             MODE_KNOWN.id,
-            f"unknown mode {mode!r}; the mode stays {ctx.mode!r}",
-            mode=mode,
-            available_modes=available,
-        ), "mode_refused"
+        )
     previous = ctx.mode
     scope.branch = branch  # surfaced even when the mode stays (AGN-011 §5.6)
     if mode != previous:
@@ -207,4 +216,4 @@ async def change_mode(
             "reason": reason,
         }
     )
-    return result, "mode_changed" if mode != previous else "mode_unchanged"
+    return result, "mode_changed" if mode != previous else "mode_unchanged", None
