@@ -504,12 +504,13 @@ class TurnRecorder:
     def tool_call(self, record: ToolCallRecord, rejection_kind: str | None = None) -> None:
         """What became of one of the model's tool calls."""
         self.entries.append(record)
-        if rejection_kind is None:
+        if rejection_kind is None and record.rule_id is None:
             return
         span = self._current_span()
         if span is None:
             return
         event = {
+            None: "aptix.rule.failed",  # a server tool's own refusal (agent_change_mode)
             "container_invocation": "aptix.tool.container_invocation_error",
             "argument_validation": "aptix.tool.argument_validation_error",
         }.get(rejection_kind, "aptix.tool.unknown")
