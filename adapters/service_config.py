@@ -1,8 +1,9 @@
 """The one TOML file ``aptix run`` and ``aptix serve`` share (issue 6 "Configuration").
 
 It is the catalog file ``ConfigCatalog`` reads (``[[modes]]``, ``[[server_tools]]``,
-``[[agents]]``, ``[[conversations]]``; without them the built-in catalog is used),
-plus five tables of its own, each optional:
+``[[agents]]``, ``[[conversations]]``; without them the built-in catalog, minus its
+agent's placeholder model name so that ``[model]`` decides), plus five tables of
+its own, each optional:
 
 - ``[store]`` — ``url`` (``memory``, ``sqlite:PATH``, ``postgresql://user@host/db``)
   or ``url_env`` (an environment variable holding it); ``password_env`` puts a
@@ -31,6 +32,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -315,6 +317,19 @@ def _api_keys(data: object, source: str, env: Mapping[str, str]) -> tuple[ApiKey
     return tuple(keys)
 
 
+def _builtin_catalog() -> ConfigCatalog:
+    """The built-in catalog without its agents' placeholder ``model = "scripted"``.
+
+    An agent's model name wins over ``[model].model`` (the LLM request carries it),
+    so the placeholder would send ``"scripted"`` to a real endpoint (D83).
+    """
+    text = resources.files(__package__).joinpath("default_config.toml").read_text("utf-8")
+    data = tomllib.loads(text)
+    for agent in data.get("agents", []):
+        agent.pop("model", None)
+    return ConfigCatalog(data, source="default_config.toml")
+
+
 def parse_service_config(
     data: Mapping[str, Any],
     *,
@@ -334,9 +349,7 @@ def parse_service_config(
     catalog_tables = {key: data[key] for key in _CATALOG_TABLES if key in data}
     try:
         catalog = (
-            ConfigCatalog(catalog_tables, source=source)
-            if catalog_tables
-            else ConfigCatalog.default()
+            ConfigCatalog(catalog_tables, source=source) if catalog_tables else _builtin_catalog()
         )
     except CatalogError as error:
         raise ConfigError(str(error)) from None

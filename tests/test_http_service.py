@@ -1,0 +1,525 @@
+"""The HTTP service (adapters/http_app.py) and ``aptix serve``.
+
+The detailed cases run the app in process through httpx's ASGI transport (the
+app's lifespan included). The end-to-end cases start ``aptix serve`` as a real
+process on 127.0.0.1 and talk to it with a real httpx client: the scripted model
+on SQLite, the OpenAI-compatible adapter against the loopback fake server, and
+two uvicorn workers on one PostgreSQL database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fake_openai_server import fake_openai_server
+from fastapi import FastAPI
+
+from aptix_pipeline.adapters.embedded import embedded_pipeline
+from aptix_pipeline.adapters.http_app import (
+    CONFIG_ENV,
+    EXECUTE_PATH,
+    HEALTH_PATH,
+    ApiKeyAuthenticator,
+    create_app,
+    http_status,
+)
+from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
+from aptix_pipeline.adapters.service_config import ApiKey, ConfigError, load_service_config
+from aptix_pipeline.adapters.sqlite_store import SQLiteStore
+from aptix_pipeline.contracts import (
+    AgentExecuteResponse,
+    Caller,
+    ErrorCode,
+    InvokeError,
+    InvokeResult,
+    SessionStore,
+    SessionTransaction,
+)
+
+APTIX = Path(sys.executable).parent / "aptix"
+ANA_KEY, BOB_KEY = "ana-test-key", "bob-test-key"
+ENV = {"APTIX_TEST_KEY_ANA": ANA_KEY}
+ANA = {"Authorization": f"Bearer {ANA_KEY}"}
+BOB = {"X-API-Key": BOB_KEY}
+KEYS = f"""
+[[auth.keys]]
+org = "acme"
+user = "ana"
+key_env = "APTIX_TEST_KEY_ANA"
+
+[[auth.keys]]
+org = "acme"
+user = "bob"
+key_sha256 = "{hashlib.sha256(BOB_KEY.encode()).hexdigest()}"
+"""
+READ_THEN_ANSWER: list[dict[str, Any]] = [
+    {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "app.py"}}]},
+    {"text": "app.py is fine."},
+    {"text": "Follow-on answer."},
+]
+
+
+def _config(
+    folder: Path,
+    replies: list[dict[str, Any]],
+    *,
+    store: str = 'url = "sqlite:aptix.db"',
+    more: str = "",
+) -> Path:
+    (folder / "replies.json").write_text(json.dumps(replies), encoding="utf-8")
+    path = folder / "aptix.toml"
+    path.write_text(
+        f'[store]\n{store}\n[model]\nkind = "scripted"\nscript = "replies.json"\n{more}\n{KEYS}',
+        encoding="utf-8",
+    )
+    return path
+
+
+@asynccontextmanager
+async def _client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the app in process, its lifespan (store open/close) around it."""
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as client,
+    ):
+        yield client
+
+
+def _sessions(db: Path) -> int:
+    with sqlite3.connect(db) as connection:
+        count: int = connection.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    return count
+
+
+def _continuation(response: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "SessionId": response["SessionId"],
+        "TurnId": response["TurnId"],
+        "ToolResults": [{"ToolCallId": "c1", "ExecutionMs": 3, "ResultJson": '{"text": "x=1"}'}],
+    }
+
+
+def _follow_on(response: Mapping[str, Any]) -> dict[str, Any]:
+    return {"SessionId": response["SessionId"], "TurnId": response["TurnId"], "Instruction": "more"}
+
+
+class _CountingStore:
+    """A real SQLite store that counts the transactions opened on it."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self.inner = inner
+        self.begun = 0
+
+    def begin(self, org: str, user: str) -> SessionTransaction:
+        self.begun += 1
+        return self.inner.begin(org, user)
+
+
+def _host_app(tmp_path: Path) -> tuple[FastAPI, ScriptedLLM, _CountingStore]:
+    """The app on a pipeline the host built (scripted model, counted SQLite store)."""
+    llm = ScriptedLLM(READ_THEN_ANSWER)
+    store = _CountingStore(SQLiteStore(tmp_path / "host.db"))
+    counted: SessionStore = store
+    pipeline = embedded_pipeline(llm=llm, store=counted)
+    keys = [ApiKey(org="acme", user="ana", sha256=hashlib.sha256(ANA_KEY.encode()).digest())]
+    app = create_app(pipeline, authenticator=ApiKeyAuthenticator(keys), max_body_bytes=4096)
+    return app, llm, store
+
+
+# --- in process ---------------------------------------------------------------------------------
+
+
+async def test_initial_continuation_and_follow_on_over_http(tmp_path: Path) -> None:
+    app = create_app(load_service_config(_config(tmp_path, READ_THEN_ANSWER), env=ENV))
+
+    async with _client(app) as client:
+        first = await client.post(EXECUTE_PATH, json={"Instruction": "Review app.py"}, headers=ANA)
+        one = first.json()["Result"]
+        second = await client.post(EXECUTE_PATH, json=_continuation(one), headers=ANA)
+        two = second.json()["Result"]
+        third = await client.post(EXECUTE_PATH, json=_follow_on(two), headers=ANA)
+
+    assert (first.status_code, one["Kind"]) == (200, "client_tool_continuation")
+    assert first.headers["content-type"] == "application/json"
+    assert [call["ToolCallId"] for call in one["ToolCalls"]] == ["c1"]
+    assert (second.status_code, two["Kind"], two["TurnId"]) == (200, "final", one["TurnId"])
+    assert third.status_code == 200
+    assert third.json()["Result"]["PrimaryOutputText"] == "Follow-on answer."
+    assert third.json()["Result"]["TurnId"] != one["TurnId"]
+    assert _sessions(tmp_path / "aptix.db") == 1
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong-key"},
+        {"X-API-Key": "wrong-key"},
+        {"Authorization": f"Basic {ANA_KEY}"},
+        {"Authorization": "Bearer "},
+        {"Authorization": f"Bearer {ANA_KEY[:-1]}"},
+    ],
+    ids=["no-key", "wrong-bearer", "wrong-x-api-key", "not-bearer", "empty", "prefix-of-a-key"],
+)
+async def test_no_key_or_a_wrong_key_is_401_and_nothing_runs(
+    tmp_path: Path, headers: dict[str, str]
+) -> None:
+    app, llm, store = _host_app(tmp_path)
+
+    async with _client(app) as client:
+        answer = await client.post(EXECUTE_PATH, json={"Instruction": "hi"}, headers=headers)
+
+    assert answer.status_code == 401
+    assert answer.json()["error"] == "unauthorized"
+    assert answer.headers["www-authenticate"] == "Bearer"
+    assert (store.begun, llm.requests, llm.remaining) == (0, [], 3)
+    assert _sessions(tmp_path / "host.db") == 0
+
+
+async def test_the_key_maps_to_the_caller_and_sessions_stay_the_callers(tmp_path: Path) -> None:
+    app = create_app(load_service_config(_config(tmp_path, READ_THEN_ANSWER), env=ENV))
+
+    async with _client(app) as client:
+        first = await client.post(EXECUTE_PATH, json={"Instruction": "Review"}, headers=ANA)
+        as_bob = await client.post(
+            EXECUTE_PATH, json=_continuation(first.json()["Result"]), headers=BOB
+        )
+
+    assert first.status_code == 200
+    assert as_bob.status_code == 404  # bob's hashed key works, ana's session is not his
+    assert [e["RuleId"] for e in as_bob.json()["Errors"]] == ["AGN-033/3.1/session-found"]
+
+
+@pytest.mark.parametrize(
+    ("body", "rule_id"),
+    [
+        (b"{", "AGN-034/3/envelope-object"),
+        (b"", "AGN-034/3/envelope-object"),
+        (b'{"Instruction": "hi", "Mode": "review"}', "AGN-034/3/server-owned-field"),
+        (b'{"SessionId": "s1", "Instruction": "hi"}', "AGN-034/3/session-turn-pair"),
+    ],
+    ids=["not-json", "empty", "mode-field", "session-without-turn"],
+)
+async def test_a_malformed_body_gets_the_engines_invoke_result(
+    tmp_path: Path, body: bytes, rule_id: str
+) -> None:
+    app, llm, _ = _host_app(tmp_path)
+
+    async with _client(app) as client:
+        answer = await client.post(
+            EXECUTE_PATH, content=body, headers={**ANA, "Content-Type": "application/json"}
+        )
+
+    assert answer.status_code == 400
+    data = answer.json()
+    assert (data["Successful"], data["Result"]) == (False, None)
+    assert rule_id in [error["RuleId"] for error in data["Errors"]]
+    assert data["Errors"][0]["Code"] == "invalid_request"
+    assert llm.requests == []
+
+
+async def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(tmp_path: Path) -> None:
+    app, llm, store = _host_app(tmp_path)
+    padded = json.dumps({"Instruction": "x" * 5000}).encode()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(padded), 1000):
+            yield padded[start : start + 1000]
+
+    async with _client(app) as client:
+        declared = await client.post(EXECUTE_PATH, content=padded, headers=ANA)
+        streamed = await client.post(EXECUTE_PATH, content=chunks(), headers=ANA)
+
+    assert "content-length" not in {k.lower() for k in streamed.request.headers}
+    assert (declared.status_code, streamed.status_code) == (413, 413)
+    assert declared.json()["error"] == "body_too_large"
+    assert (store.begun, llm.requests) == (0, [])
+
+
+async def test_a_body_at_the_limit_is_accepted(tmp_path: Path) -> None:
+    app, _, _ = _host_app(tmp_path)
+    body = json.dumps({"Instruction": "x"}).encode()
+    body = body.replace(b'"x"', b'"' + b"x" * (4096 - len(body) + 1) + b'"')
+
+    async with _client(app) as client:
+        answer = await client.post(EXECUTE_PATH, content=body, headers=ANA)
+
+    assert len(body) == 4096
+    assert answer.status_code == 200, answer.text
+
+
+async def test_a_failing_model_is_502_with_the_invoke_result(tmp_path: Path) -> None:
+    app = create_app(load_service_config(_config(tmp_path, [{"text": "only"}]), env=ENV))
+
+    async with _client(app) as client:
+        await client.post(EXECUTE_PATH, json={"Instruction": "hi"}, headers=ANA)
+        answer = await client.post(EXECUTE_PATH, json={"Instruction": "again"}, headers=ANA)
+
+    assert answer.status_code == 502  # the script has run out: the model port failed
+    assert answer.json()["Errors"][0]["Code"] == "port_failed"
+    assert _sessions(tmp_path / "aptix.db") == 1  # the failed turn stored nothing
+
+
+async def test_a_follow_on_while_tool_results_are_pending_is_400(tmp_path: Path) -> None:
+    app = create_app(load_service_config(_config(tmp_path, READ_THEN_ANSWER), env=ENV))
+
+    async with _client(app) as client:
+        first = await client.post(EXECUTE_PATH, json={"Instruction": "Review"}, headers=ANA)
+        early = await client.post(
+            EXECUTE_PATH, json=_follow_on(first.json()["Result"]), headers=ANA
+        )
+
+    assert early.status_code == 400
+    assert early.json()["Errors"][0]["Code"] == "invalid_request"
+
+
+def _error(code: ErrorCode) -> InvokeResult[AgentExecuteResponse]:
+    return InvokeResult[AgentExecuteResponse].failure([InvokeError(code=code, message="m")])
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        (ErrorCode.INVALID_REQUEST, 400),
+        (ErrorCode.TOOL_CALL_MANIFEST_INVALID, 400),
+        (ErrorCode.NOT_FOUND, 404),
+        (ErrorCode.CONFLICT, 409),
+        (ErrorCode.PORT_FAILED, 502),
+        (ErrorCode.PIPELINE_RULE_FAILED, 500),
+        (ErrorCode.INVALID_RESPONSE, 500),
+        (ErrorCode.TOOL_CALL_INVALID, 500),
+        (ErrorCode.INTERNAL, 500),
+    ],
+)
+def test_the_status_follows_the_first_errors_code(code: ErrorCode, status: int) -> None:
+    assert http_status(_error(code)) == status
+
+
+def test_a_successful_result_is_200() -> None:
+    assert http_status(InvokeResult[AgentExecuteResponse].success(None)) == 200
+
+
+async def test_a_pluggable_async_authenticator_decides_the_caller(tmp_path: Path) -> None:
+    class HeaderAuthenticator:
+        async def authenticate(self, headers: Mapping[str, str]) -> Caller | None:
+            await asyncio.sleep(0)
+            user = headers.get("x-trusted-user")
+            return Caller(org="proxy", user=user) if user else None
+
+    config = load_service_config(_config(tmp_path, [{"text": "hello"}]), env=ENV)
+    app = create_app(config, authenticator=HeaderAuthenticator())
+
+    async with _client(app) as client:
+        refused = await client.post(EXECUTE_PATH, json={"Instruction": "hi"}, headers=ANA)
+        allowed = await client.post(
+            EXECUTE_PATH, json={"Instruction": "hi"}, headers={"X-Trusted-User": "zoe"}
+        )
+
+    assert (refused.status_code, allowed.status_code) == (401, 200)
+    with sqlite3.connect(tmp_path / "aptix.db") as db:
+        assert db.execute("SELECT org, user FROM sessions").fetchall() == [("proxy", "zoe")]
+
+
+async def test_openapi_documents_the_path_with_the_wire_schemas(tmp_path: Path) -> None:
+    app, _, _ = _host_app(tmp_path)
+
+    async with _client(app) as client:
+        document = (await client.get("/openapi.json")).json()
+
+    operation = document["paths"][EXECUTE_PATH]["post"]
+    schemas = document["components"]["schemas"]
+    body_ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    ok_ref = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert body_ref == "#/components/schemas/AgentExecuteRequest"
+    assert ok_ref == "#/components/schemas/InvokeResult"
+    assert {"Instruction", "SessionId", "TurnId", "ToolResults"} <= set(
+        schemas["AgentExecuteRequest"]["properties"]
+    )
+    assert {"Successful", "Result", "Errors", "Warnings"} <= set(
+        schemas["InvokeResult"]["properties"]
+    )
+    assert {"401", "404", "409", "413", "502"} <= set(operation["responses"])
+    refs = [
+        part.split('"')[0] for part in json.dumps(document).split('"$ref": "#/components/schemas/')
+    ][1:]
+    assert set(refs) <= set(schemas)  # every reference resolves
+
+
+async def test_health_answers_once_the_store_is_open(tmp_path: Path) -> None:
+    app = create_app(load_service_config(_config(tmp_path, [{"text": "only"}]), env=ENV))
+    transport = httpx.ASGITransport(app=app)
+
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        before = await client.get(HEALTH_PATH)  # no lifespan yet: the store is not open
+    async with _client(app) as client:
+        during = await client.get(HEALTH_PATH)
+
+    assert (before.status_code, during.status_code) == (503, 200)
+    assert during.json() == {"status": "ok"}
+
+
+def test_create_app_reads_the_config_named_by_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _config(tmp_path, [{"text": "only"}])
+    monkeypatch.setenv("APTIX_TEST_KEY_ANA", ANA_KEY)
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    with pytest.raises(ConfigError, match=CONFIG_ENV):
+        create_app()
+
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    app = create_app()
+
+    assert EXECUTE_PATH in {getattr(route, "path", None) for route in app.routes}
+
+
+def test_create_app_on_a_host_pipeline_needs_an_authenticator() -> None:
+    pipeline = embedded_pipeline(llm=ScriptedLLM([]))
+
+    with pytest.raises(ConfigError, match="authenticator"):
+        create_app(pipeline)
+
+
+# --- real server processes ----------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@contextmanager
+def _serve(config: Path, env: Mapping[str, str], *args: str) -> Iterator[tuple[str, Path]]:
+    """``aptix serve`` on 127.0.0.1 at a free port; its base URL and log. Stopped afterwards."""
+    port = _free_port()
+    log = config.parent / f"serve-{port}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(APTIX), "serve", "--config", str(config), "--host", "127.0.0.1",
+             "--port", str(port), *args],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=config.parent,
+        )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, log.read_text(errors="replace")
+            try:
+                if httpx.get(base + HEALTH_PATH, timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "no health: " + log.read_text(errors="replace")
+            time.sleep(0.1)
+        yield base, log
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+def test_aptix_serve_answers_a_session_with_the_scripted_model_on_sqlite(tmp_path: Path) -> None:
+    config = _config(tmp_path, READ_THEN_ANSWER, more="[server]\nmax_body_bytes = 2048\n")
+
+    with _serve(config, ENV) as (base, _), httpx.Client(base_url=base, timeout=10) as client:
+        refused = client.post(EXECUTE_PATH, json={"Instruction": "hi"})
+        streamed = client.post(EXECUTE_PATH, content=iter([b"{" + b" " * 1500] * 2), headers=ANA)
+        first = client.post(EXECUTE_PATH, json={"Instruction": "Review app.py"}, headers=ANA)
+        one = first.json()["Result"]
+        second = client.post(EXECUTE_PATH, json=_continuation(one), headers=ANA)
+        third = client.post(EXECUTE_PATH, json=_follow_on(second.json()["Result"]), headers=ANA)
+        openapi = client.get("/openapi.json")
+
+    assert (refused.status_code, streamed.status_code) == (401, 413)
+    assert (first.status_code, one["Kind"]) == (200, "client_tool_continuation")
+    assert (second.status_code, second.json()["Result"]["Kind"]) == (200, "final")
+    assert third.json()["Result"]["PrimaryOutputText"] == "Follow-on answer."  # script in order:
+    assert EXECUTE_PATH in openapi.json()["paths"]  # the refused requests consumed no reply
+    assert _sessions(tmp_path / "aptix.db") == 1
+
+
+def test_aptix_serve_with_the_openai_compatible_adapter(tmp_path: Path) -> None:
+    replies: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "app.py"}}]},
+        {"text": "Reviewed by the model.", "usage": {"prompt_tokens": 30, "completion_tokens": 5}},
+        {"status": 400, "error": "model refuses"},
+    ]
+    with fake_openai_server(replies) as server:
+        config = tmp_path / "aptix.toml"
+        config.write_text(
+            '[store]\nurl = "sqlite:aptix.db"\n'
+            f'[model]\nkind = "openai"\nbase_url = "{server.base_url}"\nmodel = "fake-model"\n'
+            'api_key_env = "APTIX_TEST_OPENAI_KEY"\ntimeout_seconds = 10\nmax_attempts = 1\n'
+            f"{KEYS}",
+            encoding="utf-8",
+        )
+        env = {**ENV, "APTIX_TEST_OPENAI_KEY": "sk-loopback"}
+        with _serve(config, env) as (base, _), httpx.Client(base_url=base, timeout=20) as client:
+            first = client.post(EXECUTE_PATH, json={"Instruction": "Review app.py"}, headers=ANA)
+            one = first.json()["Result"]
+            second = client.post(EXECUTE_PATH, json=_continuation(one), headers=ANA)
+            failed = client.post(EXECUTE_PATH, json={"Instruction": "again"}, headers=ANA)
+        calls = server.completions()
+
+    assert (first.status_code, one["Kind"]) == (200, "client_tool_continuation")
+    assert second.status_code == 200
+    assert second.json()["Result"]["PrimaryOutputText"] == "Reviewed by the model."
+    assert (failed.status_code, failed.json()["Errors"][0]["Code"]) == (502, "port_failed")
+    assert len(calls) == 3
+    assert calls[0].headers["authorization"] == "Bearer sk-loopback"
+    assert calls[0].body["model"] == "fake-model"
+
+
+def test_aptix_serve_two_workers_share_one_postgresql_database(
+    tmp_path: Path, postgres_db_url: str
+) -> None:
+    sessions = 6
+    # Every worker plays its own copy of the script; the URL (with its password) from the env.
+    replies: list[dict[str, Any]] = [{"text": "answer"}] * (2 * sessions)
+    config = _config(tmp_path, replies, store='url_env = "APTIX_TEST_PG_URL"')
+    env = {**ENV, "APTIX_TEST_PG_URL": postgres_db_url}
+
+    async def turns(base: str) -> tuple[list[httpx.Response], list[httpx.Response]]:
+        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+            firsts = await asyncio.gather(
+                *(
+                    client.post(EXECUTE_PATH, json={"Instruction": f"s{n}"}, headers=ANA)
+                    for n in range(sessions)
+                )
+            )
+            follow = await asyncio.gather(
+                *(
+                    client.post(EXECUTE_PATH, json=_follow_on(r.json()["Result"]), headers=ANA)
+                    for r in firsts
+                )
+            )
+        return firsts, follow
+
+    with _serve(config, env, "--workers", "2") as (base, log):
+        firsts, follow = asyncio.run(turns(base))
+        started = log.read_text(errors="replace").count("Started server process")
+
+    assert [r.status_code for r in firsts + follow] == [200] * (2 * sessions), [
+        r.text for r in firsts + follow if r.status_code != 200
+    ]
+    assert len({r.json()["Result"]["SessionId"] for r in firsts}) == sessions
+    assert started == 2
