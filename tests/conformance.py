@@ -20,6 +20,7 @@ from pathlib import Path
 
 import aptix_pipeline.engine  # noqa: F401 - registers the rules the engine's steps declare
 from aptix_pipeline.contracts import PipelineStep
+from aptix_pipeline.steps.mode_change import SEVERAL_MODE_CHANGES
 from aptix_pipeline.validators import Phase, all_rules, step_rule_ids
 from aptix_pipeline.validators.core import CORE_CHECKS
 
@@ -64,6 +65,28 @@ def _module_path(module: str) -> str:
     return module.removeprefix("aptix_pipeline.").replace(".", "/") + ".py"
 
 
+def _phase_rules(phase: Phase) -> set[str]:
+    return {rule_id for step in PipelineStep for rule_id in step_rule_ids(step, phase)}
+
+
+def _observed(rule_id: str, module: str, pre: set[str], post: set[str]) -> str:
+    """Where the rule's outcome shows: the legend is in "Rule outcomes in traces and spans"."""
+    where = []
+    if rule_id in pre:
+        where.append("guard")
+    if rule_id in post:
+        where.append("exit hook")
+    if rule_id == SEVERAL_MODE_CHANGES.id:
+        where.append("warning")
+    elif module.endswith((".tool_calls", ".mode_change")):
+        where.append("tool call")
+    elif not where and module.endswith((".response", ".steps")):
+        where.append("— (not checked in a turn: client side or API use)")
+    elif not where:
+        where.append("fault")
+    return ", ".join(where)
+
+
 def render_table(links: Links) -> str:
     """The generated Markdown: the step rule sets, then one row per rule."""
     lines = [
@@ -73,17 +96,18 @@ def render_table(links: Links) -> str:
         "",
         "### Every rule",
         "",
-        "| Rule id | Spec | Requirement | Enforced in | Holds | Broken |",
-        "|---|---|---|---|---|---|",
+        "| Rule id | Spec | Requirement | Enforced in | In traces and spans | Holds | Broken |",
+        "|---|---|---|---|---|---|---|",
     ]
     rules = all_rules()
+    pre, post = _phase_rules(Phase.PRE), _phase_rules(Phase.POST)
     for rule_id in sorted(rules, key=_sort_key):
         rule = rules[rule_id]
         outcomes = links.get(rule_id, {})
         message = rule.message.replace("|", "\\|")
         lines.append(
             f"| `{rule_id}` | {rule.section} | {message} "
-            f"| `{_module_path(rule.module)}` "
+            f"| `{_module_path(rule.module)}` | {_observed(rule_id, rule.module, pre, post)} "
             f"| {_tests(outcomes.get('holds', []))} | {_tests(outcomes.get('broken', []))} |"
         )
     return "\n".join(lines)
