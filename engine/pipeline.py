@@ -7,7 +7,8 @@ the turn's store transaction is rolled back, so a failed turn persists nothing
 (DESIGN.md "What every part promises"). ``run`` returns a ``TurnReport`` with the
 same result plus what the turn did: the states it walked, the rules each guard
 and exit hook checked, its tool calls, its mode changes and the ``branch`` flag
-(DESIGN.md R7).
+(DESIGN.md R7), and its ``StateTrace``. Every turn also emits OpenTelemetry spans
+(``engine/telemetry.py``) unless ``Telemetry.off()`` is given.
 
 Nothing here is global: each turn gets its own machine instance and scope, so
 many turns run concurrently in one event loop.
@@ -190,7 +191,9 @@ class Pipeline:
     """Runs agent turns through the AGN-036 state machine; see the module docstring.
 
     ``steps`` replaces step functions by step (to wrap or instrument them); the
-    machine, its guards and its exit hooks stay the same.
+    machine, its guards and its exit hooks stay the same. ``telemetry`` says where
+    spans go and whether user content is captured (default: the global
+    OpenTelemetry provider, content per ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``).
     """
 
     def __init__(
