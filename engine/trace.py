@@ -189,6 +189,8 @@ def entry_to_dict(entry: TraceEntry) -> dict[str, Any]:
 
 def entry_from_dict(data: Mapping[str, Any]) -> TraceEntry:
     """The entry ``entry_to_dict`` wrote; ``ValueError`` for an unknown kind."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"a trace entry is an object, not {type(data).__name__}")
     kind = data.get("kind")
     if kind == "transition":
         return TransitionRecord(data["step"], data["from"], data["to"])
@@ -305,6 +307,8 @@ class StateTrace:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StateTrace:
         """Read the JSON form back; ``ValueError`` when it is not a trace of this format."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a state trace is an object, not {type(data).__name__}")
         if data.get("format") != TRACE_FORMAT:
             raise ValueError(f"not a {TRACE_FORMAT} trace (format {data.get('format')!r})")
         try:
