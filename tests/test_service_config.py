@@ -371,3 +371,23 @@ def test_aptix_serve_refuses_a_config_it_cannot_serve(
 
     assert run.returncode == 2
     assert message in run.stderr
+
+
+def test_the_readme_shows_the_committed_example_whole() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Configuration file", 1)[1]
+    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+
+    assert block == EXAMPLE.read_text(encoding="utf-8")
+
+
+async def test_the_built_in_catalog_leaves_the_model_name_to_the_model_table(
+    tmp_path: Path,
+) -> None:
+    config = load_service_config(_write(tmp_path, SCRIPTED), env={})
+
+    agent = await config.catalog.get_agent_context(None)
+
+    assert agent is not None
+    assert agent.id == "assistant"
+    assert agent.model is None  # default_config.toml's placeholder "scripted" is dropped
