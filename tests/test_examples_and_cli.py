@@ -81,6 +81,9 @@ def test_demo_runs_a_three_turn_session_and_checks_every_example() -> None:
     assert '"Kind": "client_tool_continuation"' in run.stdout
     assert run.stdout.count('"Kind": "final"') == 2
     assert '"ModeDisplayName": "Code Review"' in run.stdout
-    assert "tool:     review_checklist (server) → executed" in run.stdout
+    assert "tool_call   id=call_checklist name=review_checklist side=server outcome=executed" in (
+        run.stdout
+    )
+    assert "server_tool_round from=llm_answered to=reasoning" in run.stdout
     assert run.stdout.count("→ response_built → done") == 3
     assert f"3 valid, 5 refused, {len(EXAMPLES)} requests" in run.stdout
