@@ -9,6 +9,11 @@ workers), and several worker processes sharing one database.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
+import sys
+import textwrap
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -457,3 +462,128 @@ async def test_a_conflicting_store_commit_writes_nothing_of_the_loser(
         session = await two.read_session("acme", "ana", "s1")
         assert session is not None
         assert session.solution_context_text == "won"
+
+
+# --- several worker processes on one database ------------------------------------------------
+
+WORKER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from aptix_pipeline.adapters.embedded import embedded_pipeline
+    from aptix_pipeline.adapters.postgres_store import PostgresStore
+    from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
+    from aptix_pipeline.contracts import Caller
+
+    class SlowLLM(ScriptedLLM):
+        # A little think time keeps the workers' turns overlapping, so they conflict.
+        async def complete(self, request):
+            await asyncio.sleep(0.02)
+            return await super().complete(request)
+
+    def change(call_id, mode, tag):
+        call = {"id": call_id, "name": "agent_change_mode"}
+        return {"tool_calls": [{**call, "arguments": {"mode": mode, "reason": tag}}]}
+
+    async def turn(store, tag, session_id, turn_id):
+        llm = SlowLLM([change("m1", "review", tag), change("m2", "general", tag), {"text": tag}])
+        pipeline = embedded_pipeline(llm=llm, store=store)
+        request = {"SessionId": session_id, "TurnId": turn_id, "Instruction": tag}
+        result = await pipeline.execute(request, Caller(org="acme", user="ana"))
+        return {"tag": tag, "session": session_id, "ok": result.successful,
+                "turn": result.result.turn_id if result.result else None,
+                "codes": [error.code.value for error in result.errors]}
+
+    async def main():
+        url, worker, turns = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+        sessions = json.loads(sys.argv[4])
+        async with PostgresStore(url, max_size=4) as store:
+            for n in range(0, turns, 2):  # two turns at a time, on two sessions
+                batch = [turn(store, f"w{worker}-{k}", *sessions[(worker + k) % len(sessions)])
+                         for k in (n, n + 1)]
+                for outcome in await asyncio.gather(*batch):
+                    print(json.dumps(outcome), flush=True)
+
+    asyncio.run(main())
+    """
+)
+WORKERS, TURNS_EACH, SESSIONS = 4, 8, 3
+
+
+async def run_workers(url: str, sessions: list[list[str]]) -> list[dict[str, Any]]:
+    """Start the worker processes at once; their outcomes, one per turn."""
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            WORKER,
+            url,
+            str(worker),
+            str(TURNS_EACH),
+            json.dumps(sessions),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for worker in range(WORKERS)
+    ]
+    try:
+        outputs = await asyncio.wait_for(
+            asyncio.gather(*(process.communicate() for process in processes)), timeout=180
+        )
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    for process, (_, err) in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, err.decode()
+    return [json.loads(line) for out, _ in outputs for line in out.decode().splitlines()]
+
+
+async def test_worker_processes_on_one_database_lose_no_mode_change_and_repeat_no_turn(
+    postgres_db_url: str,
+) -> None:
+    async with PostgresStore(postgres_db_url) as store:
+        sessions = []
+        for index in range(SESSIONS):
+            start = embedded_pipeline(llm=ScriptedLLM([text("ready")]), store=store)
+            first = ok(await start.execute({"Instruction": f"session {index}"}, CALLER))
+            sessions.append([first.session_id, first.turn_id])
+
+        outcomes = await run_workers(postgres_db_url, sessions)
+
+        assert len(outcomes) == WORKERS * TURNS_EACH
+        assert all(o["ok"] or o["codes"] == [ErrorCode.CONFLICT.value] for o in outcomes)
+        won = [o for o in outcomes if o["ok"]]
+        assert won, "no turn committed"
+        assert len(won) < len(outcomes), "the workers never raced (no conflict)"
+        for session_id, _ in sessions:
+            session = await store.read_session(CALLER.org, CALLER.user, session_id)
+            assert session is not None
+            won_here = [o for o in won if o["session"] == session_id]
+            history = session.mode_history
+            # Each committed turn went general → review → general: both entries, once each.
+            assert Counter(e.turn_id for e in history) == {o["turn"]: 2 for o in won_here}
+            assert {e.reason for e in history} == {o["tag"] for o in won_here}
+            assert all(b.previous_mode == a.new_mode for a, b in itertools.pairwise(history))
+            assert session.mode == "general"
+            assert session.version == 1 + len(won_here)  # one version step per commit
+
+    with psycopg.connect(postgres_db_url) as raw:
+        turn_rows = raw.execute("SELECT id, status FROM aptix_turns").fetchall()
+        per_turn: dict[str, int] = dict(
+            raw.execute(
+                "SELECT turn_id, count(*) FROM aptix_transcript GROUP BY turn_id"
+            ).fetchall()
+        )
+        said = raw.execute(
+            'SELECT message FROM aptix_transcript WHERE message LIKE \'%"Role":"user"%\''
+        ).fetchall()
+    committed = {turn_id for _, turn_id in sessions} | {o["turn"] for o in won}
+    assert sorted(turn_id for turn_id, _ in turn_rows) == sorted(committed)
+    assert {status for _, status in turn_rows} == {TurnStatus.COMPLETED.value}
+    assert set(per_turn) == committed
+    assert len({per_turn[o["turn"]] for o in won}) == 1  # every worker turn stored alike, once
+    instructions = Counter(ChatMessage.model_validate_json(m).content for (m,) in said)
+    assert all(instructions[o["tag"]] == 1 for o in won)
+    assert not any(instructions[o["tag"]] for o in outcomes if not o["ok"])
+    print(f"{len(won)} of {len(outcomes)} turns committed, {len(outcomes) - len(won)} conflicted")
