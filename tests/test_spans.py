@@ -421,8 +421,8 @@ async def test_several_mode_changes_warn_on_the_span_of_the_second_change(
 async def test_refused_tool_calls_are_events_on_the_llm_client_step(
     store: SessionStore, recorded: Recorded
 ) -> None:
-    script = [calls(call("x1", "Math", {"a": 1}), call("r1", "read_file", {})), text("sorry")]
-    pipeline, _ = make_pipeline(store, script, telemetry=recorded.telemetry())
+    refused = calls(call("x1", "Math", {"a": 1}), call("r1", "read_file", {}), call("n1", "nope"))
+    pipeline, _ = make_pipeline(store, [refused, text("sorry")], telemetry=recorded.telemetry())
 
     ok(await pipeline.execute({"Instruction": "hello"}, CALLER))
 
@@ -437,6 +437,9 @@ async def test_refused_tool_calls_are_events_on_the_llm_client_step(
         {"gen_ai.tool.name": "read_file", "gen_ai.tool.call.id": "r1",
          "aptix.rule.id": "CPV/arguments-match-schema"}
     ]  # fmt: skip
+    assert events_named(step, "aptix.tool.unknown") == [
+        {"gen_ai.tool.name": "nope", "gen_ai.tool.call.id": "n1", "aptix.rule.id": "CPV/tool-known"}
+    ]
     assert turn.named("execute_tool") == []  # a refused call runs nothing
 
 
@@ -879,3 +882,26 @@ async def test_concurrent_turns_on_one_pipeline_make_separate_trees(
         assert_tree_matches_trace(turn, report)
         assert step_names(turn) == [*INITIAL_STEPS, *ROUND, *ANSWER]
     assert len(set(trace_ids)) == 2
+
+
+async def test_a_refused_mode_change_fails_its_execute_tool_span_and_names_its_rule(
+    store: SessionStore, recorded: Recorded
+) -> None:
+    script = [calls(change_mode("c1", "nowhere")), text("staying")]
+    pipeline, _ = make_pipeline(store, script, telemetry=recorded.telemetry())
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    ok(report.result)  # told to the model, not a fault of the turn
+    turn = recorded.turn()
+    [tool] = turn.named("execute_tool")
+    assert tool.status.status_code is StatusCode.ERROR
+    assert attributes_of(tool)["error.type"] == "mode_refused"
+    assert events_named(tool, "aptix.mode.changed") == []
+    step = turn.step_of(tool)
+    assert events_named(step, "aptix.rule.failed") == [
+        {"gen_ai.tool.name": "agent_change_mode", "gen_ai.tool.call.id": "c1",
+         "aptix.rule.id": "AGN-011/5.2/mode-known"}
+    ]  # fmt: skip
+    assert step.status.status_code is StatusCode.UNSET
+    assert turn.root.status.status_code is StatusCode.UNSET
