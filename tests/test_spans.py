@@ -905,3 +905,22 @@ async def test_a_refused_mode_change_fails_its_execute_tool_span_and_names_its_r
     ]  # fmt: skip
     assert step.status.status_code is StatusCode.UNSET
     assert turn.root.status.status_code is StatusCode.UNSET
+
+
+async def test_a_turn_is_a_child_of_the_hosts_current_span_and_leaves_it_current(
+    store: SessionStore, recorded: Recorded
+) -> None:
+    pipeline, _ = make_pipeline(store, [text("hi")], telemetry=recorded.telemetry())
+    tracer = recorded.provider.get_tracer("host")
+
+    with tracer.start_as_current_span("POST /v1/agent/execute") as host:
+        ok(await pipeline.execute({"Instruction": "hello"}, CALLER))
+        assert trace.get_current_span() is host
+
+    [request] = recorded.turns()
+    assert request.root.name == "POST /v1/agent/execute"
+    [turn] = request.children(request.root)
+    assert turn.name == f"invoke_agent {AGENT}"
+    assert [s.name for s in request.children(turn)][:2] == [
+        "step request_handler", "step agent_context_resolver"
+    ]  # fmt: skip
