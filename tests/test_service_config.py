@@ -376,7 +376,7 @@ def test_aptix_serve_refuses_a_config_it_cannot_serve(
 def test_the_readme_shows_the_committed_example_whole() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Configuration file", 1)[1]
-    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    block = section.split("```toml aptix.toml\n", 1)[1].split("```", 1)[0]
 
     assert block == EXAMPLE.read_text(encoding="utf-8")
 
