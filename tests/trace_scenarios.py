@@ -445,6 +445,19 @@ async def mode_change_of_a_failed_turn(kit: Kit) -> None:
     faulted(await kit.run(pipeline, follow_on(first)), "llm_client", ErrorCode.PORT_FAILED)
 
 
+@scenario
+async def several_mode_changes_of_a_failed_turn(kit: Kit) -> None:
+    """Two mode changes, then the model fails: the trace keeps both changes and the R8
+    warning entry (what happened); the result and ``trace.warnings`` do not warn."""
+    llm = FailingLLM(
+        [calls(change_mode("m1", "review", "first")), calls(change_mode("m2", "docs", "second"))],
+        fail_on=3,
+    )
+    report = await kit.run(kit.pipeline(llm, config=THREE_MODES_CONFIG), {"Instruction": "hi"})
+    faulted(report, "llm_client", ErrorCode.PORT_FAILED)
+    assert (report.warnings, report.mode_changes) == ((), ())
+
+
 # --- the turn's tools (container design) --------------------------------------------------------
 
 
