@@ -246,7 +246,7 @@ async def test_a_faulted_turn_ends_with_its_fault_then_the_fault_transition(name
 # --- user content ---------------------------------------------------------------------------
 
 
-async def test_a_trace_holds_no_user_content_by_default(sqlite_path: Path) -> None:
+async def test_a_trace_holds_no_user_content_by_default() -> None:
     kit = await run_scenario("content_everywhere", MemoryStore())
     texts = [trace.to_json() for trace in traces_of(kit)]
 
@@ -258,9 +258,7 @@ async def test_a_trace_holds_no_user_content_by_default(sqlite_path: Path) -> No
     assert traces_of(kit)[0].llm_calls[0].has_text  # that there was text is kept
 
 
-async def test_content_capture_puts_the_model_text_and_the_mode_change_reason_in_the_trace() -> (
-    None
-):
+async def test_content_capture_keeps_the_model_text_and_the_mode_change_reason() -> None:
     kit = await run_scenario("content_everywhere", MemoryStore(), Telemetry(capture_content=True))
     first, second = traces_of(kit)
 
