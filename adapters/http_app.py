@@ -16,8 +16,8 @@ and the pipeline never runs; a body over ``max_body_bytes`` is a 413, refused
 from ``Content-Length`` before any of it is read and counted while it streams.
 Failures the engine never saw (401, 413) answer ``{"error": ..., "message": ...}``.
 
-``create_app(config)`` opens the configured store when the app starts and closes
-it when it stops (lifespan). ``create_app()`` with no argument reads the file
+``create_app(config)`` opens the configured store and model when the app starts
+and closes them when it stops (lifespan). ``create_app()`` with no argument reads the file
 named by ``APTIX_CONFIG``, so ``uvicorn --factory`` and every worker of
 ``aptix serve --workers N`` share one configuration.
 """
@@ -159,10 +159,10 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-async def _close_store(pipeline: Pipeline) -> None:
-    store = pipeline.ports.store
+async def _close(port: object) -> None:
+    """Close a store or model client the app opened (``aclose`` preferred, else ``close``)."""
     for name in ("aclose", "close"):
-        close = getattr(store, name, None)
+        close = getattr(port, name, None)
         if close is not None:
             outcome = close()
             if inspect.isawaitable(outcome):
@@ -226,6 +226,8 @@ def create_app(
         if config is None:
             raise ConfigError("create_app(pipeline) needs an authenticator")
         authenticator = ApiKeyAuthenticator(config.api_keys)
+    if max_body_bytes is not None and max_body_bytes < 1:
+        raise ValueError("max_body_bytes must be 1 or more")
     limit = max_body_bytes or (config.server.max_body_bytes if config else 1_048_576)
     service = _Service(
         pipeline=source if isinstance(source, Pipeline) else None,
@@ -244,7 +246,10 @@ def create_app(
             yield
         finally:
             service.pipeline = None
-            await _close_store(pipeline)
+            try:
+                await _close(pipeline.ports.llm)
+            finally:
+                await _close(pipeline.ports.store)
 
     app = FastAPI(
         title="aptix-pipeline",

@@ -473,12 +473,13 @@ def test_aptix_serve_with_the_openai_compatible_adapter(tmp_path: Path) -> None:
             encoding="utf-8",
         )
         env = {**ENV, "APTIX_TEST_OPENAI_KEY": "sk-loopback"}
-        with _serve(config, env) as (base, _), httpx.Client(base_url=base, timeout=20) as client:
+        with _serve(config, env) as (base, log), httpx.Client(base_url=base, timeout=20) as client:
             first = client.post(EXECUTE_PATH, json={"Instruction": "Review app.py"}, headers=ANA)
             one = first.json()["Result"]
             second = client.post(EXECUTE_PATH, json=_continuation(one), headers=ANA)
             failed = client.post(EXECUTE_PATH, json={"Instruction": "again"}, headers=ANA)
         calls = server.completions()
+    shutdown = log.read_text(errors="replace")
 
     assert (first.status_code, one["Kind"]) == (200, "client_tool_continuation")
     assert second.status_code == 200
@@ -487,6 +488,8 @@ def test_aptix_serve_with_the_openai_compatible_adapter(tmp_path: Path) -> None:
     assert len(calls) == 3
     assert calls[0].headers["authorization"] == "Bearer sk-loopback"
     assert calls[0].body["model"] == "fake-model"
+    assert "Application shutdown complete" in shutdown  # the model client and store closed
+    assert "Traceback" not in shutdown
 
 
 def test_aptix_serve_two_workers_share_one_postgresql_database(

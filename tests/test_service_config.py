@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from fake_openai_server import fake_openai_server
 
 from aptix_pipeline.adapters.http_app import ApiKeyAuthenticator
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
@@ -391,3 +393,26 @@ async def test_the_built_in_catalog_leaves_the_model_name_to_the_model_table(
     assert agent is not None
     assert agent.id == "assistant"
     assert agent.model is None  # default_config.toml's placeholder "scripted" is dropped
+
+
+def test_aptix_run_with_the_configs_openai_compatible_model(tmp_path: Path) -> None:
+    with fake_openai_server([{"text": "From the endpoint."}]) as server:
+        path = _write(
+            tmp_path,
+            "[store]\nurl = 'memory'\n"
+            f"[model]\nkind = 'openai'\nmodel = 'm1'\nbase_url = '{server.base_url}'\n"
+            "api_key_env = 'APTIX_TEST_OPENAI_KEY'\nmax_attempts = 1\n",
+        )
+        (tmp_path / "request.json").write_text('{"Instruction": "hi"}', encoding="utf-8")
+        run = subprocess.run(
+            [str(APTIX), "run", "request.json", "--config", str(path), "--compact"],
+            capture_output=True, text=True, check=False, cwd=tmp_path, timeout=60,
+            env={**os.environ, "APTIX_TEST_OPENAI_KEY": "sk-run"},
+        )  # fmt: skip
+        calls = server.completions()
+
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["Result"]["PrimaryOutputText"] == "From the endpoint."
+    assert [(c.body["model"], c.headers["authorization"]) for c in calls] == [
+        ("m1", "Bearer sk-run")
+    ]
