@@ -287,7 +287,12 @@ class Pipeline:
                 if errors or not states or states[-1] != "done":
                     await self._rollback(scope)
             report = self._report(run, states, errors, faulted_step)
-            recorder.turn_ended(scope.context, report.result.errors, scope.usage)
+            recorder.turn_ended(
+                scope.context,
+                report.result.errors,
+                scope.usage,
+                (report.session_id, report.turn_id),
+            )
         return report
 
     def execute_sync(

@@ -277,9 +277,16 @@ class TurnRecorder:
             yield
 
     def turn_ended(
-        self, ctx: PipelineContext | None, errors: Sequence[InvokeError], usage: Any
+        self,
+        ctx: PipelineContext | None,
+        errors: Sequence[InvokeError],
+        usage: Any,
+        stored: tuple[str | None, str | None] = (None, None),
     ) -> None:
         """Name the turn's span after its agent and set what is known only at the end.
+
+        ``stored`` is the (session, turn) ids the store holds afterwards: a failed
+        Initial turn's ids name nothing, so they are not put on the span (D59).
 
         ``gen_ai.usage.*`` sum this request's own model calls (its ``chat`` spans), so
         adding up ``invoke_agent`` spans counts each call once; ``usage`` — the
@@ -292,10 +299,11 @@ class TurnRecorder:
         attributes: dict[str, Any] = {"aptix.llm.calls": self._rounds}
         if ctx is not None:
             attributes["aptix.context.type"] = str(ctx.type)
-            if ctx.session is not None:
-                attributes["gen_ai.conversation.id"] = ctx.session.id
-            if ctx.turn is not None:
-                attributes["aptix.turn.id"] = ctx.turn.id
+            session_id, turn_id = stored
+            if session_id is not None:
+                attributes["gen_ai.conversation.id"] = session_id
+            if turn_id is not None:
+                attributes["aptix.turn.id"] = turn_id
             if ctx.mode:
                 attributes["aptix.mode"] = ctx.mode
             agent = ctx.agent_context
@@ -384,8 +392,6 @@ class TurnRecorder:
             span.set_attribute("aptix.context.type", str(ctx.type))
         if ctx is not None and ctx.mode:
             span.set_attribute("aptix.mode", ctx.mode)
-        if ctx is not None and self._turn_span is not None and ctx.session is not None:
-            self._turn_span.set_attribute("gen_ai.conversation.id", ctx.session.id)
 
     def transition(self, record: TransitionRecord) -> None:
         """The machine took a transition (recorded once the step's work is done)."""

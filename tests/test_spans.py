@@ -501,6 +501,30 @@ async def test_failed_turn_ends_in_error_on_the_root_and_the_faulting_step(
     assert all(s.status.status_code is StatusCode.UNSET for s in turn.steps[:-1])
 
 
+async def test_a_failed_initial_turn_names_no_session_a_failed_follow_on_names_its_own(
+    store: SessionStore, recorded: Recorded
+) -> None:
+    pipeline, _ = make_pipeline(
+        store, [text(""), text("first"), text("")], telemetry=recorded.telemetry()
+    )
+
+    failed = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    assert failed.session_id is None  # nothing was stored
+    found = attributes_of(recorded.turn().root)
+    assert "gen_ai.conversation.id" not in found
+    assert "aptix.turn.id" not in found
+
+    first = ok(await pipeline.execute({"Instruction": "hello"}, CALLER))
+    recorded.clear()
+    again = await pipeline.run(follow_on(first), CALLER)
+
+    assert not again.successful
+    found = attributes_of(recorded.turn().root)
+    assert found["gen_ai.conversation.id"] == first.session_id  # the session exists
+    assert "aptix.turn.id" not in found  # the failed FollowOn's new turn was not stored
+
+
 async def test_a_step_of_its_own_rule_faults_not_found_with_its_rule_as_an_event(
     store: SessionStore, recorded: Recorded
 ) -> None:
