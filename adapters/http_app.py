@@ -46,9 +46,10 @@ from aptix_pipeline.contracts import (
     ErrorCode,
     InvokeResult,
 )
-from aptix_pipeline.engine import Pipeline
+from aptix_pipeline.engine import Pipeline, Telemetry
 
 from .service_config import ApiKey, ConfigError, ServiceConfig, build_pipeline, load_service_config
+from .telemetry_setup import configure_tracing
 
 __all__ = [
     "CONFIG_ENV",
@@ -240,7 +241,9 @@ def create_app(
         if config is None:  # the host's pipeline: the host closes it
             yield
             return
-        pipeline = build_pipeline(config)
+        # Each worker is an OpenTelemetry host: OTEL_TRACES_EXPORTER etc. say where spans go.
+        provider = configure_tracing()
+        pipeline = build_pipeline(config, telemetry=Telemetry(tracer_provider=provider))
         service.pipeline = pipeline
         try:
             yield
@@ -250,6 +253,8 @@ def create_app(
                 await _close(pipeline.ports.llm)
             finally:
                 await _close(pipeline.ports.store)
+                if provider is not None:
+                    provider.shutdown()
 
     app = FastAPI(
         title="aptix-pipeline",

@@ -40,7 +40,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
-from aptix_pipeline.engine import Pipeline, PipelineOptions
+from aptix_pipeline.engine import Pipeline, PipelineOptions, Telemetry
 
 from .catalog_config import CatalogError, ConfigCatalog
 from .embedded import embedded_pipeline, open_store
@@ -413,8 +413,11 @@ def build_pipeline(
     tools: Mapping[str, ToolExecutor] | None = None,
     clock: Clock | None = None,
     ids: IdSource | None = None,
+    telemetry: Telemetry | None = None,
 ) -> Pipeline:
     """A ``Pipeline`` on the configuration's catalog, store, model and engine options.
+
+    ``telemetry`` says where spans go (default: the global OpenTelemetry provider).
 
     ``llm`` and ``store`` override the file's (``aptix run --llm-script`` /
     ``--store``); a store given as text is opened with ``open_store``. Raises
@@ -440,4 +443,5 @@ def build_pipeline(
         clock=clock,
         ids=ids,
         options=config.options,
+        telemetry=telemetry,
     )

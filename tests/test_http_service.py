@@ -457,6 +457,22 @@ def test_aptix_serve_answers_a_session_with_the_scripted_model_on_sqlite(tmp_pat
     assert _sessions(tmp_path / "aptix.db") == 1
 
 
+def test_aptix_serve_exports_each_requests_spans_as_otel_variables_say(tmp_path: Path) -> None:
+    config = _config(tmp_path, READ_THEN_ANSWER)
+    env = {**ENV, "OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "aptix-http"}
+
+    with _serve(config, env) as (base, log), httpx.Client(base_url=base, timeout=10) as client:
+        first = client.post(EXECUTE_PATH, json={"Instruction": "Review app.py"}, headers=ANA)
+        refused = client.post(EXECUTE_PATH, json={"Instruction": "hi"})
+    output = log.read_text(errors="replace")
+
+    assert (first.status_code, refused.status_code) == (200, 401)
+    assert output.count('"name": "invoke_agent Aptix assistant"') == 1  # a 401 runs no turn
+    assert '"name": "step llm_client"' in output
+    assert '"service.name": "aptix-http"' in output
+    assert first.json()["Result"]["SessionId"] in output  # gen_ai.conversation.id
+
+
 def test_aptix_serve_with_the_openai_compatible_adapter(tmp_path: Path) -> None:
     replies: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "app.py"}}]},
