@@ -485,7 +485,7 @@ def test_open_store_takes_a_path(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "spec", ["", "sqlite:", "postgres://localhost/aptix", "notes.txt", "Memory"]
+    "spec", ["", "sqlite:", "mysql://ana:pw@localhost/aptix", "notes.txt", "Memory"]
 )
 def test_open_store_refuses_unknown_specs(
     spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

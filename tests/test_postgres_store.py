@@ -209,6 +209,13 @@ def test_a_malformed_url_is_refused_without_echoing_the_password() -> None:
     assert caught.value.__suppress_context__
 
 
+def test_an_unknown_store_url_is_refused_without_echoing_credentials() -> None:
+    with pytest.raises(ValueError, match="unknown store 'mysql://...'") as caught:
+        open_store("mysql://ana:hunter2@db/aptix")
+
+    assert "hunter2" not in str(caught.value)
+
+
 @pytest.mark.parametrize(
     ("options", "field"),
     [({"min_size": -1}, "min_size"), ({"max_size": 0}, "max_size"), ({"timeout": 0}, "timeout")],
