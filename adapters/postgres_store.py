@@ -31,7 +31,6 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from aptix_pipeline.contracts import (
     ChatMessage,
-    ModeHistoryEntry,
     Session,
     StoreConflictError,
     Turn,
@@ -39,7 +38,7 @@ from aptix_pipeline.contracts import (
 )
 
 from .postgres_migrations import SCHEMA_VERSION, SchemaVersionError, migrate, read_schema_version
-from .unit_of_work import BufferedTransaction, SessionWrite, TurnWrites
+from .unit_of_work import BufferedTransaction, SessionWrite, TurnWrites, session_from_row
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -67,21 +66,6 @@ def redact_url(url: str) -> str:
             parts = parts._replace(netloc=f"{user}:***@{host}")
         url = urlunsplit(parts)
     return _PASSWORD_IN_CONNINFO.sub(r"\1***", url)
-
-
-def _session_from_row(row: tuple[Any, ...]) -> Session:
-    return Session(
-        id=row[0],
-        org=row[1],
-        user=row[2],
-        mode=row[3],
-        agent_context_id=row[4],
-        conversation_context_id=row[5],
-        solution_context_text=row[6],
-        created_at=row[7],
-        version=row[8],
-        mode_history=[ModeHistoryEntry.model_validate_json(entry) for entry in row[9]],
-    )
 
 
 class PostgresStore:
@@ -278,7 +262,7 @@ class PostgresStore:
             "WHERE s.id = %s AND s.org = %s AND s.user_name = %s",
             (session_id, org, user),
         )
-        return None if row is None else _session_from_row(row)
+        return None if row is None else session_from_row(row, row[9])
 
     async def read_turn(self, org: str, user: str, session_id: str, turn_id: str) -> Turn | None:
         """The turn of the caller's session, or ``None``."""

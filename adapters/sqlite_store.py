@@ -23,14 +23,13 @@ from typing import Any, TypeVar
 
 from aptix_pipeline.contracts import (
     ChatMessage,
-    ModeHistoryEntry,
     Session,
     StoreConflictError,
     Turn,
     TurnStatus,
 )
 
-from .unit_of_work import BufferedTransaction, TurnWrites
+from .unit_of_work import BufferedTransaction, TurnWrites, session_from_row
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -172,24 +171,10 @@ class SQLiteStore:
         ).fetchone()
         if row is None:
             return None
-        history = [
-            ModeHistoryEntry.model_validate_json(entry)
-            for (entry,) in db.execute(
-                "SELECT entry FROM mode_history WHERE session_id = ? ORDER BY seq", (session_id,)
-            )
-        ]
-        return Session(
-            id=row[0],
-            org=row[1],
-            user=row[2],
-            mode=row[3],
-            agent_context_id=row[4],
-            conversation_context_id=row[5],
-            solution_context_text=row[6],
-            created_at=row[7],
-            version=row[8],
-            mode_history=history,
+        history = db.execute(
+            "SELECT entry FROM mode_history WHERE session_id = ? ORDER BY seq", (session_id,)
         )
+        return session_from_row(row, (entry for (entry,) in history))
 
     async def read_session(self, org: str, user: str, session_id: str) -> Session | None:
         """The session, if it belongs to this org and user."""

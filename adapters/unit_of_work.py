@@ -12,13 +12,38 @@ the full ``SessionTransaction`` port (contracts/ports.py) from ``BufferedTransac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from aptix_pipeline.contracts import ChatMessage, ModeHistoryEntry, Session, Turn, TurnStatus
 
-__all__ = ["BufferedTransaction", "SessionWrite", "StoreBackend", "TurnWrite", "TurnWrites"]
+__all__ = [
+    "BufferedTransaction",
+    "SessionWrite",
+    "StoreBackend",
+    "TurnWrite",
+    "TurnWrites",
+    "session_from_row",
+]
+
+
+def session_from_row(row: Sequence[Any], history: Iterable[str]) -> Session:
+    """A session read by a SQL store: its columns in the order id, org, user, mode,
+    agent context id, conversation context id, solution context text, created at,
+    version; ``history`` its ModeHistory entries as JSON text, oldest first."""
+    return Session(
+        id=row[0],
+        org=row[1],
+        user=row[2],
+        mode=row[3],
+        agent_context_id=row[4],
+        conversation_context_id=row[5],
+        solution_context_text=row[6],
+        created_at=row[7],
+        version=row[8],
+        mode_history=[ModeHistoryEntry.model_validate_json(entry) for entry in history],
+    )
 
 
 @dataclass(slots=True)
