@@ -248,12 +248,10 @@ class TurnRecorder:
     capture_content: bool = False
     provider_name: str = "aptix"
     entries: list[TraceEntry] = field(default_factory=list)
-    transitions: list[TransitionRecord] = field(default_factory=list)
-    checks: list[CheckRecord] = field(default_factory=list)
     _rounds: int = 0
     _turn_span: Span | None = None
     _step_span: Span | None = None
-    _step_start: int = 0
+    _step_taken: bool = False
 
     # --- the turn and its steps (engine side) ---------------------------------------
 
@@ -370,7 +368,7 @@ class TurnRecorder:
             return found
 
         with self._span(f"step {event}", SpanKind.INTERNAL, attributes) as span:
-            self._step_span, self._step_start = span, len(self.transitions)
+            self._step_span, self._step_taken = span, False
             try:
                 yield
             finally:
@@ -386,7 +384,7 @@ class TurnRecorder:
         span = self._step_span
         if span is None:
             return
-        if len(self.transitions) > self._step_start:
+        if self._step_taken:
             span.set_attribute("aptix.step.to", target)
         if ctx is not None:
             span.set_attribute("aptix.context.type", str(ctx.type))
@@ -395,12 +393,11 @@ class TurnRecorder:
 
     def transition(self, record: TransitionRecord) -> None:
         """The machine took a transition (recorded once the step's work is done)."""
-        self.transitions.append(record)
+        self._step_taken = True
         self.entries.append(record)
 
     def check(self, record: CheckRecord) -> None:
         """A guard or exit hook ran."""
-        self.checks.append(record)
         self.entries.append(record)
         span = self._step_span
         if span is None:
@@ -433,7 +430,12 @@ class TurnRecorder:
             return
         span.set_attribute(ERROR_TYPE, record.error_codes[0] if record.error_codes else "_OTHER")
         span.set_status(Status(StatusCode.ERROR, ", ".join(record.error_codes)))
-        checked = {rule for check in self.checks for rule in check.failed}
+        checked = {
+            rule
+            for check in self.entries
+            if isinstance(check, CheckRecord)
+            for rule in check.failed
+        }
         for rule_id in record.rule_ids:
             if rule_id not in checked:  # a step's own rule (a guard's is already an event)
                 span.add_event("aptix.rule.failed", {"aptix.rule.id": rule_id,
