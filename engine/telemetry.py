@@ -161,7 +161,7 @@ class _LLMCall:
     """One model call: builds its trace entry and, when tracing, its ``chat`` span."""
 
     def __init__(self, recorder: TurnRecorder, request: LLMRequest, round_: int) -> None:
-        self.recorder, self.request, self.round = recorder, request, round_
+        self.recorder, self.round = recorder, round_
         self.retries: list[str] = []
         self.record = LLMCallRecord(
             round=round_,
