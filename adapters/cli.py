@@ -13,6 +13,12 @@
   and ``[engine]`` where ``--llm-script`` / ``--store`` are not given.
 - ``aptix serve --config FILE`` runs the HTTP service (``adapters/http_app.py``)
   under uvicorn; ``--host``, ``--port`` and ``--workers`` override ``[server]``.
+- ``aptix diagram [--format mermaid|dot|svg|png] [--out FILE]`` draws the pipeline
+  from the machine definition (``engine/diagram.py``). Text formats go to stdout
+  without ``--out``; svg/png (Graphviz's ``dot``) go to stdout only when it is not
+  a terminal. ``--format`` defaults to the ``--out`` suffix, else mermaid. Exit
+  codes: 0 drawn, 2 for a usage error (unknown suffix, svg/png to a terminal,
+  Graphviz missing).
 """
 
 from __future__ import annotations
@@ -30,6 +36,12 @@ import typer
 from aptix_pipeline import __version__
 from aptix_pipeline.contracts import LLM, Caller
 from aptix_pipeline.engine import Telemetry
+from aptix_pipeline.engine.diagram import (
+    DiagramError,
+    DiagramFormat,
+    format_for,
+    pipeline_diagram,
+)
 from aptix_pipeline.validators import parse_request
 
 from .catalog_config import CatalogError
@@ -241,6 +253,48 @@ def serve(
         port=service.server.port if port is None else port,
         workers=workers or service.server.workers,
     )
+
+
+@app.command()
+def diagram(
+    fmt: Annotated[
+        DiagramFormat | None,
+        typer.Option(
+            "--format", help="mermaid, dot, svg or png; default: from --out's suffix, else mermaid."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", dir_okay=False, help="Write here instead of stdout."),
+    ] = None,
+) -> None:
+    """Draw the pipeline state machine (its steps, guards and exit hooks)."""
+
+    def refuse(message: str) -> typer.Exit:
+        typer.echo(f"aptix diagram: {message}", err=True)
+        return typer.Exit(2)
+
+    if fmt is None:
+        try:
+            fmt = format_for(out) if out is not None else DiagramFormat.MERMAID
+        except ValueError as error:
+            raise refuse(f"{error}; or give --format") from None
+    binary = fmt in (DiagramFormat.SVG, DiagramFormat.PNG)
+    if out is None and binary and sys.stdout.isatty():
+        raise refuse(f"{fmt.value} is binary: give --out FILE or redirect stdout")
+    try:
+        data = pipeline_diagram(fmt)
+    except DiagramError as error:
+        raise refuse(str(error)) from None
+    if out is None:
+        typer.echo(data if binary else data.decode("utf-8"), nl=False)
+        return
+    if out.suffix.lower() == ".md" and fmt is DiagramFormat.MERMAID:
+        data = b"```mermaid\n" + data + b"```\n"  # a Markdown file that renders (D104)
+    try:
+        out.write_bytes(data)
+    except OSError as error:
+        raise refuse(f"cannot write {out}: {error.strerror or error}") from None
 
 
 def main() -> None:
