@@ -12,7 +12,7 @@ PY := $(BIN)/python
 PACKAGE_DIRS := package contracts validators steps engine adapters
 MODULES := $(VENV)/.modules
 
-.PHONY: all test demo bench lint typecheck format schemas conformance install clean postgres-server
+.PHONY: all test demo bench lint typecheck format schemas conformance diagrams install clean postgres-server graphviz
 
 all: test
 
@@ -44,7 +44,18 @@ postgres-server:
 		|| echo "warning: could not install PostgreSQL; its tests will be skipped (failed under CI)"; \
 	fi
 
-test: install postgres-server
+# svg/png diagrams (aptix diagram, tests/test_diagrams.py) need Graphviz's `dot`: the same
+# pattern as the PostgreSQL server — apt-get install when missing, else warn; its tests
+# then skip, except under CI (CI=true), where they fail.
+graphviz:
+	@if ! command -v dot >/dev/null 2>&1; then \
+		echo "installing Graphviz (apt-get install graphviz)"; \
+		{ $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+			&& $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; } \
+		|| echo "warning: could not install Graphviz; its tests will be skipped (failed under CI)"; \
+	fi
+
+test: install postgres-server graphviz
 	$(BIN)/pytest
 	$(BIN)/mypy -p aptix_pipeline
 	$(BIN)/mypy tests bench examples
@@ -62,6 +73,11 @@ schemas: install
 
 conformance: install
 	$(PY) tests/conformance.py --write
+
+# diagrams/pipeline.mmd, diagrams/pipeline.dot and README.md's mermaid block, drawn from
+# the machine (engine/diagram.py); tests/test_diagrams.py fails when they are stale.
+diagrams: install
+	$(PY) tests/diagram_files.py --write
 
 format: install
 	$(BIN)/ruff format .
