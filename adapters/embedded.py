@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
-from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, Telemetry
+from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, RecordingOptions, Telemetry
 
 from .builtin_tools import BUILTIN_TOOLS
 from .catalog_config import ConfigCatalog
@@ -70,10 +70,12 @@ def embedded_pipeline(
     ids: IdSource | None = None,
     options: PipelineOptions | None = None,
     telemetry: Telemetry | None = None,
+    recording: RecordingOptions | None = None,
 ) -> Pipeline:
     """A pipeline on the embedded defaults; ``tools`` adds to (or replaces) the built-ins.
 
-    ``telemetry`` says where spans go (default: the global OpenTelemetry provider).
+    ``telemetry`` says where spans go (default: the global OpenTelemetry provider);
+    ``recording`` records every turn for replay (``engine/recording.py``).
 
     ``catalog`` is an already loaded catalog (e.g. ``ServiceConfig.catalog``); it
     takes the place of ``config``.
@@ -90,4 +92,4 @@ def embedded_pipeline(
         ids=ids or RandomIds(),
         tools={**BUILTIN_TOOLS, **(tools or {})},
     )
-    return Pipeline(ports, options, telemetry=telemetry)
+    return Pipeline(ports, options, telemetry=telemetry, recording=recording)

@@ -48,6 +48,8 @@ from aptix_pipeline.steps import (
 
 from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore
 from .machine import FAULT, TurnMachine, TurnRun, next_event
+from .port_tap import PortTap, provider_name_of, tap_ports
+from .recording import RecordingOptions, RecordingTap, TurnRecording, config_digest
 from .telemetry import Telemetry, TurnRecorder
 from .trace import CheckRecord, StateTrace, TransitionRecord
 
@@ -91,6 +93,8 @@ class TurnReport:
     branch: bool | None = None
     trace: StateTrace | None = None
     """The turn's ordered, deterministic record (``StateTrace``)."""
+    recording: TurnRecording | None = None
+    """The turn's recording, when the pipeline records (``RecordingOptions``)."""
 
     @property
     def successful(self) -> bool:
@@ -169,6 +173,16 @@ def _errors_of(event: str, error: Exception) -> tuple[InvokeError, ...]:
     )
 
 
+def _guarded(ports: Ports) -> Ports:
+    """Ports whose store and catalogs report their own failures (``engine/guarded_ports.py``)."""
+    return replace(
+        ports,
+        store=GuardedStore(ports.store),
+        modes=GuardedModeCatalog(ports.modes),
+        agents=GuardedAgentCatalog(ports.agents),
+    )
+
+
 def _persisted_session_id(
     ctx: PipelineContext | None, errors: tuple[InvokeError, ...]
 ) -> str | None:
@@ -194,6 +208,8 @@ class Pipeline:
     machine, its guards and its exit hooks stay the same. ``telemetry`` says where
     spans go and whether user content is captured (default: the global
     OpenTelemetry provider, content per ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``).
+    ``recording`` records every turn: one ``TurnRecording`` per turn, written where
+    the options say and returned on ``TurnReport.recording`` (``engine/recording.py``).
     """
 
     def __init__(
@@ -203,21 +219,20 @@ class Pipeline:
         *,
         steps: Mapping[PipelineStep, StepFunction] | None = None,
         telemetry: Telemetry | None = None,
+        recording: RecordingOptions | None = None,
     ) -> None:
         self.ports = ports
         self.telemetry = (telemetry or Telemetry()).resolved()
         self._tracer = self.telemetry.tracer()
         self._capture_content = bool(self.telemetry.capture_content)
-        provider = getattr(ports.llm, "provider_name", None)
-        self._provider_name = provider if isinstance(provider, str) and provider else "aptix"
+        self._provider_name = provider_name_of(ports.llm) or "aptix"
         # Steps see the store and catalogs through guards that name a failing port.
-        self._ports = replace(
-            ports,
-            store=GuardedStore(ports.store),
-            modes=GuardedModeCatalog(ports.modes),
-            agents=GuardedAgentCatalog(ports.agents),
-        )
+        self._ports = _guarded(ports)
         self.options = options or PipelineOptions()
+        self.recording = recording
+        self._config_digest = ""
+        if recording is not None:
+            self._config_digest = recording.config_digest or config_digest(ports, self.options)
         unknown = set(steps or {}) - set(PipelineStep)
         if unknown:
             raise ValueError(f"not pipeline steps: {sorted(map(str, unknown))}")
@@ -247,8 +262,49 @@ class Pipeline:
         initial_mode: str | None = None,
     ) -> TurnReport:
         """Run one turn and report what it did (see ``TurnReport``)."""
+        if self.recording is None:
+            return await self.run_tapped(request, caller, initial_mode=initial_mode)
+        tap = RecordingTap()
+        report = await self.run_tapped(
+            request,
+            caller,
+            initial_mode=initial_mode,
+            tap=tap,
+            ports=_guarded(tap_ports(tap, self.ports)),
+        )
+        recording = tap.recording(
+            request=request,
+            caller=_caller(caller),
+            initial_mode=initial_mode,
+            options=self.options,
+            digest=self._config_digest,
+            trace=report.trace or StateTrace(None, "faulted", (), ()),
+            result=report.result.to_wire(),
+            provider_name=provider_name_of(self.ports.llm),
+            server_tools=list(self.ports.tools),
+            trace_content=self._capture_content,
+        )
+        if self.recording.redact:
+            recording = recording.redact()
+        await self.recording.deliver(recording)
+        return replace(report, recording=recording)
+
+    async def run_tapped(
+        self,
+        request: RequestInput,
+        caller: Caller | Mapping[str, Any],
+        *,
+        initial_mode: str | None = None,
+        tap: PortTap | None = None,
+        ports: Ports | None = None,
+    ) -> TurnReport:
+        """``run`` on ``ports`` (default: this pipeline's), telling ``tap`` each step.
+
+        The seam recording and replay share (``engine/port_tap.py``): ``tap`` learns
+        which transition is running, so each port call it sees is named by its step.
+        """
         scope = TurnScope(
-            ports=self._ports,
+            ports=ports or self._ports,
             options=self.options,
             caller=_caller(caller),
             raw_request=request,
@@ -269,6 +325,8 @@ class Pipeline:
                     try:
                         event = next_event(source, run)
                         with recorder.step(event, source, scope.context):
+                            if tap is not None:
+                                tap.step = event
                             try:
                                 await machine.send(event)
                             except Exception as error:  # a failed guard or exit hook, a step
@@ -284,6 +342,8 @@ class Pipeline:
                         await machine.send(FAULT)
                     states.append(str(run.state))
             finally:
+                if tap is not None:
+                    tap.step = None
                 if errors or not states or states[-1] != "done":
                     await self._rollback(scope)
             report = self._report(run, states, errors, faulted_step)

@@ -1,0 +1,367 @@
+"""The seam recording and replay share: ports whose every call goes through a tap.
+
+``tap_ports(tap, ports)`` wraps each port of a turn (the store and its
+transaction, both catalogs, the LLM, every server tool, the clock and the id
+source) so that each call reaches ``tap`` as *(port, call, arguments)* before
+anything else happens. A ``RecordingTap`` (``engine/recording.py``) passes the
+call on to the real port and writes down its answer; a ``ReplayTap``
+(``engine/replay.py``) never calls a real port: it checks the call against the
+recording and answers what the real port answered then (DESIGN.md "Replay").
+
+Arguments and answers travel as JSON (the ports' wire models in their DDR
+PascalCase form): that is what a recording holds and what a replay compares.
+The tap sits *inside* the engine's port guards (``engine/guarded_ports.py``), so
+it sees what the real port did — an exception included — and a replay feeds the
+same through the same guards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import to_jsonable_python
+
+from aptix_pipeline.contracts import (
+    AgentContext,
+    ChatMessage,
+    ConversationContext,
+    LLMReply,
+    LLMRequest,
+    ModeHistoryEntry,
+    ModeSpec,
+    Session,
+    ToolExecutor,
+    ToolInvocation,
+    Turn,
+)
+from aptix_pipeline.steps import Ports
+
+__all__ = [
+    "PortTap",
+    "TappedAgentCatalog",
+    "TappedClock",
+    "TappedIds",
+    "TappedLLM",
+    "TappedModeCatalog",
+    "TappedStore",
+    "TappedTool",
+    "TappedTransaction",
+    "decode_answer",
+    "encode_value",
+    "provider_name_of",
+    "tap_ports",
+]
+
+T = TypeVar("T")
+
+STORE, TRANSACTION = "SessionStore", "SessionTransaction"
+MODES, AGENTS = "ModeCatalog", "AgentCatalog"
+LLM_PORT, TOOLS, CLOCK, IDS = "LLM", "ToolExecutor", "Clock", "IdSource"
+
+_NOTHING: TypeAdapter[None] = TypeAdapter(type(None))
+_SESSION: TypeAdapter[Session] = TypeAdapter(Session)
+_MAYBE_SESSION: TypeAdapter[Session | None] = TypeAdapter(Session | None)
+_MAYBE_TURN: TypeAdapter[Turn | None] = TypeAdapter(Turn | None)
+_MESSAGES: TypeAdapter[list[ChatMessage]] = TypeAdapter(list[ChatMessage])
+_MAYBE_MODE: TypeAdapter[ModeSpec | None] = TypeAdapter(ModeSpec | None)
+_MODES: TypeAdapter[list[ModeSpec]] = TypeAdapter(list[ModeSpec])
+_MAYBE_AGENT: TypeAdapter[AgentContext | None] = TypeAdapter(AgentContext | None)
+_MAYBE_CONVERSATION: TypeAdapter[ConversationContext | None] = TypeAdapter(
+    ConversationContext | None
+)
+_REPLY: TypeAdapter[LLMReply] = TypeAdapter(LLMReply)
+_TEXT: TypeAdapter[str] = TypeAdapter(str)
+_TIME: TypeAdapter[datetime] = TypeAdapter(datetime)
+
+
+def encode_value(value: Any) -> Any:
+    """A port argument or answer as JSON data: wire models in their DDR (PascalCase) form.
+
+    What JSON cannot hold (a host's odd object) is kept as its ``repr``: the
+    recording stays writable, and a replay then names the call as a divergence.
+    """
+    return to_jsonable_python(value, fallback=repr)
+
+
+def decode_answer(adapter: TypeAdapter[T], data: Any) -> T:
+    """A recorded answer as the object the port returned: the model the port's signature names.
+
+    An answer that does not fit the signature (a host port that returned something
+    else) is handed back as recorded, as the real port handed it then.
+    """
+    try:
+        return adapter.validate_python(data)
+    except ValidationError:
+        return data  # type: ignore[no-any-return]
+
+
+class PortTap(Protocol):
+    """Where every port call of a turn goes first (recording or replay).
+
+    ``target`` is the real port object (``None`` in a replay: there is none);
+    ``args`` are the call's arguments by parameter name, in the port's order.
+    """
+
+    step: str | None
+    """The machine transition running now (``None`` once the machine has stopped)."""
+
+    async def acall(
+        self,
+        target: Any,
+        port: str,
+        call: str,
+        answer: TypeAdapter[T],
+        args: Mapping[str, Any],
+        *,
+        method: str | None = None,
+    ) -> T:
+        """Make (or answer) one awaited port call; ``method`` is the target's attribute."""
+        ...
+
+    def call(
+        self, target: Any, port: str, call: str, answer: TypeAdapter[T], args: Mapping[str, Any]
+    ) -> T:
+        """Make (or answer) one plain port call (the clock, the id source)."""
+        ...
+
+    def begin(self, target: Any, org: str, user: str) -> Any:
+        """``SessionStore.begin``: the real transaction when recording, ``None`` in a replay."""
+        ...
+
+
+class TappedTransaction:
+    """A ``SessionTransaction`` whose calls go through the tap."""
+
+    def __init__(self, tap: PortTap, target: Any) -> None:
+        self._tap, self._target = tap, target
+
+    async def load_session(self, session_id: str) -> Session | None:
+        """See ``SessionTransaction``."""
+        return await self._tap.acall(
+            self._target, TRANSACTION, "load_session", _MAYBE_SESSION, {"session_id": session_id}
+        )
+
+    async def create_session(self, session: Session) -> None:
+        """See ``SessionTransaction``."""
+        await self._tap.acall(
+            self._target, TRANSACTION, "create_session", _NOTHING, {"session": session}
+        )
+
+    async def load_turn(self, session_id: str, turn_id: str) -> Turn | None:
+        """See ``SessionTransaction``."""
+        return await self._tap.acall(
+            self._target,
+            TRANSACTION,
+            "load_turn",
+            _MAYBE_TURN,
+            {"session_id": session_id, "turn_id": turn_id},
+        )
+
+    async def open_turn(self, turn: Turn) -> None:
+        """See ``SessionTransaction``."""
+        await self._tap.acall(self._target, TRANSACTION, "open_turn", _NOTHING, {"turn": turn})
+
+    async def complete_turn(self, turn: Turn) -> None:
+        """See ``SessionTransaction``."""
+        await self._tap.acall(self._target, TRANSACTION, "complete_turn", _NOTHING, {"turn": turn})
+
+    async def find_pending_turn(self, session_id: str) -> Turn | None:
+        """See ``SessionTransaction``."""
+        return await self._tap.acall(
+            self._target, TRANSACTION, "find_pending_turn", _MAYBE_TURN, {"session_id": session_id}
+        )
+
+    async def load_transcript(self, session_id: str) -> list[ChatMessage]:
+        """See ``SessionTransaction``."""
+        return await self._tap.acall(
+            self._target, TRANSACTION, "load_transcript", _MESSAGES, {"session_id": session_id}
+        )
+
+    async def append_transcript(
+        self, session_id: str, turn_id: str, messages: Sequence[ChatMessage]
+    ) -> None:
+        """See ``SessionTransaction``."""
+        await self._tap.acall(
+            self._target,
+            TRANSACTION,
+            "append_transcript",
+            _NOTHING,
+            {"session_id": session_id, "turn_id": turn_id, "messages": messages},
+        )
+
+    async def set_session_mode(self, session_id: str, entry: ModeHistoryEntry) -> Session:
+        """See ``SessionTransaction``."""
+        return await self._tap.acall(
+            self._target,
+            TRANSACTION,
+            "set_session_mode",
+            _SESSION,
+            {"session_id": session_id, "entry": entry},
+        )
+
+    async def set_solution_context(self, session_id: str, text: str) -> Session:
+        """See ``SessionTransaction``."""
+        return await self._tap.acall(
+            self._target,
+            TRANSACTION,
+            "set_solution_context",
+            _SESSION,
+            {"session_id": session_id, "text": text},
+        )
+
+    async def commit(self) -> None:
+        """See ``SessionTransaction``."""
+        await self._tap.acall(self._target, TRANSACTION, "commit", _NOTHING, {})
+
+    async def rollback(self) -> None:
+        """See ``SessionTransaction``."""
+        await self._tap.acall(self._target, TRANSACTION, "rollback", _NOTHING, {})
+
+
+class TappedStore:
+    """A ``SessionStore`` whose transactions are tapped."""
+
+    def __init__(self, tap: PortTap, target: Any) -> None:
+        self._tap, self._target = tap, target
+
+    def begin(self, org: str, user: str) -> TappedTransaction:
+        """See ``SessionStore``."""
+        return TappedTransaction(self._tap, self._tap.begin(self._target, org, user))
+
+
+class TappedModeCatalog:
+    """A ``ModeCatalog`` whose calls go through the tap."""
+
+    def __init__(self, tap: PortTap, target: Any) -> None:
+        self._tap, self._target = tap, target
+
+    async def get_mode(self, mode: str) -> ModeSpec | None:
+        """See ``ModeCatalog``."""
+        return await self._tap.acall(self._target, MODES, "get_mode", _MAYBE_MODE, {"mode": mode})
+
+    async def list_modes(self) -> list[ModeSpec]:
+        """See ``ModeCatalog``."""
+        return await self._tap.acall(self._target, MODES, "list_modes", _MODES, {})
+
+
+class TappedAgentCatalog:
+    """An ``AgentCatalog`` whose calls go through the tap."""
+
+    def __init__(self, tap: PortTap, target: Any) -> None:
+        self._tap, self._target = tap, target
+
+    async def get_agent_context(self, agent_context_id: str | None) -> AgentContext | None:
+        """See ``AgentCatalog``."""
+        return await self._tap.acall(
+            self._target,
+            AGENTS,
+            "get_agent_context",
+            _MAYBE_AGENT,
+            {"agent_context_id": agent_context_id},
+        )
+
+    async def get_conversation_context(
+        self, conversation_context_id: str | None
+    ) -> ConversationContext | None:
+        """See ``AgentCatalog``."""
+        return await self._tap.acall(
+            self._target,
+            AGENTS,
+            "get_conversation_context",
+            _MAYBE_CONVERSATION,
+            {"conversation_context_id": conversation_context_id},
+        )
+
+
+class TappedLLM:
+    """An ``LLM`` whose calls go through the tap; ``provider_name`` is the real one's."""
+
+    def __init__(self, tap: PortTap, target: Any, provider_name: str | None) -> None:
+        self._tap, self._target = tap, target
+        self.provider_name = provider_name
+
+    async def complete(self, request: LLMRequest) -> LLMReply:
+        """See ``LLM``."""
+        return await self._tap.acall(
+            self._target, LLM_PORT, "complete", _REPLY, {"request": request}
+        )
+
+
+class TappedTool:
+    """A server tool (``ToolExecutor``) whose runs go through the tap; the call is its name."""
+
+    def __init__(self, tap: PortTap, name: str, target: Any) -> None:
+        self._tap, self._name, self._target = tap, name, target
+
+    async def __call__(self, arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+        """See ``ToolExecutor``."""
+        return await self._tap.acall(
+            self._target,
+            TOOLS,
+            self._name,
+            _TEXT,
+            {"arguments": arguments, "invocation": invocation},
+            method="__call__",
+        )
+
+
+class TappedClock:
+    """A ``Clock`` whose readings go through the tap."""
+
+    def __init__(self, tap: PortTap, target: Any) -> None:
+        self._tap, self._target = tap, target
+
+    def now(self) -> datetime:
+        """See ``Clock``."""
+        return self._tap.call(self._target, CLOCK, "now", _TIME, {})
+
+
+class TappedIds:
+    """An ``IdSource`` whose ids go through the tap."""
+
+    def __init__(self, tap: PortTap, target: Any) -> None:
+        self._tap, self._target = tap, target
+
+    def new_id(self, kind: str) -> str:
+        """See ``IdSource``."""
+        return self._tap.call(self._target, IDS, "new_id", _TEXT, {"kind": kind})
+
+
+def provider_name_of(llm: object) -> str | None:
+    """The LLM adapter's ``provider_name`` (spans name it), when it has one."""
+    name = getattr(llm, "provider_name", None)
+    return name if isinstance(name, str) and name else None
+
+
+def tap_ports(
+    tap: PortTap,
+    ports: Ports | None,
+    *,
+    server_tools: Sequence[str] = (),
+    provider_name: str | None = None,
+) -> Ports:
+    """Ports for one turn whose every call goes through ``tap``.
+
+    With ``ports`` the real ports stand behind the tap (recording); without, there
+    is nothing behind it (replay) and ``server_tools`` names the tools the host had.
+    """
+    tools: Mapping[str, ToolExecutor | None]
+    if ports is None:
+        tools = dict.fromkeys(server_tools)
+        store = modes = agents = llm = clock = ids = None
+    else:
+        tools, provider_name = dict(ports.tools), provider_name_of(ports.llm)
+        store, modes, agents, llm = ports.store, ports.modes, ports.agents, ports.llm
+        clock, ids = ports.clock, ports.ids
+    return Ports(
+        store=TappedStore(tap, store),
+        llm=TappedLLM(tap, llm, provider_name),
+        modes=TappedModeCatalog(tap, modes),
+        agents=TappedAgentCatalog(tap, agents),
+        clock=TappedClock(tap, clock),
+        ids=TappedIds(tap, ids),
+        tools={name: TappedTool(tap, name, executor) for name, executor in tools.items()},
+    )

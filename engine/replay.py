@@ -1,0 +1,388 @@
+"""Replay: re-run a recorded turn against today's code and name the first divergence.
+
+``await replay(recording)`` runs the recorded request through a ``Pipeline`` whose
+ports answer from the recording (``engine/port_tap.py``): each call the code
+makes now must be the next recorded call — the same port and call, made during
+the same step, with the same arguments — and gets the recorded answer (or the
+recorded exception) back. Nothing real is called; no span is emitted unless
+``telemetry`` asks for spans. Like Temporal's replayer, the first place where
+the code behaves differently stops the replay and is named — the step, the port
+call, the expected and the actual value (``Divergence``). A replay whose calls
+all match then compares the ``StateTrace`` and the result with the recorded ones.
+
+``assert_replays`` and ``recordings_in`` make a folder of recordings a pytest
+regression suite::
+
+    @pytest.mark.parametrize("path", recordings_in("recordings"), ids=lambda p: p.name)
+    def test_recorded_turn_replays(path):
+        assert_replays(path)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter
+
+from aptix_pipeline.contracts import PermanentPortError, PipelineStep
+from aptix_pipeline.steps import StepFunction
+
+from .pipeline import Pipeline, TurnReport
+from .port_tap import STORE, decode_answer, encode_value, tap_ports
+from .recording import PortCall, TurnRecording
+from .redaction import redact_port_call, redact_value
+from .telemetry import Telemetry
+
+__all__ = [
+    "Divergence",
+    "ReplayDivergenceError",
+    "ReplayOutcome",
+    "ReplayTap",
+    "assert_replays",
+    "first_difference",
+    "recordings_in",
+    "replay",
+    "replay_sync",
+]
+
+T = TypeVar("T")
+
+_SHOWN = 240  # characters of a value a divergence message shows
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """Where today's code first did something other than the recorded turn.
+
+    ``kind``:
+
+    - ``call`` — the code made a different port call than the next recorded one;
+    - ``step`` — the same call, made during another step;
+    - ``arguments`` — the same call with other arguments (``where`` is the JSON
+      path of the first difference inside them);
+    - ``extra_call`` — a call after the recording's last one;
+    - ``missing_calls`` — the turn ended with recorded calls not made;
+    - ``trace`` / ``result`` — every call matched, but the ``StateTrace`` or the
+      result differs (``where`` is the path inside it).
+
+    ``call_number`` is the recorded call's ``n``; ``step`` the transition that was
+    running (``None``: after the machine stopped).
+    """
+
+    kind: str
+    step: str | None
+    call_number: int | None
+    port_call: str | None
+    where: str
+    expected: Any
+    actual: Any
+
+    def describe(self) -> str:
+        """The divergence for people: what, where, expected and actual."""
+        during = f"during step {self.step}" if self.step else "after the machine stopped"
+        head = {
+            "call": f"port call #{self.call_number} {during}: the code made another call",
+            "step": f"port call #{self.call_number} {self.port_call}: made in another step",
+            "arguments": f"port call #{self.call_number} {self.port_call} {during}: "
+            "other arguments",
+            "extra_call": f"{during}: the code made a port call the recording does not have",
+            "missing_calls": f"the turn ended before port call #{self.call_number} "
+            f"{self.port_call} (recorded {during})",
+            "trace": f"the state trace differs {during}",
+            "result": "the result differs",
+        }.get(self.kind, self.kind)
+        lines = [f"divergence: {head}"]
+        if self.where:
+            lines.append(f"  at:       {self.where}")
+        lines.append(f"  expected: {_shown(self.expected)}")
+        lines.append(f"  actual:   {_shown(self.actual)}")
+        return "\n".join(lines)
+
+
+def _shown(value: Any) -> str:
+    if value is _ABSENT:
+        return "<absent>"
+    shown = json.dumps(encode_value(value), ensure_ascii=False)
+    return shown if len(shown) <= _SHOWN else shown[: _SHOWN - 1] + "…"
+
+
+def first_difference(expected: Any, actual: Any, where: str = "") -> tuple[str, Any, Any] | None:
+    """The JSON path of the first place two JSON values differ, with both values there.
+
+    Objects are walked in the expected one's key order; a missing key or item
+    shows as ``<absent>``. ``True`` and ``1`` differ (JSON tells them apart).
+    """
+    if isinstance(expected, Mapping) and isinstance(actual, Mapping):
+        for key in [*expected, *(k for k in actual if k not in expected)]:
+            path = f"{where}.{key}" if where else str(key)
+            if key not in actual or key not in expected:
+                return path, expected.get(key, _ABSENT), actual.get(key, _ABSENT)
+            found = first_difference(expected[key], actual[key], path)
+            if found is not None:
+                return found
+        return None
+    if isinstance(expected, list) and isinstance(actual, list):
+        for index in range(max(len(expected), len(actual))):
+            path = f"{where}[{index}]"
+            if index >= len(expected) or index >= len(actual):
+                left = expected[index] if index < len(expected) else _ABSENT
+                right = actual[index] if index < len(actual) else _ABSENT
+                return path, left, right
+            found = first_difference(expected[index], actual[index], path)
+            if found is not None:
+                return found
+        return None
+    if type(expected) is not type(actual) or expected != actual:
+        return where, expected, actual
+    return None
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+_ABSENT = _Absent()
+
+
+class _DivergedError(PermanentPortError):
+    """Raised into the engine at a divergence: the turn stops (an LLM port does not retry)."""
+
+
+class ReplayTap:
+    """The ``PortTap`` of a replay: checks each call against the recording and answers it."""
+
+    def __init__(self, recording: TurnRecording) -> None:
+        self.step: str | None = None
+        self.divergence: Divergence | None = None
+        self._calls = recording.calls
+        self._redacted = recording.redacted
+        self.position = 0
+
+    def _diverge(self, divergence: Divergence) -> _DivergedError:
+        self.divergence = divergence
+        return _DivergedError(divergence.describe())
+
+    def _expect(self, port: str, call: str, args: Mapping[str, Any]) -> PortCall:
+        if self.divergence is not None:  # the turn is stopping: nothing more matches
+            raise _DivergedError(self.divergence.describe())
+        actual = {name: encode_value(value) for name, value in args.items()}
+        if self._redacted:
+            actual = redact_port_call(port, call, actual, None, None)["args"]
+        name = f"{port}.{call}"
+        if self.position >= len(self._calls):
+            raise self._diverge(
+                Divergence(
+                    "extra_call", self.step, None, None, "", _ABSENT, {"call": name, "args": actual}
+                )
+            )
+        expected = self._calls[self.position]
+        if (expected.port, expected.call) != (port, call):
+            raise self._diverge(
+                Divergence(
+                    "call",
+                    self.step,
+                    expected.n,
+                    expected.name,
+                    "",
+                    {"call": expected.name, "step": expected.step, "args": expected.args},
+                    {"call": name, "step": self.step, "args": actual},
+                )
+            )
+        if expected.step != self.step:
+            raise self._diverge(
+                Divergence("step", self.step, expected.n, name, "step", expected.step, self.step)
+            )
+        difference = first_difference(expected.args, actual)
+        if difference is not None:
+            where, left, right = difference
+            raise self._diverge(
+                Divergence("arguments", self.step, expected.n, name, where, left, right)
+            )
+        self.position += 1
+        return expected
+
+    @staticmethod
+    def _answer(expected: PortCall, answer: TypeAdapter[T]) -> T:
+        if expected.error is not None:
+            raise expected.error.to_exception()
+        return decode_answer(answer, expected.answer)
+
+    async def acall(
+        self,
+        target: Any,
+        port: str,
+        call: str,
+        answer: TypeAdapter[T],
+        args: Mapping[str, Any],
+        *,
+        method: str | None = None,
+    ) -> T:
+        """Check the call against the next recorded one; answer as the real port did."""
+        return self._answer(self._expect(port, call, args), answer)
+
+    def call(
+        self, target: Any, port: str, call: str, answer: TypeAdapter[T], args: Mapping[str, Any]
+    ) -> T:
+        """Check the clock or id call against the next recorded one; answer it."""
+        return self._answer(self._expect(port, call, args), answer)
+
+    def begin(self, target: Any, org: str, user: str) -> Any:
+        """Check ``SessionStore.begin``; the transaction is answered call by call."""
+        expected = self._expect(STORE, "begin", {"org": org, "user": user})
+        if expected.error is not None:
+            raise expected.error.to_exception()
+        return None
+
+    def leftover(self) -> Divergence | None:
+        """The recorded calls the code did not make, as a divergence."""
+        if self.divergence is not None or self.position >= len(self._calls):
+            return None
+        missing = self._calls[self.position]
+        return Divergence(
+            "missing_calls",
+            missing.step,
+            missing.n,
+            missing.name,
+            "",
+            {"calls": [call.name for call in self._calls[self.position :]]},
+            _ABSENT,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOutcome:
+    """A replayed turn: the recording, what the code did now, and the first divergence."""
+
+    recording: TurnRecording
+    report: TurnReport
+    divergence: Divergence | None
+    source: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the code did exactly what the recording says."""
+        return self.divergence is None
+
+    def describe(self) -> Sequence[str]:
+        """The replay for people: what was replayed, its trace, and the verdict."""
+        recording = self.recording
+        name = str(self.source) if self.source is not None else "recording"
+        lines = [
+            f"replay {name}: {recording.trace.context_type or 'unparsed request'} turn, "
+            f"{len(recording.calls)} port calls, recorded by aptix-pipeline "
+            f"{recording.engine_version}{' (redacted)' if recording.redacted else ''}"
+        ]
+        if self.report.trace is not None:
+            lines.extend(f"  {line}" for line in self.report.trace.describe())
+        if self.divergence is None:
+            lines.append(f"ok: the same {len(recording.calls)} port calls, state trace and result")
+        else:
+            lines.append(self.divergence.describe())
+        return lines
+
+
+class ReplayDivergenceError(AssertionError):
+    """A recorded turn does not replay (``assert_replays``); the message names the divergence."""
+
+    def __init__(self, outcome: ReplayOutcome) -> None:
+        super().__init__("\n".join(outcome.describe()))
+        self.outcome = outcome
+
+
+def _step_of(entries: Sequence[Mapping[str, Any]], index: int) -> str | None:
+    for entry in reversed(entries[: index + 1]):
+        if "step" in entry:
+            return str(entry["step"])
+    return None
+
+
+def _compared(recording: TurnRecording, report: TurnReport) -> Divergence | None:
+    """Every call matched: the trace and the result must too."""
+    actual_trace = report.trace.to_dict() if report.trace is not None else {}
+    actual_result = report.result.to_wire()
+    if recording.redacted:
+        actual_trace, actual_result = redact_value(actual_trace), redact_value(actual_result)
+    expected_trace = recording.trace.to_dict()
+    difference = first_difference(expected_trace, actual_trace)
+    if difference is not None:
+        where, left, right = difference
+        step = recording.trace.faulted_step
+        if where.startswith("entries["):
+            index = int(where[len("entries[") : where.index("]")])
+            step = _step_of(expected_trace["entries"], index)
+        return Divergence("trace", step, None, None, where, left, right)
+    difference = first_difference(recording.result, actual_result)
+    if difference is not None:
+        where, left, right = difference
+        return Divergence("result", None, None, None, where, left, right)
+    return None
+
+
+async def replay(
+    recording: TurnRecording | str | Path,
+    *,
+    steps: Mapping[PipelineStep, StepFunction] | None = None,
+    telemetry: Telemetry | None = None,
+) -> ReplayOutcome:
+    """Re-run a recorded turn (a ``TurnRecording`` or a file) against today's code.
+
+    ``steps`` replaces step functions, as for ``Pipeline``; ``telemetry`` turns
+    spans on (default: none). The recorded options apply, without the waits
+    between LLM retries (they change nothing a replay compares). Raises
+    ``ValueError`` only for a file that is not a recording; a divergence is in
+    the outcome.
+    """
+    source = None if isinstance(recording, TurnRecording) else Path(recording)
+    if not isinstance(recording, TurnRecording):
+        recording = TurnRecording.load(recording)
+    tap = ReplayTap(recording)
+    options = replace(
+        recording.pipeline_options(), retry_wait_seconds=0.0, retry_max_wait_seconds=0.0
+    )
+    # The trace holds content exactly when the recorded one did, or the two differ.
+    telemetry = replace(telemetry or Telemetry.off(), capture_content=recording.trace_content)
+    ports = tap_ports(
+        tap, None, server_tools=recording.server_tools, provider_name=recording.provider_name
+    )
+    pipeline = Pipeline(ports, options, steps=steps, telemetry=telemetry)
+    report = await pipeline.run_tapped(
+        recording.request_input(), recording.caller, initial_mode=recording.initial_mode, tap=tap
+    )
+    divergence = tap.divergence or tap.leftover() or _compared(recording, report)
+    return ReplayOutcome(recording, report, divergence, source)
+
+
+def replay_sync(
+    recording: TurnRecording | str | Path,
+    *,
+    steps: Mapping[PipelineStep, StepFunction] | None = None,
+    telemetry: Telemetry | None = None,
+) -> ReplayOutcome:
+    """``replay`` for scripts and tests without an event loop of their own."""
+    return asyncio.run(replay(recording, steps=steps, telemetry=telemetry))
+
+
+def assert_replays(
+    recording: TurnRecording | str | Path,
+    *,
+    steps: Mapping[PipelineStep, StepFunction] | None = None,
+) -> ReplayOutcome:
+    """Replay and raise ``ReplayDivergenceError`` (an ``AssertionError``) on a divergence."""
+    outcome = replay_sync(recording, steps=steps)
+    if not outcome.ok:
+        raise ReplayDivergenceError(outcome)
+    return outcome
+
+
+def recordings_in(*paths: str | Path) -> list[Path]:
+    """The recording files under these files and folders (``*.json``, recursively), sorted."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        found.extend(sorted(path.rglob("*.json")) if path.is_dir() else [path])
+    return found
