@@ -17,6 +17,8 @@ Mistakes are reported as ``CatalogError`` naming the entry and the problem.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -147,6 +149,9 @@ class ConfigCatalog:
             first = error.errors()[0]
             where = ".".join(map(str, first["loc"]))
             raise CatalogError(f"{source}: {where}: {first['msg']}") from None
+        canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True)
+        self.config_digest = "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        """A digest of the validated configuration; a turn recording carries it."""
         tools = [
             _tool(t, f"{source}: server_tools[{i}]", "server")
             for i, t in enumerate(config.server_tools)

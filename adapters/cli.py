@@ -11,6 +11,8 @@
   SQLite file. ``--config`` takes the service configuration
   (``adapters/service_config.py``): its catalog, and its ``[model]``, ``[store]``
   and ``[engine]`` where ``--llm-script`` / ``--store`` are not given.
+  ``--record DIR [--redact]`` records the turn for replay (else the config's
+  ``[recording]``).
 - ``aptix serve --config FILE`` runs the HTTP service (``adapters/http_app.py``)
   under uvicorn; ``--host``, ``--port`` and ``--workers`` override ``[server]``.
 - ``aptix diagram [--format mermaid|dot|svg|png] [--out FILE]`` draws the pipeline
@@ -19,6 +21,10 @@
   a terminal. ``--format`` defaults to the ``--out`` suffix, else mermaid. Exit
   codes: 0 drawn, 2 for a usage error (unknown suffix, svg/png to a terminal,
   Graphviz missing).
+- ``aptix replay FILE|DIR... [--diagram OUT] [--spans]`` re-runs recorded turns
+  (``engine/replay.py``) with ports answering from the recording, prints each
+  trace and names the first divergence. ``--diagram`` draws the recorded turn's
+  path. Exit codes: 0 every recording replays, 1 one diverges, 2 usage error.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import json
 import os
 import sqlite3
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -35,7 +42,8 @@ import typer
 
 from aptix_pipeline import __version__
 from aptix_pipeline.contracts import LLM, Caller
-from aptix_pipeline.engine import Telemetry
+from aptix_pipeline.engine import RecordingOptions, Telemetry, TurnRecording, recordings_in
+from aptix_pipeline.engine import replay as replay_turn
 from aptix_pipeline.engine.diagram import (
     DiagramError,
     DiagramFormat,
@@ -146,11 +154,25 @@ def run(
         ),
     ] = False,
     compact: Annotated[bool, typer.Option(help="One line of JSON.")] = False,
+    record: Annotated[
+        Path | None,
+        typer.Option(
+            "--record",
+            file_okay=False,
+            help="Record the turn into this folder, one file per turn, for `aptix replay`; "
+            "default: the config's [recording].",
+        ),
+    ] = None,
+    redact: Annotated[
+        bool, typer.Option("--redact", help="With --record: leave user content out.")
+    ] = False,
 ) -> None:
     """Run one agent turn (AGN-034 request in, AGN-033 response out) and print its InvokeResult.
 
     Spans go where OTEL_TRACES_EXPORTER says (console: JSON on stderr; otlp; none).
     """
+    if redact and record is None:
+        raise _usage_error("--redact applies to --record DIR")
     if not org.strip() or not user.strip():
         raise _usage_error("--org and --user must not be empty")
     from .telemetry_setup import TelemetrySetupError, configure_tracing  # the SDK: only here
@@ -186,6 +208,11 @@ def run(
             catalog=service.catalog if service else None,
             options=service.options if service else None,
             telemetry=Telemetry(tracer_provider=provider),
+            recording=(
+                RecordingOptions(directory=record, redact=redact)
+                if record is not None
+                else (service.recording if service else None)
+            ),
         )
     except (CatalogError, OSError) as error:
         raise _usage_error(str(error)) from None
@@ -295,6 +322,82 @@ def diagram(
         out.write_bytes(data)
     except OSError as error:
         raise refuse(f"cannot write {out}: {error.strerror or error}") from None
+
+
+@app.command()
+def replay(
+    files: Annotated[
+        list[Path],
+        typer.Argument(exists=True, readable=True, help="Recordings, or folders of them."),
+    ],
+    diagram_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--diagram",
+            dir_okay=False,
+            help="Draw the path the recorded turn took (one recording); "
+            "format from the suffix (.mmd, .dot, .svg, .png).",
+        ),
+    ] = None,
+    spans: Annotated[
+        bool,
+        typer.Option("--spans", help="Emit spans (OTEL_TRACES_EXPORTER); off by default."),
+    ] = False,
+    quiet: Annotated[bool, typer.Option(help="Only the verdict of each recording.")] = False,
+) -> None:
+    """Re-run recorded turns against this code; name the first divergence of each.
+
+    Ports answer from the recording and every call is checked against it. Exit
+    codes: 0 when every recording replays, 1 when one diverges, 2 for a usage
+    error (not a recording, an unknown format, a diagram that cannot be drawn).
+    """
+
+    def refuse(message: str) -> typer.Exit:
+        typer.echo(f"aptix replay: {message}", err=True)
+        return typer.Exit(2)
+
+    paths = recordings_in(*files)
+    if not paths:
+        raise refuse("no recordings (*.json) found")
+    if diagram_out is not None and len(paths) != 1:
+        raise refuse(f"--diagram draws one turn; {len(paths)} recordings given")
+    try:
+        recordings = [TurnRecording.load(path) for path in paths]
+        fmt = format_for(diagram_out) if diagram_out is not None else None
+    except ValueError as error:
+        raise refuse(str(error)) from None
+    telemetry = None
+    provider = None
+    if spans:
+        from .telemetry_setup import TelemetrySetupError, configure_tracing
+
+        try:
+            provider = configure_tracing()
+        except TelemetrySetupError as error:
+            raise refuse(str(error)) from None
+        telemetry = Telemetry(tracer_provider=provider)
+    diverged = 0
+    try:
+        for path, recording in zip(paths, recordings, strict=True):
+            outcome = asyncio.run(replay_turn(recording, telemetry=telemetry))
+            outcome = replace(outcome, source=path)
+            lines = outcome.describe()
+            typer.echo("\n".join([lines[0], lines[-1]] if quiet and outcome.ok else lines))
+            diverged += not outcome.ok
+    finally:
+        if provider is not None:
+            provider.shutdown()
+    if diagram_out is not None and fmt is not None:
+        try:
+            diagram_out.write_bytes(pipeline_diagram(fmt, path=recordings[0].trace))
+        except (DiagramError, ValueError) as error:
+            raise refuse(str(error)) from None
+        except OSError as error:
+            raise refuse(f"cannot write {diagram_out}: {error.strerror or error}") from None
+        typer.echo(f"path diagram: {diagram_out}")
+    if len(paths) > 1:
+        typer.echo(f"{len(paths) - diverged} of {len(paths)} recordings replay; {diverged} diverge")
+    raise typer.Exit(1 if diverged else 0)
 
 
 def main() -> None:

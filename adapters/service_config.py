@@ -2,7 +2,7 @@
 
 It is the catalog file ``ConfigCatalog`` reads (``[[modes]]``, ``[[server_tools]]``,
 ``[[agents]]``, ``[[conversations]]``; without them the built-in catalog, minus its
-agent's placeholder model name so that ``[model]`` decides), plus five tables of
+agent's placeholder model name so that ``[model]`` decides), plus six tables of
 its own, each optional:
 
 - ``[store]`` — ``url`` (``memory``, ``sqlite:PATH``, ``postgresql://user@host/db``)
@@ -17,6 +17,9 @@ its own, each optional:
   SHA-256 (``key_sha256``), so the file never holds a clear key.
 - ``[engine]`` — ``PipelineOptions`` (``max_server_tool_rounds``, ``llm_attempts``,
   ``retry_wait_seconds``, ``retry_max_wait_seconds``).
+- ``[recording]`` — record every turn for replay (``engine/recording.py``):
+  ``directory`` (one file per turn) and ``redact`` (drop user content), which
+  must be given: whether production recordings hold user content is a decision.
 
 Secrets come only from the environment. Relative paths (the SQLite file, the
 script) are resolved against the configuration file's folder. Every mistake is a
@@ -40,7 +43,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
-from aptix_pipeline.engine import Pipeline, PipelineOptions, Telemetry
+from aptix_pipeline.engine import Pipeline, PipelineOptions, RecordingOptions, Telemetry
 
 from .catalog_config import CatalogError, ConfigCatalog
 from .embedded import embedded_pipeline, open_store
@@ -65,7 +68,7 @@ DEFAULT_STORE_URL = "sqlite:aptix.db"
 """The store when the file has no ``[store]`` table (a file in the working directory)."""
 
 _CATALOG_TABLES = ("modes", "server_tools", "agents", "conversations")
-_SERVICE_TABLES = ("store", "model", "server", "auth", "engine")
+_SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -131,6 +134,11 @@ class _Engine(_Table):
     llm_attempts: int = Field(default=3, ge=1)
     retry_wait_seconds: float = Field(default=0.2, ge=0)
     retry_max_wait_seconds: float = Field(default=2.0, ge=0)
+
+
+class _Recording(_Table):
+    directory: str = Field(min_length=1)
+    redact: bool
 
 
 # --- the loaded configuration -------------------------------------------------------------------
@@ -200,6 +208,7 @@ class ServiceConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     api_keys: tuple[ApiKey, ...] = ()
     options: PipelineOptions = field(default_factory=PipelineOptions)
+    recording: RecordingOptions | None = None
 
 
 def _where(table: str, loc: tuple[int | str, ...]) -> str:
@@ -355,6 +364,10 @@ def parse_service_config(
         raise ConfigError(str(error)) from None
     engine = _table(_Engine, data.get("engine", {}), "engine", source)
     server = _table(_Server, data.get("server", {}), "server", source)
+    recording = None
+    if "recording" in data:
+        table = _table(_Recording, data["recording"], "recording", source)
+        recording = RecordingOptions(directory=base / table.directory, redact=table.redact)
     return ServiceConfig(
         source=source,
         catalog=catalog,
@@ -365,6 +378,7 @@ def parse_service_config(
         server=ServerConfig(**server.model_dump()),
         api_keys=_api_keys(data.get("auth", {}), source, environment),
         options=PipelineOptions(**engine.model_dump()),
+        recording=recording,
     )
 
 
@@ -444,4 +458,5 @@ def build_pipeline(
         ids=ids,
         options=config.options,
         telemetry=telemetry,
+        recording=config.recording,
     )
