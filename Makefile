@@ -12,7 +12,7 @@ PY := $(BIN)/python
 PACKAGE_DIRS := package contracts validators steps engine adapters
 MODULES := $(VENV)/.modules
 
-.PHONY: all test demo bench lint typecheck format schemas conformance diagrams install clean postgres-server graphviz
+.PHONY: all test demo bench lint typecheck format schemas conformance diagrams recordings install clean postgres-server graphviz
 
 all: test
 
@@ -73,6 +73,11 @@ schemas: install
 
 conformance: install
 	$(PY) tests/conformance.py --write
+
+# examples/recordings/: the demo session and a faulted turn, recorded for replay
+# (examples/make_recordings.py); tests/test_example_recordings.py fails when they are stale.
+recordings: install
+	$(PY) examples/make_recordings.py examples/recordings
 
 # diagrams/pipeline.mmd, diagrams/pipeline.dot and README.md's mermaid block, drawn from
 # the machine (engine/diagram.py); tests/test_diagrams.py fails when they are stale.

@@ -1,0 +1,82 @@
+"""The example recordings (``examples/recordings/``) replay, and are what the code records now.
+
+They are also the pattern a host follows to run its own folder of production
+recordings as a regression suite (README "Record in production, replay on a laptop").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aptix_pipeline.engine import TurnRecording, assert_replays, recordings_in, replay
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDINGS = ROOT / "examples" / "recordings"
+sys.path.insert(0, str(ROOT / "examples"))
+
+from make_recordings import record_session  # noqa: E402
+
+EXAMPLES = recordings_in(RECORDINGS)
+
+
+def test_the_examples_hold_the_demo_session_and_a_faulted_turn() -> None:
+    recordings = [TurnRecording.load(path) for path in EXAMPLES]
+    assert [r.trace.context_type for r in recordings] == [
+        "Initial",
+        "ClientToolCallContinuation",
+        "ClientToolCallContinuation",
+        "FollowOn",
+    ]
+    assert [r.trace.outcome for r in recordings] == ["done", "faulted", "done", "done"]
+    assert recordings[1].trace.faulted_step == "client_tool_continuation_resolver"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)
+def test_each_example_recording_replays(path: Path) -> None:
+    outcome = assert_replays(path)
+    assert outcome.report.trace is not None
+    assert outcome.report.trace.to_dict() == outcome.recording.trace.to_dict()
+
+
+def test_the_examples_are_what_the_code_records_now() -> None:
+    recorded = asyncio.run(record_session())
+    assert sorted(recorded) == [path.name for path in EXAMPLES]
+    stale = [
+        name
+        for name, recording in recorded.items()
+        if (RECORDINGS / name).read_text(encoding="utf-8") != recording.to_json()
+    ]
+    assert not stale, f"examples/recordings is stale ({stale}): run make recordings"
+
+
+def test_aptix_replay_of_every_example_succeeds() -> None:
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "aptix"), "replay", *map(str, EXAMPLES)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "4 of 4 recordings replay; 0 diverge" in run.stdout
+    assert "transition  step=client_tool_continuation_resolver" in run.stdout  # the trace
+
+
+def test_a_changed_example_names_its_divergence(tmp_path: Path) -> None:
+    data = json.loads((RECORDINGS / "04-follow-on.json").read_text(encoding="utf-8"))
+    llm = next(call for call in data["calls"] if call["port"] == "LLM")
+    llm["args"]["request"]["Messages"][0]["Content"] += " (edited)"
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data), encoding="utf-8")
+    outcome = asyncio.run(replay(edited))
+    assert outcome.divergence is not None
+    assert (outcome.divergence.kind, outcome.divergence.step) == ("arguments", "llm_client")
+    assert outcome.divergence.call_number == llm["n"]
+    assert outcome.divergence.where == "request.Messages[0].Content"
+    assert str(outcome.divergence.expected).endswith(" (edited)")
