@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -87,7 +88,13 @@ def _is_base64(text: str) -> bool:
 
 
 def redact_text(text: str) -> str:
-    """The placeholder for one piece of user text (base64 stays base64)."""
+    """The placeholder for one piece of user text (base64 stays base64).
+
+    Empty text stays empty: it holds no content, and the engine's rules tell
+    empty text apart (an empty model reply has no outcome, AGN-036 §4.9).
+    """
+    if not text:
+        return text
     return REDACTED_BASE64 if _is_base64(text) else REDACTED
 
 
@@ -155,10 +162,15 @@ def redact_request(request: Mapping[str, Any]) -> dict[str, Any]:
         return {"json": redact_value(request["json"])}
     if "base64" in request:
         try:
-            text = base64.b64decode(request["base64"]).decode("utf-8")
+            raw = base64.b64decode(request["base64"], validate=True)
         except (binascii.Error, ValueError):
             return {"base64": REDACTED_BASE64}
-        return {"base64": base64.b64encode(_redacted_text(text).encode()).decode("ascii")}
+        try:
+            data = _redacted_text(raw.decode("utf-8")).encode("utf-8")
+        except UnicodeDecodeError:  # not UTF-8: keep where its bad bytes are (the error says)
+            scrambled = _scrambled(raw.decode("utf-8", "surrogateescape"), in_bytes=True)
+            data = scrambled.encode("utf-8", "surrogateescape")
+        return {"base64": base64.b64encode(data).decode("ascii")}
     return {"text": _redacted_text(str(request["text"]))}
 
 
@@ -215,5 +227,70 @@ def _redacted_text(text: str) -> str:
     try:
         value = json.loads(text, object_pairs_hook=_Pairs)
     except ValueError:
-        return redact_text(text)
+        return _scrambled(text)
     return _dump_pairs(_redact_pairs(value))
+
+
+_PUNCTUATION = frozenset('{}[],:"\\')
+_HEX4 = re.compile(r"[0-9A-Fa-f]{4}")
+_KEPT_WORD = re.compile(r"true|false|null|-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def _scrambled(text: str, *, in_bytes: bool = False) -> str:
+    """Request text that is not JSON, its content replaced where it stands.
+
+    The engine refuses such a request naming where parsing failed (line, column,
+    or the byte that is not UTF-8), so the placeholder keeps every position:
+    each character of a string or a stray word becomes ``x`` (as many as its
+    UTF-8 bytes when ``in_bytes``); JSON punctuation, whitespace, control
+    characters, literals, numbers and undecodable bytes (surrogate escapes) stay.
+    """
+
+    def hidden(part: str) -> str:
+        if not in_bytes:
+            return "x" * len(part)
+        return "".join(
+            c if "\udc80" <= c <= "\udcff" else "x" * len(c.encode("utf-8", "surrogatepass"))
+            for c in part
+        )
+
+    out: list[str] = []
+    index, in_string = 0, False
+    while index < len(text):
+        char = text[index]
+        if in_string:
+            if char == '"':
+                in_string = False
+                out.append(char)
+            elif char == "\\" and index + 1 < len(text):  # an escape: valid stays valid
+                escaped = text[index + 1]
+                if escaped == "u" and _HEX4.fullmatch(text[index + 2 : index + 6]):
+                    out.append("\\u0078")
+                    index += 5
+                else:
+                    out.append("\\" + (escaped if escaped in '"\\/bfnrt' else hidden(escaped)))
+                    index += 1
+            elif char < " " or "\udc80" <= char <= "\udcff":
+                out.append(char)
+            else:
+                out.append(hidden(char))
+            index += 1
+            continue
+        if char == '"':
+            in_string = True
+            out.append(char)
+            index += 1
+            continue
+        if char in _PUNCTUATION or char.isspace() or char < " ":
+            out.append(char)
+            index += 1
+            continue
+        end = index
+        while end < len(text) and not (
+            text[end] in _PUNCTUATION or text[end].isspace() or text[end] < " "
+        ):
+            end += 1
+        word = text[index:end]
+        out.append(word if _KEPT_WORD.fullmatch(word) else hidden(word))
+        index = end
+    return "".join(out)
