@@ -81,8 +81,10 @@ recordings: install
 
 # diagrams/pipeline.mmd, diagrams/pipeline.dot and README.md's mermaid block, drawn from
 # the machine (engine/diagram.py); tests/test_diagrams.py fails when they are stale.
-diagrams: install
+diagrams: install graphviz
 	$(PY) tests/diagram_files.py --write
+	$(BIN)/aptix replay examples/recordings/02-faulted-unknown-tool-call-id.json --quiet \
+		--diagram diagrams/example-faulted-turn.svg
 
 format: install
 	$(BIN)/ruff format .

@@ -11,8 +11,11 @@ Run by ``make demo``. It runs on a SQLite file (in a temporary directory unless
    (``review_checklist``) the model now has.
 
 Each turn prints its state trace (transitions, guards and exit hooks with their
-rule counts, model calls, tool calls, mode changes), then the response. Then every
-example request in ``examples/requests/`` is checked against AGN-034.
+rule counts, model calls, tool calls, mode changes), then the response. Every turn
+is recorded (``--record DIR`` keeps the files); each recording is then replayed
+against the code with no store and no model, and the path of the last turn is
+drawn on the pipeline diagram (Mermaid; ``--diagram FILE.svg`` for a picture).
+Then every example request in ``examples/requests/`` is checked against AGN-034.
 
 Spans: ``OTEL_TRACES_EXPORTER=console make demo`` prints the OpenTelemetry spans of
 the session (invoke_agent, step, chat, execute_tool) as JSON on stderr.
@@ -33,7 +36,19 @@ from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.adapters.telemetry_setup import configure_tracing
 from aptix_pipeline.contracts import AgentExecuteResponse, Caller
-from aptix_pipeline.engine import Pipeline, Telemetry, TurnReport
+from aptix_pipeline.engine import (
+    DiagramError,
+    DiagramFormat,
+    Pipeline,
+    RecordingOptions,
+    Telemetry,
+    TurnRecording,
+    TurnReport,
+    diagram_text,
+    format_for,
+    pipeline_diagram,
+    replay,
+)
 from aptix_pipeline.validators import classify_request, parse_request
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -97,6 +112,25 @@ async def run_session(pipeline: Pipeline) -> None:
     )
 
 
+def replay_recordings(recordings: list[TurnRecording], diagram: Path | None) -> None:
+    """Replay each recorded turn offline, then draw the last one's path."""
+    print("\n=== Replay: each recorded turn again, ports answering from the recording")
+    for number, recording in enumerate(recordings, start=1):
+        outcome = asyncio.run(replay(recording))
+        print(f"turn {number} ({recording.trace.context_type}): {outcome.describe()[-1]}")
+        if not outcome.ok:
+            raise SystemExit("a recorded turn did not replay")
+    last = recordings[-1].trace
+    print(f"\n=== The path of the last turn ({last.context_type}) on the pipeline diagram")
+    print(diagram_text(DiagramFormat.MERMAID, path=last), end="")
+    if diagram is not None:
+        try:
+            diagram.write_bytes(pipeline_diagram(format_for(diagram), path=last))
+            print(f"path diagram written to {diagram}")
+        except (DiagramError, ValueError) as error:
+            print(f"no path diagram: {error}")
+
+
 def check_examples() -> None:
     """Check every example request against AGN-034, one line each."""
     print("\n=== Example requests (AGN-034)")
@@ -116,7 +150,10 @@ def main() -> int:
     """Run the session on a SQLite file, then check the example requests."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, help="SQLite file to keep (default: a temporary one)")
+    parser.add_argument("--record", type=Path, help="Keep the turn recordings in this folder")
+    parser.add_argument("--diagram", type=Path, help="Draw the last turn's path (.svg, .png, .dot)")
     args = parser.parse_args()
+    recordings: list[TurnRecording] = []
     provider = configure_tracing()  # OTEL_TRACES_EXPORTER=console prints the spans
     with tempfile.TemporaryDirectory() as scratch:
         path = args.db or Path(scratch) / "aptix.db"
@@ -124,10 +161,16 @@ def main() -> int:
         with SQLiteStore(path) as store:
             llm = ScriptedLLM.from_file(EXAMPLES / "session" / "script.json")
             telemetry = Telemetry(tracer_provider=provider)
-            pipeline = embedded_pipeline(llm=llm, store=store, telemetry=telemetry)
+            recording = RecordingOptions(directory=args.record, sink=recordings.append)
+            pipeline = embedded_pipeline(
+                llm=llm, store=store, telemetry=telemetry, recording=recording
+            )
             asyncio.run(run_session(pipeline))
     if provider is not None:
         provider.shutdown()
+    replay_recordings(recordings, args.diagram)
+    if args.record is not None:
+        print(f"recordings kept in {args.record}: aptix replay {args.record}")
     check_examples()
     return 0
 

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
-from aptix_pipeline.engine import TurnRecording, assert_replays, recordings_in, replay
+from aptix_pipeline.engine import (
+    DiagramFormat,
+    TurnRecording,
+    assert_replays,
+    pipeline_diagram,
+    recordings_in,
+    replay,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDINGS = ROOT / "examples" / "recordings"
@@ -80,3 +90,22 @@ def test_a_changed_example_names_its_divergence(tmp_path: Path) -> None:
     assert outcome.divergence.call_number == llm["n"]
     assert outcome.divergence.where == "request.Messages[0].Content"
     assert str(outcome.divergence.expected).endswith(" (edited)")
+
+
+def _svg_texts(svg: bytes) -> list[str]:
+    """The words a picture shows (its layout depends on the Graphviz version; they do not)."""
+    root = ElementTree.fromstring(svg)
+    return [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
+
+
+def test_the_readme_path_picture_shows_the_faulted_example_turn() -> None:
+    if shutil.which("dot") is None:
+        if os.environ.get("CI"):
+            pytest.fail("Graphviz's dot is missing under CI (make graphviz installs it)")
+        pytest.skip("Graphviz's dot is not installed")
+    trace = TurnRecording.load(RECORDINGS / "02-faulted-unknown-tool-call-id.json").trace
+    committed = (ROOT / "diagrams" / "example-faulted-turn.svg").read_bytes()
+    assert _svg_texts(committed) == _svg_texts(pipeline_diagram(DiagramFormat.SVG, path=trace)), (
+        "diagrams/example-faulted-turn.svg is stale: run make diagrams"
+    )
+    assert "diagrams/example-faulted-turn.svg" in (ROOT / "README.md").read_text(encoding="utf-8")
