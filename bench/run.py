@@ -5,7 +5,8 @@ thing the engine already does per step. ``make bench`` prints µs per call and t
 ratio. Then whole turns per path (``bench/turns.py``): the engine against the
 same steps in a plain loop and against python-statemachine alone. Last, the
 telemetry's cost per turn (``bench/tracing.py``): tracing off, the API's no-op
-tracer, and the SDK with an in-memory exporter, as ratios to tracing off.
+tracer, and the SDK with an in-memory exporter, as ratios to tracing off. Then
+recording and replay (``bench/recording.py``), as ratios to a plain turn.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from builders import PATHS, context_after, context_before, request_data
+from recording import recording_row
 from tracing import tracing_rows
 from turns import engine_rows
 
@@ -79,6 +81,11 @@ def main() -> int:
         cells = "".join(f"{costs[name]:>13.0f}" for name in settings)
         ratios = "".join(f"{costs[name] / costs['off']:>15.2f}" for name in settings[1:])
         print(f"{workload:<34}{cells}{ratios}")
+    print()
+    print("recording and replay, Initial turn with a mode change (µs per turn; x = ratio to plain)")
+    costs = recording_row()
+    for name, micros in costs.items():
+        print(f"{name:<34}{micros:>13.0f}{micros / costs['plain']:>15.2f}")
     return 0
 
 

@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, Final, Literal
 
 from jsonschema import Draft202012Validator
@@ -155,15 +157,13 @@ class ToolDefinition(WireModel):
     @classmethod
     def _parameters_is_a_json_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
         try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as error:
-            raise ValueError(f"Parameters is not a valid JSON Schema: {error.message}") from None
-        unresolved = _unresolved_refs(schema)
-        if unresolved:
-            raise ValueError(
-                f"Parameters has $ref(s) that do not resolve within the schema: {unresolved} "
-                "(remote schemas are never fetched)"
-            )
+            text = json.dumps(schema)
+        except (TypeError, ValueError):  # not JSON data: checked afresh, and refused there
+            problem = _schema_problem_of(schema)
+        else:
+            problem = _schema_problem(text)
+        if problem is not None:
+            raise ValueError(problem)
         return schema
 
     @model_validator(mode="after")
@@ -176,6 +176,28 @@ class ToolDefinition(WireModel):
         if not self.is_container and self.function_names:
             raise ValueError("FunctionNames is container metadata; set IsContainer to true")
         return self
+
+
+def _schema_problem_of(schema: dict[str, Any]) -> str | None:
+    """Why ``schema`` is not a usable argument schema, or ``None``."""
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as error:
+        return f"Parameters is not a valid JSON Schema: {error.message}"
+    unresolved = _unresolved_refs(schema)
+    if unresolved:
+        return (
+            f"Parameters has $ref(s) that do not resolve within the schema: {unresolved} "
+            "(remote schemas are never fetched)"
+        )
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _schema_problem(text: str) -> str | None:
+    # The same few schemas are validated again and again (every catalog answer a
+    # replay decodes, every request's tools): checking one costs ~2 ms.
+    return _schema_problem_of(json.loads(text))
 
 
 class _SnakeCaseModel(BaseModel):

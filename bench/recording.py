@@ -1,0 +1,82 @@
+"""Cost per turn of recording and of replay, as ratios to a plain turn, from one run.
+
+The same Initial turn (the model changes mode, then answers: two model calls,
+a server tool run, twenty-odd port calls) on the memory store with tracing off:
+
+- **plain** — no recording (the baseline);
+- **record** — ``RecordingOptions()``: every port call tapped, the recording
+  built and returned on the report, nothing written;
+- **record+redact** — the same, redacted;
+- **record+file** — the same, written to a file in a temporary folder;
+- **replay** — ``replay()`` of that turn's recording: ports answer from it and
+  every call, the trace and the result are compared.
+
+Measured round-robin so machine noise hits them alike (best of the rounds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+
+from tracing import FINAL, MODE, ReplayingLLM
+
+from aptix_pipeline.adapters.catalog_config import ConfigCatalog
+from aptix_pipeline.adapters.clocks import SystemClock
+from aptix_pipeline.adapters.ids import RandomIds
+from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.contracts import Caller
+from aptix_pipeline.engine import (
+    Pipeline,
+    PipelineOptions,
+    Ports,
+    RecordingOptions,
+    Telemetry,
+    replay,
+)
+
+__all__ = ["recording_row"]
+
+CALLER = Caller(org="acme", user="ana")
+
+
+def _pipeline(recording: RecordingOptions | None) -> Pipeline:
+    catalog = ConfigCatalog.default()
+    ports = Ports(store=MemoryStore(), llm=ReplayingLLM([MODE, FINAL]), modes=catalog,
+                  agents=catalog, clock=SystemClock(), ids=RandomIds())  # fmt: skip
+    return Pipeline(ports, PipelineOptions(), telemetry=Telemetry.off(), recording=recording)
+
+
+async def _measure(folder: str, number: int, rounds: int) -> dict[str, float]:
+    pipelines = {
+        "plain": _pipeline(None),
+        "record": _pipeline(RecordingOptions()),
+        "record+redact": _pipeline(RecordingOptions(redact=True)),
+        "record+file": _pipeline(RecordingOptions(directory=folder)),
+    }
+    sample = (await pipelines["record"].run({"Instruction": "hi"}, CALLER)).recording
+    assert sample is not None
+
+    def turn(pipeline: Pipeline) -> Callable[[], Awaitable[object]]:
+        return lambda: pipeline.run({"Instruction": "hi"}, CALLER)
+
+    work = {name: turn(pipeline) for name, pipeline in pipelines.items()}
+    work["replay"] = lambda: replay(sample)
+    best = dict.fromkeys(work, float("inf"))
+    for _ in range(rounds):
+        for name, run in work.items():
+            started = time.perf_counter()
+            for _ in range(number):
+                await run()
+            best[name] = min(best[name], (time.perf_counter() - started) / number * 1e6)
+    outcome = await replay(sample)
+    assert outcome.ok, outcome.describe()
+    return best
+
+
+def recording_row(number: int = 40, rounds: int = 5) -> dict[str, float]:
+    """µs per turn for each setting (see the module docstring)."""
+    with tempfile.TemporaryDirectory() as folder:
+        return asyncio.run(_measure(folder, number, rounds))
