@@ -1,0 +1,164 @@
+"""Helpers for the recording and replay tests: scenarios run with recording on.
+
+``run_recorded(name, store)`` runs a scenario of tests/trace_scenarios.py with
+every pipeline recording its turns (``RecordingOptions``); each turn's report
+comes back with the steps its pipeline replaced, so a replay can run the same
+code (a scenario that broke a step on purpose replays with that step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from engine_kit import (
+    CALLER,
+    call,
+    calls,
+    change_mode,
+    continuation,
+    follow_on,
+    make_pipeline,
+    ok,
+    text,
+)
+from trace_scenarios import SCENARIOS, Kit, Store
+
+from aptix_pipeline.contracts import LLM, Caller, PipelineStep, SessionStore, ToolExecutor
+from aptix_pipeline.engine import (
+    Pipeline,
+    PipelineOptions,
+    RecordingOptions,
+    Telemetry,
+    TurnRecording,
+    TurnReport,
+)
+from aptix_pipeline.steps import StepFunction
+
+__all__ = [
+    "DEMO_SCRIPT",
+    "RecordedTurn",
+    "RecordingKit",
+    "demo_session",
+    "recording_pipeline",
+    "run_recorded",
+]
+
+Steps = Mapping[PipelineStep, StepFunction]
+
+
+@dataclass(frozen=True)
+class RecordedTurn:
+    """One recorded turn of a scenario: its report, recording and the steps it ran with."""
+
+    report: TurnReport
+    steps: Steps | None
+
+    @property
+    def recording(self) -> TurnRecording:
+        """The turn's recording (every pipeline of a ``RecordingKit`` records)."""
+        assert self.report.recording is not None
+        return self.report.recording
+
+
+@dataclass
+class RecordingKit(Kit):
+    """A scenario kit whose pipelines record every turn with ``options``."""
+
+    options: RecordingOptions = field(default_factory=RecordingOptions)
+    turns: list[RecordedTurn] = field(default_factory=list)
+    _steps: dict[int, Steps | None] = field(default_factory=dict)
+
+    def pipeline(
+        self,
+        replies: Sequence[Mapping[str, Any]] | LLM = (),
+        *,
+        config: str | None = None,
+        tools: Mapping[str, Any] | None = None,
+        options: PipelineOptions | None = None,
+    ) -> Pipeline:
+        """``Kit.pipeline``, recording."""
+        base = super().pipeline(replies, config=config, tools=tools, options=options)
+        made = Pipeline(base.ports, base.options, telemetry=self.telemetry, recording=self.options)
+        self._steps[id(made)] = None
+        return made
+
+    def rebuilt(self, base: Pipeline, *, steps: Steps | None = None, **ports: Any) -> Pipeline:
+        """``Kit.rebuilt``, recording."""
+        made = Pipeline(
+            replace(base.ports, **ports),
+            base.options,
+            steps=steps,
+            telemetry=self.telemetry,
+            recording=self.options,
+        )
+        self._steps[id(made)] = steps
+        return made
+
+    async def run(
+        self,
+        pipeline: Pipeline,
+        request: Mapping[str, Any] | str,
+        caller: Caller = CALLER,
+        *,
+        initial_mode: str | None = None,
+    ) -> TurnReport:
+        """``Kit.run``, keeping the recorded turn."""
+        report = await super().run(pipeline, request, caller, initial_mode=initial_mode)
+        self.turns.append(RecordedTurn(report, self._steps[id(pipeline)]))
+        return report
+
+
+async def run_recorded(
+    name: str, store: Store, options: RecordingOptions | None = None
+) -> RecordingKit:
+    """Run scenario ``name`` on ``store`` with every turn recorded."""
+    kit = RecordingKit(store, options=options or RecordingOptions())
+    await SCENARIOS[name](kit)
+    return kit
+
+
+def recording_pipeline(
+    store: SessionStore,
+    replies: Sequence[Mapping[str, Any]] | LLM = (),
+    *,
+    recording: RecordingOptions | None = None,
+    config: str | None = None,
+    tools: Mapping[str, ToolExecutor] | None = None,
+    options: PipelineOptions | None = None,
+    steps: Steps | None = None,
+    telemetry: Telemetry | None = None,
+) -> Pipeline:
+    """``make_pipeline`` (deterministic clock and ids) recording every turn; no spans by default."""
+    base, _ = make_pipeline(store, replies, config=config, tools=tools, options=options)
+    return Pipeline(
+        base.ports,
+        base.options,
+        steps=steps,
+        telemetry=telemetry or Telemetry.off(),
+        recording=recording or RecordingOptions(),
+    )
+
+
+DEMO_SCRIPT: list[dict[str, Any]] = [
+    calls(
+        change_mode("m1", "review", "review the diff"),
+        call("r1", "read_file", {"path": "app.py"}),
+        text="Switching to review; reading app.py.",
+    ),
+    text("app.py looks fine."),
+    calls(call("k1", "review_checklist")),
+    text("Checked."),
+]
+"""The demo-like session: a mode change and a client call, the continuation, then a
+follow-on whose model runs a server tool (``review_checklist``)."""
+
+
+async def demo_session(pipeline: Pipeline) -> list[TurnReport]:
+    """Run the demo-like session on ``pipeline`` (made with ``DEMO_SCRIPT``): three turns."""
+    first = await pipeline.run({"Instruction": "Review app.py"}, CALLER)
+    second = await pipeline.run(continuation(ok(first.result)), CALLER)
+    third = await pipeline.run(follow_on(ok(second.result), "Any checklist?"), CALLER)
+    ok(third.result)
+    return [first, second, third]
