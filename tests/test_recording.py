@@ -107,6 +107,11 @@ async def test_the_request_is_recorded_exactly_as_given_and_replays(
     back = TurnRecording.from_dict(json.loads(recording.to_json()))
     assert back.request_input() == request_input
     await assert_replays(back)
+    redacted = await record(request_input, recording=RecordingOptions(redact=True))
+    assert list(redacted.request) == [kind]
+    assert type(redacted.request_input()) is type(request_input)
+    assert "not UTF-8" not in str(redacted.request_input())
+    await assert_replays(TurnRecording.from_dict(json.loads(redacted.to_json())))
 
 
 async def test_a_request_model_is_recorded_as_its_wire_form() -> None:
@@ -341,6 +346,18 @@ async def test_recording_the_same_turn_twice_gives_the_same_name_and_bytes(
     assert len(list(tmp_path.iterdir())) == 1
 
 
+async def test_two_turns_starting_at_the_same_time_get_different_names(tmp_path: Path) -> None:
+    one = await record({"Instruction": "one"})
+    two = await record({"Instruction": "two"})
+
+    assert one.clock_readings[0] == two.clock_readings[0]
+    prefix = "turn-20260101T000000000000Z-"
+    assert one.file_name().startswith(prefix)
+    assert two.file_name().startswith(prefix)
+    assert write_recording(one, tmp_path) != write_recording(two, tmp_path)
+    assert len(list(tmp_path.iterdir())) == 2
+
+
 async def test_a_failed_write_leaves_no_partial_or_temporary_file(tmp_path: Path) -> None:
     recording = await record()
     (tmp_path / recording.file_name()).mkdir()  # the name is taken by a folder
@@ -527,6 +544,27 @@ async def test_a_redacted_recording_still_diverges_when_the_code_changes() -> No
     assert outcome.divergence is not None
     assert (outcome.divergence.kind, outcome.divergence.where) == ("arguments", "entry.NewMode")
     assert (outcome.divergence.expected, outcome.divergence.actual) == ("docs", "general")
+
+
+async def test_a_trace_with_content_capture_replays_plain_and_redacted() -> None:
+    for redact in (False, True):
+        pipeline = recording_pipeline(
+            MemoryStore(), [calls(change_mode("m1", "review", SECRETS["mode change reason"])),
+                            text(SECRETS["final answer"])],
+            telemetry=Telemetry(spans=False, capture_content=True),
+            recording=RecordingOptions(redact=redact),
+        )  # fmt: skip
+        report = await pipeline.run({"Instruction": SECRETS["instruction"]}, CALLER)
+        recording = report.recording
+        assert recording is not None
+        assert recording.trace_content
+        trace_text = json.dumps(recording.trace.to_dict())
+        assert (SECRETS["final answer"] in trace_text) is not redact
+        assert (SECRETS["mode change reason"] in trace_text) is not redact
+        assert secrets_in([recording]) == (
+            set() if redact else {"instruction", "final answer", "mode change reason"}
+        )
+        await assert_replays(recording)
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
