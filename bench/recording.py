@@ -21,32 +21,15 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 
-from tracing import FINAL, MODE, ReplayingLLM
+from tracing import CALLER, FINAL, MODE, bench_pipeline
 
-from aptix_pipeline.adapters.catalog_config import ConfigCatalog
-from aptix_pipeline.adapters.clocks import SystemClock
-from aptix_pipeline.adapters.ids import RandomIds
-from aptix_pipeline.adapters.memory_store import MemoryStore
-from aptix_pipeline.contracts import Caller
-from aptix_pipeline.engine import (
-    Pipeline,
-    PipelineOptions,
-    Ports,
-    RecordingOptions,
-    Telemetry,
-    replay,
-)
+from aptix_pipeline.engine import Pipeline, RecordingOptions, Telemetry, replay
 
 __all__ = ["recording_row"]
 
-CALLER = Caller(org="acme", user="ana")
-
 
 def _pipeline(recording: RecordingOptions | None) -> Pipeline:
-    catalog = ConfigCatalog.default()
-    ports = Ports(store=MemoryStore(), llm=ReplayingLLM([MODE, FINAL]), modes=catalog,
-                  agents=catalog, clock=SystemClock(), ids=RandomIds())  # fmt: skip
-    return Pipeline(ports, PipelineOptions(), telemetry=Telemetry.off(), recording=recording)
+    return bench_pipeline(Telemetry.off(), [MODE, FINAL], recording)
 
 
 async def _measure(folder: str, number: int, rounds: int) -> dict[str, float]:

@@ -29,9 +29,9 @@ from aptix_pipeline.adapters.clocks import SystemClock
 from aptix_pipeline.adapters.ids import RandomIds
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.contracts import Caller, LLMReply, LLMRequest, ToolCall, Usage
-from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, Telemetry
+from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, RecordingOptions, Telemetry
 
-__all__ = ["tracing_rows"]
+__all__ = ["CALLER", "FINAL", "MODE", "ReplayingLLM", "bench_pipeline", "tracing_rows"]
 
 CALLER = Caller(org="acme", user="ana")
 FINAL = LLMReply(text="done", usage=Usage(input_tokens=10, output_tokens=2), model="m")
@@ -59,11 +59,14 @@ class ReplayingLLM:
         return reply
 
 
-def _pipeline(telemetry: Telemetry, replies: Sequence[LLMReply]) -> Pipeline:
+def bench_pipeline(
+    telemetry: Telemetry, replies: Sequence[LLMReply], recording: RecordingOptions | None = None
+) -> Pipeline:
+    """The benchmarks' pipeline: memory store, built-in catalog, ``replies`` in a loop."""
     catalog = ConfigCatalog.default()
     ports = Ports(store=MemoryStore(), llm=ReplayingLLM(replies), modes=catalog, agents=catalog,
                   clock=SystemClock(), ids=RandomIds())  # fmt: skip
-    return Pipeline(ports, PipelineOptions(), telemetry=telemetry)
+    return Pipeline(ports, PipelineOptions(), telemetry=telemetry, recording=recording)
 
 
 def _sdk(capture: bool) -> tuple[Telemetry, InMemorySpanExporter]:
@@ -82,7 +85,7 @@ async def _measure(replies: Sequence[LLMReply], number: int, rounds: int) -> dic
         "sdk": sdk,
         "sdk+content": sdk_content,
     }
-    pipelines = {name: _pipeline(t, replies) for name, t in settings.items()}
+    pipelines = {name: bench_pipeline(t, replies) for name, t in settings.items()}
     best = dict.fromkeys(settings, float("inf"))
     for _ in range(rounds):
         for name, pipeline in pipelines.items():
