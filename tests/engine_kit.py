@@ -49,6 +49,7 @@ __all__ = [
     "call",
     "calls",
     "change_mode",
+    "content_request",
     "continuation",
     "follow_on",
     "make_pipeline",
@@ -158,6 +159,22 @@ def follow_on(response: AgentExecuteResponse, instruction: str = "next") -> dict
         "TurnId": response.turn_id,
         "Instruction": instruction,
     }
+
+
+def content_request(secrets: Mapping[str, str]) -> dict[str, Any]:
+    """An Initial request carrying user content in every field that holds some (AGN-034 §4).
+
+    ``secrets`` gives the ``instruction``, ``artifact`` contents, ``image`` data
+    (base64) and ``solution context``: distinctive strings a test then searches for.
+    """
+    return {
+        "Instruction": secrets["instruction"],
+        "InputArtifacts": [{"RelativePath": "notes.txt", "FileName": "notes.txt",
+                            "Contents": secrets["artifact"], "Origin": "user"}],
+        "ClipboardImages": [{"Id": "img-1", "MimeType": "image/png",
+                             "DataBase64": secrets["image"]}],
+        "SolutionContextText": secrets["solution context"],
+    }  # fmt: skip
 
 
 def continuation(response: AgentExecuteResponse, *results: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_kit import CALLER, call, calls, change_mode, continuation, ok, text
+from engine_kit import CALLER, call, calls, change_mode, content_request, continuation, ok, text
 from replay_kit import DEMO_SCRIPT, demo_session, recording_pipeline, run_recorded
 from test_engine_modes_tools import THREE_MODES_CONFIG
 from test_engine_paths import CommitFailingStore, FailingModes, FlakyLLM
@@ -445,14 +445,7 @@ async def content_session(options: RecordingOptions) -> list[TurnRecording]:
     pipeline = recording_pipeline(
         MemoryStore(), script, recording=options, tools={"review_checklist": echo}
     )
-    request = {
-        "Instruction": SECRETS["instruction"],
-        "InputArtifacts": [{"RelativePath": "notes.txt", "FileName": "notes.txt",
-                            "Contents": SECRETS["artifact"], "Origin": "user"}],
-        "ClipboardImages": [{"Id": "img-1", "MimeType": "image/png",
-                             "DataBase64": SECRETS["image"]}],
-        "SolutionContextText": SECRETS["solution context"],
-    }  # fmt: skip
+    request = content_request(SECRETS)
     first = await pipeline.run(request, CALLER, initial_mode="review")
     results = (
         {"ToolCallId": "r1", "ExecutionMs": 1,

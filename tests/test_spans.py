@@ -26,6 +26,7 @@ from engine_kit import (
     call,
     calls,
     change_mode,
+    content_request,
     continuation,
     follow_on,
     make_pipeline,
@@ -599,14 +600,7 @@ CONTENT_SCRIPT: list[dict[str, Any]] = [
 async def run_content_scenario(store: SessionStore, telemetry: Telemetry) -> list[TurnReport]:
     """An Initial turn full of user content, and its continuation."""
     pipeline, _ = make_pipeline(store, CONTENT_SCRIPT, telemetry=telemetry)
-    request = {
-        "Instruction": SECRETS["instruction"],
-        "InputArtifacts": [{"RelativePath": "notes.txt", "FileName": "notes.txt",
-                            "Contents": SECRETS["artifact"], "Origin": "user"}],
-        "ClipboardImages": [{"Id": "img-1", "MimeType": "image/png",
-                             "DataBase64": SECRETS["image"]}],
-        "SolutionContextText": SECRETS["solution context"],
-    }  # fmt: skip
+    request = content_request(SECRETS)
     first = await pipeline.run(request, CALLER)
     result = {"ToolCallId": "r1", "ExecutionMs": 2,
               "ResultJson": json.dumps({"out": SECRETS["client tool result"]})}  # fmt: skip
