@@ -99,14 +99,13 @@ def redact_text(text: str) -> str:
 
 
 def _strings_redacted(value: Any, keep: frozenset[str] = frozenset()) -> Any:
+    """Every string of JSON data (objects as ``_Pairs``) redacted; top-level ``keep`` keys kept."""
     if isinstance(value, str):
         return redact_text(value)
-    if isinstance(value, Mapping):
-        return {
-            key: item if key in keep else _strings_redacted(item) for key, item in value.items()
-        }
     if isinstance(value, _Pairs):
-        return _strings_redacted(_plain(value), keep)
+        return _Pairs(
+            (key, item if key in keep else _strings_redacted(item)) for key, item in value
+        )
     if isinstance(value, list):
         return [_strings_redacted(item) for item in value]
     return value
@@ -115,13 +114,14 @@ def _strings_redacted(value: Any, keep: frozenset[str] = frozenset()) -> Any:
 def redact_json_text(text: str, *, keep: frozenset[str] = frozenset()) -> str:
     """JSON text with every string replaced (top-level keys in ``keep`` left alone).
 
-    Text that is not JSON is redacted whole.
+    Read as pairs like request text, so duplicate keys stay; text that is not
+    JSON is redacted whole.
     """
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_Pairs)
     except ValueError:
         return redact_text(text)
-    return json.dumps(_strings_redacted(value, keep), ensure_ascii=False, separators=(",", ":"))
+    return _dump_pairs(_strings_redacted(value, keep))
 
 
 def redact_value(value: Any) -> Any:
@@ -141,7 +141,9 @@ def redact_port_call(
         return {"args": redact_value(dict(args)), "answer": redact_value(answer), "error": error}
     keep = _MODE_CHANGE_KEPT if call == _MODE_CHANGE else frozenset()
     redacted_args = {
-        name: _strings_redacted(value, keep) if name == "arguments" else redact_value(value)
+        name: _plain(_strings_redacted(_as_pairs(value), keep))
+        if name == "arguments"
+        else redact_value(value)
         for name, value in args.items()
     }
     return {
@@ -187,7 +189,7 @@ def _redact_pairs(value: Any) -> Any:
             if key in JSON_TEXT_KEYS and isinstance(item, str):
                 pairs.append((key, redact_json_text(item, keep=keep)))
             elif key in CONTENT_KEYS:
-                pairs.append((key, _strings_redacted(_plain(item))))
+                pairs.append((key, _strings_redacted(item)))
             else:
                 pairs.append((key, _redact_pairs(item)))
         return pairs
