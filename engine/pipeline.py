@@ -225,7 +225,8 @@ class Pipeline:
         self.telemetry = (telemetry or Telemetry()).resolved()
         self._tracer = self.telemetry.tracer()
         self._capture_content = bool(self.telemetry.capture_content)
-        self._provider_name = provider_name_of(ports.llm) or "aptix"
+        self._llm_provider = provider_name_of(ports.llm)
+        self._provider_name = self._llm_provider or "aptix"
         # Steps see the store and catalogs through guards that name a failing port.
         self._ports = _guarded(ports)
         self.options = options or PipelineOptions()
@@ -272,15 +273,16 @@ class Pipeline:
             tap=tap,
             ports=_guarded(tap_ports(tap, self.ports)),
         )
+        assert report.trace is not None  # run_tapped's report always carries its trace
         recording = tap.recording(
             request=request,
             caller=_caller(caller),
             initial_mode=initial_mode,
             options=self.options,
             digest=self._config_digest,
-            trace=report.trace or StateTrace(None, "faulted", (), ()),
+            trace=report.trace,
             result=report.result.to_wire(),
-            provider_name=provider_name_of(self.ports.llm),
+            provider_name=self._llm_provider,
             server_tools=list(self.ports.tools),
             trace_content=self._capture_content,
         )
