@@ -18,6 +18,25 @@ from .diagram import (
     format_for,
     pipeline_diagram,
 )
+from .events import (
+    CheckRan,
+    Listener,
+    ModeChanged,
+    ModelCallFinished,
+    ModelCallRetried,
+    ModelCallStarted,
+    StepEnded,
+    StepStarted,
+    ToolCallHandled,
+    ToolExecuted,
+    ToolExecutionStarted,
+    TransitionTaken,
+    TurnEvent,
+    TurnFaulted,
+    TurnFinished,
+    TurnStarted,
+    WarningRaised,
+)
 from .machine import TurnMachine
 from .pipeline import Pipeline, TurnReport
 from .recording import (
@@ -37,12 +56,15 @@ from .replay import (
     replay,
     replay_sync,
 )
-from .telemetry import GENAI_SEMCONV, Telemetry, TurnRecorder
+from .runner import RUNTIMES, MachineCompileError, Runtime, compile_machine
+from .telemetry import GENAI_SEMCONV, Telemetry
 from .trace import CheckRecord, FaultRecord, LLMCallRecord, StateTrace, TransitionRecord
 
 __all__ = [
     "GENAI_SEMCONV",
     "RECORDING_FORMAT",
+    "RUNTIMES",
+    "CheckRan",
     "CheckRecord",
     "DiagramError",
     "DiagramFormat",
@@ -50,7 +72,13 @@ __all__ = [
     "FaultRecord",
     "GraphvizMissingError",
     "LLMCallRecord",
+    "Listener",
+    "MachineCompileError",
     "ModeChange",
+    "ModeChanged",
+    "ModelCallFinished",
+    "ModelCallRetried",
+    "ModelCallStarted",
     "Pipeline",
     "PipelineOptions",
     "PortCall",
@@ -59,15 +87,27 @@ __all__ = [
     "RecordingOptions",
     "ReplayDivergenceError",
     "ReplayOutcome",
+    "Runtime",
     "StateTrace",
+    "StepEnded",
+    "StepStarted",
     "Telemetry",
+    "ToolCallHandled",
     "ToolCallRecord",
+    "ToolExecuted",
+    "ToolExecutionStarted",
     "TransitionRecord",
+    "TransitionTaken",
+    "TurnEvent",
+    "TurnFaulted",
+    "TurnFinished",
     "TurnMachine",
-    "TurnRecorder",
     "TurnRecording",
     "TurnReport",
+    "TurnStarted",
+    "WarningRaised",
     "assert_replays",
+    "compile_machine",
     "diagram_text",
     "format_for",
     "pipeline_diagram",

@@ -169,8 +169,11 @@ def _edge(source: str, target: str, event: str, transition: object) -> _Edge:
     condition = ", ".join(cond) or None
     if event in _STEP_SECTIONS:
         step, section = PipelineStep(event), _STEP_SECTIONS[event]
+        # The PRE and POST callbacks are named for their step (engine/machine.py);
+        # §4.9's exit hook is post_llm_client_once_settled.
         pre_ids = step_rule_ids(step, Phase.PRE) if f"pre_{event}" in validators else ()
-        post_ids = step_rule_ids(step, Phase.POST) if f"post_{event}" in afters else ()
+        posts = [name for name in afters if name.startswith(f"post_{event}")]
+        post_ids = step_rule_ids(step, Phase.POST) if posts else ()
         lines = [f"{event}: AGN-036 {section}"]
         lines += [f"PRE: {', '.join(pre_ids)}"] if pre_ids else ["PRE: N/A"]
         lines += [f"POST: {', '.join(post_ids)}"] if post_ids else ["POST: N/A"]

@@ -12,13 +12,23 @@ Continuation:  request_handler → session_restorer → client_tool_continuation
 any failed rule, failing port or raising step → fault → faulted
 ```
 
-Each step transition has the step's PRE rules (``validate_pre_step``) as its
-validator — the guard that raises, so a failed rule faults the turn instead of
-silently taking no transition — the step function as its action, and the step's
-POST rules (``validate_post_step``) as its ``after`` hook (the exit hook). Two
-transitions are not DDR steps: ``server_tool_round`` loops back for another model
-call (DESIGN.md R5, guarded by the round limit) and ``complete`` commits the turn,
-so ``done`` means persisted.
+Every step transition names its four parts, the four columns of AGN-036 §4:
+``cond=`` the path it belongs to, ``validators=`` its PRE rules (the guard, which
+raises, so a failed rule faults the turn instead of silently taking no transition),
+``on=`` the step itself and ``after=`` its POST rules (the exit hook). The three
+places where a step departs from that pattern are named callbacks attached where
+they apply: §4.1 has no ``validators=`` (PRE is N/A, and there is no context yet),
+§4.10's guard first takes ``snapshot_before_response`` (its POST compares against
+it), and §4.9's exit hook is ``post_llm_client_once_settled`` (the POST waits while
+another server round follows, DESIGN.md R5). Two transitions are not DDR steps:
+``server_tool_round`` loops back for another model call (guarded by the round
+limit) and ``complete`` commits the turn, so ``done`` means persisted. ``fault``
+leaves every state that is not final.
+
+This class is the one definition of the path: the diagram is drawn from it
+(``engine/diagram.py``), and turns run on a runner compiled from it once per
+process (``engine/runner.py``), or on python-statemachine's own runtime as the
+reference (``Pipeline(runtime="statechart")``).
 
 python-statemachine 3.x notes, read from its engine: a ``StateChart`` turns an
 exception in a callback into an ``error.execution`` event and, when nothing
@@ -28,19 +38,16 @@ sends ``fault``; and no transition into a final state does work that could fail
 after the state is entered (an ``after`` hook there could no longer fault).
 ``allow_event_without_transition = False`` makes an event that takes no
 transition an error rather than a silent no-op.
-
-The class is built once per process; a turn costs one instance bound to one
-``TurnRun``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from statemachine import State, StateChart
-from statemachine.transition_list import TransitionList
 
 from aptix_pipeline.contracts import ContextType, PipelineContext, PipelineStep
 from aptix_pipeline.steps import (
@@ -53,18 +60,15 @@ from aptix_pipeline.steps import (
 )
 from aptix_pipeline.validators import Phase, step_rule_ids, validate_post_step, validate_pre_step
 
-from .telemetry import TurnRecorder
-from .trace import CheckRecord, TransitionRecord
+from .events import CheckRan, EventSink
+from .trace import CheckRecord
 
 __all__ = [
     "COMPLETE",
     "FAULT",
     "SERVER_TOOL_ROUND",
-    "CheckRecord",
-    "TransitionRecord",
     "TurnMachine",
     "TurnRun",
-    "next_event",
 ]
 
 SERVER_TOOL_ROUND = "server_tool_round"
@@ -72,27 +76,29 @@ COMPLETE = "complete"
 FAULT = "fault"
 
 
+def _no_events(event: object) -> None:
+    return None
+
+
 @dataclass(slots=True)
 class TurnRun:
-    """The machine's model: the turn's scope and the recorder of what it does.
+    """The machine's model: the turn's scope, its step functions and where its events go.
 
-    The recorder is also the scope's observer, so the steps and the machine write
-    one ordered trace.
+    ``state`` is python-statemachine's state field (the reference runtime writes it;
+    the compiled runner keeps its own cursor).
     """
 
     scope: TurnScope
     step_functions: Mapping[PipelineStep, StepFunction] = field(
         default_factory=lambda: STEP_FUNCTIONS
     )
-    recorder: TurnRecorder = field(default_factory=TurnRecorder)
+    emit: EventSink = _no_events
+    run_id: int = 0
     state: Any = None
     before_response: PipelineContext | None = None
 
-    def __post_init__(self) -> None:
-        self.scope.observer = self.recorder
 
-
-# --- path choice: by ctx.Type, never by trial (DESIGN.md "The machine") ---------------
+# --- cond=: the path, by ctx.Type, never by trial (DESIGN.md "The machine") -------------
 
 
 def is_initial(model: TurnRun) -> bool:
@@ -125,96 +131,82 @@ def has_outcome(model: TurnRun) -> bool:
     return not model.scope.another_round
 
 
-Condition = Callable[[TurnRun], bool]
-_ROUTES: list[tuple[State, str, Condition | None]] = []
+# --- validators= / on= / after=: a step's PRE rules, its work, its POST rules -----------
 
 
-def _guard(step: PipelineStep) -> Callable[[TurnRun], None]:
+def _checked(model: TurnRun, check: CheckRecord, errors: Any) -> None:
+    model.emit(CheckRan(model.run_id, check))
+    if check.failed:
+        raise StepFaultError(errors)
+
+
+@functools.cache
+def pre(step: PipelineStep) -> Callable[[TurnRun], None]:
+    """The guard of ``step``: its PRE rule set (``validate_pre_step``, AGN-036 §4)."""
     rule_ids = step_rule_ids(step, Phase.PRE)
 
     def guard(model: TurnRun) -> None:
-        if step is PipelineStep.REQUEST_HANDLER:
-            return  # §4.1 PRE: N/A — and there is no context yet
-        ctx = model.scope.ctx
-        if step is PipelineStep.RESPONSE_BUILDER:
-            model.before_response = ctx.model_copy(deep=True)
-        result = validate_pre_step(ctx, step)
-        model.recorder.check(CheckRecord(step.value, Phase.PRE.value, rule_ids, result.rule_ids))
-        if not result.successful:
-            raise StepFaultError(result.errors)
+        result = validate_pre_step(model.scope.ctx, step)
+        _checked(model, CheckRecord(step.value, "PRE", rule_ids, result.rule_ids), result.errors)
 
-    guard.__name__ = f"pre_{step.value}"
+    guard.__name__ = guard.__qualname__ = f"pre_{step.value}"
+    guard.__doc__ = f"AGN-036 PRE of {step.value}: {', '.join(rule_ids)}"
     return guard
 
 
-def _action(step: PipelineStep) -> Callable[..., Any]:
-    async def action(model: TurnRun, source: State, target: State) -> None:
-        await model.step_functions[step](model.scope)
-        # Recorded once the step has done its work: a step that raised was not taken.
-        model.recorder.transition(TransitionRecord(step.value, source.id, target.id))
+@functools.cache
+def run(step: PipelineStep) -> Callable[[TurnRun], Awaitable[None]]:
+    """The action of ``step``: its step function (``Pipeline(steps=...)`` may replace it)."""
 
-    action.__name__ = f"run_{step.value}"
+    async def action(model: TurnRun) -> None:
+        await model.step_functions[step](model.scope)
+
+    action.__name__ = action.__qualname__ = step.value
+    action.__doc__ = f"AGN-036 step {step.value}"
     return action
 
 
-def _exit_hook(step: PipelineStep) -> Callable[[TurnRun], None]:
+@functools.cache
+def post(step: PipelineStep) -> Callable[[TurnRun], None]:
+    """The exit hook of ``step``: its POST rule set (``validate_post_step``, AGN-036 §4)."""
     rule_ids = step_rule_ids(step, Phase.POST)
 
     def exit_hook(model: TurnRun) -> None:
-        if step is PipelineStep.LLM_CLIENT and model.scope.another_round:
-            model.recorder.check(CheckRecord(step.value, Phase.POST.value, rule_ids, deferred=True))
-            return
-        before = model.before_response if step is PipelineStep.RESPONSE_BUILDER else None
-        result = validate_post_step(model.scope.ctx, step, before=before)
-        model.recorder.check(CheckRecord(step.value, Phase.POST.value, rule_ids, result.rule_ids))
-        if not result.successful:
-            raise StepFaultError(result.errors)
+        result = validate_post_step(model.scope.ctx, step, before=model.before_response)
+        _checked(model, CheckRecord(step.value, "POST", rule_ids, result.rule_ids), result.errors)
 
-    exit_hook.__name__ = f"post_{step.value}"
+    exit_hook.__name__ = exit_hook.__qualname__ = f"post_{step.value}"
+    exit_hook.__doc__ = f"AGN-036 POST of {step.value}: {', '.join(rule_ids)}"
     return exit_hook
 
 
-def _step(
-    source: State, target: State, step: PipelineStep, cond: Condition | None = None
-) -> TransitionList:
-    """One DDR step: PRE as its validator, the step as its action, POST as its exit hook."""
-    _ROUTES.append((source, step.value, cond))
-    transitions: TransitionList = source.to(
-        target,
-        cond=cond,
-        validators=_guard(step),
-        on=_action(step),
-        after=_exit_hook(step),
-    )
-    return transitions
+def snapshot_before_response(model: TurnRun) -> None:
+    """§4.10: keep the context as PRE saw it; POST checks that nothing but Response changed."""
+    model.before_response = model.scope.ctx.model_copy(deep=True)
 
 
-def _round_guard(model: TurnRun) -> None:
+def post_llm_client_once_settled(model: TurnRun) -> None:
+    """§4.9 POST, deferred while another server round follows (DESIGN.md R5).
+
+    "Exactly one outcome" holds when the loop exits; a round that goes on records
+    the check as deferred.
+    """
+    if model.scope.another_round:
+        rule_ids = step_rule_ids(PipelineStep.LLM_CLIENT, Phase.POST)
+        record = CheckRecord(PipelineStep.LLM_CLIENT.value, "POST", rule_ids, deferred=True)
+        model.emit(CheckRan(model.run_id, record))
+        return
+    post(PipelineStep.LLM_CLIENT)(model)
+
+
+def within_round_limit(model: TurnRun) -> None:
+    """The guard of ``server_tool_round``: ``max_server_tool_rounds`` (DESIGN.md R5)."""
     check_round_limit(model.scope)
 
 
-async def _record_round(model: TurnRun, source: State, target: State) -> None:
-    model.recorder.transition(TransitionRecord(SERVER_TOOL_ROUND, source.id, target.id))
-
-
-async def _complete(model: TurnRun, source: State, target: State) -> None:
+async def commit(model: TurnRun) -> None:
+    """``complete``: persist the turn and commit its transaction."""
     await complete_turn(model.scope)
-    model.recorder.transition(TransitionRecord(COMPLETE, source.id, target.id))
-
-
-async def _record_fault(model: TurnRun, source: State, target: State) -> None:
-    model.recorder.transition(TransitionRecord(FAULT, source.id, target.id))
-
-
-def _faults(*sources: State, target: State) -> TransitionList:
-    """``fault``: from every state that is not final to ``faulted``."""
-    transitions: TransitionList = sources[0].to(target, on=_record_fault)
-    for source in sources[1:]:
-        transitions = transitions | source.to(target, on=_record_fault)
-    return transitions
-
-
-_S = PipelineStep
 
 
 class TurnMachine(StateChart[TurnRun]):
@@ -237,73 +229,96 @@ class TurnMachine(StateChart[TurnRun]):
     done = State(final=True)
     faulted = State(final=True)
 
-    # §4.1
-    request_handler = _step(received, validated, _S.REQUEST_HANDLER)
-    # §4.2, §4.3 — the path out of `validated` is chosen by ctx.Type
-    session_restorer = _step(validated, session_restored, _S.SESSION_RESTORER, is_resumed)
-    agent_context_resolver = _step(
-        validated, agent_context_resolved, _S.AGENT_CONTEXT_RESOLVER, is_initial
-    )
-    # §4.4
-    client_tool_continuation_resolver = _step(
-        session_restored,
-        continuation_resolved,
-        _S.CLIENT_TOOL_CONTINUATION_RESOLVER,
-        is_continuation,
-    )
-    # §4.5
-    agent_session_creator = _step(agent_context_resolved, session_created, _S.AGENT_SESSION_CREATOR)
-    # §4.6
-    agent_context_loader = _step(
-        session_restored, agent_context_loaded, _S.AGENT_CONTEXT_LOADER, is_follow_on
-    ) | _step(continuation_resolved, agent_context_loaded, _S.AGENT_CONTEXT_LOADER)
-    # §4.7
-    prompt_content_provider_initializer = _step(
-        session_created, prompt_ready, _S.PROMPT_CONTENT_PROVIDER_INITIALIZER
-    ) | _step(agent_context_loaded, prompt_ready, _S.PROMPT_CONTENT_PROVIDER_INITIALIZER)
-    # §4.8
-    reasoner = _step(prompt_ready, reasoning, _S.REASONER)
-    # §4.9, and DESIGN.md R5's server-tool rounds
-    llm_client = _step(reasoning, llm_answered, _S.LLM_CLIENT)
-    server_tool_round = llm_answered.to(
-        reasoning, cond=needs_another_round, validators=_round_guard, on=_record_round
-    )
-    # §4.10
-    response_builder = _step(llm_answered, response_built, _S.RESPONSE_BUILDER, has_outcome)
-    complete = response_built.to(done, on=_complete)
-
-    fault = _faults(
-        received,
+    # §4.1 RequestHandler: PRE is N/A
+    request_handler = received.to(
         validated,
-        session_restored,
-        agent_context_resolved,
-        continuation_resolved,
-        session_created,
-        agent_context_loaded,
-        prompt_ready,
-        reasoning,
-        llm_answered,
-        response_built,
-        target=faulted,
+        on=run(PipelineStep.REQUEST_HANDLER),
+        after=post(PipelineStep.REQUEST_HANDLER),
     )
+    # §4.2 SessionRestorer: FollowOn and continuation
+    session_restorer = validated.to(
+        session_restored,
+        cond=is_resumed,
+        validators=pre(PipelineStep.SESSION_RESTORER),
+        on=run(PipelineStep.SESSION_RESTORER),
+        after=post(PipelineStep.SESSION_RESTORER),
+    )
+    # §4.3 AgentContextResolver: Initial
+    agent_context_resolver = validated.to(
+        agent_context_resolved,
+        cond=is_initial,
+        validators=pre(PipelineStep.AGENT_CONTEXT_RESOLVER),
+        on=run(PipelineStep.AGENT_CONTEXT_RESOLVER),
+        after=post(PipelineStep.AGENT_CONTEXT_RESOLVER),
+    )
+    # §4.4 ClientToolContinuationResolver: continuation
+    client_tool_continuation_resolver = session_restored.to(
+        continuation_resolved,
+        cond=is_continuation,
+        validators=pre(PipelineStep.CLIENT_TOOL_CONTINUATION_RESOLVER),
+        on=run(PipelineStep.CLIENT_TOOL_CONTINUATION_RESOLVER),
+        after=post(PipelineStep.CLIENT_TOOL_CONTINUATION_RESOLVER),
+    )
+    # §4.5 AgentSessionCreator: Initial
+    agent_session_creator = agent_context_resolved.to(
+        session_created,
+        validators=pre(PipelineStep.AGENT_SESSION_CREATOR),
+        on=run(PipelineStep.AGENT_SESSION_CREATOR),
+        after=post(PipelineStep.AGENT_SESSION_CREATOR),
+    )
+    # §4.6 AgentContextLoader: FollowOn, and continuation once resolved
+    agent_context_loader = session_restored.to(
+        agent_context_loaded,
+        cond=is_follow_on,
+        validators=pre(PipelineStep.AGENT_CONTEXT_LOADER),
+        on=run(PipelineStep.AGENT_CONTEXT_LOADER),
+        after=post(PipelineStep.AGENT_CONTEXT_LOADER),
+    ) | continuation_resolved.to(
+        agent_context_loaded,
+        validators=pre(PipelineStep.AGENT_CONTEXT_LOADER),
+        on=run(PipelineStep.AGENT_CONTEXT_LOADER),
+        after=post(PipelineStep.AGENT_CONTEXT_LOADER),
+    )
+    # §4.7 PromptContentProviderInitializer: every path joins here
+    prompt_content_provider_initializer = session_created.to(
+        prompt_ready,
+        validators=pre(PipelineStep.PROMPT_CONTENT_PROVIDER_INITIALIZER),
+        on=run(PipelineStep.PROMPT_CONTENT_PROVIDER_INITIALIZER),
+        after=post(PipelineStep.PROMPT_CONTENT_PROVIDER_INITIALIZER),
+    ) | agent_context_loaded.to(
+        prompt_ready,
+        validators=pre(PipelineStep.PROMPT_CONTENT_PROVIDER_INITIALIZER),
+        on=run(PipelineStep.PROMPT_CONTENT_PROVIDER_INITIALIZER),
+        after=post(PipelineStep.PROMPT_CONTENT_PROVIDER_INITIALIZER),
+    )
+    # §4.8 Reasoner
+    reasoner = prompt_ready.to(
+        reasoning,
+        validators=pre(PipelineStep.REASONER),
+        on=run(PipelineStep.REASONER),
+        after=post(PipelineStep.REASONER),
+    )
+    # §4.9 LLMClient
+    llm_client = reasoning.to(
+        llm_answered,
+        validators=pre(PipelineStep.LLM_CLIENT),
+        on=run(PipelineStep.LLM_CLIENT),
+        after=post_llm_client_once_settled,
+    )
+    # DESIGN.md R5: the engine answered the model's tool calls; call the model again
+    server_tool_round = llm_answered.to(
+        reasoning,
+        cond=needs_another_round,
+        validators=within_round_limit,
+    )
+    # §4.10 ResponseBuilder
+    response_builder = llm_answered.to(
+        response_built,
+        cond=has_outcome,
+        validators=[snapshot_before_response, pre(PipelineStep.RESPONSE_BUILDER)],
+        on=run(PipelineStep.RESPONSE_BUILDER),
+        after=post(PipelineStep.RESPONSE_BUILDER),
+    )
+    complete = response_built.to(done, on=commit)
 
-
-_ROUTES.append((TurnMachine.llm_answered, SERVER_TOOL_ROUND, needs_another_round))
-_ROUTES.append((TurnMachine.response_built, COMPLETE, None))
-
-_OUTGOING: dict[str, tuple[tuple[str, Condition | None], ...]] = {}
-for _source, _event, _cond in _ROUTES:
-    _OUTGOING[_source.id] = (*_OUTGOING.get(_source.id, ()), (_event, _cond))
-del _source, _event, _cond
-
-
-def next_event(state: str, model: TurnRun) -> str:
-    """The event that moves the turn on from ``state``: the first route whose condition holds.
-
-    The same condition callables are the transitions' ``cond``, so the runner and the
-    machine agree on the path by construction.
-    """
-    for event, cond in _OUTGOING.get(state, ()):
-        if cond is None or cond(model):
-            return event
-    raise RuntimeError(f"no transition leaves state {state!r} for this turn")
+    fault = faulted.from_.any()  # type: ignore[no-untyped-call]

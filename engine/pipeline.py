@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,18 +39,29 @@ from aptix_pipeline.steps import (
     ModeChange,
     PipelineOptions,
     Ports,
-    StepFaultError,
     StepFunction,
     ToolCallRecord,
     TurnScope,
-    described,
 )
 
+from .events import (
+    EventSink,
+    Listener,
+    StepReporter,
+    StepStarted,
+    TraceRecorder,
+    TurnEvent,
+    TurnEvents,
+    TurnFinished,
+    TurnStarted,
+    split_listeners,
+)
 from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore
-from .machine import FAULT, TurnMachine, TurnRun, next_event
+from .machine import TurnRun
 from .port_tap import PortTap, provider_name_of, tap_ports
 from .recording import RecordingOptions, RecordingTap, TurnRecording, config_digest
-from .telemetry import Telemetry, TurnRecorder
+from .runner import RUNTIMES, Runtime, Walked, compile_machine, walk
+from .telemetry import SpanBuilder, Telemetry
 from .trace import CheckRecord, StateTrace, TransitionRecord
 
 __all__ = ["Pipeline", "RequestInput", "TurnReport"]
@@ -160,19 +171,6 @@ def _caller(caller: object) -> Caller:
     )
 
 
-def _errors_of(event: str, error: Exception) -> tuple[InvokeError, ...]:
-    if isinstance(error, StepFaultError):
-        return error.errors
-    logger.exception("step %s raised", event, exc_info=error)
-    return (
-        InvokeError(
-            code=ErrorCode.INTERNAL,
-            message=f"step {event} raised {described(error)}",
-            field=event,
-        ),
-    )
-
-
 def _guarded(ports: Ports) -> Ports:
     """Ports whose store and catalogs report their own failures (``engine/guarded_ports.py``)."""
     return replace(
@@ -210,6 +208,11 @@ class Pipeline:
     OpenTelemetry provider, content per ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``).
     ``recording`` records every turn: one ``TurnRecording`` per turn, written where
     the options say and returned on ``TurnReport.recording`` (``engine/recording.py``).
+    ``listeners`` get every event of every turn (``engine/events.py``): a plain
+    function inline, a coroutine function in order from a task of the turn; one
+    that raises is logged and changes nothing. ``runtime`` is ``"compiled"`` (the
+    default: ``TurnMachine`` compiled into a table, ``engine/runner.py``) or
+    ``"statechart"`` (python-statemachine's own runtime, the reference).
     """
 
     def __init__(
@@ -220,8 +223,13 @@ class Pipeline:
         steps: Mapping[PipelineStep, StepFunction] | None = None,
         telemetry: Telemetry | None = None,
         recording: RecordingOptions | None = None,
+        listeners: Sequence[Listener] = (),
+        runtime: Runtime = "compiled",
     ) -> None:
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
         self.ports = ports
+        self.runtime: Runtime = runtime
         self.telemetry = (telemetry or Telemetry()).resolved()
         self._tracer = self.telemetry.tracer()
         self._capture_content = bool(self.telemetry.capture_content)
@@ -240,6 +248,8 @@ class Pipeline:
         self._steps: Mapping[PipelineStep, StepFunction] = (
             {**STEP_FUNCTIONS, **steps} if steps else STEP_FUNCTIONS
         )
+        self._listeners, self._async_listeners = split_listeners(listeners)
+        compile_machine()  # once per process: a machine the runner cannot run fails here
 
     async def execute(
         self,
@@ -312,50 +322,55 @@ class Pipeline:
             raw_request=request,
             initial_mode=initial_mode,
         )
-        recorder = TurnRecorder(self._tracer, self._capture_content, self._provider_name)
-        run = TurnRun(scope=scope, step_functions=self._steps, recorder=recorder)
-        errors: tuple[InvokeError, ...] = ()
-        faulted_step: str | None = None
-        states: list[str] = []
-        with recorder.turn():
+        trace = TraceRecorder()
+        subscribers: list[EventSink] = [trace]
+        if self._tracer is not None:
+            subscribers.append(
+                SpanBuilder(self._tracer, self._capture_content, self._provider_name)
+            )
+        if tap is not None:
+            subscribers.append(_StepFollower(tap))
+        subscribers.extend(self._listeners)
+        events = TurnEvents(subscribers, self._async_listeners)
+        emit, run_id = events.emit, events.run_id
+        scope.observer = StepReporter(emit, run_id, self._capture_content)
+        run = TurnRun(scope=scope, step_functions=self._steps, emit=emit, run_id=run_id)
+        walked = Walked((), (), None)
+        emit(TurnStarted(run_id, self._provider_name))
+        try:
             try:
-                machine = TurnMachine(model=run)
-                await machine.activate_initial_state()
-                states = [str(run.state)]
-                while not machine.is_terminated:
-                    source, event = str(run.state), "?"
-                    try:
-                        event = next_event(source, run)
-                        with recorder.step(event, source, scope.context):
-                            if tap is not None:
-                                tap.step = event
-                            try:
-                                await machine.send(event)
-                            except Exception as error:  # a failed guard or exit hook, a step
-                                errors, faulted_step = _errors_of(event, error), event
-                                recorder.fault(event, errors)
-                            recorder.step_ended(str(run.state), scope.context)
-                    except Exception as error:  # no route leaves the state: never raise
-                        errors, faulted_step = _errors_of(event, error), event
-                        recorder.fault(event, errors)
-                    if errors:
-                        if str(run.state) != states[-1]:  # a failed exit hook: the step was taken
-                            states.append(str(run.state))
-                        await machine.send(FAULT)
-                    states.append(str(run.state))
+                walked = await walk(run, self.runtime)
             finally:
                 if tap is not None:
                     tap.step = None
-                if errors or not states or states[-1] != "done":
+                if walked.errors or not walked.states or walked.states[-1] != "done":
                     await self._rollback(scope)
-            report = self._report(run, states, errors, faulted_step)
-            recorder.turn_ended(
-                scope.context,
-                report.result.errors,
-                scope.usage,
-                (report.session_id, report.turn_id),
-            )
+            report = self._report(run, walked, trace)
+            emit(self._finished(run_id, report, scope))
+        finally:
+            await events.close()
         return report
+
+    def _finished(self, run_id: int, report: TurnReport, scope: TurnScope) -> TurnEvent:
+        ctx = scope.context
+        agent = ctx.agent_context if ctx is not None else None
+        return TurnFinished(
+            run_id,
+            report.result,
+            context_type=str(ctx.type) if ctx is not None else None,
+            session_id=report.session_id,
+            turn_id=report.turn_id,
+            mode=ctx.mode if ctx is not None else None,
+            agent_name=agent.name if agent is not None else None,
+            agent_id=agent.id if agent is not None else None,
+            request_model=agent.model if agent is not None else None,
+            response_type=str(ctx.response_type)
+            if ctx is not None and ctx.response_type is not None
+            else None,
+            llm_calls=scope.observer.rounds if isinstance(scope.observer, StepReporter) else 0,
+            usage=scope.usage,
+            context=ctx if self._capture_content else None,
+        )
 
     def execute_sync(
         self,
@@ -391,10 +406,9 @@ class Pipeline:
             logger.exception("rollback failed")
 
     @staticmethod
-    def _report(
-        run: TurnRun, states: list[str], errors: tuple[InvokeError, ...], faulted_step: str | None
-    ) -> TurnReport:
+    def _report(run: TurnRun, walked: Walked, recorder: TraceRecorder) -> TurnReport:
         scope = run.scope
+        states, errors, faulted_step = walked.states, walked.errors, walked.faulted_step
         ctx = scope.context
         warnings = tuple(scope.warnings)
         if errors:  # nothing was persisted, so no mode change happened
@@ -408,11 +422,10 @@ class Pipeline:
             )
         session_id = _persisted_session_id(ctx, errors)
         turn_id = _persisted_turn_id(ctx, errors)
-        recorder = run.recorder
         trace = StateTrace(
             context_type=str(ctx.type) if ctx is not None else None,
             outcome="faulted" if errors else "done",
-            states=tuple(states),
+            states=states,
             entries=tuple(recorder.entries),
             session_id=session_id,
             turn_id=turn_id,
@@ -426,7 +439,7 @@ class Pipeline:
         return TurnReport(
             result=result,
             context_type=ctx.type if ctx is not None else None,
-            states=tuple(states),
+            states=states,
             transitions=trace.transitions,
             checks=trace.checks,
             tool_calls=tuple(scope.tool_calls),
@@ -440,3 +453,16 @@ class Pipeline:
             branch=None if errors else scope.branch,
             trace=trace,
         )
+
+
+class _StepFollower:
+    """Tells a port tap which step is running, so each port call it sees is named by it."""
+
+    __slots__ = ("tap",)
+
+    def __init__(self, tap: PortTap) -> None:
+        self.tap = tap
+
+    def __call__(self, event: TurnEvent) -> None:
+        if type(event) is StepStarted:
+            self.tap.step = event.step

@@ -1,9 +1,9 @@
-"""OpenTelemetry spans and the state trace of a turn, from one stream of facts.
+"""OpenTelemetry spans of a turn, built from its event stream.
 
-``TurnRecorder`` is the ``TurnObserver`` the engine gives each turn. Everything
-the machine and the steps report goes into the turn's ``StateTrace`` and, when
-tracing is on, into spans that follow the OpenTelemetry GenAI semantic
-conventions (Development status; ``GENAI_SEMCONV`` says which version):
+``SpanBuilder`` is one subscriber of the turn's events (``engine/events.py``); the
+``StateTrace`` is another. When tracing is on, it turns what the machine and the
+steps do into spans that follow the OpenTelemetry GenAI semantic conventions
+(Development status; ``GENAI_SEMCONV`` says which version):
 
 - ``invoke_agent {agent name}`` (INTERNAL): the turn — ``gen_ai.operation.name``,
   ``gen_ai.provider.name``, ``gen_ai.agent.name``/``id``, ``gen_ai.conversation.id``
@@ -30,40 +30,51 @@ timings always (DESIGN.md "Observability without leaks").
 
 With ``Telemetry(spans=False)`` no span is started at all (what a replay uses, so
 a replayed turn never sends or duplicates spans); the trace is kept either way.
+
+With content capture, each message of the conversation is serialized once per turn
+and the ``chat`` span of every round joins the texts already made, so a round's
+cost does not grow with the rounds before it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from aptix_pipeline import __version__
-from aptix_pipeline.contracts import (
-    InvokeError,
-    InvokeWarning,
-    LLMReply,
-    LLMRequest,
-    PipelineContext,
-    ToolCall,
-    ToolDefinition,
-)
-from aptix_pipeline.steps import ModeChange, ToolCallRecord
+from aptix_pipeline.contracts import ChatMessage, LLMReply, LLMRequest, PipelineContext
 
-from .trace import CheckRecord, FaultRecord, LLMCallRecord, TraceEntry, TransitionRecord
+from .events import (
+    CheckRan,
+    ModeChanged,
+    ModelCallFinished,
+    ModelCallRetried,
+    ModelCallStarted,
+    StepEnded,
+    StepStarted,
+    ToolCallHandled,
+    ToolExecuted,
+    ToolExecutionStarted,
+    TurnEvent,
+    TurnFaulted,
+    TurnFinished,
+    TurnStarted,
+    WarningRaised,
+)
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
     "GENAI_SEMCONV",
     "SCHEMA_URL",
+    "SpanBuilder",
     "Telemetry",
-    "TurnRecorder",
 ]
 
 GENAI_SEMCONV = "OpenTelemetry GenAI semantic conventions v0.1.0 (semantic-conventions-genai)"
@@ -123,27 +134,19 @@ PROVIDER = "gen_ai.provider.name"
 ERROR_TYPE = "error.type"
 
 
-def _messages_json(request: LLMRequest) -> tuple[str, str]:
-    """(system instructions, input messages) in the conventions' JSON shapes."""
-    system = [
-        {"type": "text", "content": m.content} for m in request.messages if m.role == "system"
-    ]
-    messages = []
-    for message in request.messages:
-        if message.role == "system":
-            continue
-        parts: list[dict[str, Any]] = []
-        if message.content:
-            if message.role == "tool":
-                parts.append({"type": "tool_call_response", "id": message.tool_call_id,
-                              "response": message.content})  # fmt: skip
-            else:
-                parts.append({"type": "text", "content": message.content})
-        for call in message.tool_calls or ():
-            parts.append({"type": "tool_call", "id": call.tool_call_id, "name": call.name,
-                          "arguments": call.arguments_json})  # fmt: skip
-        messages.append({"role": str(message.role), "parts": parts})
-    return json.dumps(system), json.dumps(messages)
+def _message_json(message: ChatMessage) -> dict[str, Any]:
+    """One non-system message in the conventions' input-message shape."""
+    parts: list[dict[str, Any]] = []
+    if message.content:
+        if message.role == "tool":
+            parts.append({"type": "tool_call_response", "id": message.tool_call_id,
+                          "response": message.content})  # fmt: skip
+        else:
+            parts.append({"type": "text", "content": message.content})
+    for call in message.tool_calls or ():
+        parts.append({"type": "tool_call", "id": call.tool_call_id, "name": call.name,
+                      "arguments": call.arguments_json})  # fmt: skip
+    return {"role": str(message.role), "parts": parts}
 
 
 def _output_json(reply: LLMReply) -> str:
@@ -157,133 +160,114 @@ def _output_json(reply: LLMReply) -> str:
     return json.dumps([message])
 
 
-class _LLMCall:
-    """One model call: builds its trace entry and, when tracing, its ``chat`` span."""
-
-    def __init__(self, recorder: TurnRecorder, request: LLMRequest, round_: int) -> None:
-        self.recorder, self.round = recorder, round_
-        self.retries: list[str] = []
-        self.record = LLMCallRecord(
-            round=round_,
-            mode=request.mode,
-            request_model=request.model,
-            tools=tuple(tool.name for tool in request.tools),
-            messages=len(request.messages),
-        )
-        self.span: Span | None = None
-
-    def retry(self, attempt: int, error: BaseException, wait_seconds: float) -> None:
-        self.retries.append(type(error).__name__)
-        if self.span is not None:
-            self.span.add_event(
-                "aptix.llm.retry",
-                {"aptix.llm.attempt": attempt, ERROR_TYPE: type(error).__name__,
-                 "aptix.llm.retry_wait_seconds": float(wait_seconds)},
-            )  # fmt: skip
-
-    def replied(self, reply: LLMReply, attempts: int) -> None:
-        usage = reply.usage
-        self.record = replace(
-            self.record,
-            attempts=attempts,
-            retries=tuple(self.retries),
-            response_model=reply.model,
-            response_id=reply.response_id,
-            finish_reason=reply.finish_reason,
-            tool_calls=tuple((c.tool_call_id, c.name) for c in reply.tool_calls),
-            has_text=bool(reply.text and reply.text.strip()),
-            input_tokens=usage.input_tokens if usage else None,
-            output_tokens=usage.output_tokens if usage else None,
-            text=reply.text if self.recorder.capture_content else None,
-        )
-        span = self.span
-        if span is None:
-            return
-        attributes: dict[str, Any] = {"aptix.llm.attempts": attempts}
-        if reply.model:
-            attributes["gen_ai.response.model"] = reply.model
-        if reply.response_id:
-            attributes["gen_ai.response.id"] = reply.response_id
-        if reply.finish_reason:
-            attributes["gen_ai.response.finish_reasons"] = [reply.finish_reason]
-        if usage is not None:
-            attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
-            attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
-        if self.recorder.capture_content:
-            attributes["gen_ai.output.messages"] = _output_json(reply)
-        span.set_attributes(attributes)
-
-    def failed(self, error: BaseException) -> None:
-        cause = error.__cause__ or error
-        self.record = replace(
-            self.record, retries=tuple(self.retries), attempts=len(self.retries) + 1,
-            error=type(cause).__name__,
-        )  # fmt: skip
-        if self.span is not None:
-            self.span.set_attribute(ERROR_TYPE, type(cause).__name__)
-            self.span.set_status(Status(StatusCode.ERROR, type(cause).__name__))
-
-
-class _ToolExecution:
-    def __init__(self, span: Span | None, capture: bool) -> None:
-        self.span, self.capture = span, capture
-
-    def finished(self, outcome: str, result_json: str, error: str | None) -> None:
-        span = self.span
-        if span is None:
-            return
-        span.set_attribute("aptix.tool.outcome", outcome)
-        if self.capture:
-            span.set_attribute("gen_ai.tool.call.result", result_json)
-        if error is not None:
-            span.set_attribute(ERROR_TYPE, outcome)
-            span.set_status(Status(StatusCode.ERROR, outcome))
-
-
-@dataclass(slots=True)
-class TurnRecorder:
-    """The state trace and spans of one turn; the ``TurnObserver`` its steps report to."""
-
-    tracer: Tracer | None = None
-    capture_content: bool = False
-    provider_name: str = "aptix"
-    entries: list[TraceEntry] = field(default_factory=list)
-    _rounds: int = 0
-    _turn_span: Span | None = None
-    _step_span: Span | None = None
-    _step_taken: bool = False
-
-    # --- the turn and its steps (engine side) ---------------------------------------
-
-    def _span(
-        self, name: str, kind: SpanKind, attributes: Callable[[], dict[str, Any]]
-    ) -> AbstractContextManager[Span | None]:
-        """A current span, or nothing when tracing is off (attributes built only when on)."""
-        if self.tracer is None:
-            return nullcontext(None)
-        return self.tracer.start_as_current_span(
-            name, kind=kind, attributes=attributes(), record_exception=False,
-            set_status_on_exception=False,
+def _turn_content(ctx: PipelineContext, attributes: dict[str, Any]) -> None:
+    """The request's user content and the response text (content capture only)."""
+    envelope = ctx.envelope
+    parts: list[dict[str, Any]] = []
+    if envelope.instructions:
+        parts.append({"type": "text", "content": envelope.instructions})
+    for artifact in envelope.input_artifacts or ():
+        parts.append({"type": "file", "name": artifact.relative_path,
+                      "mime_type": artifact.mime_type,
+                      "content": artifact.contents})  # fmt: skip
+    for image in envelope.clip_board_images or ():
+        parts.append({"type": "blob", "modality": "image", "mime_type": image.mime_type,
+                      "content": image.data_base64})  # fmt: skip
+    if parts:
+        attributes["gen_ai.input.messages"] = json.dumps([{"role": "user", "parts": parts}])
+    response = ctx.response
+    text = response.primary_output_text if response is not None else None
+    if text:
+        attributes["gen_ai.output.messages"] = json.dumps(
+            [{"role": "assistant", "finish_reason": "stop",
+              "parts": [{"type": "text", "content": text}]}]
         )  # fmt: skip
 
-    @contextmanager
-    def turn(self) -> Iterator[None]:
-        """The ``invoke_agent`` span around the whole turn (when tracing)."""
+
+class _Open:
+    """A span of the turn and the context token that made it current."""
+
+    __slots__ = ("span", "token")
+
+    def __init__(self, span: Span, token: object) -> None:
+        self.span, self.token = span, token
+
+    def close(self) -> None:
+        self.span.end()
+        otel_context.detach(self.token)  # type: ignore[arg-type]
+
+
+class SpanBuilder:
+    """The subscriber that turns one turn's events into OpenTelemetry spans.
+
+    See the module docstring for the spans and their attributes. Each span is made
+    current while it is open, so a host's own spans (an HTTP client's, a tool's)
+    nest under the step, model call or tool execution that made them.
+    """
+
+    __slots__ = (
+        "_chat", "_handlers", "_messages", "_step", "_step_failed_rules", "_tool",
+        "_tool_definitions", "_turn", "_usage", "capture_content", "provider_name", "tracer",
+    )  # fmt: skip
+
+    def __init__(self, tracer: Tracer, capture_content: bool, provider_name: str) -> None:
+        self.tracer, self.capture_content, self.provider_name = (
+            tracer,
+            capture_content,
+            provider_name,
+        )
+        self._turn: _Open | None = None
+        self._step: _Open | None = None
+        self._chat: _Open | None = None
+        self._tool: _Open | None = None
+        self._step_failed_rules: set[str] = set()
+        self._usage: list[tuple[int, int]] = []
+        # Content capture: each message is serialized once per turn, not once per round.
+        self._messages: dict[int, tuple[ChatMessage, str]] = {}
+        self._tool_definitions: tuple[tuple[int, ...], str] | None = None
+        self._handlers: dict[type[TurnEvent], Callable[[Any], None]] = {
+            TurnStarted: self._turn_started,
+            TurnFinished: self._turn_finished,
+            StepStarted: self._step_started,
+            StepEnded: self._step_ended,
+            CheckRan: self._check,
+            TurnFaulted: self._fault,
+            ModelCallStarted: self._chat_started,
+            ModelCallRetried: self._chat_retried,
+            ModelCallFinished: self._chat_finished,
+            ToolExecutionStarted: self._tool_started,
+            ToolExecuted: self._tool_finished,
+            ToolCallHandled: self._tool_call,
+            ModeChanged: self._mode_changed,
+            WarningRaised: self._warned,
+        }
+
+    def __call__(self, event: TurnEvent) -> None:
+        """Update the spans for ``event``."""
+        handler = self._handlers.get(type(event))
+        if handler is not None:
+            handler(event)
+
+    def _open(self, name: str, kind: SpanKind, attributes: dict[str, Any]) -> _Open:
+        span = self.tracer.start_span(name, kind=kind, attributes=attributes)
+        return _Open(span, otel_context.attach(trace.set_span_in_context(span)))
+
+    @staticmethod
+    def _current() -> Span | None:
+        """The span an event belongs to (a tool's, a model call's, a step's)."""
+        span = trace.get_current_span()
+        return span if span.is_recording() else None
+
+    # --- the turn --------------------------------------------------------------------
+
+    def _turn_started(self, event: TurnStarted) -> None:
         attributes = {OPERATION: "invoke_agent", PROVIDER: self.provider_name}
-        with self._span("invoke_agent", SpanKind.INTERNAL, lambda: attributes) as span:
-            self._turn_span = span
-            yield
+        self._turn = self._open("invoke_agent", SpanKind.INTERNAL, attributes)
 
-    def turn_ended(
-        self,
-        ctx: PipelineContext | None,
-        errors: Sequence[InvokeError],
-        usage: Any,
-        stored: tuple[str | None, str | None] = (None, None),
-    ) -> None:
+    def _turn_finished(self, event: TurnFinished) -> None:
         """Name the turn's span after its agent and set what is known only at the end.
 
-        ``stored`` is the (session, turn) ids the store holds afterwards: a failed
+        ``session_id``/``turn_id`` are what the store holds afterwards: a failed
         Initial turn's ids name nothing, so they are not put on the span (D59).
 
         ``gen_ai.usage.*`` sum this request's own model calls (its ``chat`` spans), so
@@ -291,38 +275,38 @@ class TurnRecorder:
         turn's total over its continuations too, the response's ``Usage`` (D31) —
         goes to ``aptix.turn.usage.*``.
         """
-        span = self._turn_span
-        if span is None:
+        opened = self._turn
+        if opened is None:
             return
-        attributes: dict[str, Any] = {"aptix.llm.calls": self._rounds}
-        if ctx is not None:
-            attributes["aptix.context.type"] = str(ctx.type)
-            session_id, turn_id = stored
-            if session_id is not None:
-                attributes["gen_ai.conversation.id"] = session_id
-            if turn_id is not None:
-                attributes["aptix.turn.id"] = turn_id
-            if ctx.mode:
-                attributes["aptix.mode"] = ctx.mode
-            agent = ctx.agent_context
-            if agent is not None:
-                attributes["gen_ai.agent.name"] = agent.name
-                attributes["gen_ai.agent.id"] = agent.id
-                if agent.model:
-                    attributes["gen_ai.request.model"] = agent.model
-                span.update_name(f"invoke_agent {agent.name}")
-            if ctx.response_type is not None:
-                attributes["aptix.response.type"] = str(ctx.response_type)
-            if self.capture_content:
-                self._turn_content(ctx, attributes)
-        reported = [c for c in self.entries if isinstance(c, LLMCallRecord)
-                    and (c.input_tokens is not None or c.output_tokens is not None)]  # fmt: skip
-        if reported:
-            attributes["gen_ai.usage.input_tokens"] = sum(c.input_tokens or 0 for c in reported)
-            attributes["gen_ai.usage.output_tokens"] = sum(c.output_tokens or 0 for c in reported)
+        self._turn = None
+        span = opened.span
+        attributes: dict[str, Any] = {"aptix.llm.calls": event.llm_calls}
+        if event.context_type is not None:
+            attributes["aptix.context.type"] = event.context_type
+            if event.session_id is not None:
+                attributes["gen_ai.conversation.id"] = event.session_id
+            if event.turn_id is not None:
+                attributes["aptix.turn.id"] = event.turn_id
+            if event.mode:
+                attributes["aptix.mode"] = event.mode
+            if event.agent_name is not None:
+                attributes["gen_ai.agent.name"] = event.agent_name
+                attributes["gen_ai.agent.id"] = event.agent_id
+                if event.request_model:
+                    attributes["gen_ai.request.model"] = event.request_model
+                span.update_name(f"invoke_agent {event.agent_name}")
+            if event.response_type is not None:
+                attributes["aptix.response.type"] = event.response_type
+            if event.context is not None:
+                _turn_content(event.context, attributes)
+        if self._usage:
+            attributes["gen_ai.usage.input_tokens"] = sum(used for used, _ in self._usage)
+            attributes["gen_ai.usage.output_tokens"] = sum(made for _, made in self._usage)
+        usage = event.usage
         if usage is not None:
             attributes["aptix.turn.usage.input_tokens"] = usage.input_tokens
             attributes["aptix.turn.usage.output_tokens"] = usage.output_tokens
+        errors = event.result.errors
         if errors:
             codes = [str(error.code) for error in errors]
             attributes[ERROR_TYPE] = codes[0]
@@ -332,76 +316,45 @@ class TurnRecorder:
                 attributes["aptix.rule.failed_ids"] = rules
             span.set_status(Status(StatusCode.ERROR, codes[0]))
         span.set_attributes(attributes)
+        opened.close()
 
-    @staticmethod
-    def _turn_content(ctx: PipelineContext, attributes: dict[str, Any]) -> None:
-        """The request's user content and the response text (content capture only)."""
-        envelope = ctx.envelope
-        parts: list[dict[str, Any]] = []
-        if envelope.instructions:
-            parts.append({"type": "text", "content": envelope.instructions})
-        for artifact in envelope.input_artifacts or ():
-            parts.append({"type": "file", "name": artifact.relative_path,
-                          "mime_type": artifact.mime_type,
-                          "content": artifact.contents})  # fmt: skip
-        for image in envelope.clip_board_images or ():
-            parts.append({"type": "blob", "modality": "image", "mime_type": image.mime_type,
-                          "content": image.data_base64})  # fmt: skip
-        if parts:
-            attributes["gen_ai.input.messages"] = json.dumps([{"role": "user", "parts": parts}])
-        response = ctx.response
-        text = response.primary_output_text if response is not None else None
-        if text:
-            attributes["gen_ai.output.messages"] = json.dumps(
-                [{"role": "assistant", "finish_reason": "stop",
-                  "parts": [{"type": "text", "content": text}]}]
-            )  # fmt: skip
+    # --- the steps -------------------------------------------------------------------
 
-    @contextmanager
-    def step(self, event: str, source: str, ctx: PipelineContext | None) -> Iterator[None]:
-        """The ``step {event}`` span around one transition (when tracing)."""
+    def _step_started(self, event: StepStarted) -> None:
+        attributes: dict[str, Any] = {
+            "aptix.step.name": event.step,
+            "aptix.step.from": event.source,
+        }
+        if event.context_type is not None:
+            attributes["aptix.context.type"] = event.context_type
+        self._step = self._open(f"step {event.step}", SpanKind.INTERNAL, attributes)
 
-        def attributes() -> dict[str, Any]:
-            found: dict[str, Any] = {"aptix.step.name": event, "aptix.step.from": source}
-            if ctx is not None:
-                found["aptix.context.type"] = str(ctx.type)
-            return found
+    def _step_ended(self, event: StepEnded) -> None:
+        """Where the transition went and the mode it left.
 
-        with self._span(f"step {event}", SpanKind.INTERNAL, attributes) as span:
-            self._step_span, self._step_taken = span, False
-            try:
-                yield
-            finally:
-                self._step_span = None
-
-    def step_ended(self, target: str, ctx: PipelineContext | None) -> None:
-        """Where the transition went and the mode it left (on the open step span).
-
-        ``aptix.step.to`` only for a transition taken (the trace recorded it): a step
-        stopped by its guard or by raising stays where it was and goes nowhere. The
-        context type is set here too, for ``request_handler``, which makes the context.
+        ``aptix.step.to`` only for a transition taken: a step stopped by its guard or
+        by raising stays where it was and goes nowhere. The context type is set here
+        too, for ``request_handler``, which makes the context.
         """
-        span = self._step_span
-        if span is None:
+        opened = self._step
+        if opened is None:
             return
-        if self._step_taken:
-            span.set_attribute("aptix.step.to", target)
-        if ctx is not None:
-            span.set_attribute("aptix.context.type", str(ctx.type))
-        if ctx is not None and ctx.mode:
-            span.set_attribute("aptix.mode", ctx.mode)
+        self._step = None
+        span = opened.span
+        if event.taken:
+            span.set_attribute("aptix.step.to", event.state)
+        if event.context_type is not None:
+            span.set_attribute("aptix.context.type", event.context_type)
+            if event.mode:
+                span.set_attribute("aptix.mode", event.mode)
+        opened.close()
 
-    def transition(self, record: TransitionRecord) -> None:
-        """The machine took a transition (recorded once the step's work is done)."""
-        self._step_taken = True
-        self.entries.append(record)
-
-    def check(self, record: CheckRecord) -> None:
-        """A guard or exit hook ran."""
-        self.entries.append(record)
-        span = self._step_span
-        if span is None:
+    def _check(self, event: CheckRan) -> None:
+        record = event.check
+        self._step_failed_rules.update(record.failed)
+        if self._step is None:
             return
+        span = self._step.span
         prefix = "aptix.guard" if record.phase == "PRE" else "aptix.exit_hook"
         span.set_attributes(
             {
@@ -417,127 +370,149 @@ class TurnRecorder:
                  "aptix.check.phase": record.phase},
             )  # fmt: skip
 
-    def fault(self, step: str, errors: Sequence[InvokeError]) -> None:
-        """The turn faulted at ``step`` with ``errors``."""
-        record = FaultRecord(
-            step,
-            tuple(str(error.code) for error in errors),
-            tuple(error.rule_id for error in errors if error.rule_id),
-        )
-        self.entries.append(record)
-        span = self._step_span
-        if span is None:
+    def _fault(self, event: TurnFaulted) -> None:
+        if self._step is None:
             return
+        record, span = event.fault, self._step.span
         span.set_attribute(ERROR_TYPE, record.error_codes[0] if record.error_codes else "_OTHER")
         span.set_status(Status(StatusCode.ERROR, ", ".join(record.error_codes)))
-        checked = {
-            rule
-            for check in self.entries
-            if isinstance(check, CheckRecord)
-            for rule in check.failed
-        }
         for rule_id in record.rule_ids:
-            if rule_id not in checked:  # a step's own rule (a guard's is already an event)
+            if rule_id not in self._step_failed_rules:  # a step's own rule, not a guard's
                 span.add_event("aptix.rule.failed", {"aptix.rule.id": rule_id,
-                                                     "aptix.step.name": step})  # fmt: skip
+                                                     "aptix.step.name": record.step})  # fmt: skip
 
-    # --- TurnObserver (steps side) -------------------------------------------------
+    # --- model calls -----------------------------------------------------------------
 
-    def _current_span(self) -> Span | None:
-        """The span an event belongs to (a tool's, a model call's, a step's), when tracing."""
-        if self.tracer is None:
-            return None
-        span = trace.get_current_span()
-        return span if span.is_recording() else None
-
-    @contextmanager
-    def llm_call(self, request: LLMRequest) -> Iterator[_LLMCall]:
-        """One model call: its ``chat`` span and its trace entry."""
-        self._rounds += 1
-        call = _LLMCall(self, request, self._rounds)
-        name = f"chat {request.model}" if request.model else "chat"
-        with self._span(
-            name, SpanKind.CLIENT, lambda: self._chat_attributes(request, call.round)
-        ) as span:
-            call.span = span
-            try:
-                yield call
-            except BaseException as error:
-                call.failed(error)
-                raise
-            finally:
-                self.entries.append(call.record)
-
-    def _chat_attributes(self, request: LLMRequest, round_: int) -> dict[str, Any]:
+    def _chat_started(self, event: ModelCallStarted) -> None:
         attributes: dict[str, Any] = {
             OPERATION: "chat",
             PROVIDER: self.provider_name,
-            "aptix.llm.round": round_,
-            "aptix.mode": request.mode,
+            "aptix.llm.round": event.round,
+            "aptix.mode": event.mode,
         }
-        if request.model:
-            attributes["gen_ai.request.model"] = request.model
-        if self.capture_content:
-            system, messages = _messages_json(request)
-            attributes["gen_ai.system_instructions"] = system
-            attributes["gen_ai.input.messages"] = messages
-            attributes["gen_ai.tool.definitions"] = json.dumps(
+        if event.model:
+            attributes["gen_ai.request.model"] = event.model
+        if event.request is not None:
+            self._chat_content(event.request, attributes)
+        name = f"chat {event.model}" if event.model else "chat"
+        self._chat = self._open(name, SpanKind.CLIENT, attributes)
+
+    def _chat_content(self, request: LLMRequest, attributes: dict[str, Any]) -> None:
+        """The conversation, as the conventions want it, from per-message JSON kept per turn."""
+        system = [{"type": "text", "content": m.content} for m in request.messages
+                  if m.role == "system"]  # fmt: skip
+        texts = []
+        for message in request.messages:
+            if message.role == "system":
+                continue
+            known = self._messages.get(id(message))
+            if known is None or known[0] is not message:
+                known = (message, json.dumps(_message_json(message)))
+                self._messages[id(message)] = known
+            texts.append(known[1])
+        attributes["gen_ai.system_instructions"] = json.dumps(system)
+        attributes["gen_ai.input.messages"] = f"[{', '.join(texts)}]"
+        key = tuple(id(tool) for tool in request.tools)
+        if self._tool_definitions is None or self._tool_definitions[0] != key:
+            definitions = json.dumps(
                 [{"type": "function", "name": t.name, "description": t.description,
                   "parameters": t.parameters} for t in request.tools]
             )  # fmt: skip
-        return attributes
+            self._tool_definitions = (key, definitions)
+        attributes["gen_ai.tool.definitions"] = self._tool_definitions[1]
 
-    @contextmanager
-    def tool_execution(
-        self, call: ToolCall, tool: ToolDefinition, arguments: Any
-    ) -> Iterator[_ToolExecution]:
-        """One server-side tool execution: its ``execute_tool`` span."""
-
-        def attributes() -> dict[str, Any]:
-            found: dict[str, Any] = {
-                OPERATION: "execute_tool",
-                "gen_ai.tool.name": tool.name,
-                "gen_ai.tool.call.id": call.tool_call_id,
-                "gen_ai.tool.type": "function",
-            }
-            if tool.description:
-                found["gen_ai.tool.description"] = tool.description
-            if self.capture_content:
-                found["gen_ai.tool.call.arguments"] = json.dumps(arguments, default=str)
-            return found
-
-        with self._span(f"execute_tool {tool.name}", SpanKind.INTERNAL, attributes) as span:
-            yield _ToolExecution(span, self.capture_content)
-
-    def tool_call(self, record: ToolCallRecord, rejection_kind: str | None = None) -> None:
-        """What became of one of the model's tool calls."""
-        self.entries.append(record)
-        if rejection_kind is None and record.rule_id is None:
+    def _chat_retried(self, event: ModelCallRetried) -> None:
+        if self._chat is None:
             return
-        span = self._current_span()
+        self._chat.span.add_event(
+            "aptix.llm.retry",
+            {"aptix.llm.attempt": event.attempt, ERROR_TYPE: event.error_type,
+             "aptix.llm.retry_wait_seconds": event.wait_seconds},
+        )  # fmt: skip
+
+    def _chat_finished(self, event: ModelCallFinished) -> None:
+        call = event.call
+        if call.input_tokens is not None or call.output_tokens is not None:
+            self._usage.append((call.input_tokens or 0, call.output_tokens or 0))
+        opened = self._chat
+        if opened is None:
+            return
+        self._chat = None
+        span = opened.span
+        if event.replied:
+            attributes: dict[str, Any] = {"aptix.llm.attempts": call.attempts}
+            if call.response_model:
+                attributes["gen_ai.response.model"] = call.response_model
+            if call.response_id:
+                attributes["gen_ai.response.id"] = call.response_id
+            if call.finish_reason:
+                attributes["gen_ai.response.finish_reasons"] = [call.finish_reason]
+            if call.input_tokens is not None or call.output_tokens is not None:
+                attributes["gen_ai.usage.input_tokens"] = call.input_tokens
+                attributes["gen_ai.usage.output_tokens"] = call.output_tokens
+            if event.reply is not None:
+                attributes["gen_ai.output.messages"] = _output_json(event.reply)
+            span.set_attributes(attributes)
+        if call.error is not None:
+            span.set_attribute(ERROR_TYPE, call.error)
+            span.set_status(Status(StatusCode.ERROR, call.error))
+        opened.close()
+
+    # --- tools, mode changes, warnings -----------------------------------------------
+
+    def _tool_started(self, event: ToolExecutionStarted) -> None:
+        attributes: dict[str, Any] = {
+            OPERATION: "execute_tool",
+            "gen_ai.tool.name": event.name,
+            "gen_ai.tool.call.id": event.tool_call_id,
+            "gen_ai.tool.type": "function",
+        }
+        if event.description:
+            attributes["gen_ai.tool.description"] = event.description
+        if self.capture_content:
+            attributes["gen_ai.tool.call.arguments"] = json.dumps(event.arguments, default=str)
+        self._tool = self._open(f"execute_tool {event.name}", SpanKind.INTERNAL, attributes)
+
+    def _tool_finished(self, event: ToolExecuted) -> None:
+        opened = self._tool
+        if opened is None:
+            return
+        self._tool = None
+        span = opened.span
+        if event.outcome is not None:
+            span.set_attribute("aptix.tool.outcome", event.outcome)
+            if event.result_json is not None:
+                span.set_attribute("gen_ai.tool.call.result", event.result_json)
+            if event.failed:
+                span.set_attribute(ERROR_TYPE, event.outcome)
+                span.set_status(Status(StatusCode.ERROR, event.outcome))
+        opened.close()
+
+    def _tool_call(self, event: ToolCallHandled) -> None:
+        record, kind = event.record, event.rejection_kind
+        if kind is None and record.rule_id is None:
+            return
+        span = self._current()
         if span is None:
             return
-        event = {
+        name = {
             None: "aptix.rule.failed",  # a server tool's own refusal (agent_change_mode)
             "container_invocation": "aptix.tool.container_invocation_error",
             "argument_validation": "aptix.tool.argument_validation_error",
-        }.get(rejection_kind, "aptix.tool.unknown")
+        }.get(kind, "aptix.tool.unknown")
         attributes: dict[str, Any] = {
             "gen_ai.tool.name": record.name,
             "gen_ai.tool.call.id": record.tool_call_id,
         }
         if record.rule_id:
             attributes["aptix.rule.id"] = record.rule_id
-        span.add_event(event, attributes)
+        span.add_event(name, attributes)
 
-    def mode_changed(self, change: ModeChange) -> None:
-        """A persisted mode change (AGN-011 §5.2); its reason only with content capture."""
-        if not self.capture_content:
-            change = replace(change, reason=None)
-        self.entries.append(change)
-        span = self._current_span()
+    def _mode_changed(self, event: ModeChanged) -> None:
+        span = self._current()
         if span is None:
             return
+        change = event.change
         attributes: dict[str, Any] = {
             "aptix.mode.previous": change.previous_mode,
             "aptix.mode.new": change.new_mode,
@@ -548,12 +523,11 @@ class TurnRecorder:
             attributes["aptix.mode.reason"] = change.reason
         span.add_event("aptix.mode.changed", attributes)
 
-    def warned(self, warning: InvokeWarning) -> None:
-        """A warning of the turn (DESIGN.md R8's several mode changes among them)."""
-        self.entries.append(warning)
-        span = self._current_span()
+    def _warned(self, event: WarningRaised) -> None:
+        span = self._current()
         if span is None:
             return
+        warning = event.warning
         attributes: dict[str, Any] = {"aptix.warning.code": warning.code}
         if warning.rule_id:
             attributes["aptix.rule.id"] = warning.rule_id

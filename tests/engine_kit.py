@@ -35,7 +35,7 @@ from aptix_pipeline.contracts import (
     ToolExecutor,
     Turn,
 )
-from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, Telemetry
+from aptix_pipeline.engine import Listener, Pipeline, PipelineOptions, Ports, Runtime, Telemetry
 from aptix_pipeline.steps import StepFunction
 
 __all__ = [
@@ -115,6 +115,8 @@ def make_pipeline(
     options: PipelineOptions | None = None,
     steps: Mapping[PipelineStep, StepFunction] | None = None,
     telemetry: Telemetry | None = None,
+    runtime: Runtime = "compiled",
+    listeners: Sequence[Listener] = (),
 ) -> tuple[Pipeline, ScriptedLLM | None]:
     """A pipeline on ``store`` with deterministic clock and ids.
 
@@ -122,7 +124,8 @@ def make_pipeline(
     any LLM port. ``config`` is catalog TOML text (default: the built-in catalog);
     ``tools`` adds server tool executors to the built-in ones. Retries do not wait.
     ``telemetry`` is the pipeline's (default: spans to the global provider, the
-    API's no-op unless a test configured the SDK).
+    API's no-op unless a test configured the SDK); ``runtime`` the turn runner's;
+    ``listeners`` get every event of every turn.
     """
     llm: LLM
     scripted: ScriptedLLM | None
@@ -142,7 +145,10 @@ def make_pipeline(
         tools={**BUILTIN_TOOLS, **(tools or {})},
     )
     opts = options or PipelineOptions(retry_wait_seconds=0, retry_max_wait_seconds=0)
-    return Pipeline(ports, opts, steps=steps, telemetry=telemetry), scripted
+    pipeline = Pipeline(
+        ports, opts, steps=steps, telemetry=telemetry, runtime=runtime, listeners=listeners
+    )
+    return pipeline, scripted
 
 
 def ok(result: InvokeResult[AgentExecuteResponse]) -> AgentExecuteResponse:

@@ -57,7 +57,14 @@ from aptix_pipeline.contracts import (
     StoreConflictError,
     ToolInvocation,
 )
-from aptix_pipeline.engine import Pipeline, PipelineOptions, Telemetry, TurnReport
+from aptix_pipeline.engine import (
+    Listener,
+    Pipeline,
+    PipelineOptions,
+    Runtime,
+    Telemetry,
+    TurnReport,
+)
 from aptix_pipeline.steps import StepFunction
 
 __all__ = [
@@ -84,6 +91,8 @@ class Kit:
 
     store: Store
     telemetry: Telemetry | None = None
+    runtime: Runtime = "compiled"
+    listeners: Sequence[Listener] = ()
     reports: list[TurnReport] = field(default_factory=list)
 
     def pipeline(
@@ -97,7 +106,7 @@ class Kit:
         """``make_pipeline`` on this kit's store and telemetry."""
         pipeline, _ = make_pipeline(
             self.store, replies, config=config, tools=tools, options=options,
-            telemetry=self.telemetry,
+            telemetry=self.telemetry, runtime=self.runtime, listeners=self.listeners,
         )  # fmt: skip
         return pipeline
 
@@ -110,8 +119,9 @@ class Kit:
     ) -> Pipeline:
         """``base`` (same script, clock and ids) with ports or steps replaced."""
         return Pipeline(
-            replace(base.ports, **ports), base.options, steps=steps, telemetry=self.telemetry
-        )
+            replace(base.ports, **ports), base.options, steps=steps, telemetry=self.telemetry,
+            runtime=self.runtime, listeners=self.listeners,
+        )  # fmt: skip
 
     async def run(
         self,
@@ -144,9 +154,15 @@ def scenario(function: Scenario) -> Scenario:
     return function
 
 
-async def run_scenario(name: str, store: Store, telemetry: Telemetry | None = None) -> Kit:
-    """Run scenario ``name`` on ``store``; the kit holds its reports."""
-    kit = Kit(store, telemetry)
+async def run_scenario(
+    name: str,
+    store: Store,
+    telemetry: Telemetry | None = None,
+    runtime: Runtime = "compiled",
+    listeners: Sequence[Listener] = (),
+) -> Kit:
+    """Run scenario ``name`` on ``store`` with ``runtime``; the kit holds its reports."""
+    kit = Kit(store, telemetry, runtime, listeners)
     await SCENARIOS[name](kit)
     return kit
 

@@ -1,0 +1,542 @@
+"""The turn's event stream: typed, frozen facts, in the order they happen.
+
+The runner emits what the machine does (a step starts, a guard or exit hook ran, a
+transition was taken, a fault); the steps report what they do through the
+``TurnObserver`` port (``steps/observer.py``), which ``StepReporter`` turns into
+events (a model call started, retried, finished; a tool executed; a tool call's
+verdict; a mode change; a warning). The ``StateTrace`` (``engine/trace.py``) and
+the OpenTelemetry spans (``engine/telemetry.py``) are two subscribers of this
+stream; a host adds its own with ``Pipeline(listeners=[...])`` (DESIGN.md "One
+event stream", STYLE.md "Cross-cutting work listens").
+
+What an event holds:
+
+- every event carries ``run_id``, the turn's number in this process, so a listener
+  shared by concurrent turns can tell them apart;
+- no user content unless the pipeline captures content (``Telemetry(capture_content=
+  True)``): the fields that hold it (``ModelCallStarted.request``,
+  ``ModelCallFinished.reply``, ``ToolExecutionStarted.arguments``,
+  ``ToolExecuted.result_json``, ``ModeChanged``'s reason, ``TurnFinished.context``)
+  are ``None`` otherwise. ``TurnFinished.result`` is the exception: it is the
+  ``InvokeResult`` the host is handed anyway.
+
+Listeners: a listener is a callable taking one event. A plain function is called
+inline, as the event happens, so it must be quick; a coroutine function is
+awaited in event order by a task of the turn, so a slow one does not hold the turn
+up, and the turn returns once it has seen ``TurnFinished``. A listener that raises
+is logged with its traceback and changes nothing: the turn, the other listeners
+and the following events go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any, TypeAlias
+
+from aptix_pipeline.contracts import (
+    AgentExecuteResponse,
+    InvokeError,
+    InvokeResult,
+    InvokeWarning,
+    LLMReply,
+    LLMRequest,
+    PipelineContext,
+    ToolCall,
+    ToolDefinition,
+    Usage,
+)
+from aptix_pipeline.steps import ModeChange, ToolCallRecord
+
+from .trace import CheckRecord, FaultRecord, LLMCallRecord, TraceEntry, TransitionRecord
+
+__all__ = [
+    "CheckRan",
+    "EventSink",
+    "Listener",
+    "ModeChanged",
+    "ModelCallFinished",
+    "ModelCallRetried",
+    "ModelCallStarted",
+    "StepEnded",
+    "StepReporter",
+    "StepStarted",
+    "ToolCallHandled",
+    "ToolExecuted",
+    "ToolExecutionStarted",
+    "TraceRecorder",
+    "TransitionTaken",
+    "TurnEvent",
+    "TurnEvents",
+    "TurnFaulted",
+    "TurnFinished",
+    "TurnStarted",
+    "WarningRaised",
+]
+
+logger = logging.getLogger("aptix_pipeline")
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEvent:
+    """Base of every event: ``run_id`` numbers the turn within this process."""
+
+    run_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStarted(TurnEvent):
+    """A turn begins (before its request is parsed)."""
+
+    provider_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepStarted(TurnEvent):
+    """The runner is about to take ``step`` from ``source`` (its guard runs next).
+
+    ``context_type`` is ``None`` until the RequestHandler made the context.
+    """
+
+    step: str
+    source: str
+    context_type: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRan(TurnEvent):
+    """A guard (PRE) or exit hook (POST) ran: the rules it checked, those that failed."""
+
+    check: CheckRecord
+
+    @property
+    def passed(self) -> bool:
+        """No rule failed (a deferred check passes)."""
+        return not self.check.failed
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionTaken(TurnEvent):
+    """The step's work is done and the machine moved to its target (its exit hook runs next)."""
+
+    transition: TransitionRecord
+
+
+@dataclass(frozen=True, slots=True)
+class StepEnded(TurnEvent):
+    """The step is over: ``taken`` says whether the machine moved (``state`` is where it is)."""
+
+    step: str
+    state: str
+    taken: bool
+    context_type: str | None
+    mode: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallStarted(TurnEvent):
+    """A call of the LLM port begins (AGN-036 §4.9); ``round`` counts from 1 (DESIGN.md R5).
+
+    ``request`` is the request itself only with content capture.
+    """
+
+    round: int
+    mode: str
+    model: str | None
+    tools: tuple[str, ...]
+    messages: int
+    request: LLMRequest | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallRetried(TurnEvent):
+    """Attempt ``attempt`` of a model call failed; the next starts after ``wait_seconds``."""
+
+    round: int
+    attempt: int
+    error_type: str
+    wait_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallFinished(TurnEvent):
+    """A model call ended: ``call`` is its trace entry (``call.error`` when it failed).
+
+    ``replied`` says whether the model answered (a call can fail after its reply, when
+    the step raises); ``reply`` is the model's reply only with content capture.
+    """
+
+    call: LLMCallRecord
+    replied: bool
+    reply: LLMReply | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecutionStarted(TurnEvent):
+    """A server-side tool starts (AGN-011 §5, DESIGN.md R5); ``arguments`` with capture only."""
+
+    tool_call_id: str
+    name: str
+    description: str | None
+    arguments: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecuted(TurnEvent):
+    """A server-side tool ended.
+
+    ``outcome`` is ``ToolCallRecord.outcome`` (``None`` when the execution stopped
+    before it reported one); ``failed`` when it ended in an error; ``result_json``
+    with capture only.
+    """
+
+    tool_call_id: str
+    name: str
+    outcome: str | None
+    failed: bool
+    result_json: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallHandled(TurnEvent):
+    """What became of one of the model's tool calls (sent to the client, executed, refused).
+
+    ``rejection_kind`` says why a call was refused: ``unknown_tool``,
+    ``container_invocation`` or ``argument_validation``.
+    """
+
+    record: ToolCallRecord
+    rejection_kind: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModeChanged(TurnEvent):
+    """A mode change was persisted (AGN-011 §5.2); its reason only with content capture."""
+
+    change: ModeChange
+
+
+@dataclass(frozen=True, slots=True)
+class WarningRaised(TurnEvent):
+    """The turn raised a warning (DESIGN.md R8's several mode changes among them)."""
+
+    warning: InvokeWarning
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFaulted(TurnEvent):
+    """The turn faulted at ``fault.step``; ``errors`` are the result's errors."""
+
+    fault: FaultRecord
+    errors: tuple[InvokeError, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFinished(TurnEvent):
+    """The turn is over: its result, and what the store holds afterwards.
+
+    ``session_id``/``turn_id`` name what exists in the store (a failed Initial turn
+    created nothing); ``llm_calls`` counts this request's model calls; ``usage`` is
+    the turn's total over its continuations too (the response's ``Usage``);
+    ``context`` is the turn's pipeline context, with content capture only.
+    """
+
+    result: InvokeResult[AgentExecuteResponse]
+    context_type: str | None
+    session_id: str | None
+    turn_id: str | None
+    mode: str | None
+    agent_name: str | None
+    agent_id: str | None
+    request_model: str | None
+    response_type: str | None
+    llm_calls: int
+    usage: Usage | None
+    context: PipelineContext | None = None
+
+    @property
+    def successful(self) -> bool:
+        """Whether the turn produced a response."""
+        return self.result.successful
+
+
+EventSink: TypeAlias = Callable[[TurnEvent], None]
+"""Where the machine's callbacks and the steps' reports send an event."""
+
+Listener: TypeAlias = Callable[[TurnEvent], None] | Callable[[TurnEvent], Awaitable[None]]
+"""A host's subscriber: a function, or a coroutine function, of one event."""
+
+_RUN_IDS = itertools.count(1)
+
+
+def _is_async(listener: Listener) -> bool:
+    call = getattr(listener, "__call__", None)  # noqa: B004 - a callable object's method
+    return inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(call)
+
+
+class TurnEvents:
+    """One turn's dispatcher: calls each subscriber, in order, for each event.
+
+    ``subscribers`` are called inline; ``async_listeners`` get the events through a
+    queue and a task of the turn (started at the first event, drained by ``close``).
+    """
+
+    __slots__ = ("_async", "_pending", "_queue", "_subscribers", "_task", "run_id")
+
+    def __init__(
+        self, subscribers: Sequence[EventSink], async_listeners: Sequence[Listener] = ()
+    ) -> None:
+        self.run_id = next(_RUN_IDS)
+        self._subscribers = tuple(subscribers)
+        self._async = tuple(async_listeners)
+        self._queue: asyncio.Queue[TurnEvent | None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._pending: list[TurnEvent] = []
+
+    def emit(self, event: TurnEvent) -> None:
+        """Hand ``event`` to every subscriber; one that raises is logged and skipped."""
+        for subscriber in self._subscribers:
+            try:
+                subscriber(event)
+            except Exception:
+                logger.exception(
+                    "event listener %r raised on %s; the turn goes on",
+                    subscriber,
+                    type(event).__name__,
+                )
+        if self._async:
+            self._deliver_later(event)
+
+    def _deliver_later(self, event: TurnEvent) -> None:
+        if self._queue is None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:  # no loop (a step run alone): keep it for close()
+                self._pending.append(event)
+                return
+            self._queue = asyncio.Queue()
+            self._task = asyncio.get_running_loop().create_task(self._deliver())
+            for pending in self._pending:
+                self._queue.put_nowait(pending)
+            self._pending.clear()
+        self._queue.put_nowait(event)
+
+    async def _deliver(self) -> None:
+        queue = self._queue
+        assert queue is not None
+        while (event := await queue.get()) is not None:
+            for listener in self._async:
+                try:
+                    await listener(event)  # type: ignore[misc]
+                except Exception:
+                    logger.exception(
+                        "event listener %r raised on %s; the turn goes on",
+                        listener,
+                        type(event).__name__,
+                    )
+
+    async def close(self) -> None:
+        """Wait until the async listeners have seen every event (a no-op without them)."""
+        if not self._async:
+            return
+        if self._queue is None:
+            for event in self._pending:  # every event came before the loop: deliver now
+                self._deliver_later(event)
+        if self._queue is None or self._task is None:
+            return
+        self._queue.put_nowait(None)
+        await self._task
+
+
+def split_listeners(listeners: Sequence[Listener]) -> tuple[list[EventSink], list[Listener]]:
+    """(plain functions, coroutine functions): how ``TurnEvents`` calls each."""
+    plain: list[EventSink] = []
+    coroutines: list[Listener] = []
+    for listener in listeners:
+        if not callable(listener):
+            raise TypeError(f"a listener is a callable of one event, not {listener!r}")
+        if _is_async(listener):
+            coroutines.append(listener)
+        else:
+            plain.append(listener)  # type: ignore[arg-type]
+    return plain, coroutines
+
+
+# --- the steps' reports (the TurnObserver port) as events ------------------------------
+
+
+class _ModelCall:
+    """One model call in progress: the ``LLMCallObservation`` a step reports to."""
+
+    __slots__ = ("_reporter", "record", "replied_with", "retries")
+
+    def __init__(self, reporter: StepReporter, record: LLMCallRecord) -> None:
+        self._reporter, self.record = reporter, record
+        self.retries: list[str] = []
+        self.replied_with: LLMReply | None = None
+
+    def retry(self, attempt: int, error: BaseException, wait_seconds: float) -> None:
+        self.retries.append(type(error).__name__)
+        reporter = self._reporter
+        reporter.emit(
+            ModelCallRetried(
+                reporter.run_id,
+                self.record.round,
+                attempt,
+                type(error).__name__,
+                float(wait_seconds),
+            )
+        )
+
+    def replied(self, reply: LLMReply, attempts: int) -> None:
+        usage = reply.usage
+        capture = self._reporter.capture_content
+        self.record = replace(
+            self.record,
+            attempts=attempts,
+            retries=tuple(self.retries),
+            response_model=reply.model,
+            response_id=reply.response_id,
+            finish_reason=reply.finish_reason,
+            tool_calls=tuple((c.tool_call_id, c.name) for c in reply.tool_calls),
+            has_text=bool(reply.text and reply.text.strip()),
+            input_tokens=usage.input_tokens if usage else None,
+            output_tokens=usage.output_tokens if usage else None,
+            text=reply.text if capture else None,
+        )
+        self.replied_with = reply
+
+    def failed(self, error: BaseException) -> None:
+        cause = error.__cause__ or error  # the port's own error, not the step's wrapping
+        self.record = replace(
+            self.record,
+            retries=tuple(self.retries),
+            attempts=len(self.retries) + 1,
+            error=type(cause).__name__,
+        )
+
+
+class _ToolRun:
+    """One server-side tool execution in progress: the ``ToolObservation``."""
+
+    __slots__ = ("failed", "outcome", "result_json")
+
+    def __init__(self) -> None:
+        self.outcome: str | None = None
+        self.failed = False
+        self.result_json: str | None = None
+
+    def finished(self, outcome: str, result_json: str, error: str | None) -> None:
+        self.outcome, self.result_json, self.failed = outcome, result_json, error is not None
+
+
+class StepReporter:
+    """The ``TurnObserver`` the engine gives each turn: what the steps report, as events."""
+
+    __slots__ = ("capture_content", "emit", "rounds", "run_id")
+
+    def __init__(self, emit: EventSink, run_id: int, capture_content: bool) -> None:
+        self.emit, self.run_id, self.capture_content = emit, run_id, capture_content
+        self.rounds = 0
+
+    @contextmanager
+    def llm_call(self, request: LLMRequest) -> Iterator[_ModelCall]:
+        """One model call: ``ModelCallStarted``, then ``ModelCallFinished`` however it ends."""
+        self.rounds += 1
+        tools = tuple(tool.name for tool in request.tools)
+        record = LLMCallRecord(
+            round=self.rounds,
+            mode=request.mode,
+            request_model=request.model,
+            tools=tools,
+            messages=len(request.messages),
+        )
+        content = request if self.capture_content else None
+        self.emit(
+            ModelCallStarted(
+                self.run_id, self.rounds, request.mode, request.model, tools,
+                len(request.messages), content,
+            )
+        )  # fmt: skip
+        call = _ModelCall(self, record)
+        try:
+            yield call
+        except BaseException as error:
+            call.failed(error)
+            raise
+        finally:
+            reply = call.replied_with
+            shown = reply if self.capture_content else None
+            self.emit(ModelCallFinished(self.run_id, call.record, reply is not None, shown))
+
+    @contextmanager
+    def tool_execution(
+        self, call: ToolCall, tool: ToolDefinition, arguments: Any
+    ) -> Iterator[_ToolRun]:
+        """One server-side tool execution: ``ToolExecutionStarted``, then ``ToolExecuted``."""
+        capture = self.capture_content
+        self.emit(
+            ToolExecutionStarted(
+                self.run_id, call.tool_call_id, tool.name, tool.description or None,
+                arguments if capture else None,
+            )
+        )  # fmt: skip
+        execution = _ToolRun()
+        try:
+            yield execution
+        finally:
+            self.emit(
+                ToolExecuted(
+                    self.run_id, call.tool_call_id, tool.name, execution.outcome,
+                    execution.failed, execution.result_json if capture else None,
+                )
+            )  # fmt: skip
+
+    def tool_call(self, record: ToolCallRecord, rejection_kind: str | None = None) -> None:
+        """What became of one of the model's tool calls."""
+        self.emit(ToolCallHandled(self.run_id, record, rejection_kind))
+
+    def mode_changed(self, change: ModeChange) -> None:
+        """A persisted mode change; its reason only with content capture."""
+        if not self.capture_content and change.reason is not None:
+            change = replace(change, reason=None)
+        self.emit(ModeChanged(self.run_id, change))
+
+    def warned(self, warning: InvokeWarning) -> None:
+        """A warning of the turn."""
+        self.emit(WarningRaised(self.run_id, warning))
+
+
+# --- the StateTrace as a subscriber ---------------------------------------------------------
+
+
+class TraceRecorder:
+    """The subscriber that keeps a turn's ``StateTrace`` entries, in event order."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: list[TraceEntry] = []
+
+    def __call__(self, event: TurnEvent) -> None:
+        """Keep the trace entry ``event`` carries, if it carries one."""
+        entry = _ENTRIES.get(type(event))
+        if entry is not None:
+            self.entries.append(entry(event))
+
+
+_ENTRIES: dict[type[TurnEvent], Callable[[Any], TraceEntry]] = {
+    TransitionTaken: lambda event: event.transition,
+    CheckRan: lambda event: event.check,
+    ModelCallFinished: lambda event: event.call,
+    ToolCallHandled: lambda event: event.record,
+    ModeChanged: lambda event: event.change,
+    WarningRaised: lambda event: event.warning,
+    TurnFaulted: lambda event: event.fault,
+}
+"""Event type → its trace entry (the other events add none to the trace)."""

@@ -1,0 +1,400 @@
+"""The turn runner: ``TurnMachine`` compiled once per process into a table, run as a loop.
+
+``compile_machine`` reads a machine class through python-statemachine's public
+definition API — its ``states``, each state's ``transitions``, and each
+transition's ``cond``, ``validators``, ``before``, ``on`` and ``after`` callback
+specs — and makes a table: for each state, the transitions that leave it in
+definition order, each with its callables resolved. Nothing about the path is
+written here: add a transition to the class and the table has it.
+
+A turn then walks that table (``walk``) with no ``StateChart`` instance and no
+task per callback, in python-statemachine's order: the first transition whose
+conditions hold is chosen (the path, by ``ctx.Type``); its validators run (the
+guard, which raises to refuse), then its ``before`` and ``on`` callbacks (the
+step); the machine moves to the target (``TransitionTaken``); then its ``after``
+callbacks (the exit hook). An exception anywhere faults the turn: ``fault`` is
+taken from wherever the machine stands, so a failed exit hook faults from the
+target (the step was taken) and a failed guard or step from the source.
+
+``StatechartCursor`` runs the same walk on python-statemachine's own runtime (one
+``StateChart`` per turn, ``send`` per step): the reference the compiled runner is
+held to (``Pipeline(runtime="statechart")``, tests/test_runtimes.py).
+
+What the compiled runner does not take, it refuses when it compiles (a
+``MachineCompileError`` naming the callback): callbacks given by name rather than
+as callables, the library's naming conventions (``on_<event>``, ``before_transition``
+and the like) defined on the class, state entry and exit actions, and callback
+parameters other than ``model``, ``event``, ``source`` and ``target``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from statemachine import State, StateChart
+
+from aptix_pipeline.contracts import ErrorCode, InvokeError
+from aptix_pipeline.steps import StepFaultError, TurnScope, described
+
+from .events import StepEnded, StepStarted, TransitionTaken, TurnFaulted
+from .machine import FAULT, TurnMachine, TurnRun
+from .trace import FaultRecord, TransitionRecord
+
+__all__ = [
+    "RUNTIMES",
+    "CompiledMachine",
+    "CompiledTransition",
+    "MachineCompileError",
+    "Runtime",
+    "Walked",
+    "compile_machine",
+    "walk",
+]
+
+logger = logging.getLogger("aptix_pipeline")
+
+Runtime = Literal["compiled", "statechart"]
+RUNTIMES: tuple[Runtime, ...] = ("compiled", "statechart")
+"""``compiled`` (the default): the table loop; ``statechart``: python-statemachine's runtime."""
+
+_PARAMETERS = frozenset({"model", "event", "source", "target"})
+
+
+class MachineCompileError(TypeError):
+    """The machine class uses something the compiled runner does not run; the message says what."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Callback:
+    """One callback, resolved: how to call it and whether to await it."""
+
+    name: str
+    call: Callable[[TurnRun, CompiledTransition], Any]
+    is_async: bool
+    expected: bool = True  # for a condition: True for ``cond``, False for ``unless``
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledTransition:
+    """One transition of the table: its event, states and callbacks in running order."""
+
+    event: str
+    source: State
+    target: State
+    conditions: tuple[_Callback, ...]
+    validators: tuple[_Callback, ...]
+    actions: tuple[_Callback, ...]  # ``before`` then ``on``
+    after: tuple[_Callback, ...]
+
+    def holds(self, model: TurnRun) -> bool:
+        """Every condition has its expected value for this turn."""
+        return all(bool(c.call(model, self)) is c.expected for c in self.conditions)
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledMachine:
+    """A machine class as a table; see the module docstring."""
+
+    name: str
+    initial: str
+    finals: frozenset[str]
+    routes: Mapping[str, tuple[CompiledTransition, ...]]
+    """State id → the transitions that leave it, ``fault`` excepted, in definition order."""
+    faults: Mapping[str, CompiledTransition]
+    """State id → its ``fault`` transition."""
+
+    def route(self, state: str, model: TurnRun) -> CompiledTransition:
+        """The transition that moves the turn on from ``state``: the first whose conditions hold."""
+        for transition in self.routes.get(state, ()):
+            if transition.holds(model):
+                return transition
+        raise RuntimeError(f"no transition leaves state {state!r} for this turn")
+
+
+def _value(name: str, model: TurnRun, transition: CompiledTransition) -> Any:
+    if name == "model":
+        return model
+    if name == "event":
+        return transition.event
+    return transition.source if name == "source" else transition.target
+
+
+def _resolve(spec: Any, machine: type[StateChart[Any]], where: str) -> _Callback:
+    func = spec.func
+    if not callable(func) or isinstance(func, property):
+        raise MachineCompileError(
+            f"{machine.__name__}.{where}: callback {func!r} is given by name; the compiled "
+            "runner takes callables"
+        )
+    name = getattr(func, "__name__", repr(func))
+    parameters = inspect.signature(func).parameters.values()
+    names: list[str] = []
+    for parameter in parameters:
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            names.extend(sorted(_PARAMETERS - set(names)))
+        elif parameter.name in _PARAMETERS:
+            names.append(parameter.name)
+        elif parameter.default is inspect.Parameter.empty:
+            raise MachineCompileError(
+                f"{machine.__name__}.{where}: callback {name} takes {parameter.name!r}; the "
+                f"compiled runner passes only {', '.join(sorted(_PARAMETERS))}"
+            )
+    if names == ["model"]:
+
+        def call(model: TurnRun, transition: CompiledTransition) -> Any:
+            return func(model)
+
+    else:
+        keywords = tuple(names)
+
+        def call(model: TurnRun, transition: CompiledTransition) -> Any:
+            return func(**{key: _value(key, model, transition) for key in keywords})
+
+    expected = spec.expected_value is not False
+    return _Callback(name, call, inspect.iscoroutinefunction(func), expected)
+
+
+def _callbacks(specs: Any, machine: type[StateChart[Any]], where: str) -> tuple[_Callback, ...]:
+    found = []
+    for spec in specs:
+        if spec.is_convention:  # e.g. on_<event>: only when the class defines one
+            if hasattr(machine, str(spec.func)):
+                raise MachineCompileError(
+                    f"{machine.__name__}.{spec.func}: naming-convention callbacks are not run "
+                    "by the compiled runner; attach the callable to the transition instead"
+                )
+            continue
+        found.append(_resolve(spec, machine, where))
+    return tuple(found)
+
+
+def _check_state_actions(machine: type[StateChart[Any]], state: State) -> None:
+    for group in (state.enter, state.exit):
+        for spec in group:
+            if not spec.is_convention or hasattr(machine, str(spec.func)):
+                raise MachineCompileError(
+                    f"{machine.__name__}.{state.id}: state entry/exit actions are not run by the "
+                    "compiled runner; put the work on a transition"
+                )
+
+
+@functools.cache
+def compile_machine(machine: type[StateChart[Any]] = TurnMachine) -> CompiledMachine:
+    """The table of ``machine`` (built once per class and process); see the module docstring."""
+    routes: dict[str, tuple[CompiledTransition, ...]] = {}
+    faults: dict[str, CompiledTransition] = {}
+    initial: str | None = None
+    for state in machine.states:
+        _check_state_actions(machine, state)
+        if state.initial:
+            initial = state.id
+        leaving: list[CompiledTransition] = []
+        for transition in state.transitions:
+            target = transition.target
+            if target is None or len(transition.targets) != 1:
+                raise MachineCompileError(
+                    f"{machine.__name__}.{transition.event}: the compiled runner takes "
+                    "transitions with exactly one target"
+                )
+            for event in transition.events:
+                where = f"{event} ({state.id} → {target.id})"
+                compiled = CompiledTransition(
+                    event=str(event),
+                    source=state,
+                    target=target,
+                    conditions=_callbacks(transition.cond, machine, where),
+                    validators=_callbacks(transition.validators, machine, where),
+                    actions=_callbacks(transition.before, machine, where)
+                    + _callbacks(transition.on, machine, where),
+                    after=_callbacks(transition.after, machine, where),
+                )
+                if compiled.event == FAULT:
+                    faults[state.id] = compiled
+                else:
+                    leaving.append(compiled)
+        routes[state.id] = tuple(leaving)
+    if initial is None:
+        raise MachineCompileError(f"{machine.__name__} has no initial state")
+    finals = frozenset(state.id for state in machine.states if state.final)
+    return CompiledMachine(machine.__name__, initial, finals, routes, faults)
+
+
+# --- cursors: one turn's position, on either runtime -------------------------------------
+
+
+class _Cursor(Protocol):
+    @property
+    def state(self) -> str: ...
+
+    async def take(self, transition: CompiledTransition) -> None: ...
+
+    async def fault(self) -> None: ...
+
+
+async def _run_callbacks(
+    callbacks: tuple[_Callback, ...], model: TurnRun, transition: CompiledTransition
+) -> None:
+    for callback in callbacks:
+        result = callback.call(model, transition)
+        if callback.is_async or inspect.isawaitable(result):
+            await result
+
+
+class CompiledCursor:
+    """A turn on the compiled table: a state id and a loop over the callbacks."""
+
+    __slots__ = ("machine", "model", "state")
+
+    def __init__(self, machine: CompiledMachine, model: TurnRun) -> None:
+        self.machine, self.model, self.state = machine, model, machine.initial
+
+    async def take(self, transition: CompiledTransition) -> None:
+        """Guard, step, move, exit hook; the first that raises stops the rest."""
+        model = self.model
+        await _run_callbacks(transition.validators, model, transition)
+        await _run_callbacks(transition.actions, model, transition)
+        self.state = transition.target.id
+        model.emit(TransitionTaken(model.run_id, _record(transition.event, transition)))
+        await _run_callbacks(transition.after, model, transition)
+
+    async def fault(self) -> None:
+        """Take ``fault`` from where the turn stands."""
+        await self.take(self.machine.faults[self.state])
+
+
+def _record(event: str, transition: CompiledTransition) -> TransitionRecord:
+    return TransitionRecord(event, transition.source.id, transition.target.id)
+
+
+class _TransitionListener:
+    """python-statemachine listener: the reference runtime's ``TransitionTaken``."""
+
+    def __init__(self, model: TurnRun) -> None:
+        self.model = model
+
+    def on_enter_state(self, event: Any, source: State | None, target: State) -> None:
+        if source is None or str(event) == "__initial__":
+            return
+        self.model.emit(
+            TransitionTaken(self.model.run_id, TransitionRecord(str(event), source.id, target.id))
+        )
+
+
+class StatechartCursor:
+    """A turn on python-statemachine's own runtime: one ``StateChart`` instance, ``send``."""
+
+    __slots__ = ("chart", "model")
+
+    def __init__(self, machine: type[StateChart[Any]], model: TurnRun) -> None:
+        self.model = model
+        self.chart = machine(model=model, listeners=[_TransitionListener(model)])
+
+    @property
+    def state(self) -> str:
+        """The active state's id (the chart writes it on the model)."""
+        return str(self.model.state)
+
+    async def start(self) -> None:
+        """Enter the initial state."""
+        await self.chart.activate_initial_state()
+
+    async def take(self, transition: CompiledTransition) -> None:
+        """Send the transition's event (the chart checks cond and guard itself)."""
+        await self.chart.send(transition.event)
+
+    async def fault(self) -> None:
+        """Send ``fault``."""
+        await self.chart.send(FAULT)
+
+
+# --- the walk: the one loop both runtimes share -----------------------------------------
+
+
+def _errors_of(event: str, error: Exception) -> tuple[InvokeError, ...]:
+    if isinstance(error, StepFaultError):
+        return error.errors
+    logger.exception("step %s raised", event, exc_info=error)
+    return (
+        InvokeError(
+            code=ErrorCode.INTERNAL,
+            message=f"step {event} raised {described(error)}",
+            field=event,
+        ),
+    )
+
+
+def _context_facts(scope: TurnScope) -> tuple[str | None, str | None]:
+    ctx = scope.context
+    if ctx is None:
+        return None, None
+    return str(ctx.type), ctx.mode
+
+
+@dataclass(frozen=True, slots=True)
+class Walked:
+    """Where a walk ended: the states entered in order, the errors and the faulted step."""
+
+    states: tuple[str, ...]
+    errors: tuple[InvokeError, ...]
+    faulted_step: str | None
+
+
+async def walk(
+    model: TurnRun,
+    runtime: Runtime = "compiled",
+    machine: type[StateChart[Any]] = TurnMachine,
+) -> Walked:
+    """Run one turn from the initial state to a final one; never raises for a failing step.
+
+    Emits ``StepStarted``/``StepEnded`` around each transition and ``TurnFaulted``
+    when one fails; the runtime emits ``TransitionTaken`` and the callbacks
+    ``CheckRan``.
+    """
+    compiled = compile_machine(machine)
+    cursor: _Cursor
+    if runtime == "statechart":
+        chart = StatechartCursor(machine, model)
+        await chart.start()
+        cursor = chart
+    else:
+        cursor = CompiledCursor(compiled, model)
+    emit, run_id, scope = model.emit, model.run_id, model.scope
+    states = [cursor.state]
+    errors: tuple[InvokeError, ...] = ()
+    faulted_step: str | None = None
+    while states[-1] not in compiled.finals:
+        source, event = states[-1], "?"
+        try:
+            transition = compiled.route(source, model)
+            event = transition.event
+            emit(StepStarted(run_id, event, source, _context_facts(scope)[0]))
+            try:
+                await cursor.take(transition)
+            except Exception as error:  # a failed guard or exit hook, a raising step
+                errors, faulted_step = _errors_of(event, error), event
+                emit(TurnFaulted(run_id, _fault_record(event, errors), errors))
+            context_type, mode = _context_facts(scope)
+            state = cursor.state
+            emit(StepEnded(run_id, event, state, state != source, context_type, mode))
+        except Exception as error:  # no route leaves the state: never raise
+            errors, faulted_step = _errors_of(event, error), event
+            emit(TurnFaulted(run_id, _fault_record(event, errors), errors))
+        if errors:
+            if cursor.state != states[-1]:  # a failed exit hook: the step was taken
+                states.append(cursor.state)
+            await cursor.fault()
+        states.append(cursor.state)
+    return Walked(tuple(states), errors, faulted_step)
+
+
+def _fault_record(step: str, errors: Sequence[InvokeError]) -> FaultRecord:
+    return FaultRecord(
+        step,
+        tuple(str(error.code) for error in errors),
+        tuple(error.rule_id for error in errors if error.rule_id),
+    )
