@@ -65,8 +65,18 @@ test: install postgres-server graphviz
 demo: install
 	$(PY) examples/demo.py
 
+# The bench extra (Apache Burr, LangGraph: bench/peers.py) is installed here, not by
+# `make test`; again whenever pyproject.toml changes. Without it the peers are skipped.
+BENCH_EXTRA := $(VENV)/.bench-extra
+
 bench: install
-	$(PY) bench/run.py
+	@if ! md5sum pyproject.toml | cmp -s - $(BENCH_EXTRA); then \
+		echo "installing the bench extra (apache-burr, langgraph) into $(VENV)"; \
+		{ $(BIN)/pip install --quiet -e '.[test,bench]' --config-settings editable_mode=strict \
+			&& md5sum pyproject.toml > $(BENCH_EXTRA); } \
+		|| echo "warning: could not install the bench extra; its peers will be skipped"; \
+	fi
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 schemas: install
 	$(PY) -m aptix_pipeline.contracts.schemas docs/schemas

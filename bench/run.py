@@ -1,26 +1,40 @@
-"""Validator cost per call, as ratios to a baseline measured in the same run.
+"""``make bench``: the benchmarks' tables, as ratios within one run (bench/README.md).
 
-The baseline is pydantic's own model copy of the same context — the cheapest
-thing the engine already does per step. ``make bench`` prints µs per call and the
-ratio. Then whole turns per path (``bench/turns.py``): the engine against the
-same steps in a plain loop and against python-statemachine alone. Last, the
-telemetry's cost per turn (``bench/tracing.py``): tracing off, the API's no-op
-tracer, and the SDK with an in-memory exporter, as ratios to tracing off. Then
-recording and replay (``bench/recording.py``), as ratios to a plain turn.
+Sections, in order (``--only`` picks some, comma-separated):
+
+- ``validators`` — validator cost per call, as ratios to pydantic's deep copy of
+  the same context (the cheapest thing the engine already does per step);
+- ``turns`` — whole turns per path: engine, statechart runtime, plain loop, Apache
+  Burr, LangGraph and raw python-statemachine, side by side (``bench/turns.py``,
+  ``bench/peers.py``);
+- ``tracing`` — the telemetry's cost per turn (``bench/tracing.py``);
+- ``recording`` — recording and replay per turn (``bench/recording.py``);
+- ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
+  work, beside issue 12's targets (``bench/scale.py``).
+
+``--json FILE`` also writes every figure to FILE, one top-level key per section.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import platform
 import sys
+import time
 import timeit
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from builders import PATHS, context_after, context_before, request_data
+from peers import MISSING, PEERS, peer_versions
 from recording import recording_row
+from scale import cli_costs, concurrency_rows, replay_rate, transcript_costs
 from tracing import tracing_rows
-from turns import engine_rows
+from turns import RUNTIME_NOTE, turn_rows
 
 from aptix_pipeline.contracts import ContextType, PipelineStep
 from aptix_pipeline.validators import (
@@ -30,13 +44,21 @@ from aptix_pipeline.validators import (
     validate_pre_step,
 )
 
+SECTIONS = (
+    "validators", "turns", "tracing", "recording", "concurrency", "transcript", "replay", "cli",
+)  # fmt: skip
+
 
 def _per_call_us(stmt: object, number: int = 2000) -> float:
     timer = timeit.Timer(stmt)  # type: ignore[arg-type]
     return min(timer.repeat(repeat=5, number=number)) / number * 1e6
 
 
-def main() -> int:
+def _mark(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
+
+
+def validators() -> dict[str, float]:
     """Print a table: what, µs per call, ratio to the baseline."""
     kind = ContextType.CLIENT_TOOL_CALL_CONTINUATION
     ctx = context_before(PipelineStep.LLM_CLIENT, kind)
@@ -59,33 +81,197 @@ def main() -> int:
         ("parse_request (continuation JSON)",
          _per_call_us(lambda: parse_request(request_data(kind)))),
     ]  # fmt: skip
+    print("validators (µs per call; x = ratio to the baseline)")
     print(f"{'what':<52}{'µs/call':>10}{'x baseline':>12}")
     for label, micros in rows:
         print(f"{label:<52}{micros:>10.1f}{micros / baseline:>12.2f}")
-    print()
-    print("whole turn, memory store, fixed-reply model (µs per turn)")
-    header = ("path", "engine", "plain", "raw psm", "engine/plain", "(engine-plain)/psm")
-    print(
-        f"{header[0]:<44}{header[1]:>9}{header[2]:>9}{header[3]:>9}{header[4]:>14}{header[5]:>20}"
+    return dict(rows)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "-"
+
+
+def _cell(value: float | None) -> str:
+    return f"{value:.0f}" if value is not None else "-"
+
+
+def turns() -> dict[str, Any]:
+    """The side-by-side table of whole turns per path."""
+    rows = turn_rows()
+    print("whole turn, memory store, fixed-reply model, tracing off (µs per turn, min of rounds)")
+    for note in RUNTIME_NOTE:
+        print(f"  note: {note}")
+    for name, why in MISSING.items():
+        print(f"  skipped {name}: {why}")
+    names = ("engine", "statechart", "plain", "burr", "langgraph", "raw psm")
+    ratios = (
+        ("engine/plain", "engine", "plain"),
+        ("engine/burr", "engine", "burr"),
+        ("engine/lg", "engine", "langgraph"),
+        ("sc/plain", "statechart", "plain"),
     )
-    for path_name, engine, plain, raw, turns in engine_rows():
-        label = f"{path_name} ({turns} transitions)"
-        print(f"{label:<44}{engine:>9.0f}{plain:>9.0f}{raw:>9.0f}{engine / plain:>14.2f}"
-              f"{(engine - plain) / raw:>20.2f}")  # fmt: skip
-    print()
+    print(f"{'path':<30}" + "".join(f"{n:>11}" for n in names)
+          + "".join(f"{r[0]:>13}" for r in ratios))  # fmt: skip
+    for table in ("best", "median"):
+        if table == "median":
+            print("  median of rounds:")
+        for row in rows:
+            costs = getattr(row, table)
+            cells = "".join(f"{_cell(costs.get(n)):>11}" for n in names)
+            shown = "".join(f"{_ratio(costs.get(a), costs.get(b)):>13}" for _, a, b in ratios)
+            print(f"{row.path:<30}{cells}{shown}")
+    print("  targets: engine/plain ≤ 1.2 on every path; engine ≤ 0.6 x Burr, ≤ 0.25 x LangGraph")
+    result: dict[str, Any] = {}
+    for row in rows:
+        entry: dict[str, Any] = {"transitions": row.transitions}
+        for name in names:
+            key = name.replace(" ", "_")
+            entry[f"{key}_us"] = row.best.get(name)
+            entry[f"{key}_median_us"] = row.median.get(name)
+        result[row.path] = entry
+    return result
+
+
+def tracing() -> dict[str, Any]:
+    """Telemetry cost per turn."""
     print("telemetry cost per turn, memory store (µs per turn; x = ratio to tracing off)")
     settings = ("off", "no-op", "sdk", "sdk+content")
     print(f"{'workload':<34}" + "".join(f"{name:>13}" for name in settings)
           + "".join(f"{'x ' + name:>15}" for name in settings[1:]))  # fmt: skip
+    result = {}
     for workload, costs in tracing_rows():
         cells = "".join(f"{costs[name]:>13.0f}" for name in settings)
         ratios = "".join(f"{costs[name] / costs['off']:>15.2f}" for name in settings[1:])
         print(f"{workload:<34}{cells}{ratios}")
-    print()
+        result[workload] = costs
+    print("  target: sdk ≤ 1.25 x off")
+    return result
+
+
+def recording() -> dict[str, float]:
+    """Recording and replay per turn."""
     print("recording and replay, Initial turn with a mode change (µs per turn; x = ratio to plain)")
     costs = recording_row()
     for name, micros in costs.items():
         print(f"{name:<34}{micros:>13.0f}{micros / costs['plain']:>15.2f}")
+    return costs
+
+
+def _kb(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def concurrency() -> dict[str, Any]:
+    """1,000 concurrent turns with a 50 ms model, per store."""
+    rows = concurrency_rows()
+    count = int(rows["memory"]["turns"] or 0)
+    print(f"{count:,} concurrent Initial turns, model awaits 50 ms, tracing off")
+    print(f"{'store':<10}{'wall s':>9}{'target s':>10}{'wall/tgt':>10}{'CPU µs/turn':>13}"
+          f"{'alone µs':>10}{'CPU ratio':>11}{'peak KB/turn':>14}{'held KB/turn':>14}")  # fmt: skip
+    for store, row in rows.items():
+        print(f"{store:<10}{row['wall_s']:>9.2f}{row['target_wall_s']:>10.2f}"
+              f"{row['wall_ratio']:>10.2f}{row['cpu_us_per_turn']:>13.0f}"
+              f"{row['alone_cpu_us_per_turn']:>10.0f}{row['cpu_ratio']:>11.2f}"
+              f"{_kb(row['peak_kb_per_turn']):>14}{_kb(row['held_kb_per_turn']):>14}")  # fmt: skip
+    print(
+        "  targets: CPU ratio ≤ 1.1; wall ≤ 1.2 x (50 ms + turns x CPU alone), i.e."
+        " wall/tgt ≤ 1; peak ≤ 40 KB per turn in flight"
+    )
+    for store, row in rows.items():
+        peak = row["peak_kb_per_turn"]
+        memory = "" if peak is None else f", memory {_mark(peak <= 40)}"
+        cpu, wall = row["cpu_ratio"] or 0.0, row["wall_ratio"] or 0.0
+        print(f"  {store}: CPU {_mark(cpu <= 1.1)}, wall {_mark(wall <= 1)}{memory}")
+    return rows
+
+
+def transcript() -> dict[str, Any]:
+    """A follow-on's cost by the number of prior turns."""
+    costs = transcript_costs()
+    print("follow-on turn after N prior turns of its session, memory store (µs per turn)")
+    print(f"{'prior turns':<14}{'messages':>10}{'min µs':>10}{'median µs':>11}")
+    for prior, row in costs["by_prior_turns"].items():
+        print(f"{prior:<14}{row['messages']:>10}{row['min_us']:>10.0f}{row['median_us']:>11.0f}")
+    slope = costs["us_per_message"]
+    print(f"  µs per prior transcript message: {slope:.1f} (target ≤ 3: {_mark(slope <= 3)})")
+    return costs
+
+
+def replay() -> dict[str, float]:
+    """Replay throughput in process."""
+    rates = replay_rate()
+    print(
+        f"replay in process, {rates['recordings']:.0f} recordings (Initial asking for a client"
+        " tool, its continuation, a follow-on)"
+    )
+    for key, label in (("objects_per_s", "from TurnRecording objects"),
+                       ("files_per_s", "from files")):  # fmt: skip
+        print(
+            f"  {label:<30}{rates[key]:>8.0f} recordings/s"
+            f"  (target ≥ 1000: {_mark(rates[key] >= 1000)})"
+        )
+    return rates
+
+
+def cli() -> dict[str, Any]:
+    """Start-up cost of the command line."""
+    costs = cli_costs()
+    print("command line, wall ms per process (min / median of 5)")
+    targets = {"version": ("aptix --version", 100.0), "run": ("aptix run (one turn)", 300.0)}
+    for key, (label, target) in targets.items():
+        row = costs[key]
+        print(
+            f"  {label:<24}{row['min_ms']:>8.0f}{row['median_ms']:>8.0f}"
+            f"  (target ≤ {target:.0f}: {_mark(row['median_ms'] <= target)})"
+        )
+    return costs
+
+
+RUNNERS: dict[str, Callable[[], Any]] = {
+    "validators": validators,
+    "turns": turns,
+    "tracing": tracing,
+    "recording": recording,
+    "concurrency": concurrency,
+    "transcript": transcript,
+    "replay": replay,
+    "cli": cli,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen sections, print their tables, write ``--json`` when asked."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
+    parser.add_argument("--only", metavar="SECTIONS",
+                        help=f"comma-separated, of: {','.join(SECTIONS)}")  # fmt: skip
+    args = parser.parse_args(argv)
+    chosen = list(SECTIONS)
+    if args.only:
+        chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+        unknown = [name for name in chosen if name not in RUNNERS]
+        if unknown:
+            parser.error(f"unknown sections {unknown}; choose from {','.join(SECTIONS)}")
+    figures: dict[str, Any] = {}
+    started = time.perf_counter()
+    for name in chosen:
+        section_started = time.perf_counter()
+        figures[name] = RUNNERS[name]()
+        print(f"  ({name}: {time.perf_counter() - section_started:.0f} s)")
+        print()
+    versions = peer_versions()
+    figures["meta"] = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "peers": {PEERS[name]: version or None for name, version in versions.items()},
+        "notes": list(RUNTIME_NOTE) + [f"skipped {k}: {v}" for k, v in MISSING.items()],
+        "seconds": time.perf_counter() - started,
+    }
+    print(f"total {figures['meta']['seconds']:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
     return 0
 
 

@@ -1,21 +1,30 @@
-"""Whole-turn cost of the engine, per path, against two baselines from the same run.
+"""Whole-turn cost per path: the engine, its reference runtime and three baselines, side by side.
 
-- **engine** — ``Pipeline.run`` on the memory store with a fixed-reply model:
-  the statechart, its guards and exit hooks, the steps, the commit.
-- **plain** — the same step functions with the same PRE/POST checks and the same
-  commit, called in a plain ``for`` loop: no state machine.
-- **raw psm** — python-statemachine alone: a fresh async ``StateChart`` instance
-  taking the same number of transitions, each with no-op async callbacks.
+Every variant runs the same step functions with the same PRE/POST checks and the
+same commit, on one memory store with a fixed-reply model and tracing off:
 
-``engine - plain`` is what the machine costs; the ratio to ``raw psm`` says how
-much of that is the library itself.
+- **engine** — ``Pipeline.run`` with the default runtime (``runtime="compiled"``);
+- **statechart** — ``Pipeline.run`` with ``runtime="statechart"``: python-statemachine's
+  own runtime, the reference;
+- **plain** — the steps and checks called in a plain ``for`` loop: no state machine
+  (``plain_turn``; its per-step work is ``run_step``, which the peers share);
+- **burr** / **langgraph** — the same nodes as an Apache Burr application and a
+  LangGraph ``StateGraph`` (``bench/peers.py``), when the ``bench`` extra is installed;
+- **raw psm** — python-statemachine alone: a fresh async ``StateChart`` taking the
+  same number of transitions with no-op callbacks (what the library itself costs).
+
+The variants are interleaved: each round runs every variant ``number`` times, in an
+order rotated from round to round, so machine noise hits them alike. The table
+reports the minimum over the rounds and their median.
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from statemachine import State, StateChart
@@ -25,19 +34,33 @@ from aptix_pipeline.adapters.clocks import SystemClock
 from aptix_pipeline.adapters.ids import RandomIds
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.contracts import (
+    LLM,
     AgentExecuteResponse,
     Caller,
     ContextType,
     LLMReply,
     LLMRequest,
     PipelineStep,
+    SessionStore,
     ToolCall,
 )
-from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports
+from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, Telemetry
 from aptix_pipeline.steps import STEP_FUNCTIONS, TurnScope, complete_turn
 from aptix_pipeline.validators import validate_post_step, validate_pre_step
 
-__all__ = ["engine_rows"]
+__all__ = [
+    "CALLER",
+    "PATHS",
+    "RUNTIME_NOTE",
+    "VARIANTS",
+    "FixedLLM",
+    "TurnRow",
+    "bench_ports",
+    "engine_pipeline",
+    "plain_turn",
+    "run_step",
+    "turn_rows",
+]
 
 CALLER = Caller(org="acme", user="ana")
 S = PipelineStep
@@ -57,6 +80,10 @@ CLIENT_CALL = LLMReply(
     tool_calls=[ToolCall(tool_call_id="c1", name="read_file", arguments_json='{"path": "a.py"}')]
 )
 FINAL = LLMReply(text="done")
+VARIANTS = ("engine", "statechart", "plain", "burr", "langgraph", "raw psm")
+
+RUNTIME_NOTE: list[str] = []
+"""Set by ``engine_pipeline`` when ``Pipeline`` has no ``runtime=`` keyword yet."""
 
 
 class FixedLLM:
@@ -69,24 +96,49 @@ class FixedLLM:
         return self.reply
 
 
-def _pipeline() -> tuple[Pipeline, FixedLLM]:
+def bench_ports(llm: LLM, store: SessionStore | None = None) -> Ports:
+    """The benchmarks' ports: ``store`` (a new memory store by default), the built-in catalog."""
     catalog = ConfigCatalog.default()
-    llm = FixedLLM()
-    ports = Ports(store=MemoryStore(), llm=llm, modes=catalog, agents=catalog,
-                  clock=SystemClock(), ids=RandomIds())  # fmt: skip
-    return Pipeline(ports, PipelineOptions()), llm
+    return Ports(store=store or MemoryStore(), llm=llm, modes=catalog, agents=catalog,
+                 clock=SystemClock(), ids=RandomIds())  # fmt: skip
 
 
-async def _plain(pipeline: Pipeline, request: dict[str, Any], kind: ContextType) -> None:
-    """The same steps and checks in a plain loop (no state machine)."""
-    scope = TurnScope(pipeline.ports, pipeline.options, CALLER, request)
-    for step in PATHS[kind]:
-        if step is not S.REQUEST_HANDLER:
-            assert validate_pre_step(scope.ctx, step).successful
-        before = scope.ctx.model_copy(deep=True) if step is S.RESPONSE_BUILDER else None
-        await STEP_FUNCTIONS[step](scope)
-        assert validate_post_step(scope.ctx, step, before=before).successful
+def engine_pipeline(ports: Ports, runtime: str = "compiled", **kwargs: Any) -> Pipeline:
+    """``Pipeline(ports, options, runtime=runtime)`` with tracing off.
+
+    Until ``Pipeline`` takes ``runtime=``, the default pipeline, and a note in
+    ``RUNTIME_NOTE`` for the tables.
+    """
+    extra: dict[str, Any] = {"runtime": runtime}
+    try:
+        return Pipeline(ports, PipelineOptions(), telemetry=Telemetry.off(), **extra, **kwargs)
+    except TypeError as error:
+        if "runtime" not in str(error):
+            raise
+        note = "Pipeline has no runtime= yet: engine and statechart both ran the default runtime"
+        if note not in RUNTIME_NOTE:
+            RUNTIME_NOTE.append(note)
+        return Pipeline(ports, PipelineOptions(), telemetry=Telemetry.off(), **kwargs)
+
+
+async def run_step(scope: TurnScope, step: PipelineStep) -> None:
+    """One node's work, the same in the plain loop and in every peer: PRE, step, POST."""
+    if step is not S.REQUEST_HANDLER:  # AGN-036 §4.1 has no PRE set
+        assert validate_pre_step(scope.ctx, step).successful
+    # §4.10: "nothing but Response changed" needs the context as it was.
+    before = scope.ctx.model_copy(deep=True) if step is S.RESPONSE_BUILDER else None
+    await STEP_FUNCTIONS[step](scope)
+    assert validate_post_step(scope.ctx, step, before=before).successful
+
+
+async def plain_turn(ports: Ports, options: PipelineOptions, request: dict[str, Any]) -> None:
+    """The same steps and checks in a plain loop (no state machine), routed by the context type."""
+    scope = TurnScope(ports, options, CALLER, request)
+    await run_step(scope, S.REQUEST_HANDLER)
+    for step in PATHS[scope.ctx.type][1:]:
+        await run_step(scope, step)
     await complete_turn(scope)
+    assert scope.ctx.response is not None
 
 
 async def _setup(pipeline: Pipeline, llm: FixedLLM, kind: ContextType) -> dict[str, Any]:
@@ -96,7 +148,7 @@ async def _setup(pipeline: Pipeline, llm: FixedLLM, kind: ContextType) -> dict[s
     llm.reply = CLIENT_CALL if kind is ContextType.CLIENT_TOOL_CALL_CONTINUATION else FINAL
     first = await pipeline.execute({"Instruction": "hi"}, CALLER)
     response: AgentExecuteResponse | None = first.result
-    assert response is not None
+    assert response is not None, first.errors
     llm.reply = FINAL
     if kind is ContextType.FOLLOW_ON:
         return {"SessionId": response.session_id, "TurnId": response.turn_id,
@@ -129,46 +181,80 @@ async def _raw(machine: type[StateChart[Any]], transitions: int) -> None:
         await sm.send(f"t{i}")
 
 
-async def _best_us(work: Callable[[], Awaitable[None]], number: int, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        started = time.perf_counter()
-        for _ in range(number):
-            await work()
-        best = min(best, (time.perf_counter() - started) / number)
-    return best * 1e6
+@dataclass(frozen=True)
+class TurnRow:
+    """One path: µs per turn by variant (min and median over the rounds)."""
+
+    path: str
+    transitions: int
+    best: Mapping[str, float]
+    median: Mapping[str, float]
 
 
-async def _measure(kind: ContextType, number: int) -> tuple[float, float, float, int]:
-    pipeline, llm = _pipeline()
-    turns = 1 + len(PATHS[kind])  # each step plus `complete`
-    requests = [await _setup(pipeline, llm, kind) for _ in range(number * 3 * 2 + 5)]
-    engine_requests, plain_requests = iter(requests[::2]), iter(requests[1::2])
+Runner = Callable[[dict[str, Any]], Awaitable[None]]
 
-    async def engine() -> None:
-        report = await pipeline.run(next(engine_requests), CALLER)
-        assert report.successful, report.result.errors
 
-    async def plain() -> None:
-        await _plain(pipeline, next(plain_requests), kind)
+async def _measure(kind: ContextType, number: int, rounds: int) -> TurnRow:
+    llm = FixedLLM()
+    ports = bench_ports(llm)
+    options = PipelineOptions()
+    engine = engine_pipeline(ports)
+    statechart = engine_pipeline(ports, runtime="statechart")
 
-    machine = _raw_machine(turns)
+    def pipeline_runner(pipeline: Pipeline) -> Runner:
+        async def run(request: dict[str, Any]) -> None:
+            report = await pipeline.run(request, CALLER)
+            assert report.successful, report.result.errors
 
-    async def raw() -> None:
-        await _raw(machine, turns)
+        return run
 
-    return (
-        await _best_us(engine, number),
-        await _best_us(plain, number),
-        await _best_us(raw, number),
-        turns,
+    async def plain(request: dict[str, Any]) -> None:
+        await plain_turn(ports, options, request)
+
+    transitions = 1 + len(PATHS[kind])  # each step plus `complete`
+    machine = _raw_machine(transitions)
+
+    async def raw(request: dict[str, Any]) -> None:
+        await _raw(machine, transitions)
+
+    runners: dict[str, Runner] = {
+        "engine": pipeline_runner(engine),
+        "statechart": pipeline_runner(statechart),
+        "plain": plain,
+    }
+    from peers import peer_runners  # peers imports this module
+
+    runners.update(peer_runners(ports, options, CALLER))
+    runners["raw psm"] = raw
+    # Warm up every variant (imports, caches) before timing.
+    for run in runners.values():
+        for _ in range(2):
+            await run(await _setup(engine, llm, kind))
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    names = list(runners)
+    for index in range(rounds):
+        # Each round gets its requests made up front, the same number for every variant.
+        requests: dict[str, list[dict[str, Any]]] = {
+            name: [await _setup(engine, llm, kind) for _ in range(number)]
+            if name != "raw psm"
+            else [{}] * number
+            for name in names
+        }
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            run = runners[name]
+            started = time.perf_counter()
+            for request in requests[name]:
+                await run(request)
+            samples[name].append((time.perf_counter() - started) / number * 1e6)
+    return TurnRow(
+        kind.value,
+        transitions,
+        {name: min(values) for name, values in samples.items()},
+        {name: statistics.median(values) for name, values in samples.items()},
     )
 
 
-def engine_rows(number: int = 60) -> list[tuple[str, float, float, float, int]]:
-    """(path, engine µs, plain µs, raw psm µs, transitions) per path."""
-    rows = []
-    for kind in PATHS:
-        engine, plain, raw, turns = asyncio.run(_measure(kind, number))
-        rows.append((kind.value, engine, plain, raw, turns))
-    return rows
+def turn_rows(number: int = 10, rounds: int = 15) -> list[TurnRow]:
+    """One ``TurnRow`` per path (see the module docstring)."""
+    return [asyncio.run(_measure(kind, number, rounds)) for kind in PATHS]
