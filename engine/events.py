@@ -34,10 +34,9 @@ import asyncio
 import inspect
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 from aptix_pipeline.contracts import (
     AgentExecuteResponse,
@@ -84,7 +83,13 @@ logger = logging.getLogger("aptix_pipeline")
 
 @dataclass(frozen=True, slots=True)
 class TurnEvent:
-    """Base of every event: ``run_id`` numbers the turn within this process."""
+    """Base of every event: ``run_id`` numbers the turn within this process.
+
+    ``trace_entry`` names the field that holds the event's ``StateTrace`` entry, if
+    it has one (``TraceRecorder``).
+    """
+
+    trace_entry: ClassVar[str] = ""
 
     run_id: int
 
@@ -112,6 +117,8 @@ class StepStarted(TurnEvent):
 class CheckRan(TurnEvent):
     """A guard (PRE) or exit hook (POST) ran: the rules it checked, those that failed."""
 
+    trace_entry: ClassVar[str] = "check"
+
     check: CheckRecord
 
     @property
@@ -123,6 +130,8 @@ class CheckRan(TurnEvent):
 @dataclass(frozen=True, slots=True)
 class TransitionTaken(TurnEvent):
     """The step's work is done and the machine moved to its target (its exit hook runs next)."""
+
+    trace_entry: ClassVar[str] = "transition"
 
     transition: TransitionRecord
 
@@ -171,6 +180,8 @@ class ModelCallFinished(TurnEvent):
     the step raises); ``reply`` is the model's reply only with content capture.
     """
 
+    trace_entry: ClassVar[str] = "call"
+
     call: LLMCallRecord
     replied: bool
     reply: LLMReply | None = None
@@ -210,6 +221,8 @@ class ToolCallHandled(TurnEvent):
     ``container_invocation`` or ``argument_validation``.
     """
 
+    trace_entry: ClassVar[str] = "record"
+
     record: ToolCallRecord
     rejection_kind: str | None = None
 
@@ -218,6 +231,8 @@ class ToolCallHandled(TurnEvent):
 class ModeChanged(TurnEvent):
     """A mode change was persisted (AGN-011 §5.2); its reason only with content capture."""
 
+    trace_entry: ClassVar[str] = "change"
+
     change: ModeChange
 
 
@@ -225,12 +240,16 @@ class ModeChanged(TurnEvent):
 class WarningRaised(TurnEvent):
     """The turn raised a warning (DESIGN.md R8's several mode changes among them)."""
 
+    trace_entry: ClassVar[str] = "warning"
+
     warning: InvokeWarning
 
 
 @dataclass(frozen=True, slots=True)
 class TurnFaulted(TurnEvent):
     """The turn faulted at ``fault.step``; ``errors`` are the result's errors."""
+
+    trace_entry: ClassVar[str] = "fault"
 
     fault: FaultRecord
     errors: tuple[InvokeError, ...]
@@ -371,65 +390,135 @@ def split_listeners(listeners: Sequence[Listener]) -> tuple[list[EventSink], lis
 
 
 class _ModelCall:
-    """One model call in progress: the ``LLMCallObservation`` a step reports to."""
+    """One model call: the ``LLMCallObservation`` a step reports to, and its context manager.
 
-    __slots__ = ("_reporter", "record", "replied_with", "retries")
+    Entering emits ``ModelCallStarted``; leaving, however the call ended, emits
+    ``ModelCallFinished`` with its trace entry.
+    """
 
-    def __init__(self, reporter: StepReporter, record: LLMCallRecord) -> None:
-        self._reporter, self.record = reporter, record
+    __slots__ = ("_attempts", "_reporter", "_request", "_round", "failure", "reply", "retries")
+
+    def __init__(self, reporter: StepReporter, request: LLMRequest, round_: int) -> None:
+        self._reporter: StepReporter | None = reporter
+        self._request: LLMRequest | None = request
+        self._round = round_
         self.retries: list[str] = []
-        self.replied_with: LLMReply | None = None
+        self.reply: LLMReply | None = None
+        self.failure: str | None = None
+        self._attempts = 1
+
+    def __enter__(self) -> _ModelCall:
+        reporter, request = self._reporter, self._request
+        assert reporter is not None
+        assert request is not None
+        reporter.emit(
+            ModelCallStarted(
+                reporter.run_id, self._round, request.mode, request.model,
+                tuple(tool.name for tool in request.tools), len(request.messages),
+                request if reporter.capture_content else None,
+            )
+        )  # fmt: skip
+        return self
+
+    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
+        reporter = self._reporter
+        if reporter is None:
+            return
+        if error is not None:
+            cause = error.__cause__ or error  # the port's own error, not the step's wrapping
+            self.failure = type(cause).__name__
+        record = self._record(reporter.capture_content)
+        reply = self.reply
+        shown = reply if reporter.capture_content else None
+        reporter.emit(ModelCallFinished(reporter.run_id, record, reply is not None, shown))
+        # A retry library may keep the observation in a reference cycle until the
+        # garbage collector runs: let it not keep the turn and its events with it.
+        self._reporter = self._request = self.reply = None
+
+    def _record(self, capture: bool) -> LLMCallRecord:
+        request, reply = self._request, self.reply
+        assert request is not None
+        usage = reply.usage if reply is not None else None
+        failed = self.failure is not None
+        return LLMCallRecord(
+            round=self._round,
+            mode=request.mode,
+            request_model=request.model,
+            tools=tuple(tool.name for tool in request.tools),
+            messages=len(request.messages),
+            attempts=len(self.retries) + 1 if failed or reply is None else self._attempts,
+            retries=tuple(self.retries),
+            response_model=reply.model if reply is not None else None,
+            response_id=reply.response_id if reply is not None else None,
+            finish_reason=reply.finish_reason if reply is not None else None,
+            tool_calls=tuple((c.tool_call_id, c.name) for c in reply.tool_calls)
+            if reply is not None
+            else (),
+            has_text=bool(reply is not None and reply.text and reply.text.strip()),
+            input_tokens=usage.input_tokens if usage else None,
+            output_tokens=usage.output_tokens if usage else None,
+            error=self.failure,
+            text=reply.text if capture and reply is not None else None,
+        )
 
     def retry(self, attempt: int, error: BaseException, wait_seconds: float) -> None:
         self.retries.append(type(error).__name__)
         reporter = self._reporter
+        if reporter is None:
+            return
         reporter.emit(
             ModelCallRetried(
-                reporter.run_id,
-                self.record.round,
-                attempt,
-                type(error).__name__,
-                float(wait_seconds),
+                reporter.run_id, self._round, attempt, type(error).__name__, float(wait_seconds)
             )
         )
 
     def replied(self, reply: LLMReply, attempts: int) -> None:
-        usage = reply.usage
-        capture = self._reporter.capture_content
-        self.record = replace(
-            self.record,
-            attempts=attempts,
-            retries=tuple(self.retries),
-            response_model=reply.model,
-            response_id=reply.response_id,
-            finish_reason=reply.finish_reason,
-            tool_calls=tuple((c.tool_call_id, c.name) for c in reply.tool_calls),
-            has_text=bool(reply.text and reply.text.strip()),
-            input_tokens=usage.input_tokens if usage else None,
-            output_tokens=usage.output_tokens if usage else None,
-            text=reply.text if capture else None,
-        )
-        self.replied_with = reply
-
-    def failed(self, error: BaseException) -> None:
-        cause = error.__cause__ or error  # the port's own error, not the step's wrapping
-        self.record = replace(
-            self.record,
-            retries=tuple(self.retries),
-            attempts=len(self.retries) + 1,
-            error=type(cause).__name__,
-        )
+        self.reply, self._attempts = reply, attempts
 
 
 class _ToolRun:
-    """One server-side tool execution in progress: the ``ToolObservation``."""
+    """One server-side tool execution: the ``ToolObservation``, and its context manager."""
 
-    __slots__ = ("failed", "outcome", "result_json")
+    __slots__ = (
+        "_reporter",
+        "arguments",
+        "call_id",
+        "description",
+        "failed",
+        "name",
+        "outcome",
+        "result_json",
+    )  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(
+        self, reporter: StepReporter, call: ToolCall, tool: ToolDefinition, arguments: Any
+    ) -> None:
+        self._reporter = reporter
+        self.call_id, self.name, self.description = (
+            call.tool_call_id,
+            tool.name,
+            tool.description or None,
+        )
+        self.arguments = arguments if reporter.capture_content else None
         self.outcome: str | None = None
         self.failed = False
         self.result_json: str | None = None
+
+    def __enter__(self) -> _ToolRun:
+        reporter = self._reporter
+        reporter.emit(
+            ToolExecutionStarted(
+                reporter.run_id, self.call_id, self.name, self.description, self.arguments
+            )
+        )
+        return self
+
+    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
+        reporter = self._reporter
+        shown = self.result_json if reporter.capture_content else None
+        reporter.emit(
+            ToolExecuted(reporter.run_id, self.call_id, self.name, self.outcome, self.failed, shown)
+        )
 
     def finished(self, outcome: str, result_json: str, error: str | None) -> None:
         self.outcome, self.result_json, self.failed = outcome, result_json, error is not None
@@ -444,58 +533,14 @@ class StepReporter:
         self.emit, self.run_id, self.capture_content = emit, run_id, capture_content
         self.rounds = 0
 
-    @contextmanager
-    def llm_call(self, request: LLMRequest) -> Iterator[_ModelCall]:
+    def llm_call(self, request: LLMRequest) -> _ModelCall:
         """One model call: ``ModelCallStarted``, then ``ModelCallFinished`` however it ends."""
         self.rounds += 1
-        tools = tuple(tool.name for tool in request.tools)
-        record = LLMCallRecord(
-            round=self.rounds,
-            mode=request.mode,
-            request_model=request.model,
-            tools=tools,
-            messages=len(request.messages),
-        )
-        content = request if self.capture_content else None
-        self.emit(
-            ModelCallStarted(
-                self.run_id, self.rounds, request.mode, request.model, tools,
-                len(request.messages), content,
-            )
-        )  # fmt: skip
-        call = _ModelCall(self, record)
-        try:
-            yield call
-        except BaseException as error:
-            call.failed(error)
-            raise
-        finally:
-            reply = call.replied_with
-            shown = reply if self.capture_content else None
-            self.emit(ModelCallFinished(self.run_id, call.record, reply is not None, shown))
+        return _ModelCall(self, request, self.rounds)
 
-    @contextmanager
-    def tool_execution(
-        self, call: ToolCall, tool: ToolDefinition, arguments: Any
-    ) -> Iterator[_ToolRun]:
+    def tool_execution(self, call: ToolCall, tool: ToolDefinition, arguments: Any) -> _ToolRun:
         """One server-side tool execution: ``ToolExecutionStarted``, then ``ToolExecuted``."""
-        capture = self.capture_content
-        self.emit(
-            ToolExecutionStarted(
-                self.run_id, call.tool_call_id, tool.name, tool.description or None,
-                arguments if capture else None,
-            )
-        )  # fmt: skip
-        execution = _ToolRun()
-        try:
-            yield execution
-        finally:
-            self.emit(
-                ToolExecuted(
-                    self.run_id, call.tool_call_id, tool.name, execution.outcome,
-                    execution.failed, execution.result_json if capture else None,
-                )
-            )  # fmt: skip
+        return _ToolRun(self, call, tool, arguments)
 
     def tool_call(self, record: ToolCallRecord, rejection_kind: str | None = None) -> None:
         """What became of one of the model's tool calls."""
@@ -525,18 +570,6 @@ class TraceRecorder:
 
     def __call__(self, event: TurnEvent) -> None:
         """Keep the trace entry ``event`` carries, if it carries one."""
-        entry = _ENTRIES.get(type(event))
-        if entry is not None:
-            self.entries.append(entry(event))
-
-
-_ENTRIES: dict[type[TurnEvent], Callable[[Any], TraceEntry]] = {
-    TransitionTaken: lambda event: event.transition,
-    CheckRan: lambda event: event.check,
-    ModelCallFinished: lambda event: event.call,
-    ToolCallHandled: lambda event: event.record,
-    ModeChanged: lambda event: event.change,
-    WarningRaised: lambda event: event.warning,
-    TurnFaulted: lambda event: event.fault,
-}
-"""Event type → its trace entry (the other events add none to the trace)."""
+        name = event.trace_entry
+        if name:
+            self.entries.append(getattr(event, name))

@@ -134,20 +134,21 @@ def has_outcome(model: TurnRun) -> bool:
 # --- validators= / on= / after=: a step's PRE rules, its work, its POST rules -----------
 
 
-def _checked(model: TurnRun, check: CheckRecord, errors: Any) -> None:
-    model.emit(CheckRan(model.run_id, check))
-    if check.failed:
-        raise StepFaultError(errors)
+def _checked(model: TurnRun, step: str, phase: str, rule_ids: tuple[str, ...], result: Any) -> None:
+    """Report the check (``CheckRan``) and raise its errors when a rule failed."""
+    failed: tuple[str, ...] = () if result.successful else result.rule_ids
+    model.emit(CheckRan(model.run_id, CheckRecord(step, phase, rule_ids, failed)))
+    if not result.successful:
+        raise StepFaultError(result.errors)
 
 
 @functools.cache
 def pre(step: PipelineStep) -> Callable[[TurnRun], None]:
     """The guard of ``step``: its PRE rule set (``validate_pre_step``, AGN-036 §4)."""
-    rule_ids = step_rule_ids(step, Phase.PRE)
+    rule_ids, name = step_rule_ids(step, Phase.PRE), step.value
 
     def guard(model: TurnRun) -> None:
-        result = validate_pre_step(model.scope.ctx, step)
-        _checked(model, CheckRecord(step.value, "PRE", rule_ids, result.rule_ids), result.errors)
+        _checked(model, name, "PRE", rule_ids, validate_pre_step(model.scope.ctx, step))
 
     guard.__name__ = guard.__qualname__ = f"pre_{step.value}"
     guard.__doc__ = f"AGN-036 PRE of {step.value}: {', '.join(rule_ids)}"
@@ -169,11 +170,11 @@ def run(step: PipelineStep) -> Callable[[TurnRun], Awaitable[None]]:
 @functools.cache
 def post(step: PipelineStep) -> Callable[[TurnRun], None]:
     """The exit hook of ``step``: its POST rule set (``validate_post_step``, AGN-036 §4)."""
-    rule_ids = step_rule_ids(step, Phase.POST)
+    rule_ids, name = step_rule_ids(step, Phase.POST), step.value
 
     def exit_hook(model: TurnRun) -> None:
         result = validate_post_step(model.scope.ctx, step, before=model.before_response)
-        _checked(model, CheckRecord(step.value, "POST", rule_ids, result.rule_ids), result.errors)
+        _checked(model, name, "POST", rule_ids, result)
 
     exit_hook.__name__ = exit_hook.__qualname__ = f"post_{step.value}"
     exit_hook.__doc__ = f"AGN-036 POST of {step.value}: {', '.join(rule_ids)}"

@@ -39,7 +39,7 @@ from typing import Any, Literal, Protocol
 from statemachine import State, StateChart
 
 from aptix_pipeline.contracts import ErrorCode, InvokeError
-from aptix_pipeline.steps import StepFaultError, TurnScope, described
+from aptix_pipeline.steps import StepFaultError, described
 
 from .events import StepEnded, StepStarted, TransitionTaken, TurnFaulted
 from .machine import FAULT, TurnMachine, TurnRun
@@ -71,9 +71,15 @@ class MachineCompileError(TypeError):
 
 @dataclass(frozen=True, slots=True)
 class _Callback:
-    """One callback, resolved: how to call it and whether to await it."""
+    """One callback, resolved: how to call it and whether to await it.
+
+    ``func`` is called with the model alone when that is all it asks for (``simple``),
+    else through ``call`` with the arguments it names.
+    """
 
     name: str
+    func: Callable[..., Any]
+    simple: bool
     call: Callable[[TurnRun, CompiledTransition], Any]
     is_async: bool
     expected: bool = True  # for a condition: True for ``cond``, False for ``unless``
@@ -90,10 +96,21 @@ class CompiledTransition:
     validators: tuple[_Callback, ...]
     actions: tuple[_Callback, ...]  # ``before`` then ``on``
     after: tuple[_Callback, ...]
+    record: TransitionRecord
+    """What taking it puts in the trace (event, source id, target id)."""
+    work: tuple[_Callback, ...] = ()
+    """``validators`` then ``actions``: what runs before the machine moves."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "work", self.validators + self.actions)
 
     def holds(self, model: TurnRun) -> bool:
         """Every condition has its expected value for this turn."""
-        return all(bool(c.call(model, self)) is c.expected for c in self.conditions)
+        for condition in self.conditions:
+            value = condition.func(model) if condition.simple else condition.call(model, self)
+            if bool(value) is not condition.expected:
+                return False
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +173,8 @@ def _resolve(spec: Any, machine: type[StateChart[Any]], where: str) -> _Callback
             return func(**{key: _value(key, model, transition) for key in keywords})
 
     expected = spec.expected_value is not False
-    return _Callback(name, call, inspect.iscoroutinefunction(func), expected)
+    is_async = inspect.iscoroutinefunction(func)
+    return _Callback(name, func, names == ["model"], call, is_async, expected)
 
 
 def _callbacks(specs: Any, machine: type[StateChart[Any]], where: str) -> tuple[_Callback, ...]:
@@ -212,6 +230,7 @@ def compile_machine(machine: type[StateChart[Any]] = TurnMachine) -> CompiledMac
                     actions=_callbacks(transition.before, machine, where)
                     + _callbacks(transition.on, machine, where),
                     after=_callbacks(transition.after, machine, where),
+                    record=TransitionRecord(str(event), state.id, target.id),
                 )
                 if compiled.event == FAULT:
                     faults[state.id] = compiled
@@ -236,15 +255,6 @@ class _Cursor(Protocol):
     async def fault(self) -> None: ...
 
 
-async def _run_callbacks(
-    callbacks: tuple[_Callback, ...], model: TurnRun, transition: CompiledTransition
-) -> None:
-    for callback in callbacks:
-        result = callback.call(model, transition)
-        if callback.is_async or inspect.isawaitable(result):
-            await result
-
-
 class CompiledCursor:
     """A turn on the compiled table: a state id and a loop over the callbacks."""
 
@@ -254,21 +264,26 @@ class CompiledCursor:
         self.machine, self.model, self.state = machine, model, machine.initial
 
     async def take(self, transition: CompiledTransition) -> None:
-        """Guard, step, move, exit hook; the first that raises stops the rest."""
+        """Guard and step (``validators``, ``before``, ``on``), move, exit hook (``after``).
+
+        The first callback that raises stops the rest: before the move the turn stays
+        where it was, after it the transition was taken.
+        """
         model = self.model
-        await _run_callbacks(transition.validators, model, transition)
-        await _run_callbacks(transition.actions, model, transition)
+        for callback in transition.work:
+            result = callback.func(model) if callback.simple else callback.call(model, transition)
+            if callback.is_async or (result is not None and inspect.isawaitable(result)):
+                await result
         self.state = transition.target.id
-        model.emit(TransitionTaken(model.run_id, _record(transition.event, transition)))
-        await _run_callbacks(transition.after, model, transition)
+        model.emit(TransitionTaken(model.run_id, transition.record))
+        for callback in transition.after:
+            result = callback.func(model) if callback.simple else callback.call(model, transition)
+            if callback.is_async or (result is not None and inspect.isawaitable(result)):
+                await result
 
     async def fault(self) -> None:
         """Take ``fault`` from where the turn stands."""
         await self.take(self.machine.faults[self.state])
-
-
-def _record(event: str, transition: CompiledTransition) -> TransitionRecord:
-    return TransitionRecord(event, transition.source.id, transition.target.id)
 
 
 class _TransitionListener:
@@ -328,13 +343,6 @@ def _errors_of(event: str, error: Exception) -> tuple[InvokeError, ...]:
     )
 
 
-def _context_facts(scope: TurnScope) -> tuple[str | None, str | None]:
-    ctx = scope.context
-    if ctx is None:
-        return None, None
-    return str(ctx.type), ctx.mode
-
-
 @dataclass(frozen=True, slots=True)
 class Walked:
     """Where a walk ended: the states entered in order, the errors and the faulted step."""
@@ -372,14 +380,15 @@ async def walk(
         try:
             transition = compiled.route(source, model)
             event = transition.event
-            emit(StepStarted(run_id, event, source, _context_facts(scope)[0]))
+            ctx = scope.context
+            emit(StepStarted(run_id, event, source, str(ctx.type) if ctx is not None else None))
             try:
                 await cursor.take(transition)
             except Exception as error:  # a failed guard or exit hook, a raising step
                 errors, faulted_step = _errors_of(event, error), event
                 emit(TurnFaulted(run_id, _fault_record(event, errors), errors))
-            context_type, mode = _context_facts(scope)
-            state = cursor.state
+            ctx, state = scope.context, cursor.state
+            context_type, mode = (str(ctx.type), ctx.mode) if ctx is not None else (None, None)
             emit(StepEnded(run_id, event, state, state != source, context_type, mode))
         except Exception as error:  # no route leaves the state: never raise
             errors, faulted_step = _errors_of(event, error), event
