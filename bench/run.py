@@ -34,7 +34,7 @@ from peers import MISSING, PEERS, peer_versions
 from recording import recording_row
 from scale import cli_costs, concurrency_rows, replay_rate, transcript_costs
 from tracing import tracing_rows
-from turns import RUNTIME_NOTE, turn_rows
+from turns import BEFORE_RESPONSE, RUNTIME_NOTE, turn_rows
 
 from aptix_pipeline.contracts import ContextType, PipelineStep
 from aptix_pipeline.validators import (
@@ -100,6 +100,7 @@ def turns() -> dict[str, Any]:
     """The side-by-side table of whole turns per path."""
     rows = turn_rows()
     print("whole turn, memory store, fixed-reply model, tracing off (µs per turn, min of rounds)")
+    print(f"  plain, burr and langgraph keep the context for §4.10's check as {BEFORE_RESPONSE}")
     for note in RUNTIME_NOTE:
         print(f"  note: {note}")
     for name, why in MISSING.items():
@@ -168,11 +169,13 @@ def concurrency() -> dict[str, Any]:
     count = int(rows["memory"]["turns"] or 0)
     print(f"{count:,} concurrent Initial turns, model awaits 50 ms, tracing off")
     print(f"{'store':<10}{'wall s':>9}{'target s':>10}{'wall/tgt':>10}{'CPU µs/turn':>13}"
-          f"{'alone µs':>10}{'CPU ratio':>11}{'peak KB/turn':>14}{'held KB/turn':>14}")  # fmt: skip
+          f"{'alone µs':>10}{'CPU ratio':>11}{'hot µs':>9}{'x hot':>7}"
+          f"{'peak KB/turn':>14}{'held KB/turn':>14}")  # fmt: skip
     for store, row in rows.items():
         print(f"{store:<10}{row['wall_s']:>9.2f}{row['target_wall_s']:>10.2f}"
               f"{row['wall_ratio']:>10.2f}{row['cpu_us_per_turn']:>13.0f}"
               f"{row['alone_cpu_us_per_turn']:>10.0f}{row['cpu_ratio']:>11.2f}"
+              f"{row['hot_cpu_us_per_turn']:>9.0f}{row['cpu_ratio_hot']:>7.2f}"
               f"{_kb(row['peak_kb_per_turn']):>14}{_kb(row['held_kb_per_turn']):>14}")  # fmt: skip
     print(
         "  targets: CPU ratio ≤ 1.1; wall ≤ 1.2 x (50 ms + turns x CPU alone), i.e."

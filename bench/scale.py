@@ -6,7 +6,8 @@ All on the default runtime with tracing off (``turns.engine_pipeline``):
   whose model awaits 50 ms, on the memory store and on a SQLite file
   (``sqlite_store.SQLiteStore``). A turn *alone* is the CPU per turn of
   ``alone`` turns run one after another with the same model (process CPU time,
-  ``time.process_time``, which counts the SQLite store's thread too). The batch
+  ``time.process_time``, which counts the SQLite store's thread too); *hot* the
+  same with a model that answers at once (turns back to back, caches warm). The batch
   gives its wall time and its CPU per turn; the wall target is
   ``1.2 x (50 ms + count x CPU alone)``. On the memory store a second, identical
   batch runs under ``tracemalloc``: the peak of traced memory above the baseline
@@ -61,7 +62,8 @@ class SleepingLLM:
         self.seconds = seconds
 
     async def complete(self, request: LLMRequest) -> LLMReply:
-        await asyncio.sleep(self.seconds)
+        if self.seconds:
+            await asyncio.sleep(self.seconds)
         return FINAL
 
 
@@ -77,9 +79,16 @@ async def _batch(pipeline: Pipeline, count: int) -> None:
 async def _concurrency(
     store: SessionStore, count: int, alone: int, memory: bool
 ) -> dict[str, float | None]:
-    pipeline = engine_pipeline(bench_ports(SleepingLLM(MODEL_SECONDS), store))
+    llm = SleepingLLM(0.0)
+    pipeline = engine_pipeline(bench_ports(llm, store))
     for _ in range(3):  # warm up
         await _initial(pipeline)
+    gc.collect()
+    started = time.process_time()
+    for _ in range(alone):
+        await _initial(pipeline)
+    hot_cpu = (time.process_time() - started) / alone
+    llm.seconds = MODEL_SECONDS
     gc.collect()
     started = time.process_time()
     for _ in range(alone):
@@ -98,6 +107,8 @@ async def _concurrency(
         "cpu_us_per_turn": cpu / count * 1e6,
         "alone_cpu_us_per_turn": alone_cpu * 1e6,
         "cpu_ratio": cpu / count / alone_cpu,
+        "hot_cpu_us_per_turn": hot_cpu * 1e6,
+        "cpu_ratio_hot": cpu / count / hot_cpu,
         "peak_kb_per_turn": None,
         "held_kb_per_turn": None,
     }

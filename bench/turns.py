@@ -7,7 +7,9 @@ same commit, on one memory store with a fixed-reply model and tracing off:
 - **statechart** — ``Pipeline.run`` with ``runtime="statechart"``: python-statemachine's
   own runtime, the reference;
 - **plain** — the steps and checks called in a plain ``for`` loop: no state machine
-  (``plain_turn``; its per-step work is ``run_step``, which the peers share);
+  (``plain_turn``; its per-step work is ``run_step``, which the peers share; §4.10's
+  "nothing but Response changed" compares against ``snapshot_context`` where the
+  validators have it, as the engine does, else against a deep copy);
 - **burr** / **langgraph** — the same nodes as an Apache Burr application and a
   LangGraph ``StateGraph`` (``bench/peers.py``), when the ``bench`` extra is installed;
 - **raw psm** — python-statemachine alone: a fresh async ``StateChart`` taking the
@@ -29,6 +31,7 @@ from typing import Any
 
 from statemachine import State, StateChart
 
+from aptix_pipeline import validators
 from aptix_pipeline.adapters.catalog_config import ConfigCatalog
 from aptix_pipeline.adapters.clocks import SystemClock
 from aptix_pipeline.adapters.ids import RandomIds
@@ -40,6 +43,7 @@ from aptix_pipeline.contracts import (
     ContextType,
     LLMReply,
     LLMRequest,
+    PipelineContext,
     PipelineStep,
     SessionStore,
     ToolCall,
@@ -49,6 +53,7 @@ from aptix_pipeline.steps import STEP_FUNCTIONS, TurnScope, complete_turn
 from aptix_pipeline.validators import validate_post_step, validate_pre_step
 
 __all__ = [
+    "BEFORE_RESPONSE",
     "CALLER",
     "PATHS",
     "RUNTIME_NOTE",
@@ -121,12 +126,22 @@ def engine_pipeline(ports: Ports, runtime: str = "compiled", **kwargs: Any) -> P
         return Pipeline(ports, PipelineOptions(), telemetry=Telemetry.off(), **kwargs)
 
 
+_SNAPSHOT: Callable[[PipelineContext], Any] | None = getattr(validators, "snapshot_context", None)
+BEFORE_RESPONSE = "snapshot_context" if _SNAPSHOT is not None else "a deep copy"
+"""How the plain loop keeps the context for §4.10's check: as the engine does, the
+validators' cheap snapshot where they have one, else a deep copy."""
+
+
+def _before_response(ctx: PipelineContext) -> Any:
+    return _SNAPSHOT(ctx) if _SNAPSHOT is not None else ctx.model_copy(deep=True)
+
+
 async def run_step(scope: TurnScope, step: PipelineStep) -> None:
     """One node's work, the same in the plain loop and in every peer: PRE, step, POST."""
     if step is not S.REQUEST_HANDLER:  # AGN-036 §4.1 has no PRE set
         assert validate_pre_step(scope.ctx, step).successful
     # §4.10: "nothing but Response changed" needs the context as it was.
-    before = scope.ctx.model_copy(deep=True) if step is S.RESPONSE_BUILDER else None
+    before = _before_response(scope.ctx) if step is S.RESPONSE_BUILDER else None
     await STEP_FUNCTIONS[step](scope)
     assert validate_post_step(scope.ctx, step, before=before).successful
 
