@@ -324,7 +324,7 @@ class Pipeline:
         )
         trace = TraceRecorder()
         subscribers: list[EventSink] = [trace]
-        if self._tracer is not None:
+        if self._tracer is not None and self.telemetry.recording_spans():
             subscribers.append(
                 SpanBuilder(self._tracer, self._capture_content, self._provider_name)
             )

@@ -46,7 +46,16 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+from opentelemetry.trace import (
+    NoOpTracerProvider,
+    ProxyTracerProvider,
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    Tracer,
+    TracerProvider,
+)
 
 from aptix_pipeline import __version__
 from aptix_pipeline.contracts import ChatMessage, LLMReply, LLMRequest, PipelineContext
@@ -85,6 +94,11 @@ CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _CAPTURE_VALUES = {"true", "1", "yes", "on", "span_only", "span_and_event"}
 
 
+_NO_OP_PROVIDERS = (NoOpTracerProvider, ProxyTracerProvider)
+"""The API's providers that record nothing (``ProxyTracerProvider`` is the global one
+until an SDK is set; once set, ``get_tracer_provider`` returns the SDK's)."""
+
+
 def _capture_from_env() -> bool:
     return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in _CAPTURE_VALUES
 
@@ -116,6 +130,19 @@ class Telemetry:
         if self.capture_content is not None:
             return self
         return replace(self, capture_content=_capture_from_env())
+
+    def recording_spans(self) -> bool:
+        """Whether a span started now would be recorded by an SDK.
+
+        ``False`` with spans off, and while the provider is the API's no-op — the
+        global one until the host installs an SDK (checked per turn, so an SDK set
+        up later is used from the next turn on). The engine then builds no spans at
+        all: a no-op span records nothing, so skipping it is not observable.
+        """
+        if not self.spans:
+            return False
+        provider = self.tracer_provider or trace.get_tracer_provider()
+        return not isinstance(provider, _NO_OP_PROVIDERS)
 
     def tracer(self) -> Tracer | None:
         """The tracer spans come from, or ``None`` when spans are off."""

@@ -234,3 +234,25 @@ async def test_events_carry_user_content_with_capture() -> None:
     executed = [(e.name, e.outcome, e.failed) for e in heard if isinstance(e, ToolExecuted)]
     assert executed == [("agent_change_mode", "mode_changed", False),
                         ("review_checklist", "executed", False)]  # fmt: skip
+
+
+def test_spans_are_recorded_only_where_an_sdk_would_keep_them() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    assert not Telemetry().recording_spans()  # the API's global proxy: no SDK set up
+    assert not Telemetry(tracer_provider=NoOpTracerProvider()).recording_spans()
+    assert not Telemetry(spans=False, tracer_provider=TracerProvider()).recording_spans()
+    assert Telemetry(tracer_provider=TracerProvider()).recording_spans()
+
+
+async def test_no_span_builder_runs_without_an_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aptix_pipeline.engine import pipeline as pipeline_module
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("a span builder was made for a no-op provider")
+
+    monkeypatch.setattr(pipeline_module, "SpanBuilder", refuse)
+    pipeline, _ = make_pipeline(MemoryStore(), [{"text": "hi"}], telemetry=Telemetry())
+    report = await pipeline.run({"Instruction": "hi"}, CALLER)
+    assert report.successful
