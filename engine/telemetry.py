@@ -233,8 +233,9 @@ class SpanBuilder:
     """
 
     __slots__ = (
-        "_chat", "_handlers", "_messages", "_step", "_step_failed_rules", "_tool",
-        "_tool_definitions", "_turn", "_usage", "capture_content", "provider_name", "tracer",
+        "_chat", "_handlers", "_messages", "_step", "_step_attributes", "_step_failed_rules",
+        "_tool", "_tool_definitions", "_turn", "_usage", "capture_content", "provider_name",
+        "tracer",
     )  # fmt: skip
 
     def __init__(self, tracer: Tracer, capture_content: bool, provider_name: str) -> None:
@@ -248,6 +249,9 @@ class SpanBuilder:
         self._chat: _Open | None = None
         self._tool: _Open | None = None
         self._step_failed_rules: set[str] = set()
+        # What a step learns while it runs goes on its span in one call when it ends:
+        # the SDK's per-call cost, not the attributes, dominated.
+        self._step_attributes: dict[str, Any] = {}
         self._usage: list[tuple[int, int]] = []
         # Content capture: each message is serialized once per turn, not once per round.
         self._messages: dict[int, tuple[ChatMessage, str]] = {}
@@ -355,6 +359,7 @@ class SpanBuilder:
         if event.context_type is not None:
             attributes["aptix.context.type"] = event.context_type
         self._step = self._open(f"step {event.step}", SpanKind.INTERNAL, attributes)
+        self._step_attributes = {}
 
     def _step_ended(self, event: StepEnded) -> None:
         """Where the transition went and the mode it left.
@@ -367,13 +372,14 @@ class SpanBuilder:
         if opened is None:
             return
         self._step = None
-        span = opened.span
+        attributes = self._step_attributes
         if event.taken:
-            span.set_attribute("aptix.step.to", event.state)
+            attributes["aptix.step.to"] = event.state
         if event.context_type is not None:
-            span.set_attribute("aptix.context.type", event.context_type)
+            attributes["aptix.context.type"] = event.context_type
             if event.mode:
-                span.set_attribute("aptix.mode", event.mode)
+                attributes["aptix.mode"] = event.mode
+        opened.span.set_attributes(attributes)
         opened.close()
 
     def _check(self, event: CheckRan) -> None:
@@ -383,13 +389,10 @@ class SpanBuilder:
             return
         span = self._step.span
         prefix = "aptix.guard" if record.phase == "PRE" else "aptix.exit_hook"
-        span.set_attributes(
-            {
-                f"{prefix}.rule_ids": list(record.rule_ids),
-                f"{prefix}.failed_rule_ids": list(record.failed),
-                f"{prefix}.outcome": record.outcome,
-            }
-        )
+        attributes = self._step_attributes
+        attributes[f"{prefix}.rule_ids"] = record.rule_ids
+        attributes[f"{prefix}.failed_rule_ids"] = record.failed
+        attributes[f"{prefix}.outcome"] = record.outcome
         for rule_id in record.failed:
             span.add_event(
                 "aptix.rule.failed",
@@ -401,7 +404,9 @@ class SpanBuilder:
         if self._step is None:
             return
         record, span = event.fault, self._step.span
-        span.set_attribute(ERROR_TYPE, record.error_codes[0] if record.error_codes else "_OTHER")
+        self._step_attributes[ERROR_TYPE] = (
+            record.error_codes[0] if record.error_codes else "_OTHER"
+        )
         span.set_status(Status(StatusCode.ERROR, ", ".join(record.error_codes)))
         for rule_id in record.rule_ids:
             if rule_id not in self._step_failed_rules:  # a step's own rule, not a guard's
