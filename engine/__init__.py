@@ -6,18 +6,18 @@ AGN-033 response; ``Pipeline.run`` also returns what the turn did (a
 ``TurnReport``). ``pipeline_diagram`` draws the machine (``engine/diagram.py``).
 ``RecordingOptions`` records each turn (``engine/recording.py``) and ``replay``
 re-runs a recording against today's code (``engine/replay.py``).
+
+The diagram's names are imported on first use: a turn does not need them, and they
+bring in python-statemachine's renderers.
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from aptix_pipeline.steps import ModeChange, PipelineOptions, Ports, ToolCallRecord
 
-from .diagram import (
-    DiagramError,
-    DiagramFormat,
-    GraphvizMissingError,
-    diagram_text,
-    format_for,
-    pipeline_diagram,
-)
 from .events import (
     CheckRan,
     Listener,
@@ -59,6 +59,32 @@ from .replay import (
 from .runner import RUNTIMES, MachineCompileError, Runtime, compile_machine
 from .telemetry import GENAI_SEMCONV, Telemetry
 from .trace import CheckRecord, FaultRecord, LLMCallRecord, StateTrace, TransitionRecord
+
+if TYPE_CHECKING:
+    from .diagram import (
+        DiagramError,
+        DiagramFormat,
+        GraphvizMissingError,
+        diagram_text,
+        format_for,
+        pipeline_diagram,
+    )
+
+_LAZY = dict.fromkeys(
+    ["DiagramError", "DiagramFormat", "GraphvizMissingError", "diagram_text", "format_for",
+     "pipeline_diagram"],
+    "diagram",
+)  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "GENAI_SEMCONV",

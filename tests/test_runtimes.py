@@ -301,3 +301,19 @@ async def test_a_step_that_raises_is_an_internal_error_on_both_runtimes() -> Non
         assert report.states[-2:] == ("prompt_ready", "faulted")
         results.append(report.to_dict())
     assert results[0] == results[1]
+
+
+def test_importing_the_engine_leaves_the_diagram_renderers_for_later() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, aptix_pipeline.engine as e\n"
+        "assert 'statemachine.contrib.diagram' not in sys.modules\n"
+        "assert 'aptix_pipeline.engine.diagram' not in sys.modules\n"
+        "assert e.DiagramFormat('dot').value == 'dot'\n"
+        "assert 'aptix_pipeline.engine.diagram' in sys.modules\n"
+        "from aptix_pipeline.engine import replay\n"
+        "assert callable(replay) and replay.__name__ == 'replay'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
