@@ -615,3 +615,31 @@ def test_aptix_replay_spans_go_to_the_console_exporter_only_when_asked(
     assert '"name": "invoke_agent' in loud.stderr
     assert '"name": "step llm_client"' in loud.stderr
     assert quiet.stdout == loud.stdout
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual", "difference"),
+    [
+        ({"a": 1, "b": [1, 2]}, {"b": [1, 2], "a": 1}, None),  # key order does not matter
+        ({"a": True}, {"a": 1}, ("a", True, 1)),  # JSON tells true from 1
+        ({"a": 1}, {"a": 1.0}, ("a", 1, 1.0)),
+        ({"a": {"b": [1, {"c": "x"}]}}, {"a": {"b": [1, {"c": "y"}]}}, ("a.b[1].c", "x", "y")),
+        ([1, 2], [1], ("[1]", 2, "<absent>")),
+        ({1: "a", "b": 2}, {1: "a", "b": 2}, None),  # keys of mixed types: walked
+    ],
+)
+def test_first_difference_names_the_first_json_path_that_differs(
+    expected: Any, actual: Any, difference: tuple[str, Any, Any] | None
+) -> None:
+    from aptix_pipeline.engine.replay import first_difference
+
+    found = first_difference(expected, actual)
+    if difference is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert (
+            found[0],
+            found[1],
+            repr(found[2]) if difference[2] == "<absent>" else found[2],
+        ) == (difference)
