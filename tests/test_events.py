@@ -256,3 +256,36 @@ async def test_no_span_builder_runs_without_an_sdk(monkeypatch: pytest.MonkeyPat
     pipeline, _ = make_pipeline(MemoryStore(), [{"text": "hi"}], telemetry=Telemetry())
     report = await pipeline.run({"Instruction": "hi"}, CALLER)
     assert report.successful
+
+
+async def test_with_content_capture_each_message_is_serialized_once_per_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three model calls (two server rounds): every round's input messages attribute is
+    whole, yet each message became JSON once — a round does not redo the ones before."""
+    import json as json_module
+
+    from span_kit import Recorded
+
+    from aptix_pipeline.engine import telemetry as telemetry_module
+
+    made: list[str] = []
+    original = telemetry_module._message_json
+
+    def counting(message: Any) -> dict[str, Any]:
+        made.append(str(message.role))
+        return original(message)
+
+    monkeypatch.setattr(telemetry_module, "_message_json", counting)
+    recorded = Recorded()
+    await run_scenario(
+        "server_tool_rounds_with_container_expansion",
+        MemoryStore(),
+        recorded.telemetry(capture_content=True),
+    )
+    chats = [s for s in recorded.spans if s.name.startswith("chat")]
+    inputs = [json_module.loads(str((s.attributes or {})["gen_ai.input.messages"])) for s in chats]
+    assert [len(messages) for messages in inputs] == [1, 3, 5]  # user; + call, result; ...
+    assert inputs[2][:3] == inputs[1]  # each round repeats the conversation so far, whole
+    assert len(made) == 5  # but each message was serialized once
+    recorded.shutdown()
