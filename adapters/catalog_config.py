@@ -259,4 +259,5 @@ class ConfigCatalog:
             else self._default_conversation
         )
         found = self._conversations.get(key) if key is not None else None
-        return None if found is None else found.model_copy(deep=True)
+        # Its fields are text: a shallow copy is the turn's own.
+        return None if found is None else found.model_copy()

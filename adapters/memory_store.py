@@ -18,8 +18,13 @@ class MemoryStore:
     """Sessions, turns and transcripts in dictionaries; see the module docstring."""
 
     def __init__(self) -> None:
+        # Sessions, turns and messages are frozen values (contracts), so the store
+        # hands out and keeps the very objects it is given: no copies either way.
         self._sessions: dict[str, Session] = {}
-        self._turns: dict[tuple[str, str], Turn] = {}
+        self._turns: dict[str, dict[str, Turn]] = {}
+        """Each session's turns by id, in the order they were first written."""
+        self._pending: dict[str, set[str]] = {}
+        """Each session's turns that await client tool results: a follow-on's lookup is O(1)."""
         self._transcript: dict[str, list[ChatMessage]] = {}
 
     def begin(self, org: str, user: str) -> BufferedTransaction:
@@ -34,30 +39,32 @@ class MemoryStore:
 
     async def read_session(self, org: str, user: str, session_id: str) -> Session | None:
         """The session, if it belongs to this org and user."""
-        session = self._owned(org, user, session_id)
-        return None if session is None else session.model_copy(deep=True)
+        return self._owned(org, user, session_id)
 
     async def read_turn(self, org: str, user: str, session_id: str, turn_id: str) -> Turn | None:
         """The turn of the caller's session, or ``None``."""
         if self._owned(org, user, session_id) is None:
             return None
-        turn = self._turns.get((session_id, turn_id))
-        return None if turn is None else turn.model_copy(deep=True)
+        return self._turns.get(session_id, {}).get(turn_id)
 
     async def read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
         """The session's messages, oldest first."""
         if self._owned(org, user, session_id) is None:
             return []
-        return [message.model_copy(deep=True) for message in self._transcript.get(session_id, [])]
+        return list(self._transcript.get(session_id, ()))
 
     async def read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
         """The session's turn that awaits client tool results, if any."""
         if self._owned(org, user, session_id) is None:
             return None
-        for (sid, _), turn in self._turns.items():
-            if sid == session_id and turn.status is TurnStatus.AWAITING_CLIENT_TOOLS:
-                return turn.model_copy(deep=True)
-        return None
+        pending = self._pending.get(session_id)
+        if not pending:
+            return None
+        turns = self._turns[session_id]
+        if len(pending) == 1:
+            return turns[next(iter(pending))]
+        # Several (only a caller driving transactions by hand makes them): the first written.
+        return next(turn for turn_id, turn in turns.items() if turn_id in pending)
 
     async def apply(self, writes: TurnWrites) -> None:
         """Check every version first, then write everything (no await in between)."""
@@ -68,16 +75,19 @@ class MemoryStore:
             if not write.created and (stored is None or stored.version != write.expected_version):
                 raise StoreConflictError(f"session {write.session.id!r} changed since it was read")
         for turn_write in writes.turns:
-            key = (turn_write.turn.session_id, turn_write.turn.id)
-            if turn_write.created and key in self._turns:
-                raise StoreConflictError(f"turn {turn_write.turn.id!r} already exists")
+            turn = turn_write.turn
+            if turn_write.created and turn.id in self._turns.get(turn.session_id, {}):
+                raise StoreConflictError(f"turn {turn.id!r} already exists")
         for write in writes.sessions:
             version = write.expected_version + 1
-            self._sessions[write.session.id] = write.session.model_copy(
-                update={"version": version}, deep=True
-            )
+            self._sessions[write.session.id] = write.session.model_copy(update={"version": version})
         for turn_write in writes.turns:
             turn = turn_write.turn
-            self._turns[(turn.session_id, turn.id)] = turn.model_copy(deep=True)
+            self._turns.setdefault(turn.session_id, {})[turn.id] = turn
+            pending = self._pending.setdefault(turn.session_id, set())
+            if turn.status is TurnStatus.AWAITING_CLIENT_TOOLS:
+                pending.add(turn.id)
+            else:
+                pending.discard(turn.id)
         for session_id, _, message in writes.transcript:
-            self._transcript.setdefault(session_id, []).append(message.model_copy(deep=True))
+            self._transcript.setdefault(session_id, []).append(message)

@@ -156,4 +156,4 @@ class ScriptedLLM:
         self.requests.append(request)
         reply = self._replies[self._next]
         self._next += 1
-        return reply.model_copy(deep=True)
+        return reply  # a frozen value: the script cannot be changed through it

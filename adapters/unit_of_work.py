@@ -6,8 +6,10 @@ and no store lock is held while the model thinks. Concurrency is optimistic: eac
 session a turn touches carries the version the turn read, and ``apply`` refuses
 (``StoreConflictError``) when another turn committed to that session in between.
 
-A store implements ``StoreBackend`` — three scoped reads and ``apply`` — and gets
+A store implements ``StoreBackend`` — four scoped reads and ``apply`` — and gets
 the full ``SessionTransaction`` port (contracts/ports.py) from ``BufferedTransaction``.
+Sessions, turns and messages are frozen values: a transaction hands out and keeps
+the objects it reads and is given, never copies; a change is a new object.
 """
 
 from __future__ import annotations
@@ -120,13 +122,13 @@ class BufferedTransaction:
         """The caller's session (with this transaction's changes), or ``None``."""
         self._open()
         if session_id in self._sessions:
-            return self._sessions[session_id].session.model_copy(deep=True)
+            return self._sessions[session_id].session
         if session_id not in self._read:
             found = await self._backend.read_session(self._org, self._user, session_id)
             if found is None:
                 return None
             self._read[session_id] = found
-        return self._read[session_id].model_copy(deep=True)
+        return self._read[session_id]
 
     async def create_session(self, session: Session) -> None:
         """Buffer a new session of the caller."""
@@ -135,7 +137,7 @@ class BufferedTransaction:
             raise ValueError("a session is created for the caller's own org and user")
         if session.id in self._sessions or session.id in self._read:
             raise ValueError(f"session {session.id!r} already exists")
-        self._sessions[session.id] = SessionWrite(session.model_copy(deep=True), True, 0)
+        self._sessions[session.id] = SessionWrite(session, True, 0)
 
     async def _touch(self, session_id: str) -> SessionWrite:
         """The session's write record, made on first write; ``LookupError`` if not the caller's."""
@@ -151,7 +153,7 @@ class BufferedTransaction:
         self._open()
         buffered = self._turns.get((session_id, turn_id))
         if buffered is not None:
-            return buffered.turn.model_copy(deep=True)
+            return buffered.turn
         if await self.load_session(session_id) is None:
             return None
         return await self._backend.read_turn(self._org, self._user, session_id, turn_id)
@@ -165,7 +167,7 @@ class BufferedTransaction:
         if key in self._turns or await self.load_turn(*key) is not None:
             raise ValueError(f"turn {turn.id!r} already exists in session {turn.session_id!r}")
         await self._touch(turn.session_id)
-        self._turns[key] = TurnWrite(turn.model_copy(deep=True), True)
+        self._turns[key] = TurnWrite(turn, True)
 
     async def complete_turn(self, turn: Turn) -> None:
         """Buffer a turn's new status and pending calls."""
@@ -176,7 +178,7 @@ class BufferedTransaction:
             raise LookupError(f"no turn {turn.id!r} in session {turn.session_id!r}")
         await self._touch(turn.session_id)
         created = previous is not None and previous.created
-        self._turns[key] = TurnWrite(turn.model_copy(deep=True), created)
+        self._turns[key] = TurnWrite(turn, created)
 
     async def find_pending_turn(self, session_id: str) -> Turn | None:
         """The turn awaiting client tool results, as this transaction sees it."""
@@ -186,7 +188,7 @@ class BufferedTransaction:
         buffered = {tid: w.turn for (sid, tid), w in self._turns.items() if sid == session_id}
         for turn in reversed(buffered.values()):
             if turn.status is TurnStatus.AWAITING_CLIENT_TOOLS:
-                return turn.model_copy(deep=True)
+                return turn
         stored = await self._backend.read_pending_turn(self._org, self._user, session_id)
         if stored is None or stored.id in buffered:  # settled by this transaction
             return None
@@ -201,7 +203,7 @@ class BufferedTransaction:
         if not (session_id in self._sessions and self._sessions[session_id].created):
             stored = await self._backend.read_transcript(self._org, self._user, session_id)
         added = [message for sid, _, message in self._transcript if sid == session_id]
-        return [*stored, *(message.model_copy(deep=True) for message in added)]
+        return [*stored, *added]
 
     async def append_transcript(
         self, session_id: str, turn_id: str, messages: Sequence[ChatMessage]
@@ -209,9 +211,7 @@ class BufferedTransaction:
         """Buffer messages of a turn."""
         self._open()
         await self._touch(session_id)
-        self._transcript.extend(
-            (session_id, turn_id, message.model_copy(deep=True)) for message in messages
-        )
+        self._transcript.extend((session_id, turn_id, message) for message in messages)
 
     async def set_session_mode(self, session_id: str, entry: ModeHistoryEntry) -> Session:
         """SetSessionMode (AGN-011 §3.2): new mode plus a ModeHistory entry, both buffered."""
@@ -226,18 +226,17 @@ class BufferedTransaction:
             )
         write = await self._touch(session_id)  # only once the change is known to be valid
         write.session = current.model_copy(
-            update={"mode": entry.new_mode, "mode_history": [*current.mode_history, entry]},
-            deep=True,
+            update={"mode": entry.new_mode, "mode_history": [*current.mode_history, entry]}
         )
         write.new_history.append(entry)
-        return write.session.model_copy(deep=True)
+        return write.session
 
     async def set_solution_context(self, session_id: str, text: str) -> Session:
         """Replace the session's solution context (AGN-034 §4.5), buffered."""
         self._open()
         write = await self._touch(session_id)
         write.session = write.session.model_copy(update={"solution_context_text": text})
-        return write.session.model_copy(deep=True)
+        return write.session
 
     async def commit(self) -> None:
         """Apply every buffered write at once."""

@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field
 from .request import ClipboardImage, InputArtifact, RagScopeCondition, WorkspaceHints
 from .response import AgentExecuteResponse, FileRef, Usage
 from .tools import ToolCall, ToolCallManifest, ToolDefinition, ToolResult
-from .wire import WireModel
+from .wire import FrozenWireModel, WireModel
 
 __all__ = [
     "DEFAULT_MODE",
@@ -115,7 +115,7 @@ class Envelope(WireModel):
     conversation_context_id: str | None = None
 
 
-class ModeHistoryEntry(WireModel):
+class ModeHistoryEntry(FrozenWireModel):
     """One mode transition of a session (AGN-011 §3.2, §5.7)."""
 
     previous_mode: str
@@ -128,7 +128,7 @@ class ModeHistoryEntry(WireModel):
     turn_id: str | None = None
 
 
-class Session(WireModel):
+class Session(FrozenWireModel):
     """``AgentSession``: the authoritative store of the current mode (AGN-011 §3.2)."""
 
     id: str
@@ -143,7 +143,7 @@ class Session(WireModel):
     version: int = 0
 
 
-class Turn(WireModel):
+class Turn(FrozenWireModel):
     """``AgentSessionTurn``: one turn of a session, with its mode snapshot (AGN-011 §3.2).
 
     ``mode`` is the mode the turn started in: it selects the turn's tools, which stay

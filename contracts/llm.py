@@ -15,7 +15,7 @@ from pydantic import Field
 
 from .response import Usage
 from .tools import ToolCall, ToolDefinition
-from .wire import WireModel
+from .wire import FrozenWireModel, WireModel
 
 __all__ = ["ChatMessage", "ChatRole", "LLMReply", "LLMRequest"]
 
@@ -29,7 +29,7 @@ class ChatRole(StrEnum):
     TOOL = "tool"
 
 
-class ChatMessage(WireModel):
+class ChatMessage(FrozenWireModel):
     """One message of a conversation with the model.
 
     An assistant message may carry ``tool_calls``; a tool message answers one call,
@@ -57,7 +57,7 @@ class LLMRequest(WireModel):
     tools: list[ToolDefinition] = Field(default_factory=list)
 
 
-class LLMReply(WireModel):
+class LLMReply(FrozenWireModel):
     """The model's answer: text, tool calls, or both; usage when the model reports it."""
 
     text: str | None = None

@@ -17,7 +17,7 @@ from enum import StrEnum
 from pydantic import Field, StrictInt, field_validator
 
 from .tools import ToolCall, ToolResult
-from .wire import WireModel
+from .wire import FrozenWireModel, WireModel
 
 __all__ = ["AgentExecuteResponse", "FileRef", "ResponseKind", "Usage"]
 
@@ -49,7 +49,7 @@ class FileRef(WireModel):
         return value
 
 
-class Usage(WireModel):
+class Usage(FrozenWireModel):
     """Token usage of the turn (AGN-033 §3.4, final responses only)."""
 
     input_tokens: StrictInt = Field(default=0, ge=0)

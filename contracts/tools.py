@@ -18,14 +18,9 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Final, Literal
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
-from referencing import Registry, Resource
-from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT202012
 
-from .wire import WireModel
+from .wire import FrozenWireModel, WireModel
 
 __all__ = [
     "CONTAINER_ERROR_TYPE",
@@ -67,6 +62,10 @@ def _local_refs(schema: object) -> list[str]:
 
 def _unresolved_refs(schema: dict[str, Any]) -> list[str]:
     """``$ref`` values that do not resolve inside ``schema`` (no remote retrieval)."""
+    from referencing import Registry, Resource  # jsonschema's, imported on first use
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
     resource = Resource.from_contents(schema, default_specification=DRAFT202012)
     base = resource.id() or ""
     resolver = Registry().with_resource(base, resource).resolver(base_uri=base)
@@ -88,7 +87,7 @@ class SourceType(StrEnum):
     SKILL = "Skill"
 
 
-class ToolCall(WireModel):
+class ToolCall(FrozenWireModel):
     """A tool call emitted by the model (AGN-033 §5.1): id, name and JSON arguments."""
 
     tool_call_id: str
@@ -96,7 +95,7 @@ class ToolCall(WireModel):
     arguments_json: str
 
 
-class ToolResult(WireModel):
+class ToolResult(FrozenWireModel):
     """A tool's result (AGN-033 §5.2, AGN-034 §5): exactly one of ResultJson / ErrorMessage.
 
     The "exactly one" rule is checked by the validators (``AGN-034/5/…``,
@@ -180,6 +179,10 @@ class ToolDefinition(WireModel):
 
 def _schema_problem_of(schema: dict[str, Any]) -> str | None:
     """Why ``schema`` is not a usable argument schema, or ``None``."""
+    # jsonschema and its format checkers cost ~80 ms to import: only when a schema is checked.
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as error:

@@ -8,12 +8,12 @@ remain distinguishable end to end.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 from pydantic.alias_generators import to_pascal
 
-__all__ = ["WireModel"]
+__all__ = ["FrozenWireModel", "WireModel"]
 
 
 class WireModel(BaseModel):
@@ -41,3 +41,19 @@ class WireModel(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The wire form as plain JSON-compatible Python data."""
         return self.model_dump(mode="json")
+
+
+class FrozenWireModel(WireModel):
+    """A wire model whose instances are values: frozen, so they are shared, never copied.
+
+    Sessions, turns, messages and the calls, results and usage inside them are read
+    by many steps and kept by stores; frozen, a loaded one can be handed out as is.
+    Code that needs a changed one builds a new one (``model_copy(update=...)``), and
+    never changes a list field in place.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
+        # A value needs no copy: copying a context that holds one shares it.
+        return self

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from aptix_pipeline.adapters.catalog_config import CatalogError, ConfigCatalog
 from aptix_pipeline.adapters.clocks import SteppingClock, SystemClock
@@ -237,12 +238,13 @@ async def test_scripted_llm_records_requests_and_counts_down() -> None:
     ]
 
 
-async def test_scripted_reply_is_a_copy() -> None:
+async def test_scripted_reply_cannot_change_the_script() -> None:
     made = LLMReply(tool_calls=[ToolCall(tool_call_id="c", name="n", arguments_json="{}")])
     llm = ScriptedLLM([made])
 
     reply = await llm.complete(request())
-    reply.tool_calls.clear()
+    with pytest.raises(ValidationError):  # a reply is a frozen value: shared, never copied
+        setattr(reply, "tool_calls", [])  # noqa: B010
 
     assert len(made.tool_calls) == 1
 

@@ -84,17 +84,17 @@ def _turn() -> Turn:
 
 def _reuse_envelope_turn_id(ctx: PipelineContext) -> None:
     assert ctx.turn is not None
-    ctx.turn.id = ctx.envelope.turn_id or ""
+    ctx.turn = ctx.turn.model_copy(update={"id": ctx.envelope.turn_id or ""})
 
 
 def _other_turn_id(ctx: PipelineContext) -> None:
     assert ctx.turn is not None
-    ctx.turn.id = "some-other-turn"
+    ctx.turn = ctx.turn.model_copy(update={"id": "some-other-turn"})
 
 
 def _no_session_mode(ctx: PipelineContext) -> None:
     assert ctx.session is not None
-    ctx.session.mode = ""
+    ctx.session = ctx.session.model_copy(update={"mode": ""})
 
 
 def _swap_manifest_results(ctx: PipelineContext) -> None:

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 from engine_kit import ALL_STORE_KINDS, open_store_of_kind
+from pydantic import ValidationError
 
+from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.sqlite_store import SCHEMA_VERSION, SQLiteStore
 from aptix_pipeline.contracts import (
     ChatMessage,
@@ -303,14 +305,16 @@ async def test_uncommitted_writes_are_invisible_to_other_transactions(
     assert await reader.load_transcript("old") == [user_says("a")]
 
 
-async def test_loaded_session_is_a_copy_not_the_transactions_state(store: SessionStore) -> None:
+async def test_loaded_session_cannot_change_the_transactions_state(store: SessionStore) -> None:
     await seed(store)
     tx = store.begin(ORG, USER)
 
     loaded = await tx.load_session("s1")
     assert loaded is not None
-    loaded.mode = "tampered"
-    loaded.mode_history.append(entry("x", "y"))
+    with pytest.raises(ValidationError):  # a session is a frozen value: shared, never copied
+        setattr(loaded, "mode", "tampered")  # noqa: B010
+    with pytest.raises(ValidationError):
+        setattr(loaded, "mode_history", [entry("x", "y")])  # noqa: B010
 
     again = await tx.load_session("s1")
     assert again is not None
@@ -769,6 +773,49 @@ async def test_find_pending_turn_is_none_without_one_or_for_another_caller(
     assert await own.find_pending_turn("s1") is None
     assert (await own.find_pending_turn("s2")) is not None
     assert await other.find_pending_turn("s2") is None
+
+
+async def test_find_pending_turn_finds_its_own_session_s_turn_among_many_sessions(
+    store: SessionStore,
+) -> None:
+    for n in range(12):
+        await seed(store, make_session(f"s{n}"), turns=[
+            make_turn(f"done{n}", f"s{n}", status=TurnStatus.COMPLETED),
+            make_turn(f"wait{n}", f"s{n}", status=TurnStatus.AWAITING_CLIENT_TOOLS),
+        ])  # fmt: skip
+    settle = store.begin(ORG, USER)
+    waiting = await settle.load_turn("s3", "wait3")
+    assert waiting is not None
+    await settle.complete_turn(waiting.model_copy(update={"status": TurnStatus.COMPLETED}))
+    await settle.commit()
+
+    tx = store.begin(ORG, USER)
+    found = {n: await tx.find_pending_turn(f"s{n}") for n in range(12)}
+
+    assert found.pop(3) is None
+    assert {n: (turn.id, turn.session_id) for n, turn in found.items() if turn} == {
+        n: (f"wait{n}", f"s{n}") for n in found
+    }
+
+
+async def test_memory_store_finds_a_pending_turn_among_many_other_turns() -> None:
+    store = MemoryStore()
+    for n in range(200):
+        await seed(store, make_session(f"s{n}"), turns=[
+            make_turn(f"t{n}.{k}", f"s{n}", status=TurnStatus.COMPLETED) for k in range(50)
+        ])  # fmt: skip
+    await seed(store, make_session("target"), turns=[
+        make_turn("first", "target", status=TurnStatus.AWAITING_CLIENT_TOOLS),
+        make_turn("second", "target", status=TurnStatus.AWAITING_CLIENT_TOOLS),
+    ])  # fmt: skip
+
+    tx = store.begin(ORG, USER)
+    found = await tx.find_pending_turn("target")
+    others = [await tx.find_pending_turn(f"s{n}") for n in range(200)]
+
+    assert found is not None
+    assert found.id == "first"  # several pending turns (set by hand): the first written
+    assert others == [None] * 200
 
 
 async def test_set_solution_context_replaces_it_at_commit_only(store: SessionStore) -> None:
