@@ -10,10 +10,12 @@ from .protocol import validate_turn_protocol
 from .request import classify_request, parse_request, validate_request
 from .response import parse_response, validate_response
 from .rules import Rule, all_rules
+from .snapshot import ContextSnapshot, snapshot_context
 from .steps import Phase, step_rule_ids, validate_post_step, validate_pre_step
 from .tool_calls import ToolCallOutcome, ToolCallVerdict, check_tool_call
 
 __all__ = [
+    "ContextSnapshot",
     "Phase",
     "Rule",
     "ToolCallOutcome",
@@ -24,6 +26,7 @@ __all__ = [
     "manifest_for",
     "parse_request",
     "parse_response",
+    "snapshot_context",
     "step_rule_ids",
     "validate_core",
     "validate_post_step",

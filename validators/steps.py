@@ -11,8 +11,9 @@ Resolutions applied here:
   continuation path the restorer loads the pending turn and §4.4's
   ``turn-id-matches-envelope`` holds instead.
 - §4.10's "context invariants unchanged (PRE == POST)" compares with the context as
-  it was at PRE, passed as ``before=``. Without it (the two-argument call) the
-  always-true core invariants of §3 are checked instead.
+  it was at PRE, passed as ``before=`` (a ``ContextSnapshot`` or a copy). Without
+  it (the two-argument call) the always-true core invariants of §3 are checked
+  instead.
 - Decision: §4.9's POST also requires ``ResponseType`` to name the outcome
   produced, and §4.10's POST requires the response to carry the context's
   session, turn, kind and outcome — the final payload, or the client tool calls
@@ -42,6 +43,7 @@ from .core import CORE_CHECKS, has_text
 from .manifest import MANIFEST_RULE_IDS, manifest_errors
 from .response import RESPONSE_CHECKS, response_errors
 from .rules import Rule, outcome, rule
+from .snapshot import ContextSnapshot
 
 __all__ = [
     "STEP_CHECKS",
@@ -434,22 +436,27 @@ def step_rule_ids(step: PipelineStep, phase: Phase) -> tuple[str, ...]:
     return tuple(dict.fromkeys(ids))
 
 
-def _unchanged_errors(ctx: _Ctx, before: _Ctx | None) -> list[InvokeError]:
+def _unchanged_errors(ctx: _Ctx, before: _Ctx | ContextSnapshot | None) -> list[InvokeError]:
     """§4.10 "context invariants unchanged (PRE == POST)".
 
-    With the PRE snapshot every field but ``Response`` must be equal. Without one
-    (the two-argument call of AGN-036 §2.1) the invariants that must always hold —
-    the core invariants of §3 — are checked instead, under their own ids.
+    With the PRE state — a ``ContextSnapshot``, or a copy of the context — every
+    field but ``Response`` must be equal. Without one (the two-argument call of
+    AGN-036 §2.1) the invariants that must always hold — the core invariants of
+    §3 — are checked instead, under their own ids.
     """
     if before is None:
         return run_checks(CORE_CHECKS, ctx)
     fields = type(ctx).model_fields
-    changed = [
-        fields[name].alias or name
-        for name in fields
-        if name != "response" and getattr(ctx, name) != getattr(before, name)
-    ]
-    if changed:
+    if isinstance(before, ContextSnapshot):
+        names = before.changed_fields(ctx)
+    else:
+        names = [
+            name
+            for name in fields
+            if name != "response" and getattr(ctx, name) != getattr(before, name)
+        ]
+    if names:
+        changed = [fields[name].alias or name for name in names]
         return [CONTEXT_UNCHANGED.error(f"changed: {', '.join(changed)}", field=changed[0])]
     return []
 
@@ -460,6 +467,8 @@ STEP_KNOWN = rule(
 
 
 def _known_step(step: object) -> PipelineStep | None:
+    if type(step) is PipelineStep:
+        return step
     if not isinstance(step, str):
         return None
     try:
@@ -481,12 +490,16 @@ def validate_pre_step(ctx: PipelineContext, step: PipelineStep) -> InvokeResult[
 
 
 def validate_post_step(
-    ctx: PipelineContext, step: PipelineStep, *, before: PipelineContext | None = None
+    ctx: PipelineContext,
+    step: PipelineStep,
+    *,
+    before: PipelineContext | ContextSnapshot | None = None,
 ) -> InvokeResult[None]:
     """``ValidatePostStep(ctx, step)`` (AGN-036 §2.1, §4): the step's exit hook.
 
-    ``before`` is the context as it was when the step's PRE ran; only the
-    ResponseBuilder's "context invariants unchanged" rule (§4.10) reads it.
+    ``before`` is the context as it was when the step's PRE ran — best a
+    ``snapshot_context(ctx)``, far cheaper than a copy; only the ResponseBuilder's
+    "context invariants unchanged" rule (§4.10) reads it.
     """
     known = _known_step(step)
     if known is None:
