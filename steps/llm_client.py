@@ -121,7 +121,7 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
         messages=[system_message(scope), *scope.messages],
         tools=scope.advertised_tools,
     )
-    attempts = 0
+    attempts = 1
     with scope.observer.llm_call(request) as observation:
 
         def before_sleep(state: RetryCallState) -> None:
@@ -130,7 +130,9 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
             if error is not None:
                 observation.retry(state.attempt_number, error, wait)
 
-        try:
+        async def retried(first: Exception) -> LLMReply:
+            """The tries after a failed first one; tenacity's attempt 1 is that failure."""
+            nonlocal attempts
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(options.llm_attempts),
                 wait=wait_exponential(
@@ -143,8 +145,17 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
                 reraise=True,
             ):
                 with attempt:
+                    if attempt.retry_state.attempt_number == 1:
+                        raise first
                     attempts += 1
                     reply = await scope.ports.llm.complete(request)
+            return reply
+
+        try:
+            try:  # most calls succeed at once: the retry machinery starts only on a failure
+                reply = await scope.ports.llm.complete(request)
+            except Exception as first:
+                reply = await retried(first)
             if not isinstance(reply, LLMReply):
                 raise TypeError(f"the LLM port returned {type(reply).__name__}, not an LLMReply")
         except Exception as error:
@@ -162,14 +173,26 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
     return reply
 
 
+_CALL_TEXT = ("tool_call_id", "name", "arguments_json")
+
+
+def _utf8_call(call: ToolCall) -> ToolCall:
+    fixed = {field: utf8_text(getattr(call, field)) for field in _CALL_TEXT}
+    changed = {field: text for field, text in fixed.items() if text is not getattr(call, field)}
+    return call.model_copy(update=changed) if changed else call
+
+
 def _utf8_reply(reply: LLMReply) -> LLMReply:
-    """The reply with lone surrogates escaped, so it can be answered, stored and returned."""
-    calls = [
-        call.model_copy(update={field: utf8_text(getattr(call, field))
-                                for field in ("tool_call_id", "name", "arguments_json")})
-        for call in reply.tool_calls
-    ]  # fmt: skip
+    """The reply with lone surrogates escaped, so it can be answered, stored and returned.
+
+    A reply is a frozen value: when nothing needs escaping (almost always) it is kept.
+    """
+    calls = [_utf8_call(call) for call in reply.tool_calls]
     text = utf8_text(reply.text) if reply.text is not None else None
+    if text is reply.text and all(
+        new is old for new, old in zip(calls, reply.tool_calls, strict=True)
+    ):
+        return reply
     return reply.model_copy(update={"text": text, "tool_calls": calls})
 
 

@@ -44,6 +44,8 @@ def has_user_input(
 
 
 def _type_of(ctx: PipelineContext) -> ContextType | None:
+    if type(ctx.type) is ContextType:  # as validated; assignment may have set plain text
+        return ctx.type
     try:
         return ContextType(ctx.type)
     except ValueError:

@@ -228,6 +228,8 @@ _PARAGRAPHS = re.compile(r"\n\s*\n")
 
 
 def _kind(response: AgentExecuteResponse) -> ResponseKind | None:
+    if type(response.kind) is ResponseKind:  # as validated; a test may set plain text
+        return response.kind
     try:
         return ResponseKind(response.kind)
     except ValueError:
@@ -465,6 +467,15 @@ def _file_errors(response: AgentExecuteResponse) -> list[InvokeError]:
     return errors
 
 
+def _utf8_errors(response: AgentExecuteResponse) -> list[InvokeError]:
+    try:  # fast path: the JSON serializer refuses lone surrogates, so one pass finds none
+        response.model_dump_json(warnings=False)
+    except Exception:  # a lone surrogate, or something else odd: walk the wire form
+        wire = response.model_dump(mode="json", by_alias=True, exclude_none=True, warnings=False)
+        return [TEXT_UTF8.error(field=field or None) for field in non_utf8_fields(wire)]
+    return []
+
+
 def _kind_is(kind: ResponseKind) -> Callable[[AgentExecuteResponse], bool]:
     return lambda response: _kind(response) is kind
 
@@ -542,15 +553,7 @@ RESPONSE_CHECKS: tuple[Check[AgentExecuteResponse], ...] = (
         ),
     ),
     Check((FILE_REF_FIELDS_PRESENT.id, FILE_REF_URL_ABSOLUTE.id), _file_errors),
-    Check(
-        (TEXT_UTF8.id,),
-        lambda r: [
-            TEXT_UTF8.error(field=field or None)
-            for field in non_utf8_fields(
-                r.model_dump(mode="json", by_alias=True, exclude_none=True, warnings=False)
-            )
-        ],
-    ),
+    Check((TEXT_UTF8.id,), _utf8_errors),
 )
 """The AGN-033 rule set, in the DDR's section order."""
 
