@@ -228,7 +228,7 @@ def manifest_for(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> To
     """
     names = _names_by_id(calls)
     return ToolCallManifest(
-        tool_calls=[call.model_copy() for call in calls],
+        tool_calls=list(calls),  # frozen values: shared, not copied
         tool_call_results=[
             ManifestToolResult(
                 tool_call_id=result.tool_call_id,
