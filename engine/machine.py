@@ -49,7 +49,7 @@ from typing import Any
 
 from statemachine import State, StateChart
 
-from aptix_pipeline.contracts import ContextType, PipelineContext, PipelineStep
+from aptix_pipeline.contracts import ContextType, PipelineStep
 from aptix_pipeline.steps import (
     STEP_FUNCTIONS,
     StepFaultError,
@@ -58,7 +58,14 @@ from aptix_pipeline.steps import (
     check_round_limit,
     complete_turn,
 )
-from aptix_pipeline.validators import Phase, step_rule_ids, validate_post_step, validate_pre_step
+from aptix_pipeline.validators import (
+    ContextSnapshot,
+    Phase,
+    snapshot_context,
+    step_rule_ids,
+    validate_post_step,
+    validate_pre_step,
+)
 
 from .events import CheckRan, EventSink
 from .trace import CheckRecord
@@ -95,7 +102,7 @@ class TurnRun:
     emit: EventSink = _no_events
     run_id: int = 0
     state: Any = None
-    before_response: PipelineContext | None = None
+    before_response: ContextSnapshot | None = None
 
 
 # --- cond=: the path, by ctx.Type, never by trial (DESIGN.md "The machine") -------------
@@ -183,7 +190,7 @@ def post(step: PipelineStep) -> Callable[[TurnRun], None]:
 
 def snapshot_before_response(model: TurnRun) -> None:
     """§4.10: keep the context as PRE saw it; POST checks that nothing but Response changed."""
-    model.before_response = model.scope.ctx.model_copy(deep=True)
+    model.before_response = snapshot_context(model.scope.ctx)
 
 
 def post_llm_client_once_settled(model: TurnRun) -> None:
