@@ -141,21 +141,28 @@ def has_outcome(model: TurnRun) -> bool:
 # --- validators= / on= / after=: a step's PRE rules, its work, its POST rules -----------
 
 
-def _checked(model: TurnRun, step: str, phase: str, rule_ids: tuple[str, ...], result: Any) -> None:
-    """Report the check (``CheckRan``) and raise its errors when a rule failed."""
-    failed: tuple[str, ...] = () if result.successful else result.rule_ids
-    model.emit(CheckRan(model.run_id, CheckRecord(step, phase, rule_ids, failed)))
-    if not result.successful:
-        raise StepFaultError(result.errors)
+def _checked(model: TurnRun, passed: CheckRecord, result: Any) -> None:
+    """Report the check (``CheckRan``) and raise its errors when a rule failed.
+
+    ``passed`` is the step's record of a check that passed, made once: a passing
+    check (nearly all of them) allocates nothing for the trace but its event.
+    """
+    if result.successful:
+        model.emit(CheckRan(model.run_id, passed))
+        return
+    failed = CheckRecord(passed.step, passed.phase, passed.rule_ids, result.rule_ids)
+    model.emit(CheckRan(model.run_id, failed))
+    raise StepFaultError(result.errors)
 
 
 @functools.cache
 def pre(step: PipelineStep) -> Callable[[TurnRun], None]:
     """The guard of ``step``: its PRE rule set (``validate_pre_step``, AGN-036 §4)."""
-    rule_ids, name = step_rule_ids(step, Phase.PRE), step.value
+    rule_ids = step_rule_ids(step, Phase.PRE)
+    passed = CheckRecord(step.value, "PRE", rule_ids)
 
     def guard(model: TurnRun) -> None:
-        _checked(model, name, "PRE", rule_ids, validate_pre_step(model.scope.ctx, step))
+        _checked(model, passed, validate_pre_step(model.scope.ctx, step))
 
     guard.__name__ = guard.__qualname__ = f"pre_{step.value}"
     guard.__doc__ = f"AGN-036 PRE of {step.value}: {', '.join(rule_ids)}"
@@ -164,10 +171,14 @@ def pre(step: PipelineStep) -> Callable[[TurnRun], None]:
 
 @functools.cache
 def run(step: PipelineStep) -> Callable[[TurnRun], Awaitable[None]]:
-    """The action of ``step``: its step function (``Pipeline(steps=...)`` may replace it)."""
+    """The action of ``step``: its step function (``Pipeline(steps=...)`` may replace it).
 
-    async def action(model: TurnRun) -> None:
-        await model.step_functions[step](model.scope)
+    It hands back the step's coroutine for the runner to await, rather than awaiting
+    it in a coroutine of its own: both runtimes await what a callback returns.
+    """
+
+    def action(model: TurnRun) -> Awaitable[None]:
+        return model.step_functions[step](model.scope)
 
     action.__name__ = action.__qualname__ = step.value
     action.__doc__ = f"AGN-036 step {step.value}"
@@ -177,11 +188,12 @@ def run(step: PipelineStep) -> Callable[[TurnRun], Awaitable[None]]:
 @functools.cache
 def post(step: PipelineStep) -> Callable[[TurnRun], None]:
     """The exit hook of ``step``: its POST rule set (``validate_post_step``, AGN-036 §4)."""
-    rule_ids, name = step_rule_ids(step, Phase.POST), step.value
+    rule_ids = step_rule_ids(step, Phase.POST)
+    passed = CheckRecord(step.value, "POST", rule_ids)
 
     def exit_hook(model: TurnRun) -> None:
         result = validate_post_step(model.scope.ctx, step, before=model.before_response)
-        _checked(model, name, "POST", rule_ids, result)
+        _checked(model, passed, result)
 
     exit_hook.__name__ = exit_hook.__qualname__ = f"post_{step.value}"
     exit_hook.__doc__ = f"AGN-036 POST of {step.value}: {', '.join(rule_ids)}"
@@ -200,11 +212,17 @@ def post_llm_client_once_settled(model: TurnRun) -> None:
     the check as deferred.
     """
     if model.scope.another_round:
-        rule_ids = step_rule_ids(PipelineStep.LLM_CLIENT, Phase.POST)
-        record = CheckRecord(PipelineStep.LLM_CLIENT.value, "POST", rule_ids, deferred=True)
-        model.emit(CheckRan(model.run_id, record))
+        model.emit(CheckRan(model.run_id, _LLM_CLIENT_POST_DEFERRED))
         return
     post(PipelineStep.LLM_CLIENT)(model)
+
+
+_LLM_CLIENT_POST_DEFERRED = CheckRecord(
+    PipelineStep.LLM_CLIENT.value,
+    "POST",
+    step_rule_ids(PipelineStep.LLM_CLIENT, Phase.POST),
+    deferred=True,
+)
 
 
 def within_round_limit(model: TurnRun) -> None:
