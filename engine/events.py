@@ -284,6 +284,13 @@ class TurnFinished(TurnEvent):
         return self.result.successful
 
 
+_EVENT_TYPES: tuple[type[TurnEvent], ...] = (
+    TurnStarted, StepStarted, CheckRan, TransitionTaken, StepEnded, ModelCallStarted,
+    ModelCallRetried, ModelCallFinished, ToolExecutionStarted, ToolExecuted, ToolCallHandled,
+    ModeChanged, WarningRaised, TurnFaulted, TurnFinished,
+)  # fmt: skip
+"""Every event type a turn emits."""
+
 EventSink: TypeAlias = Callable[[TurnEvent], None]
 """Where the machine's callbacks and the steps' reports send an event."""
 
@@ -303,9 +310,12 @@ class TurnEvents:
 
     ``subscribers`` are called inline; ``async_listeners`` get the events through a
     queue and a task of the turn (started at the first event, drained by ``close``).
+    A subscriber may declare the event types it reads (an ``event_types`` attribute,
+    as ``TraceRecorder`` does; it must then ignore the others itself); ``wants``
+    tells the emitters which events nobody reads, so they need not be made at all.
     """
 
-    __slots__ = ("_async", "_pending", "_queue", "_subscribers", "_task", "run_id")
+    __slots__ = ("_async", "_pending", "_queue", "_subscribers", "_task", "_wanted", "run_id")
 
     def __init__(
         self, subscribers: Sequence[EventSink], async_listeners: Sequence[Listener] = ()
@@ -313,9 +323,18 @@ class TurnEvents:
         self.run_id = next(_RUN_IDS)
         self._subscribers = tuple(subscribers)
         self._async = tuple(async_listeners)
+        declared = [getattr(s, "event_types", None) for s in self._subscribers]
+        everything = self._async or any(kinds is None for kinds in declared)
+        self._wanted: frozenset[type[TurnEvent]] | None = (
+            None if everything else frozenset(k for kinds in declared for k in kinds or ())
+        )
         self._queue: asyncio.Queue[TurnEvent | None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._pending: list[TurnEvent] = []
+
+    def wants(self, kind: type[TurnEvent]) -> bool:
+        """Whether any subscriber or listener reads events of type ``kind``."""
+        return self._wanted is None or kind in self._wanted
 
     def emit(self, event: TurnEvent) -> None:
         """Hand ``event`` to every subscriber; one that raises is logged and skipped."""
@@ -411,7 +430,8 @@ class _ModelCall:
         reporter, request = self._reporter, self._request
         assert reporter is not None
         assert request is not None
-        reporter.emit(
+        if reporter.model_call_started:
+            reporter.emit(
             ModelCallStarted(
                 reporter.run_id, self._round, request.mode, request.model,
                 tuple(tool.name for tool in request.tools), len(request.messages),
@@ -527,10 +547,19 @@ class _ToolRun:
 class StepReporter:
     """The ``TurnObserver`` the engine gives each turn: what the steps report, as events."""
 
-    __slots__ = ("capture_content", "emit", "rounds", "run_id")
+    __slots__ = ("capture_content", "emit", "model_call_started", "rounds", "run_id")
 
-    def __init__(self, emit: EventSink, run_id: int, capture_content: bool) -> None:
+    def __init__(
+        self,
+        emit: EventSink,
+        run_id: int,
+        capture_content: bool,
+        *,
+        model_call_started: bool = True,
+    ) -> None:
         self.emit, self.run_id, self.capture_content = emit, run_id, capture_content
+        self.model_call_started = model_call_started
+        """Whether anyone reads ``ModelCallStarted`` (else none is made)."""
         self.rounds = 0
 
     def llm_call(self, request: LLMRequest) -> _ModelCall:
@@ -564,6 +593,11 @@ class TraceRecorder:
     """The subscriber that keeps a turn's ``StateTrace`` entries, in event order."""
 
     __slots__ = ("entries",)
+
+    event_types: ClassVar[frozenset[type[TurnEvent]]] = frozenset(
+        kind for kind in _EVENT_TYPES if kind.trace_entry
+    )
+    """The events that carry a trace entry: the only ones it reads."""
 
     def __init__(self) -> None:
         self.entries: list[TraceEntry] = []

@@ -101,6 +101,8 @@ class TurnRun:
     )
     emit: EventSink = _no_events
     run_id: int = 0
+    step_events: bool = True
+    """Whether anyone reads ``StepStarted``/``StepEnded`` (else the runner makes none)."""
     state: Any = None
     before_response: ContextSnapshot | None = None
 
@@ -171,14 +173,10 @@ def pre(step: PipelineStep) -> Callable[[TurnRun], None]:
 
 @functools.cache
 def run(step: PipelineStep) -> Callable[[TurnRun], Awaitable[None]]:
-    """The action of ``step``: its step function (``Pipeline(steps=...)`` may replace it).
+    """The action of ``step``: its step function (``Pipeline(steps=...)`` may replace it)."""
 
-    It hands back the step's coroutine for the runner to await, rather than awaiting
-    it in a coroutine of its own: both runtimes await what a callback returns.
-    """
-
-    def action(model: TurnRun) -> Awaitable[None]:
-        return model.step_functions[step](model.scope)
+    async def action(model: TurnRun) -> None:
+        await model.step_functions[step](model.scope)
 
     action.__name__ = action.__qualname__ = step.value
     action.__doc__ = f"AGN-036 step {step.value}"

@@ -47,6 +47,8 @@ from aptix_pipeline.steps import (
 from .events import (
     EventSink,
     Listener,
+    ModelCallStarted,
+    StepEnded,
     StepReporter,
     StepStarted,
     TraceRecorder,
@@ -333,8 +335,19 @@ class Pipeline:
         subscribers.extend(self._listeners)
         events = TurnEvents(subscribers, self._async_listeners)
         emit, run_id = events.emit, events.run_id
-        scope.observer = StepReporter(emit, run_id, self._capture_content)
-        run = TurnRun(scope=scope, step_functions=self._steps, emit=emit, run_id=run_id)
+        scope.observer = StepReporter(
+            emit,
+            run_id,
+            self._capture_content,
+            model_call_started=events.wants(ModelCallStarted),
+        )
+        run = TurnRun(
+            scope=scope,
+            step_functions=self._steps,
+            emit=emit,
+            run_id=run_id,
+            step_events=events.wants(StepStarted) or events.wants(StepEnded),
+        )
         walked = Walked((), (), None)
         emit(TurnStarted(run_id, self._provider_name))
         try:
@@ -346,7 +359,8 @@ class Pipeline:
                 if walked.errors or not walked.states or walked.states[-1] != "done":
                     await self._rollback(scope)
             report = self._report(run, walked, trace)
-            emit(self._finished(run_id, report, scope))
+            if events.wants(TurnFinished):
+                emit(self._finished(run_id, report, scope))
         finally:
             await events.close()
         return report
@@ -459,6 +473,8 @@ class _StepFollower:
     """Tells a port tap which step is running, so each port call it sees is named by it."""
 
     __slots__ = ("tap",)
+
+    event_types = frozenset({StepStarted})
 
     def __init__(self, tap: PortTap) -> None:
         self.tap = tap

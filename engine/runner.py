@@ -371,7 +371,7 @@ async def walk(
         cursor = chart
     else:
         cursor = CompiledCursor(compiled, model)
-    emit, run_id, scope = model.emit, model.run_id, model.scope
+    emit, run_id, scope, step_events = model.emit, model.run_id, model.scope, model.step_events
     states = [cursor.state]
     errors: tuple[InvokeError, ...] = ()
     faulted_step: str | None = None
@@ -380,16 +380,19 @@ async def walk(
         try:
             transition = compiled.route(source, model)
             event = transition.event
-            ctx = scope.context
-            emit(StepStarted(run_id, event, source, str(ctx.type) if ctx is not None else None))
+            if step_events:
+                ctx = scope.context
+                context_type = str(ctx.type) if ctx is not None else None
+                emit(StepStarted(run_id, event, source, context_type))
             try:
                 await cursor.take(transition)
             except Exception as error:  # a failed guard or exit hook, a raising step
                 errors, faulted_step = _errors_of(event, error), event
                 emit(TurnFaulted(run_id, _fault_record(event, errors), errors))
-            ctx, state = scope.context, cursor.state
-            context_type, mode = (str(ctx.type), ctx.mode) if ctx is not None else (None, None)
-            emit(StepEnded(run_id, event, state, state != source, context_type, mode))
+            if step_events:
+                ctx, state = scope.context, cursor.state
+                context_type, mode = (str(ctx.type), ctx.mode) if ctx is not None else (None, None)
+                emit(StepEnded(run_id, event, state, state != source, context_type, mode))
         except Exception as error:  # no route leaves the state: never raise
             errors, faulted_step = _errors_of(event, error), event
             emit(TurnFaulted(run_id, _fault_record(event, errors), errors))

@@ -289,3 +289,31 @@ async def test_with_content_capture_each_message_is_serialized_once_per_turn(
     assert inputs[2][:3] == inputs[1]  # each round repeats the conversation so far, whole
     assert len(made) == 5  # but each message was serialized once
     recorded.shutdown()
+
+
+def test_events_nobody_reads_are_not_wanted() -> None:
+    from aptix_pipeline.engine.events import TraceRecorder, TurnEvents
+
+    async def listener(event: TurnEvent) -> None:
+        return None
+
+    alone = TurnEvents([TraceRecorder()])
+    assert alone.wants(CheckRan)
+    assert alone.wants(TransitionTaken)
+    assert not alone.wants(StepStarted)
+    assert not alone.wants(ModelCallStarted)
+    assert not alone.wants(TurnFinished)
+    heard: list[TurnEvent] = []
+    assert TurnEvents([TraceRecorder(), heard.append]).wants(StepStarted)
+    assert TurnEvents([TraceRecorder()], [listener]).wants(TurnFinished)
+
+
+async def test_the_trace_is_the_same_whether_or_not_anyone_listens() -> None:
+    heard: list[TurnEvent] = []
+    quiet, _ = make_pipeline(MemoryStore(), [{"text": "hi"}], telemetry=OFF)
+    loud, _ = make_pipeline(MemoryStore(), [{"text": "hi"}], telemetry=OFF,
+                            listeners=[heard.append])  # fmt: skip
+    one = await quiet.run({"Instruction": "hi"}, CALLER)
+    other = await loud.run({"Instruction": "hi"}, CALLER)
+    assert one.trace == other.trace
+    assert any(isinstance(e, StepStarted) for e in heard)
