@@ -111,6 +111,10 @@ def _shown(value: Any) -> str:
     return shown if len(shown) <= _SHOWN else shown[: _SHOWN - 1] + "…"
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True)
+"""JSON text with sorted keys, made by one encoder (``json.dumps`` makes one per call)."""
+
+
 def first_difference(expected: Any, actual: Any, where: str = "") -> tuple[str, Any, Any] | None:
     """The JSON path of the first place two JSON values differ, with both values there.
 
@@ -123,7 +127,7 @@ def first_difference(expected: Any, actual: Any, where: str = "") -> tuple[str, 
     """
     if not where:
         try:
-            if json.dumps(expected, sort_keys=True) == json.dumps(actual, sort_keys=True):
+            if _CANONICAL.encode(expected) == _CANONICAL.encode(actual):
                 return None
         except (TypeError, ValueError):  # not JSON-ready (keys of mixed types): walk it
             pass
@@ -313,7 +317,16 @@ def _step_of(entries: Sequence[Mapping[str, Any]], index: int) -> str | None:
 
 
 def _compared(recording: TurnRecording, report: TurnReport) -> Divergence | None:
-    """Every call matched: the trace and the result must too."""
+    """Every call matched: the trace and the result must too.
+
+    Unredacted, equal ``StateTrace`` values need no JSON at all (their fields are
+    typed, so equal records have equal JSON forms); anything else is compared in
+    the JSON form, which names the path of the first difference.
+    """
+    if not recording.redacted and report.trace == recording.trace:
+        difference = first_difference(recording.result, report.result.to_wire())
+        if difference is None:
+            return None
     actual_trace = report.trace.to_dict() if report.trace is not None else {}
     actual_result = report.result.to_wire()
     if recording.redacted:
