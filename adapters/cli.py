@@ -14,7 +14,8 @@
   ``--record DIR [--redact]`` records the turn for replay (else the config's
   ``[recording]``).
 - ``aptix serve --config FILE`` runs the HTTP service (``adapters/http_app.py``)
-  under uvicorn; ``--host``, ``--port`` and ``--workers`` override ``[server]``.
+  under uvicorn; ``--host``, ``--port``, ``--workers`` and ``--access-log`` override
+  ``[server]``.
 - ``aptix diagram [--format mermaid|dot|svg|png] [--out FILE]`` draws the pipeline
   from the machine definition (``engine/diagram.py``). Text formats go to stdout
   without ``--out``; svg/png (Graphviz's ``dot``) go to stdout only when it is not
@@ -25,46 +26,45 @@
   (``engine/replay.py``) with ports answering from the recording, prints each
   trace and names the first divergence. ``--diagram`` draws the recorded turn's
   path. Exit codes: 0 every recording replays, 1 one diverges, 2 usage error.
+
+Start-up: this module imports only the standard library at import time. Typer
+and the Typer ``app`` are built on first use (``main()``, or ``cli.app``), and
+each command imports what it needs when it runs: ``aptix --version`` answers
+before anything else is imported, and no command loads FastAPI, the OpenAI SDK,
+psycopg or the OpenTelemetry SDK unless it uses them (tests/test_startup.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
-import sqlite3
 import sys
-from dataclasses import replace
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
-
-import typer
+from typing import TYPE_CHECKING, Annotated, Any
 
 from aptix_pipeline import __version__
-from aptix_pipeline.contracts import LLM, Caller
-from aptix_pipeline.engine import RecordingOptions, Telemetry, TurnRecording, recordings_in
-from aptix_pipeline.engine import replay as replay_turn
-from aptix_pipeline.engine.diagram import (
-    DiagramError,
-    DiagramFormat,
-    format_for,
-    pipeline_diagram,
-)
-from aptix_pipeline.validators import parse_request
 
-from .catalog_config import CatalogError
-from .embedded import embedded_pipeline, open_store
-from .scripted_llm import ScriptedLLM, ScriptError
-from .service_config import DEFAULT_STORE_URL, ConfigError, build_llm, load_service_config
+if TYPE_CHECKING:
+    import typer
+
+    from .service_config import ServiceConfig
+
+    app: typer.Typer  # built on first use: __getattr__
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(
-    name="aptix",
-    help="Run and inspect Aptix agent turns as a formal state machine.",
-    no_args_is_help=True,
-    add_completion=False,
-)
+# The command functions below are plain functions: ``_build_app`` imports Typer (into
+# this module's namespace, where Typer resolves their string annotations) and
+# registers them. Their bodies import the engine and adapters they use.
+
+
+class _Format(StrEnum):
+    """``aptix diagram --format``: the values of ``engine.diagram.DiagramFormat``, which
+    the CLI cannot import without the engine (tests/test_startup.py keeps them equal)."""
+
+    MERMAID = "mermaid"
+    DOT = "dot"
+    SVG = "svg"
+    PNG = "png"
 
 
 def _version(show: bool) -> None:
@@ -73,7 +73,6 @@ def _version(show: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
@@ -82,7 +81,6 @@ def _root(
     """Run and inspect Aptix agent turns."""
 
 
-@app.command()
 def validate(
     files: Annotated[
         list[Path],
@@ -91,6 +89,8 @@ def validate(
     compact: Annotated[bool, typer.Option(help="One line of JSON per file.")] = False,
 ) -> None:
     """Check AgentExecuteRequest files (AGN-034) and print an InvokeResult for each."""
+    from aptix_pipeline.validators import parse_request
+
     all_valid = True
     for path in files:
         result = parse_request(path.read_bytes())
@@ -106,7 +106,6 @@ def _usage_error(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-@app.command()
 def run(
     request: Annotated[
         Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="Request JSON file.")
@@ -171,20 +170,35 @@ def run(
 
     Spans go where OTEL_TRACES_EXPORTER says (console: JSON on stderr; otlp; none).
     """
+    import asyncio
+    import json
+    import sqlite3
+
+    from aptix_pipeline.contracts import LLM, Caller
+    from aptix_pipeline.engine import RecordingOptions, Telemetry
+
+    from .catalog_config import CatalogError
+    from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store
+    from .scripted_llm import ScriptedLLM, ScriptError
+
     if redact and record is None:
         raise _usage_error("--redact applies to --record DIR")
     if not org.strip() or not user.strip():
         raise _usage_error("--org and --user must not be empty")
-    from .telemetry_setup import TelemetrySetupError, configure_tracing  # the SDK: only here
+    from .telemetry_setup import TelemetrySetupError, configure_tracing
 
     try:
         provider = configure_tracing()
     except TelemetrySetupError as error:
         raise _usage_error(str(error)) from None
-    try:
-        service = load_service_config(config) if config is not None else None
-    except ConfigError as error:
-        raise _usage_error(str(error)) from None
+    service: ServiceConfig | None = None
+    if config is not None:
+        from .service_config import ConfigError, load_service_config
+
+        try:
+            service = load_service_config(config)
+        except ConfigError as error:
+            raise _usage_error(str(error)) from None
     model = service.model if service is not None else None
     if llm_script is None and model is None:
         raise _usage_error("give --llm-script, or a --config with a [model] table")
@@ -193,6 +207,8 @@ def run(
         if llm_script is not None:
             llm = ScriptedLLM.from_file(llm_script)
         else:
+            from .service_config import build_llm
+
             assert model is not None
             llm = build_llm(model)
         session_store = open_store(
@@ -237,7 +253,6 @@ def run(
     raise typer.Exit(0 if outcome.successful else 1)
 
 
-@app.command()
 def serve(
     config: Annotated[
         Path,
@@ -250,8 +265,18 @@ def serve(
     workers: Annotated[
         int | None, typer.Option(min=1, help="Worker processes; default [server].workers.")
     ] = None,
+    access_log: Annotated[
+        bool | None,
+        typer.Option(
+            "--access-log/--no-access-log",
+            help="Log a line per request (uvicorn); default [server].access_log, off.",
+        ),
+    ] = None,
 ) -> None:
     """Serve POST /v1/agent/execute over HTTP (uvicorn) with the configuration's model and store."""
+    import os
+
+    from .service_config import ConfigError, load_service_config
 
     def refuse(message: str) -> typer.Exit:
         typer.echo(f"aptix serve: {message}", err=True)
@@ -279,13 +304,13 @@ def serve(
         host=host or service.server.host,
         port=service.server.port if port is None else port,
         workers=workers or service.server.workers,
+        access_log=service.server.access_log if access_log is None else access_log,
     )
 
 
-@app.command()
 def diagram(
-    fmt: Annotated[
-        DiagramFormat | None,
+    fmt_choice: Annotated[
+        _Format | None,
         typer.Option(
             "--format", help="mermaid, dot, svg or png; default: from --out's suffix, else mermaid."
         ),
@@ -296,6 +321,14 @@ def diagram(
     ] = None,
 ) -> None:
     """Draw the pipeline state machine (its steps, guards and exit hooks)."""
+    from aptix_pipeline.engine.diagram import (
+        DiagramError,
+        DiagramFormat,
+        format_for,
+        pipeline_diagram,
+    )
+
+    fmt = None if fmt_choice is None else DiagramFormat(fmt_choice.value)
 
     def refuse(message: str) -> typer.Exit:
         typer.echo(f"aptix diagram: {message}", err=True)
@@ -324,7 +357,6 @@ def diagram(
         raise refuse(f"cannot write {out}: {error.strerror or error}") from None
 
 
-@app.command()
 def replay(
     files: Annotated[
         list[Path],
@@ -351,6 +383,12 @@ def replay(
     codes: 0 when every recording replays, 1 when one diverges, 2 for a usage
     error (not a recording, an unknown format, a diagram that cannot be drawn).
     """
+    import asyncio
+    from dataclasses import replace
+
+    from aptix_pipeline.engine import Telemetry, TurnRecording, recordings_in
+    from aptix_pipeline.engine import replay as replay_turn
+    from aptix_pipeline.engine.diagram import DiagramError, format_for, pipeline_diagram
 
     def refuse(message: str) -> typer.Exit:
         typer.echo(f"aptix replay: {message}", err=True)
@@ -400,6 +438,39 @@ def replay(
     raise typer.Exit(1 if diverged else 0)
 
 
+def _build_app() -> typer.Typer:
+    """The Typer app: Typer imported, the commands above registered."""
+    global typer  # the commands' annotations and bodies name it
+    import typer
+
+    built = typer.Typer(
+        name="aptix",
+        help="Run and inspect Aptix agent turns as a formal state machine.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+    built.callback()(_root)
+    for command in (validate, run, serve, diagram, replay):
+        built.command()(command)
+    return built
+
+
+_app: typer.Typer | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """``app``, the Typer app, built on first use."""
+    global _app
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _app is None:
+        _app = _build_app()
+    return _app
+
+
 def main() -> None:
-    """Console-script entry point."""
-    sys.exit(app())
+    """Console-script entry point; ``aptix --version`` is answered before Typer is imported."""
+    if sys.argv[1:] == ["--version"]:
+        sys.stdout.write(f"aptix-pipeline {__version__}\n")
+        sys.exit(0)
+    sys.exit(__getattr__("app")())

@@ -8,29 +8,60 @@ built-in server tools, the system clock and random ids — what ``aptix run`` an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
-from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, RecordingOptions, Telemetry
+from aptix_pipeline.engine import (
+    Listener,
+    Pipeline,
+    PipelineOptions,
+    Ports,
+    RecordingOptions,
+    Runtime,
+    Telemetry,
+)
 
 from .builtin_tools import BUILTIN_TOOLS
 from .catalog_config import ConfigCatalog
 from .clocks import SystemClock
 from .ids import RandomIds
 from .memory_store import MemoryStore
-from .sqlite_store import SQLiteStore
+from .sqlite_store import SQLiteStore, Synchronous, synchronous_mode
 
 if TYPE_CHECKING:
     from .postgres_store import PostgresStore
 
-__all__ = ["embedded_pipeline", "open_store"]
+__all__ = ["DEFAULT_STORE_URL", "embedded_pipeline", "open_store", "sqlite_target"]
+
+DEFAULT_STORE_URL = "sqlite:aptix.db"
+"""The store of ``aptix run`` and of a configuration without a ``[store]`` table (a file
+in the working directory); also ``service_config.DEFAULT_STORE_URL``."""
+
+
+def sqlite_target(spec: str) -> tuple[str, Synchronous]:
+    """``sqlite:PATH[?synchronous=normal|full]`` → the path and the durability setting.
+
+    ``synchronous`` (sqlite_store.py) defaults to ``normal``; an unknown option or a
+    bad value is a ``ValueError`` naming the option.
+    """
+    path, _, query = spec.removeprefix("sqlite:").partition("?")
+    if not path:
+        raise ValueError("sqlite: needs a file path, e.g. sqlite:aptix.db")
+    synchronous: Synchronous = "normal"
+    for pair in query.split("&") if query else ():
+        key, _, value = pair.partition("=")
+        if key != "synchronous":
+            raise ValueError(f"unknown sqlite: option {key!r}; known: synchronous")
+        synchronous = synchronous_mode(value, option="sqlite: option synchronous")
+    return path, synchronous
 
 
 def open_store(spec: str | Path) -> MemoryStore | SQLiteStore | PostgresStore:
-    """A store from its spec: ``memory``, ``sqlite:PATH``, a ``.db``/``.sqlite`` path, or a
-    PostgreSQL URL (``postgresql://user:password@host:5432/db``, also ``postgres://``).
+    """A store from its spec: ``memory``, ``sqlite:PATH`` (with options:
+    ``sqlite:PATH?synchronous=full``, see ``sqlite_target``), a ``.db``/``.sqlite`` path,
+    or a PostgreSQL URL (``postgresql://user:password@host:5432/db``, also ``postgres://``).
 
     The PostgreSQL store needs the ``postgres`` extra; it is imported only when asked for.
     """
@@ -47,10 +78,8 @@ def open_store(spec: str | Path) -> MemoryStore | SQLiteStore | PostgresStore:
             ) from None
         return PostgresStore(text)
     if text.startswith("sqlite:"):
-        path = text.removeprefix("sqlite:")
-        if not path:
-            raise ValueError("sqlite: needs a file path, e.g. sqlite:aptix.db")
-        return SQLiteStore(path)
+        path, synchronous = sqlite_target(text)
+        return SQLiteStore(path, synchronous=synchronous)
     if text.endswith((".db", ".sqlite", ".sqlite3")):
         return SQLiteStore(text)
     shown = f"{text.partition('://')[0]}://..." if "://" in text else text  # no credentials
@@ -71,11 +100,15 @@ def embedded_pipeline(
     options: PipelineOptions | None = None,
     telemetry: Telemetry | None = None,
     recording: RecordingOptions | None = None,
+    listeners: Sequence[Listener] = (),
+    runtime: Runtime = "compiled",
 ) -> Pipeline:
     """A pipeline on the embedded defaults; ``tools`` adds to (or replaces) the built-ins.
 
     ``telemetry`` says where spans go (default: the global OpenTelemetry provider);
-    ``recording`` records every turn for replay (``engine/recording.py``).
+    ``recording`` records every turn for replay (``engine/recording.py``);
+    ``listeners`` hear every event of every turn (docs/EVENTS.md); ``runtime`` is
+    the turn runner (``Pipeline``).
 
     ``catalog`` is an already loaded catalog (e.g. ``ServiceConfig.catalog``); it
     takes the place of ``config``.
@@ -92,4 +125,11 @@ def embedded_pipeline(
         ids=ids or RandomIds(),
         tools={**BUILTIN_TOOLS, **(tools or {})},
     )
-    return Pipeline(ports, options, telemetry=telemetry, recording=recording)
+    return Pipeline(
+        ports,
+        options,
+        telemetry=telemetry,
+        recording=recording,
+        listeners=listeners,
+        runtime=runtime,
+    )

@@ -7,11 +7,14 @@ its own, each optional:
 
 - ``[store]`` — ``url`` (``memory``, ``sqlite:PATH``, ``postgresql://user@host/db``)
   or ``url_env`` (an environment variable holding it); ``password_env`` puts a
-  PostgreSQL password from the environment into the URL.
+  PostgreSQL password from the environment into the URL; ``synchronous``
+  (``"normal"``, the default, or ``"full"``) is a SQLite store's durability
+  (``adapters/sqlite_store.py``), also written ``sqlite:PATH?synchronous=full``.
 - ``[model]`` — ``kind = "scripted"`` with ``script = "replies.json"``, or
   ``kind = "openai"`` with ``model``, ``base_url``, ``api_key_env``,
   ``timeout_seconds``, ``max_attempts``, ``max_total_seconds``.
-- ``[server]`` — ``host``, ``port``, ``workers``, ``max_body_bytes``.
+- ``[server]`` — ``host``, ``port``, ``workers``, ``max_body_bytes``, ``access_log``
+  (uvicorn's line per request; off by default, it costs the worker CPU per turn).
 - ``[auth]`` — ``[[auth.keys]]`` mapping an API key to an ``org`` and ``user``; the
   key comes from ``key_env`` (an environment variable) or is given only as its
   SHA-256 (``key_sha256``), so the file never holds a clear key.
@@ -46,7 +49,7 @@ from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExe
 from aptix_pipeline.engine import Pipeline, PipelineOptions, RecordingOptions, Telemetry
 
 from .catalog_config import CatalogError, ConfigCatalog
-from .embedded import embedded_pipeline, open_store
+from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store, sqlite_target
 from .scripted_llm import ScriptedLLM, ScriptError
 
 __all__ = [
@@ -64,8 +67,6 @@ __all__ = [
     "parse_service_config",
 ]
 
-DEFAULT_STORE_URL = "sqlite:aptix.db"
-"""The store when the file has no ``[store]`` table (a file in the working directory)."""
 
 _CATALOG_TABLES = ("modes", "server_tools", "agents", "conversations")
 _SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording")
@@ -94,6 +95,7 @@ class _Store(_Table):
     url: str | None = Field(default=None, min_length=1)
     url_env: str | None = _env_name()
     password_env: str | None = _env_name()
+    synchronous: Literal["normal", "full"] | None = None
 
 
 class _ScriptedModel(_Table):
@@ -116,6 +118,7 @@ class _Server(_Table):
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1)
     max_body_bytes: int = Field(default=1_048_576, ge=1)
+    access_log: bool = False
 
 
 class _Key(_Table):
@@ -183,12 +186,14 @@ ModelConfig = ScriptedModelConfig | OpenAIModelConfig
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    """``[server]``: where ``aptix serve`` listens and how big a request body may be."""
+    """``[server]``: where ``aptix serve`` listens, how big a request body may be, and
+    whether uvicorn logs a line per request (``access_log``, off by default)."""
 
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = 1
     max_body_bytes: int = 1_048_576
+    access_log: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +249,8 @@ def _store_url(data: object, base: Path, source: str, env: Mapping[str, str]) ->
     else:
         assert table.url_env is not None
         url = _env(table.url_env, f"{source}: [store].url_env", env).strip()
+    if table.synchronous is not None and not url.startswith("sqlite:"):
+        raise ConfigError(f"{source}: [store].synchronous applies to sqlite: stores only")
     if url.startswith(("postgresql://", "postgres://")):
         if table.password_env is None:
             return url
@@ -252,11 +259,22 @@ def _store_url(data: object, base: Path, source: str, env: Mapping[str, str]) ->
         raise ConfigError(f"{source}: [store].password_env applies to postgresql:// URLs only")
     if url == "memory":
         return url
-    if url.startswith("sqlite:") or url.endswith((".db", ".sqlite", ".sqlite3")):
-        path = url.removeprefix("sqlite:")
-        if not path:
-            raise ConfigError(f"{source}: [store].url: sqlite: needs a file path")
-        return f"sqlite:{base / Path(path).expanduser()}"
+    if url.startswith("sqlite:"):
+        try:
+            path, synchronous = sqlite_target(url)
+        except ValueError as error:
+            raise ConfigError(f"{source}: [store].url: {error}") from None
+        if table.synchronous is not None:
+            if "?" in url:
+                raise ConfigError(
+                    f"{source}: [store]: synchronous is given both in url and as "
+                    "[store].synchronous; keep one"
+                )
+            synchronous = table.synchronous
+        options = "" if synchronous == "normal" else f"?synchronous={synchronous}"
+        return f"sqlite:{base / Path(path).expanduser()}{options}"
+    if url.endswith((".db", ".sqlite", ".sqlite3")):
+        return f"sqlite:{base / Path(url).expanduser()}"
     raise ConfigError(
         f"{source}: [store].url: unknown store {url.split(':', 1)[0]!r}: "
         "use memory, sqlite:PATH or postgresql://USER@HOST/DB"

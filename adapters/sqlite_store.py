@@ -1,7 +1,8 @@
 """The SQLite ``SessionStore``: the embedded default (DESIGN.md "Embedding").
 
 - stdlib ``sqlite3``, always off the event loop: every statement runs on one
-  worker thread that owns the connection.
+  worker thread that owns the connection, and a turn's reads and its commit are
+  one hop each to that thread (no pool, no ``concurrent.futures`` per call).
 - WAL journal and a busy timeout, so several processes (separate ``aptix run``
   calls) can share one file.
 - One transaction per turn: a turn's writes arrive together
@@ -10,16 +11,33 @@
   nothing and a concurrent one loses cleanly (``StoreConflictError``).
 - A versioned schema (``PRAGMA user_version``): a new file is created at the
   current version; a file written by a newer version is refused.
+
+Durability (``synchronous``, README "Configuration"): ``"normal"`` (the default)
+is WAL with ``PRAGMA synchronous = NORMAL``: a commit writes the turn to the WAL
+file without waiting for the disk, so a turn the store acknowledged survives a
+crash of the process (``kill -9`` included), but a power loss or an OS crash
+may roll back the turns committed since the WAL was last synced to disk, which
+SQLite does at each checkpoint (here: in the background, after every
+``CHECKPOINT_EVERY`` commits of this store). The file itself is never corrupted.
+``"full"`` (``PRAGMA synchronous = FULL``) syncs the WAL at every commit: an
+acknowledged turn survives a power loss too, at the cost of one fsync a turn.
+
+Checkpoints (copying the WAL back into the database file, with its fsyncs) run on
+a second connection in a thread of their own, never in a turn's commit, so a
+turn does not wait behind one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
 import sqlite3
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, Literal, TypeVar, cast, get_args
 
 from aptix_pipeline.contracts import (
     ChatMessage,
@@ -31,10 +49,120 @@ from aptix_pipeline.contracts import (
 
 from .unit_of_work import BufferedTransaction, TurnWrites, session_from_row
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+__all__ = [
+    "CHECKPOINT_EVERY",
+    "SCHEMA_VERSION",
+    "SYNCHRONOUS_MODES",
+    "SQLiteStore",
+    "Synchronous",
+    "synchronous_mode",
+]
 
 SCHEMA_VERSION = 1
 T = TypeVar("T")
+
+Synchronous = Literal["normal", "full"]
+"""The durability settings: ``PRAGMA synchronous`` in WAL mode (module docstring)."""
+SYNCHRONOUS_MODES: Final[tuple[Synchronous, ...]] = get_args(Synchronous)
+CHECKPOINT_EVERY: Final = 200
+"""Commits of one store between two background WAL checkpoints."""
+
+
+def synchronous_mode(value: str, *, option: str = "synchronous") -> Synchronous:
+    """``value`` as a durability setting (any case); ``ValueError`` naming ``option`` if not."""
+    mode = value.strip().lower()
+    if mode not in SYNCHRONOUS_MODES:
+        raise ValueError(f"{option} must be one of {', '.join(SYNCHRONOUS_MODES)}, not {value!r}")
+    return mode
+
+
+class _Worker:
+    """One thread that runs every call on the store's connection, in order.
+
+    ``call`` hands a function to the thread and awaits its result; the answer comes
+    back through ``call_soon_threadsafe``. ``call_sync`` blocks the calling thread
+    (opening, closing). Cheaper per call than ``run_in_executor``.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        """Whether calls are still taken."""
+        return not self._stopping
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+
+    def _put(self, job: Callable[[], None]) -> None:
+        if self._stopping:
+            raise RuntimeError("the SQLite store is closed")
+        self._jobs.put(job)
+
+    async def call(self, work: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def settle(result: T | None, error: BaseException | None) -> None:
+            if future.done():  # the awaiting task was cancelled
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(cast(T, result))
+
+        def job() -> None:
+            if future.cancelled():  # cancelled before it started: skip it, as an executor would
+                return
+            try:
+                result, error = work(), None
+            except BaseException as raised:
+                result, error = None, raised
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle, result, error)
+
+        self._put(job)
+        return await future
+
+    def call_sync(self, work: Callable[[], T]) -> T:
+        if threading.current_thread() is self._thread:
+            return work()
+        future: Future[T] = Future()
+
+        def job() -> None:
+            try:
+                future.set_result(work())
+            except BaseException as error:
+                future.set_exception(error)
+
+        self._put(job)
+        return future.result()
+
+    def submit(self, work: Callable[[], None]) -> None:
+        """Run ``work`` on the thread; nobody waits for it."""
+        self._put(work)
+
+    def stop(self) -> None:
+        """Take no more calls, finish the queued ones and end the thread."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._jobs.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+        while True:  # a call queued while stopping: it runs, and finds the store closed
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job()
+
 
 _SCHEMA = (
     """CREATE TABLE sessions (
@@ -70,25 +198,44 @@ _SCHEMA = (
 
 
 class SQLiteStore:
-    """Sessions in a SQLite file; see the module docstring. Close it when done."""
+    """Sessions in a SQLite file; see the module docstring. Close it when done.
 
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
+    ``synchronous`` is the durability setting, ``"normal"`` or ``"full"`` (module
+    docstring); ``ValueError`` for anything else.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Synchronous | str = "normal",
+        busy_timeout_ms: int = 10_000,
+    ) -> None:
         self.path = Path(path)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aptix-sqlite")
+        self.synchronous: Synchronous = synchronous_mode(synchronous)
         self._busy_timeout_ms = busy_timeout_ms
         self._connection: sqlite3.Connection | None = None
+        self._commits = 0
+        self._checkpointing = False
+        self._checkpoint_connection: sqlite3.Connection | None = None
+        self._checkpointer: _Worker | None = None
+        self._worker = _Worker("aptix-sqlite")
         try:
-            self._executor.submit(self._connect).result()
+            self._worker.call_sync(self._connect)
         except BaseException:
             self.close()
             raise
 
     # --- lifecycle -------------------------------------------------------------------
 
-    def _connect(self) -> None:
+    def _open_connection(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._connection = connection
         connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        return connection
+
+    def _connect(self) -> None:
+        connection = self._open_connection()
+        self._connection = connection
         version = connection.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:  # checked before anything changes the file
             raise RuntimeError(
@@ -97,7 +244,10 @@ class SQLiteStore:
             )
         connection.execute("PRAGMA journal_mode = WAL")
         connection.execute("PRAGMA foreign_keys = ON")
-        connection.execute("PRAGMA synchronous = NORMAL")
+        connection.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+        # Checkpoints run in the background (_checkpoint); this is only the safety net
+        # for WAL growth this store's own commits do not account for (other processes).
+        connection.execute("PRAGMA wal_autocheckpoint = 10000")
         self._migrate(connection)
 
     @staticmethod
@@ -119,15 +269,52 @@ class SQLiteStore:
             connection.execute("ROLLBACK")
             raise
 
+    def _checkpoint(self) -> None:
+        """Copy the WAL into the database file (``PASSIVE``: never waits for a turn)."""
+        try:
+            if self._checkpoint_connection is None:
+                self._checkpoint_connection = self._open_connection()
+                self._checkpoint_connection.execute(
+                    f"PRAGMA synchronous = {self.synchronous.upper()}"
+                )
+            self._checkpoint_connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error:
+            pass  # the next one tries again; SQLite's own autocheckpoint is the safety net
+        finally:
+            self._checkpointing = False
+
+    def _after_commit(self) -> None:
+        self._commits += 1
+        if self._commits % CHECKPOINT_EVERY or self._checkpointing:
+            return
+        if self._checkpointer is None:
+            self._checkpointer = _Worker("aptix-sqlite-checkpoint")
+        self._checkpointing = True
+        self._checkpointer.submit(self._checkpoint)
+
+    def _close_checkpoint_connection(self) -> None:  # on the checkpointer's thread
+        if self._checkpoint_connection is not None:
+            self._checkpoint_connection.close()
+            self._checkpoint_connection = None
+
+    def _close_connection(self) -> None:  # on the worker thread, after every queued call
+        if self._checkpointer is not None:
+            self._checkpointer.call_sync(self._close_checkpoint_connection)
+            self._checkpointer.stop()
+            self._checkpointer = None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
     def close(self) -> None:
         """Close the connection and stop the worker thread (waits for a running commit).
 
-        From async code prefer ``await store.aclose()``, which waits off the loop.
+        Closing twice is harmless. From async code prefer ``await store.aclose()``,
+        which waits off the loop.
         """
-        if self._connection is not None:
-            self._executor.submit(self._connection.close).result()
-            self._connection = None
-        self._executor.shutdown(wait=True)
+        if self._worker.running:
+            self._worker.call_sync(self._close_connection)
+        self._worker.stop()
 
     async def aclose(self) -> None:
         """``close`` without blocking the event loop."""
@@ -142,10 +329,10 @@ class SQLiteStore:
     @property
     def schema_version(self) -> int:
         """The file's schema version."""
-        return int(self._executor.submit(self._query_one, "PRAGMA user_version", ()).result()[0])
+        return int(self._worker.call_sync(lambda: self._query_one("PRAGMA user_version", ()))[0])
 
     async def _run(self, work: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+        return await self._worker.call(work)
 
     def _db(self) -> sqlite3.Connection:
         if self._connection is None:
@@ -233,6 +420,7 @@ class SQLiteStore:
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        self._after_commit()
 
     @staticmethod
     def _write(db: sqlite3.Connection, writes: TurnWrites) -> None:
@@ -272,9 +460,14 @@ class SQLiteStore:
                 )
                 if updated.rowcount != 1:
                     raise StoreConflictError(f"session {s.id!r} changed since it was read")
-            (next_seq,) = db.execute(
-                "SELECT COALESCE(MAX(seq), 0) + 1 FROM mode_history WHERE session_id = ?", (s.id,)
-            ).fetchone()
+            (next_seq,) = (
+                (1,)  # a session this turn creates has no history yet
+                if write.created
+                else db.execute(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM mode_history WHERE session_id = ?",
+                    (s.id,),
+                ).fetchone()
+            )
             # A new session's whole history is new; an existing one's only what this turn added.
             history = s.mode_history if write.created else write.new_history
             for offset, entry in enumerate(history):
@@ -296,7 +489,8 @@ class SQLiteStore:
                 db.execute(
                     "UPDATE turns SET status = ?, data = ? WHERE session_id = ? AND id = ?", row
                 )
-        next_seq_by_session: dict[str, int] = {}
+        # A session this turn creates has no transcript yet: its messages start at 1.
+        next_seq_by_session = {write.session.id: 1 for write in writes.sessions if write.created}
         for session_id, turn_id, message in writes.transcript:
             if session_id not in next_seq_by_session:
                 (next_seq_by_session[session_id],) = db.execute(

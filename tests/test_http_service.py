@@ -34,6 +34,7 @@ from aptix_pipeline.adapters.http_app import (
     EXECUTE_PATH,
     HEALTH_PATH,
     ApiKeyAuthenticator,
+    _ExecuteFastPath,
     create_app,
     http_status,
 )
@@ -372,6 +373,43 @@ async def test_health_answers_once_the_store_is_open(tmp_path: Path) -> None:
     assert during.json() == {"status": "ok"}
 
 
+async def test_the_execute_path_answers_the_same_with_and_without_the_fast_path(
+    tmp_path: Path,
+) -> None:
+    """``POST /v1/agent/execute`` skips FastAPI's routing (``_ExecuteFastPath``); the
+    route it skips answers alike, and every other method or path still reaches FastAPI."""
+    replies = [{"text": "fast"}, {"text": "under a root path"}, {"text": "routed"}]
+    app = create_app(load_service_config(_config(tmp_path, replies), env=ENV))
+
+    async with _client(app) as client:
+        fast = await client.post(EXECUTE_PATH, json={"Instruction": "hi"}, headers=ANA)
+        refused = await client.post(EXECUTE_PATH, json={"Instruction": "hi"})
+        method = await client.get(EXECUTE_PATH, headers=ANA)
+        other = await client.post(EXECUTE_PATH + "/more", json={}, headers=ANA)
+        rooted = httpx.ASGITransport(app=app, root_path="/aptix")
+        async with httpx.AsyncClient(transport=rooted, base_url="http://app") as behind:
+            proxied = await behind.post(
+                "/aptix" + EXECUTE_PATH, json={"Instruction": "hi"}, headers=ANA
+            )
+        # The same app without the fast path: the declared FastAPI route answers.
+        fast_path: object = _ExecuteFastPath
+        app.user_middleware = [m for m in app.user_middleware if m.cls is not fast_path]
+        app.middleware_stack = app.build_middleware_stack()
+        slow = await client.post(EXECUTE_PATH, json={"Instruction": "hi"}, headers=ANA)
+        slow_refused = await client.post(EXECUTE_PATH, json={"Instruction": "hi"})
+
+    assert (fast.status_code, proxied.status_code, slow.status_code) == (200, 200, 200)
+    assert [r.json()["Result"]["PrimaryOutputText"] for r in (fast, proxied, slow)] == [
+        "fast",
+        "under a root path",
+        "routed",
+    ]
+    assert fast.headers["content-type"] == slow.headers["content-type"] == "application/json"
+    assert (refused.status_code, refused.json()) == (slow_refused.status_code, slow_refused.json())
+    assert refused.headers["www-authenticate"] == slow_refused.headers["www-authenticate"]
+    assert (method.status_code, other.status_code) == (405, 404)
+
+
 def test_create_app_reads_the_config_named_by_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -455,6 +493,25 @@ def test_aptix_serve_answers_a_session_with_the_scripted_model_on_sqlite(tmp_pat
     assert third.json()["Result"]["PrimaryOutputText"] == "Follow-on answer."  # script in order:
     assert EXECUTE_PATH in openapi.json()["paths"]  # the refused requests consumed no reply
     assert _sessions(tmp_path / "aptix.db") == 1
+
+
+@pytest.mark.parametrize(
+    ("table", "args", "logged"),
+    [("", (), False), ("[server]\naccess_log = true\n", (), True), ("", ("--access-log",), True)],
+    ids=["default-off", "config-on", "option-on"],
+)
+def test_aptix_serve_logs_a_line_per_request_only_when_asked(
+    tmp_path: Path, table: str, args: tuple[str, ...], logged: bool
+) -> None:
+    config = _config(tmp_path, [{"text": "hello"}], more=table)
+
+    with _serve(config, ENV, *args) as (base, log), httpx.Client(base_url=base) as client:
+        answered = client.post(EXECUTE_PATH, json={"Instruction": "hi"}, headers=ANA)
+    output = log.read_text(errors="replace")
+
+    assert answered.status_code == 200
+    assert "Application startup complete" in output
+    assert (f"POST {EXECUTE_PATH}" in output) is logged
 
 
 def test_aptix_serve_exports_each_requests_spans_as_otel_variables_say(tmp_path: Path) -> None:
