@@ -12,7 +12,7 @@ PY := $(BIN)/python
 PACKAGE_DIRS := package contracts validators steps engine adapters
 MODULES := $(VENV)/.modules
 
-.PHONY: all test demo bench lint typecheck format schemas conformance diagrams recordings install clean postgres-server graphviz
+.PHONY: all test demo bench bench-http lint typecheck format schemas conformance diagrams recordings install clean postgres-server graphviz
 
 all: test
 
@@ -77,6 +77,12 @@ bench: install
 		|| echo "warning: could not install the bench extra; its peers will be skipped"; \
 	fi
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# One `aptix serve` worker (SQLite, scripted model) under a bounded loopback load:
+# turns/s, p50 and p99 at concurrency 1, 50 and 200 (bench/http_load.py; its options
+# in HTTP_BENCH_ARGS, e.g. HTTP_BENCH_ARGS="--requests 500 --json http.json").
+bench-http: install
+	$(PY) bench/http_load.py $(HTTP_BENCH_ARGS)
 
 schemas: install
 	$(PY) -m aptix_pipeline.contracts.schemas docs/schemas
