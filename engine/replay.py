@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
+from pydantic_core import PydanticSerializationError, to_json
 
 from aptix_pipeline.contracts import PermanentPortError, PipelineStep
 from aptix_pipeline.steps import StepFunction
@@ -111,25 +112,22 @@ def _shown(value: Any) -> str:
     return shown if len(shown) <= _SHOWN else shown[: _SHOWN - 1] + "…"
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True)
-"""JSON text with sorted keys, made by one encoder (``json.dumps`` makes one per call)."""
-
-
 def first_difference(expected: Any, actual: Any, where: str = "") -> tuple[str, Any, Any] | None:
     """The JSON path of the first place two JSON values differ, with both values there.
 
     Objects are walked in the expected one's key order; a missing key or item
     shows as ``<absent>``. ``True`` and ``1`` differ (JSON tells them apart).
 
-    At the top, equal JSON texts (keys sorted, so ``True`` and ``1``, ``1`` and
-    ``1.0`` stay apart) answer at once: a replay compares every port call and the
-    whole trace, and nearly all of them are equal.
+    At the top, equal JSON texts answer at once (JSON keeps ``True`` and ``1``,
+    ``1`` and ``1.0`` apart): a replay compares every port call and the whole trace,
+    and nearly all of them are equal. Texts that differ, if only in key order, are
+    walked.
     """
     if not where:
         try:
-            if _CANONICAL.encode(expected) == _CANONICAL.encode(actual):
+            if to_json(expected) == to_json(actual):
                 return None
-        except (TypeError, ValueError):  # not JSON-ready (keys of mixed types): walk it
+        except PydanticSerializationError:  # not JSON data (a host's odd object): walk it
             pass
     if isinstance(expected, Mapping) and isinstance(actual, Mapping):
         for key in [*expected, *(k for k in actual if k not in expected)]:
