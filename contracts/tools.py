@@ -177,9 +177,71 @@ class ToolDefinition(WireModel):
         return self
 
 
+_JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+_TEXT_KEYWORDS = frozenset({"title", "description", "format", "$comment"})
+_COUNT_KEYWORDS = frozenset({"minLength", "maxLength", "minItems", "maxItems", "minProperties",
+                             "maxProperties"})  # fmt: skip
+_NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+_ANY_KEYWORDS = frozenset({"default", "const"})
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _plainly_valid(node: object) -> bool:
+    """Whether ``node`` is a JSON Schema built only from keywords whose Draft 2020-12
+    meta-schema rules are checked here: types, properties, required, items, enum and
+    the like, with values of the types the meta-schema asks for.
+
+    Such a schema is valid and has no ``$ref``, so the check needs no jsonschema
+    (which, with its format checkers, costs ~100 ms to import). Anything else —
+    another keyword, a pattern, a ``$ref`` — is left to jsonschema.
+    """
+    if isinstance(node, bool):
+        return True
+    if not isinstance(node, dict):
+        return False
+    for key, value in node.items():
+        if key == "type":
+            kinds = value if isinstance(value, list) else [value]
+            if not kinds or not all(isinstance(k, str) and k in _JSON_TYPES for k in kinds):
+                return False
+            if len(set(kinds)) != len(kinds):
+                return False
+        elif key == "properties":
+            if not isinstance(value, dict) or not all(_plainly_valid(v) for v in value.values()):
+                return False
+        elif key in ("items", "additionalProperties"):
+            if not _plainly_valid(value):
+                return False
+        elif key == "required":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                return False
+            if len(set(value)) != len(value):
+                return False
+        elif key in ("enum", "examples"):
+            if not isinstance(value, list):
+                return False
+        elif key in _TEXT_KEYWORDS:
+            if not isinstance(value, str):
+                return False
+        elif key in _COUNT_KEYWORDS:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                return False
+        elif key in _NUMBER_KEYWORDS:
+            if not _is_number(value):
+                return False
+        elif key not in _ANY_KEYWORDS:
+            return False
+    return True
+
+
 def _schema_problem_of(schema: dict[str, Any]) -> str | None:
     """Why ``schema`` is not a usable argument schema, or ``None``."""
-    # jsonschema and its format checkers cost ~80 ms to import: only when a schema is checked.
+    if _plainly_valid(schema):
+        return None
+    # jsonschema and its format checkers cost ~100 ms to import: only when a schema needs it.
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 

@@ -26,11 +26,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError as SchemaViolation
-from referencing.exceptions import Unresolvable
+from typing import TYPE_CHECKING, Any
 
 from aptix_pipeline.contracts import (
     ArgumentError,
@@ -42,6 +38,10 @@ from aptix_pipeline.contracts import (
 
 from .json_text import json_path, strict_json_loads
 from .rules import rule
+
+if TYPE_CHECKING:  # jsonschema costs ~100 ms to import: loaded when arguments are checked
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError as SchemaViolation
 
 __all__ = [
     "GUIDANCE_FUNCTION_LIMIT",
@@ -178,6 +178,8 @@ def _container_rejection(tool: ToolDefinition, attempted: Any) -> ContainerInvoc
 
 @lru_cache(maxsize=4096)
 def _validator(schema_json: str) -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(
         json.loads(schema_json), format_checker=Draft202012Validator.FORMAT_CHECKER
     )
@@ -297,6 +299,8 @@ def check_tool_call(
             ],
         )
     validator = _validator(json.dumps(tool.parameters, sort_keys=True))
+    from referencing.exceptions import Unresolvable  # loaded with jsonschema by _validator
+
     try:
         violations = sorted(
             validator.iter_errors(arguments),
