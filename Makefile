@@ -28,6 +28,10 @@ install: $(PY)
 		$(BIN)/pip install --quiet -e '.[test]' --config-settings editable_mode=strict \
 			&& mv $(MODULES).want $(MODULES); \
 	else rm -f $(MODULES).want; fi
+	@# Byte-compile the package as pip does for an installed wheel: with
+	@# PYTHONDONTWRITEBYTECODE set (as on CI), every aptix command would otherwise
+	@# compile each module from source at start-up. Up-to-date files are skipped.
+	@$(PY) -m compileall -q "$$($(PY) -c 'import aptix_pipeline, os; print(os.path.dirname(aptix_pipeline.__file__))')" >/dev/null
 
 # The PostgreSQL store's tests start a throwaway server (tests/pg_server.py) and need
 # its binaries. Install them through apt only when none is found; where that is not
