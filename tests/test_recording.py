@@ -716,3 +716,17 @@ def test_a_recording_table_without_its_keys_is_a_config_error_naming_it(
     assert str(path) in str(raised.value)
     assert message in str(raised.value)
     assert not (tmp_path / "r").exists()
+
+
+def test_a_recording_file_with_a_lone_surrogate_escape_loads(tmp_path: Path) -> None:
+    """The fast JSON parser refuses a lone surrogate escape; json's reads it, so the file
+    still loads (a request may carry one, and a recording keeps the request as given)."""
+    source = sorted((Path(__file__).parent.parent / "examples" / "recordings").glob("*.json"))[0]
+    data = json.loads(source.read_text(encoding="utf-8"))
+    data["config_digest"] = "lone \ud800 surrogate"
+    path = tmp_path / "turn.json"
+    path.write_text(json.dumps(data), encoding="utf-8")  # ensure_ascii: written as \\ud800
+    assert "\\ud800" in path.read_text(encoding="utf-8")
+    loaded = TurnRecording.load(path)
+    assert loaded.config_digest == "lone \ud800 surrogate"
+    assert loaded.calls == TurnRecording.load(source).calls
