@@ -436,6 +436,13 @@ class Pipeline:
             )
         session_id = _persisted_session_id(ctx, errors)
         turn_id = _persisted_turn_id(ctx, errors)
+        transitions: list[TransitionRecord] = []
+        checks: list[CheckRecord] = []
+        for entry in recorder.entries:  # one pass for both of the report's views
+            if isinstance(entry, TransitionRecord):
+                transitions.append(entry)
+            elif isinstance(entry, CheckRecord):
+                checks.append(entry)
         trace = StateTrace(
             context_type=str(ctx.type) if ctx is not None else None,
             outcome="faulted" if errors else "done",
@@ -454,8 +461,8 @@ class Pipeline:
             result=result,
             context_type=ctx.type if ctx is not None else None,
             states=states,
-            transitions=trace.transitions,
-            checks=trace.checks,
+            transitions=tuple(transitions),
+            checks=tuple(checks),
             tool_calls=tuple(scope.tool_calls),
             mode=ctx.mode if ctx is not None else None,
             mode_changes=() if errors else tuple(scope.mode_changes),

@@ -274,7 +274,7 @@ class CompiledCursor:
             result = callback.func(model) if callback.simple else callback.call(model, transition)
             if callback.is_async or (result is not None and inspect.isawaitable(result)):
                 await result
-        self.state = transition.target.id
+        self.state = transition.record.target
         model.emit(TransitionTaken(model.run_id, transition.record))
         for callback in transition.after:
             result = callback.func(model) if callback.simple else callback.call(model, transition)
