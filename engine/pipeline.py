@@ -326,10 +326,10 @@ class Pipeline:
         )
         trace = TraceRecorder()
         subscribers: list[EventSink] = [trace]
+        spans: SpanBuilder | None = None
         if self._tracer is not None and self.telemetry.recording_spans():
-            subscribers.append(
-                SpanBuilder(self._tracer, self._capture_content, self._provider_name)
-            )
+            spans = SpanBuilder(self._tracer, self._capture_content, self._provider_name)
+            subscribers.append(spans)
         if tap is not None:
             subscribers.append(_StepFollower(tap))
         subscribers.extend(self._listeners)
@@ -362,6 +362,8 @@ class Pipeline:
             if events.wants(TurnFinished):
                 emit(self._finished(run_id, report, scope))
         finally:
+            if spans is not None:
+                spans.end_unfinished()  # a cancelled turn's spans end too
             await events.close()
         return report
 

@@ -279,6 +279,18 @@ class SpanBuilder:
         if handler is not None:
             handler(event)
 
+    def end_unfinished(self) -> None:
+        """End the spans still open, innermost first: a turn stopped before its end.
+
+        A cancelled turn (its task cancelled, its consumer gone) emits no
+        ``TurnFinished``; its spans still end, and leave the context as they found it.
+        """
+        for name in ("_tool", "_chat", "_step", "_turn"):
+            opened: _Open | None = getattr(self, name)
+            if opened is not None:
+                setattr(self, name, None)
+                opened.close()
+
     def _open(self, name: str, kind: SpanKind, attributes: dict[str, Any]) -> _Open:
         span = self.tracer.start_span(name, kind=kind, attributes=attributes)
         return _Open(span, otel_context.attach(trace.set_span_in_context(span)))

@@ -317,3 +317,41 @@ async def test_the_trace_is_the_same_whether_or_not_anyone_listens() -> None:
     other = await loud.run({"Instruction": "hi"}, CALLER)
     assert one.trace == other.trace
     assert any(isinstance(e, StepStarted) for e in heard)
+
+
+async def test_a_cancelled_turn_still_ends_its_spans_and_tells_async_listeners() -> None:
+    """The task running a turn is cancelled while the model is thinking: no TurnFinished,
+    yet its invoke_agent, step and chat spans end (and are exported), and the async
+    listeners have heard what happened before."""
+    from span_kit import Recorded
+
+    from aptix_pipeline.contracts import LLMReply, LLMRequest
+
+    started = asyncio.Event()
+
+    class Thinking:
+        async def complete(self, request: LLMRequest) -> LLMReply:
+            started.set()
+            await asyncio.Event().wait()  # never answers
+            raise AssertionError("unreachable")
+
+    heard: list[TurnEvent] = []
+
+    async def listener(event: TurnEvent) -> None:
+        heard.append(event)
+
+    recorded = Recorded()
+    pipeline, _ = make_pipeline(
+        MemoryStore(), Thinking(), telemetry=recorded.telemetry(), listeners=[listener]
+    )
+    task = asyncio.create_task(pipeline.run({"Instruction": "hi"}, CALLER))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    names = [span.name.split(" ")[0] for span in recorded.spans]
+    assert names[-3:] == ["chat", "step", "invoke_agent"]
+    assert recorded.spans[-2].name == "step llm_client"
+    assert any(isinstance(e, ModelCallStarted) for e in heard)
+    assert not any(isinstance(e, TurnFinished) for e in heard)
+    recorded.shutdown()
