@@ -233,7 +233,7 @@ class SpanBuilder:
     """
 
     __slots__ = (
-        "_chat", "_handlers", "_messages", "_step", "_step_attributes", "_step_failed_rules",
+        "_chat", "_messages", "_step", "_step_attributes", "_step_failed_rules",
         "_tool", "_tool_definitions", "_turn", "_usage", "capture_content", "provider_name",
         "tracer",
     )  # fmt: skip
@@ -256,28 +256,12 @@ class SpanBuilder:
         # Content capture: each message is serialized once per turn, not once per round.
         self._messages: dict[int, tuple[ChatMessage, str]] = {}
         self._tool_definitions: tuple[tuple[int, ...], str] | None = None
-        self._handlers: dict[type[TurnEvent], Callable[[Any], None]] = {
-            TurnStarted: self._turn_started,
-            TurnFinished: self._turn_finished,
-            StepStarted: self._step_started,
-            StepEnded: self._step_ended,
-            CheckRan: self._check,
-            TurnFaulted: self._fault,
-            ModelCallStarted: self._chat_started,
-            ModelCallRetried: self._chat_retried,
-            ModelCallFinished: self._chat_finished,
-            ToolExecutionStarted: self._tool_started,
-            ToolExecuted: self._tool_finished,
-            ToolCallHandled: self._tool_call,
-            ModeChanged: self._mode_changed,
-            WarningRaised: self._warned,
-        }
 
     def __call__(self, event: TurnEvent) -> None:
         """Update the spans for ``event``."""
-        handler = self._handlers.get(type(event))
+        handler = _SPAN_HANDLERS.get(type(event))
         if handler is not None:
-            handler(event)
+            handler(self, event)
 
     def end_unfinished(self) -> None:
         """End the spans still open, innermost first: a turn stopped before its end.
@@ -576,3 +560,23 @@ class SpanBuilder:
         if warning.rule_id:
             attributes["aptix.rule.id"] = warning.rule_id
         span.add_event("aptix.warning", attributes)
+
+
+_SPAN_HANDLERS: dict[type[TurnEvent], Callable[[SpanBuilder, Any], None]] = {
+    TurnStarted: SpanBuilder._turn_started,
+    TurnFinished: SpanBuilder._turn_finished,
+    StepStarted: SpanBuilder._step_started,
+    StepEnded: SpanBuilder._step_ended,
+    CheckRan: SpanBuilder._check,
+    TurnFaulted: SpanBuilder._fault,
+    ModelCallStarted: SpanBuilder._chat_started,
+    ModelCallRetried: SpanBuilder._chat_retried,
+    ModelCallFinished: SpanBuilder._chat_finished,
+    ToolExecutionStarted: SpanBuilder._tool_started,
+    ToolExecuted: SpanBuilder._tool_finished,
+    ToolCallHandled: SpanBuilder._tool_call,
+    ModeChanged: SpanBuilder._mode_changed,
+    WarningRaised: SpanBuilder._warned,
+}
+"""Event type → the ``SpanBuilder`` method that handles it (a class-level table: a per-turn
+table of bound methods would be a reference cycle for the collector to find)."""
