@@ -10,8 +10,9 @@ Run by ``make demo``. It runs on a SQLite file (in a temporary directory unless
 3. **FollowOn** — a new turn in the new mode, whose server tool
    (``review_checklist``) the model now has.
 
-Each turn prints its state trace (transitions, guards and exit hooks with their
-rule counts, model calls, tool calls, mode changes), then the response. Every turn
+Each turn prints its progress live, from a listener of the engine's event stream
+(docs/EVENTS.md), then its state trace (transitions, guards and exit hooks with
+their rule counts, model calls, tool calls, mode changes) and the response. Every turn
 is recorded (``--record DIR`` keeps the files); each recording is then replayed
 against the code with no store and no model, and the path of the last turn is
 drawn on the pipeline diagram (Mermaid; ``--diagram FILE.svg`` for a picture).
@@ -39,9 +40,14 @@ from aptix_pipeline.contracts import AgentExecuteResponse, Caller
 from aptix_pipeline.engine import (
     DiagramError,
     DiagramFormat,
+    ModelCallFinished,
     Pipeline,
     RecordingOptions,
+    StepStarted,
     Telemetry,
+    ToolExecuted,
+    TurnEvent,
+    TurnFinished,
     TurnRecording,
     TurnReport,
     diagram_text,
@@ -62,9 +68,26 @@ FILE_CONTENTS = (
 )
 
 
-def _show(title: str, request: dict[str, Any], report: TurnReport) -> AgentExecuteResponse:
+def progress(event: TurnEvent) -> None:
+    """A host's listener: one line that grows as the turn runs."""
+    if isinstance(event, StepStarted):
+        print(f"{event.step} ", end="", flush=True)
+    elif isinstance(event, ModelCallFinished):
+        print(f"[model call {event.call.round}] ", end="", flush=True)
+    elif isinstance(event, ToolExecuted):
+        print(f"[{event.name}: {event.outcome}] ", end="", flush=True)
+    elif isinstance(event, TurnFinished):
+        print("✓" if event.successful else "✗")
+
+
+async def _run(title: str, pipeline: Pipeline, request: dict[str, Any]) -> TurnReport:
     print(f"\n=== {title}")
     print("request:  " + json.dumps(request))
+    print("live:     ", end="")
+    return await pipeline.run(request, CALLER)
+
+
+def _show(report: TurnReport) -> AgentExecuteResponse:
     print("states:   " + " → ".join(report.states))
     if report.trace is not None:
         print("trace:")
@@ -84,7 +107,7 @@ def _show(title: str, request: dict[str, Any], report: TurnReport) -> AgentExecu
 async def run_session(pipeline: Pipeline) -> None:
     """The three turns of the demo session."""
     first_request = json.loads((EXAMPLES / "session" / "01-initial.json").read_text())
-    first = _show("Turn 1 — Initial", first_request, await pipeline.run(first_request, CALLER))
+    first = _show(await _run("Turn 1 — Initial", pipeline, first_request))
 
     call = (first.tool_calls or [])[0]
     contents = json.dumps({"path": "src/app.py", "contents": FILE_CONTENTS})
@@ -95,9 +118,7 @@ async def run_session(pipeline: Pipeline) -> None:
         "ToolResults": [result],
     }
     second = _show(
-        "Turn 1, continued — ClientToolCallContinuation",
-        second_request,
-        await pipeline.run(second_request, CALLER),
+        await _run("Turn 1, continued — ClientToolCallContinuation", pipeline, second_request)
     )
 
     third_request = {
@@ -105,11 +126,7 @@ async def run_session(pipeline: Pipeline) -> None:
         "TurnId": second.turn_id,
         "Instruction": "Check it against the team's review checklist.",
     }
-    _show(
-        "Turn 2 — FollowOn, in review mode",
-        third_request,
-        await pipeline.run(third_request, CALLER),
-    )
+    _show(await _run("Turn 2 — FollowOn, in review mode", pipeline, third_request))
 
 
 def replay_recordings(recordings: list[TurnRecording], diagram: Path | None) -> None:
@@ -163,7 +180,11 @@ def main() -> int:
             telemetry = Telemetry(tracer_provider=provider)
             recording = RecordingOptions(directory=args.record, sink=recordings.append)
             pipeline = embedded_pipeline(
-                llm=llm, store=store, telemetry=telemetry, recording=recording
+                llm=llm,
+                store=store,
+                telemetry=telemetry,
+                recording=recording,
+                listeners=[progress],
             )
             asyncio.run(run_session(pipeline))
     if provider is not None:

@@ -86,4 +86,12 @@ def test_demo_runs_a_three_turn_session_and_checks_every_example() -> None:
     )
     assert "server_tool_round from=llm_answered to=reasoning" in run.stdout
     assert run.stdout.count("→ response_built → done") == 3
+    # the live line, from a listener of the event stream, as each turn ran
+    live = [line for line in run.stdout.splitlines() if line.startswith("live:")]
+    assert len(live) == 3
+    assert live[0].split()[1:3] == ["request_handler", "agent_context_resolver"]
+    assert "[agent_change_mode: mode_changed]" in live[0]
+    assert "server_tool_round" in live[2]
+    assert "[review_checklist: executed]" in live[2]
+    assert all(line.endswith("complete ✓") for line in live)
     assert f"3 valid, 5 refused, {len(EXAMPLES)} requests" in run.stdout
