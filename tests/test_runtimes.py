@@ -317,3 +317,24 @@ def test_importing_the_engine_leaves_the_diagram_renderers_for_later() -> None:
         "assert callable(replay) and replay.__name__ == 'replay'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+async def test_both_runtimes_emit_the_same_events(name: str) -> None:
+    """What a host listener hears does not depend on the runtime (run ids aside)."""
+    import dataclasses
+
+    heard: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for runtime in RUNTIMES:
+        events: list[TurnEvent] = []
+        await run_scenario(
+            name, MemoryStore(), Recorded().telemetry(spans=False), runtime, [events.append]
+        )
+        heard[runtime] = [
+            (type(event).__name__,
+             {f.name: getattr(event, f.name) for f in dataclasses.fields(event)
+              if f.name != "run_id"})
+            for event in events
+        ]  # fmt: skip
+    assert heard["compiled"] == heard["statechart"]
+    assert heard["compiled"][0][0] == "TurnStarted"
