@@ -1,9 +1,12 @@
 """The engine: the turn state machine and the ``Pipeline`` entry point.
 
 ``Pipeline(ports).execute(request, caller)`` runs one agent turn through the
-statechart of ``engine/machine.py`` and returns an ``InvokeResult`` holding the
-AGN-033 response; ``Pipeline.run`` also returns what the turn did (a
-``TurnReport``). ``pipeline_diagram`` draws the machine (``engine/diagram.py``).
+statechart of ``engine/machine.py`` — on a runner compiled from it
+(``engine/runner.py``) — and returns an ``InvokeResult`` holding the AGN-033
+response; ``Pipeline.run`` also returns what the turn did (a ``TurnReport``).
+Every turn emits typed events (``engine/events.py``); the state trace and the
+spans are built from them, and ``Pipeline(listeners=[...])`` hears them too.
+``pipeline_diagram`` draws the machine (``engine/diagram.py``).
 ``RecordingOptions`` records each turn (``engine/recording.py``) and ``replay``
 re-runs a recording against today's code (``engine/replay.py``).
 

@@ -8,10 +8,13 @@ the turn's store transaction is rolled back, so a failed turn persists nothing
 same result plus what the turn did: the states it walked, the rules each guard
 and exit hook checked, its tool calls, its mode changes and the ``branch`` flag
 (DESIGN.md R7), and its ``StateTrace``. Every turn also emits OpenTelemetry spans
-(``engine/telemetry.py``) unless ``Telemetry.off()`` is given.
+(``engine/telemetry.py``) when an SDK is set up, unless ``Telemetry.off()`` is given.
 
-Nothing here is global: each turn gets its own machine instance and scope, so
-many turns run concurrently in one event loop.
+A turn is composed here: its scope, its event stream (``engine/events.py``) with
+the state trace, the spans, a recording tap's step follower and the host's
+listeners as subscribers, and the walk over the compiled machine
+(``engine/runner.py``). Nothing here is global: each turn gets its own cursor,
+scope and events, so many turns run concurrently in one event loop.
 """
 
 from __future__ import annotations
