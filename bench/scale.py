@@ -9,9 +9,9 @@ All on the default runtime with tracing off (``turns.engine_pipeline``):
   ``time.process_time``, which counts the SQLite store's thread too); *hot* the
   same with a model that answers at once (turns back to back, caches warm). The batch
   gives its wall time and its CPU per turn; the wall target is
-  ``1.2 x (50 ms + count x CPU alone)``. On the memory store a second, identical
-  batch runs under ``tracemalloc``: the peak of traced memory above the baseline
-  before the batch, per turn, and what is still held once the batch is over (the
+  ``1.2 x (50 ms + count x CPU alone)``. On each store a second, identical batch
+  runs under ``tracemalloc``: the peak of traced memory above the baseline before
+  the batch, per turn, and what is still held once the batch is over (the
   committed turns in the store, per turn).
 - **transcript** — a follow-on turn's wall time after 1, 10, 100 and 300 prior
   turns of its session (memory store, fixed-reply model): ``sessions`` sessions
@@ -130,7 +130,7 @@ async def _concurrency(
 
 
 def concurrency_rows(
-    count: int = 1000, alone: int = 40, memory_on: tuple[str, ...] = ("memory",)
+    count: int = 1000, alone: int = 40, memory_on: tuple[str, ...] = ("memory", "sqlite")
 ) -> dict[str, dict[str, float | None]]:
     """Store name → the figures of the module docstring's **concurrency**.
 
