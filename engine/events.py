@@ -415,12 +415,15 @@ class _ModelCall:
     ``ModelCallFinished`` with its trace entry.
     """
 
-    __slots__ = ("_attempts", "_reporter", "_request", "_round", "failure", "reply", "retries")
+    __slots__ = (
+        "_attempts", "_reporter", "_request", "_round", "_tools", "failure", "reply", "retries",
+    )  # fmt: skip
 
     def __init__(self, reporter: StepReporter, request: LLMRequest, round_: int) -> None:
         self._reporter: StepReporter | None = reporter
         self._request: LLMRequest | None = request
         self._round = round_
+        self._tools = tuple(tool.name for tool in request.tools)
         self.retries: list[str] = []
         self.reply: LLMReply | None = None
         self.failure: str | None = None
@@ -432,12 +435,11 @@ class _ModelCall:
         assert request is not None
         if reporter.model_call_started:
             reporter.emit(
-            ModelCallStarted(
-                reporter.run_id, self._round, request.mode, request.model,
-                tuple(tool.name for tool in request.tools), len(request.messages),
-                request if reporter.capture_content else None,
-            )
-        )  # fmt: skip
+                ModelCallStarted(
+                    reporter.run_id, self._round, request.mode, request.model, self._tools,
+                    len(request.messages), request if reporter.capture_content else None,
+                )
+            )  # fmt: skip
         return self
 
     def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
@@ -464,7 +466,7 @@ class _ModelCall:
             round=self._round,
             mode=request.mode,
             request_model=request.model,
-            tools=tuple(tool.name for tool in request.tools),
+            tools=self._tools,
             messages=len(request.messages),
             attempts=len(self.retries) + 1 if failed or reply is None else self._attempts,
             retries=tuple(self.retries),
