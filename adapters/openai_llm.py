@@ -64,6 +64,7 @@ from aptix_pipeline.contracts import (
     ToolDefinition,
     Usage,
 )
+from aptix_pipeline.contracts.url_secrets import scrub_urls
 
 __all__ = ["RETRY_EVENT", "OpenAICompatibleLLM"]
 
@@ -502,7 +503,7 @@ class OpenAICompatibleLLM:
         return f"{what} (attempt {attempts}; not retryable)"
 
     def _scrubbed(self, text: str) -> str:
-        """``text`` with the API key masked, whatever the server echoed back."""
+        """``text`` with the API key and URL credentials masked (``scrub_urls``, D220)."""
         if self._api_key:
             text = text.replace(self._api_key, "***")
-        return text
+        return scrub_urls(text)

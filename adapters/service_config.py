@@ -46,6 +46,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
+from aptix_pipeline.contracts.url_secrets import scrub_urls
 from aptix_pipeline.engine import Pipeline, PipelineOptions, RecordingOptions, Telemetry
 
 from .catalog_config import CatalogError, ConfigCatalog
@@ -465,7 +466,10 @@ def build_pipeline(
             store = open_store(url)
         except Exception as error:  # the driver's own errors: name the store, not a traceback
             raise ConfigError(
-                f"{config.source}: [store]: cannot open the store: {type(error).__name__}: {error}"
+                scrub_urls(
+                    f"{config.source}: [store]: cannot open the store: "
+                    f"{type(error).__name__}: {error}"
+                )
             ) from None
     return embedded_pipeline(
         llm=llm,

@@ -45,6 +45,7 @@ from aptix_pipeline.contracts import (
     PermanentPortError,
     StoreConflictError,
 )
+from aptix_pipeline.contracts.url_secrets import scrub_urls
 from aptix_pipeline.steps import PipelineOptions, Ports
 
 from .port_tap import STORE, encode_value, provider_name_of
@@ -106,7 +107,7 @@ class RecordedError:
     def of(cls, error: BaseException) -> RecordedError:
         """The record of ``error``."""
         mro = tuple(c.__name__ for c in type(error).__mro__ if c is not object)
-        return cls(type=type(error).__name__, message=str(error), classes=mro)
+        return cls(type=type(error).__name__, message=scrub_urls(str(error)), classes=mro)
 
     def to_exception(self) -> Exception:
         """An exception that reads and behaves like the recorded one (see the class doc)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from aptix_pipeline.contracts import InvokeError
+from aptix_pipeline.contracts.url_secrets import scrub_urls
 from aptix_pipeline.validators.json_text import utf8_text
 
 __all__ = ["StepFaultError", "described", "shown"]
@@ -30,9 +31,10 @@ def described(error: BaseException) -> str:
     """``"TypeName: message"`` of an exception, safe to put in a response or a store.
 
     Exception text comes from ports and tools the engine does not control; a lone
-    surrogate in it is escaped (``utf8_text``) so the result can always be written.
+    surrogate in it is escaped (``utf8_text``) so the result can always be written,
+    and credentials in any URL it quotes are masked (``scrub_urls``, D220).
     """
-    return utf8_text(f"{type(error).__name__}: {error}")
+    return utf8_text(scrub_urls(f"{type(error).__name__}: {error}"))
 
 
 def shown(value: object, limit: int = 80) -> str:

@@ -1,0 +1,84 @@
+"""Credentials in URLs, masked wherever a URL can surface (issue 13 item 3, decision D220).
+
+A model endpoint or a store URL may carry a secret: ``http://user:pw@host/v1``,
+``https://host/v1?api-key=…``, ``postgresql://app:pw@db/aptix``. Exception text from
+httpx, openai and psycopg quotes such URLs; ``scrub_urls`` masks them inside any text
+so an error message, a log line, a span attribute or a recording never echoes them.
+
+What is masked (``***``):
+
+- the userinfo of any ``scheme://userinfo@host`` — user and password alike;
+- the value of a query or fragment parameter (``?``, ``&``, ``;``, ``#`` before it)
+  whose name, lower-cased, percent-decoded and with ``-``/``_`` removed, is in
+  ``SECRET_PARAMETERS`` or ends with one of ``SECRET_SUFFIXES``;
+- the value of a libpq key/value ``password=…`` (``passwd``, ``pwd``) word.
+
+This module imports nothing of ours, so every layer may use it (DESIGN.md "Layout
+and layers").
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+__all__ = ["MASK", "SECRET_PARAMETERS", "SECRET_SUFFIXES", "is_secret_name", "scrub_urls"]
+
+MASK = "***"
+
+SECRET_PARAMETERS = frozenset(
+    {
+        "auth",
+        "authorization",
+        "code",
+        "credential",
+        "credentials",
+        "key",
+        "pass",
+        "passwd",
+        "password",
+        "pwd",
+        "secret",
+        "session",
+        "sessionid",
+        "sig",
+        "signature",
+        "token",
+    }
+)
+"""Parameter names (normalized: lower case, no ``-``/``_``) whose value is masked."""
+
+SECRET_SUFFIXES = ("key", "token", "secret", "password", "signature", "credential", "credentials")
+"""A normalized name ending with one of these is masked too (``apikey``, ``accesstoken``,
+``clientsecret``, ``xamzsignature``, ``ocpapimsubscriptionkey``…)."""
+
+# scheme://userinfo@ — greedy up to the last "@" of the authority (a raw "@" in a
+# password), never past "/", "?", "#" or a space.
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/?#\s@]*(?:@[^/?#\s@]*)*@")
+_PARAMETER = re.compile(r"(?P<lead>[?&;#])(?P<name>[^=&;#?\s'\"<>]+)=(?P<value>[^&;#\s'\"<>)]*)")
+_CONNINFO = re.compile(
+    r"(?P<lead>(?:^|[\s'\"(]))(?P<name>password|passwd|pwd)\s*=\s*(?P<value>'(?:[^'\\]|\\.)*'|[^\s'\"]+)",
+    re.IGNORECASE,
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a parameter called ``name`` holds a secret (see the module docstring)."""
+    normal = unquote(name).lower().replace("-", "").replace("_", "")
+    return normal in SECRET_PARAMETERS or normal.endswith(SECRET_SUFFIXES)
+
+
+def _parameter(match: re.Match[str]) -> str:
+    if not is_secret_name(match["name"]) or not match["value"]:
+        return match[0]
+    return f"{match['lead']}{match['name']}={MASK}"
+
+
+def scrub_urls(text: str) -> str:
+    """``text`` with URL credentials and secret parameters masked (module docstring)."""
+    if "@" in text:
+        text = _USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
+    if "=" in text:
+        text = _PARAMETER.sub(_parameter, text)
+        text = _CONNINFO.sub(lambda m: f"{m['lead']}{m['name']}={MASK}", text)
+    return text

@@ -1,0 +1,153 @@
+"""Credentials in URLs are never echoed (issue 13 item 3, decision D220).
+
+``scrub_urls`` masks userinfo and secret-looking parameters in any text; these tests
+check each URL form, then each surface a URL reaches when the model endpoint cannot be
+reached or times out: the ``InvokeResult``, logs, spans, a recording, a ``ConfigError``.
+The model errors are genuine: the real openai SDK against a closed port, and against a
+server that answers too late (``fake_openai_server``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from typing import Any
+
+import pytest
+from engine_kit import CALLER
+from fake_openai_server import fake_openai_server
+from replay_kit import recording_pipeline
+from span_kit import Recorded, values_of
+
+from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.adapters.openai_llm import OpenAICompatibleLLM
+from aptix_pipeline.contracts import ErrorCode
+from aptix_pipeline.contracts.url_secrets import MASK, is_secret_name, scrub_urls
+from aptix_pipeline.engine.recording import RecordedError
+from aptix_pipeline.steps.faults import described
+
+SECRET = "s3cr3t-Zq9"
+"""Planted in every URL; must never come back."""
+
+NAMES = [
+    "key", "api-key", "api_key", "apikey", "API-KEY", "Api_Key", "token", "access_token",
+    "refresh_token", "id_token", "secret", "client_secret", "password", "passwd", "pwd",
+    "sig", "signature", "auth", "authorization", "credential", "credentials", "code",
+    "X-Amz-Signature", "X-Amz-Credential", "X-Amz-Security-Token", "subscription-key",
+    "api%2Dkey", "session", "sessionid",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("lead", ["?", "&", ";", "#"])
+def test_each_secret_parameter_is_masked(name: str, lead: str) -> None:
+    url = f"https://host.example/v1?model=m{lead if lead != '?' else '&'}{name}={SECRET}&x=1"
+    if lead == "?":
+        url = f"https://host.example/v1?{name}={SECRET}&x=1"
+    scrubbed = scrub_urls(f"could not reach {url}: refused")
+    assert SECRET not in scrubbed
+    assert f"{name}={MASK}" in scrubbed
+    assert "x=1" in scrubbed and "host.example" in scrubbed
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"http://user:{SECRET}@host/v1",
+        f"http://{SECRET}@host/v1",  # a user only (a token as user name)
+        f"http://user%40corp:{SECRET}%21@host:8080/v1",  # percent-encoded
+        f"http://user:p@ss{SECRET}@host/v1",  # a raw "@" in the password
+        f"https://user:{SECRET}@[::1]:8443/v1?stream=1",  # an IPv6 host
+        f"https://user:{SECRET}@[2001:db8::1]/v1",
+        f"postgresql://app:{SECRET}@db.internal:5432/aptix?sslmode=require",
+        f"see 'http://u:{SECRET}@h/v1' and (https://u2:{SECRET}@h2/)",  # inside a message
+        f"Request URL: URL('https://h/v1/chat?api-key={SECRET}')",  # httpx repr
+        f"https://h/cb#access_token={SECRET}&state=1",  # a fragment
+        f"host=db user=app password={SECRET} dbname=aptix",  # libpq key/value
+        f"host=db password='{SECRET} x' dbname=aptix",
+    ],
+)
+def test_each_url_form_is_scrubbed(text: str) -> None:
+    scrubbed = scrub_urls(text)
+    assert SECRET not in scrubbed, scrubbed
+    assert MASK in scrubbed
+
+
+def test_harmless_text_is_left_alone() -> None:
+    text = "GET https://host/v1/chat?model=gpt&stream=true failed: email a@b.c; x=1"
+    assert scrub_urls(text) == text
+    assert scrub_urls(scrub_urls(f"http://u:{SECRET}@h/")) == f"http://{MASK}@h/"
+    assert not is_secret_name("model") and is_secret_name("Client-Secret")
+
+
+def test_exception_text_becomes_scrubbed_errors_and_recordings() -> None:
+    error = ConnectionError(f"cannot reach http://u:{SECRET}@h/v1?token={SECRET}")
+    assert SECRET not in described(error)
+    recorded = RecordedError.of(error)
+    assert SECRET not in recorded.message
+    assert SECRET not in str(recorded.to_exception())
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def _all_text(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+async def _turn_with(base_url: str, caplog: pytest.LogCaptureFixture, **options: Any) -> str:
+    """Run one turn whose model is at ``base_url``; everything it surfaced, as text."""
+    recorded = Recorded()
+    recordings: list[Any] = []
+    async with OpenAICompatibleLLM(
+        model="m", base_url=base_url, api_key="sk-test", max_attempts=1, **options
+    ) as llm:
+        from aptix_pipeline.engine import RecordingOptions
+
+        pipeline = recording_pipeline(
+            MemoryStore(),
+            llm,
+            recording=RecordingOptions(sink=recordings.append),
+            telemetry=recorded.telemetry(),
+        )
+        with caplog.at_level(logging.DEBUG):
+            report = await pipeline.run({"Instruction": "hi"}, CALLER)
+    result = report.result
+    assert not result.successful
+    assert [e.code for e in result.errors] == [ErrorCode.PORT_FAILED]
+    assert "model server" in result.errors[0].message
+    surfaces = [result.to_json(), caplog.text, _all_text([r.to_dict() for r in recordings])]
+    for span in recorded.spans:
+        surfaces.append(_all_text(dict(values_of(span))))
+        surfaces.append(str(span.status.description))
+        surfaces.extend(_all_text(dict(event.attributes or {})) for event in span.events)
+    return "\n".join(surfaces)
+
+
+@pytest.mark.parametrize(
+    "secret_part",
+    [f"user:{SECRET}@", f"{SECRET}@", f"u%3A:{SECRET}%40@"],
+    ids=["user+password", "user only", "percent-encoded"],
+)
+async def test_an_unreachable_model_never_echoes_its_url_credentials(
+    secret_part: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    base_url = f"http://{secret_part}127.0.0.1:{_closed_port()}/v1?api-key={SECRET}"
+    surfaced = await _turn_with(base_url, caplog)
+    assert "could not reach" in surfaced
+    assert SECRET not in surfaced
+
+
+async def test_a_model_timeout_never_echoes_its_url_credentials(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with fake_openai_server([{"delay": 2, "text": "late"}]) as server:
+        base_url = server.base_url.replace("://", f"://user:{SECRET}@", 1)
+        surfaced = await _turn_with(base_url, caplog, timeout_seconds=0.2)
+    assert "did not answer in time" in surfaced
+    assert SECRET not in surfaced
