@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import logging
 import math
 import os
 import time
@@ -64,7 +65,7 @@ from aptix_pipeline.contracts import (
     ToolDefinition,
     Usage,
 )
-from aptix_pipeline.contracts.url_secrets import scrub_urls
+from aptix_pipeline.contracts.url_secrets import ScrubbingFilter, scrub_urls
 
 __all__ = ["RETRY_EVENT", "OpenAICompatibleLLM"]
 
@@ -76,6 +77,10 @@ _LOCAL_API_KEY: Final = "not-needed"
 
 _MESSAGE_LIMIT: Final = 500
 """How much of a server's error message an error repeats."""
+
+for _name in ("httpx", "httpx2", "openai", "openai._base_client"):
+    # These log each request's full URL: a base_url's credentials must not reach a log (D220).
+    logging.getLogger(_name).addFilter(ScrubbingFilter())
 
 
 def _retryable(error: BaseException) -> bool:

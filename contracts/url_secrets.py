@@ -19,10 +19,18 @@ and layers").
 
 from __future__ import annotations
 
+import logging
 import re
 from urllib.parse import unquote
 
-__all__ = ["MASK", "SECRET_PARAMETERS", "SECRET_SUFFIXES", "is_secret_name", "scrub_urls"]
+__all__ = [
+    "MASK",
+    "ScrubbingFilter",
+    "SECRET_PARAMETERS",
+    "SECRET_SUFFIXES",
+    "is_secret_name",
+    "scrub_urls",
+]
 
 MASK = "***"
 
@@ -82,3 +90,18 @@ def scrub_urls(text: str) -> str:
         text = _PARAMETER.sub(_parameter, text)
         text = _CONNINFO.sub(lambda m: f"{m['lead']}{m['name']}={MASK}", text)
     return text
+
+
+class ScrubbingFilter(logging.Filter):
+    """A logging filter that passes every record with its message run through ``scrub_urls``.
+
+    Attach it to a third-party logger that prints URLs (httpx logs each request's
+    full URL, userinfo and query included): ``logger.addFilter(ScrubbingFilter())``.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        scrubbed = scrub_urls(message)
+        if scrubbed != message:
+            record.msg, record.args = scrubbed, None
+        return True

@@ -48,7 +48,8 @@ def test_each_secret_parameter_is_masked(name: str, lead: str) -> None:
     scrubbed = scrub_urls(f"could not reach {url}: refused")
     assert SECRET not in scrubbed
     assert f"{name}={MASK}" in scrubbed
-    assert "x=1" in scrubbed and "host.example" in scrubbed
+    assert "x=1" in scrubbed
+    assert "host.example" in scrubbed
 
 
 @pytest.mark.parametrize(
@@ -78,7 +79,8 @@ def test_harmless_text_is_left_alone() -> None:
     text = "GET https://host/v1/chat?model=gpt&stream=true failed: email a@b.c; x=1"
     assert scrub_urls(text) == text
     assert scrub_urls(scrub_urls(f"http://u:{SECRET}@h/")) == f"http://{MASK}@h/"
-    assert not is_secret_name("model") and is_secret_name("Client-Secret")
+    assert not is_secret_name("model")
+    assert is_secret_name("Client-Secret")
 
 
 def test_exception_text_becomes_scrubbed_errors_and_recordings() -> None:
@@ -151,3 +153,66 @@ async def test_a_model_timeout_never_echoes_its_url_credentials(
         surfaced = await _turn_with(base_url, caplog, timeout_seconds=0.2)
     assert "did not answer in time" in surfaced
     assert SECRET not in surfaced
+
+
+async def test_the_502_body_over_http_never_echoes_the_url_credentials(tmp_path: Any) -> None:
+    import hashlib
+
+    import httpx
+
+    from aptix_pipeline.adapters.embedded import embedded_pipeline
+    from aptix_pipeline.adapters.http_app import EXECUTE_PATH, ApiKeyAuthenticator, create_app
+    from aptix_pipeline.adapters.service_config import ApiKey
+
+    base_url = f"http://user:{SECRET}@127.0.0.1:{_closed_port()}/v1?api_key={SECRET}"
+    async with OpenAICompatibleLLM(model="m", base_url=base_url, max_attempts=1) as llm:
+        keys = [ApiKey(org="acme", user="ana", sha256=hashlib.sha256(b"k").digest())]
+        app = create_app(
+            embedded_pipeline(llm=llm, store=MemoryStore()),
+            authenticator=ApiKeyAuthenticator(keys),
+        )
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://app"
+            ) as client,
+        ):
+            answer = await client.post(
+                EXECUTE_PATH, json={"Instruction": "hi"}, headers={"Authorization": "Bearer k"}
+            )
+    assert answer.status_code == 502
+    assert "could not reach" in answer.text
+    assert SECRET not in answer.text
+
+
+def test_a_store_that_cannot_open_never_echoes_its_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aptix_pipeline.adapters import service_config
+    from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
+
+    def refuse(url: str) -> None:
+        raise OSError(f"driver refused {url}")  # a driver quoting the URL it was given
+
+    monkeypatch.setattr(service_config, "open_store", refuse)
+    config = service_config.parse_service_config({}, source="aptix.toml")
+    with pytest.raises(service_config.ConfigError) as caught:
+        service_config.build_pipeline(
+            config, llm=ScriptedLLM([]), store=f"postgresql://app:{SECRET}@db/aptix"
+        )
+    assert SECRET not in str(caught.value)
+    assert "cannot open the store" in str(caught.value)
+
+
+async def test_the_http_clients_request_log_never_echoes_the_url_credentials(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with fake_openai_server([{"text": "fine"}]) as server:
+        base_url = server.base_url.replace("://", f"://user:{SECRET}@", 1)
+        async with OpenAICompatibleLLM(model="m", base_url=base_url, api_key="k") as llm:
+            pipeline = recording_pipeline(MemoryStore(), llm)
+            with caplog.at_level(logging.DEBUG):
+                report = await pipeline.run({"Instruction": "hi"}, CALLER)
+    assert report.result.successful
+    assert "HTTP Request" in caplog.text  # httpx logged the request, URL and all
+    assert SECRET not in caplog.text
