@@ -79,6 +79,13 @@ MIGRATIONS: tuple[Migration, ...] = (
                 PRIMARY KEY (session_id, seq))""",
         ),
     ),
+    Migration(
+        2,
+        "solution context text holding NUL, kept as a JSON string literal",
+        # PostgreSQL text cannot hold U+0000; such a value goes here, JSON-escaped, and
+        # solution_context_text stays NULL. Rows written before keep reading as they were.
+        ("ALTER TABLE aptix_sessions ADD COLUMN solution_context_json text",),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import weakref
 from collections.abc import Sequence
@@ -54,6 +55,18 @@ _PASSWORD_IN_CONNINFO = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", 
 
 class PostgresStoreError(RuntimeError):
     """The PostgreSQL store cannot serve: unreachable, refused, or already closed."""
+
+
+def _solution_columns(text: str | None) -> tuple[str | None, str | None]:
+    """``(solution_context_text, solution_context_json)`` for a session's solution context.
+
+    PostgreSQL text cannot hold U+0000, which SQLite and memory keep (issue 13 item 6,
+    D221): such a text is stored as a JSON string literal in ``solution_context_json``
+    (schema version 2), every other text as itself, so rows written before still read.
+    """
+    if text is not None and "\x00" in text:
+        return None, json.dumps(text)
+    return text, None
 
 
 def redact_url(url: str) -> str:
@@ -258,11 +271,15 @@ class PostgresStore:
             "SELECT s.id, s.org, s.user_name, s.mode, s.agent_context_id, "
             "s.conversation_context_id, s.solution_context_text, s.created_at, s.version, "
             "ARRAY(SELECT h.entry FROM aptix_mode_history h WHERE h.session_id = s.id "
-            "ORDER BY h.seq) FROM aptix_sessions s "
+            "ORDER BY h.seq), s.solution_context_json FROM aptix_sessions s "
             "WHERE s.id = %s AND s.org = %s AND s.user_name = %s",
             (session_id, org, user),
         )
-        return None if row is None else session_from_row(row, row[9])
+        if row is None:
+            return None
+        if row[10] is not None:  # a text holding NUL (_solution_columns)
+            row = (*row[:6], json.loads(row[10]), *row[7:])
+        return session_from_row(row, row[9])
 
     async def read_turn(self, org: str, user: str, session_id: str, turn_id: str) -> Turn | None:
         """The turn of the caller's session, or ``None``."""
@@ -314,8 +331,9 @@ class PostgresStore:
         if write.created:
             cursor = await connection.execute(
                 "INSERT INTO aptix_sessions (id, org, user_name, mode, agent_context_id, "
-                "conversation_context_id, solution_context_text, created_at, version) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 1) ON CONFLICT (id) DO NOTHING",
+                "conversation_context_id, solution_context_text, solution_context_json, "
+                "created_at, version) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 1) ON CONFLICT (id) DO NOTHING",
                 (
                     s.id,
                     s.org,
@@ -323,7 +341,7 @@ class PostgresStore:
                     s.mode,
                     s.agent_context_id,
                     s.conversation_context_id,
-                    s.solution_context_text,
+                    *_solution_columns(s.solution_context_text),
                     s.created_at,
                 ),
             )
@@ -334,9 +352,16 @@ class PostgresStore:
             # until commit, so the seq numbers read below cannot race.
             cursor = await connection.execute(
                 "UPDATE aptix_sessions SET mode = %s, solution_context_text = %s, "
-                "version = version + 1 "
+                "solution_context_json = %s, version = version + 1 "
                 "WHERE id = %s AND org = %s AND user_name = %s AND version = %s",
-                (s.mode, s.solution_context_text, s.id, org, user, write.expected_version),
+                (
+                    s.mode,
+                    *_solution_columns(s.solution_context_text),
+                    s.id,
+                    org,
+                    user,
+                    write.expected_version,
+                ),
             )
             if cursor.rowcount != 1:
                 raise StoreConflictError(f"session {s.id!r} changed since it was read")

@@ -25,9 +25,9 @@ from urllib.parse import unquote
 
 __all__ = [
     "MASK",
-    "ScrubbingFilter",
     "SECRET_PARAMETERS",
     "SECRET_SUFFIXES",
+    "ScrubbingFilter",
     "is_secret_name",
     "scrub_urls",
 ]
