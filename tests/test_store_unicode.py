@@ -102,3 +102,19 @@ async def test_a_full_turn_keeps_the_solution_context_and_the_reply_exactly(
     assert follow.successful, follow.errors
     assert llm is not None
     assert [m.content for m in llm.requests[-1].messages[1:3]] == [text, text]
+
+
+async def test_a_model_reply_holding_a_lone_surrogate_is_escaped_alike_on_every_store(
+    store: SessionStore,
+) -> None:
+    # A lone surrogate is not UTF-8 and no store can keep it: the engine escapes it
+    # (utf8_text) before the response and the store see it, the same on every store.
+    pipeline, _ = make_pipeline(store, [{"text": "a\ud800b"}])
+    result = await pipeline.execute({"Instruction": "hi"}, CALLER)
+    assert result.successful, result.errors
+    assert result.result is not None
+    assert result.result.primary_output_text == "a\\ud800b"
+    tx = store.begin(CALLER.org, CALLER.user)
+    transcript = await tx.load_transcript(result.result.session_id)
+    await tx.rollback()
+    assert [m.content for m in transcript] == ["hi", "a\\ud800b"]
