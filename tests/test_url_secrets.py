@@ -216,3 +216,25 @@ async def test_the_http_clients_request_log_never_echoes_the_url_credentials(
     assert report.result.successful
     assert "HTTP Request" in caplog.text  # httpx logged the request, URL and all
     assert SECRET not in caplog.text
+
+
+def test_aptix_serve_answers_502_without_the_url_credentials(tmp_path: Any) -> None:
+    import httpx
+    from test_http_service import ANA, ENV, KEYS, _serve
+
+    from aptix_pipeline.adapters.http_app import EXECUTE_PATH
+
+    base_url = f"http://user:{SECRET}@127.0.0.1:{_closed_port()}/v1?api-key={SECRET}"
+    config = tmp_path / "aptix.toml"
+    config.write_text(
+        f'[store]\nurl = "sqlite:aptix.db"\n[model]\nkind = "openai"\nmodel = "m"\n'
+        f'base_url = "{base_url}"\nmax_attempts = 1\n{KEYS}',
+        encoding="utf-8",
+    )
+    with _serve(config, ENV) as (base, log), httpx.Client(base_url=base, timeout=30) as client:
+        answer = client.post(EXECUTE_PATH, json={"Instruction": "hi"}, headers=ANA)
+        served_log = log.read_text(errors="replace")
+    assert answer.status_code == 502
+    assert "could not reach" in answer.text
+    assert SECRET not in answer.text
+    assert SECRET not in served_log
