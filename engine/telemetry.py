@@ -18,6 +18,10 @@ steps do into spans that follow the OpenTelemetry GenAI semantic conventions
 - ``execute_tool {tool}`` (INTERNAL), per server-side tool execution:
   ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type``.
 
+- ``aptix.recording`` (INTERNAL), only when a turn's recording failed after the
+  turn ended (``recording_failed``): status ERROR, ``error.type``, the session
+  and turn ids; the turn's own span has ended by then, and its answer stands.
+
 Events: ``aptix.mode.changed``, ``aptix.warning`` (e.g. several mode changes),
 ``aptix.tool.container_invocation_error``, ``aptix.tool.argument_validation_error``,
 ``aptix.tool.unknown``, ``aptix.llm.retry``, ``aptix.rule.failed``.
@@ -60,6 +64,7 @@ from opentelemetry.trace import (
 from aptix_pipeline import __version__
 from aptix_pipeline.contracts import ChatMessage, LLMReply, LLMRequest, PipelineContext
 
+from .deep_json import dump_json
 from .events import (
     CheckRan,
     ModeChanged,
@@ -77,6 +82,7 @@ from .events import (
     TurnStarted,
     WarningRaised,
 )
+from .port_tap import encode_value
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -84,6 +90,7 @@ __all__ = [
     "SCHEMA_URL",
     "SpanBuilder",
     "Telemetry",
+    "recording_failed",
 ]
 
 GENAI_SEMCONV = "OpenTelemetry GenAI semantic conventions v0.1.0 (semantic-conventions-genai)"
@@ -498,7 +505,11 @@ class SpanBuilder:
         if event.description:
             attributes["gen_ai.tool.description"] = event.description
         if self.capture_content:
-            attributes["gen_ai.tool.call.arguments"] = json.dumps(event.arguments, default=str)
+            try:
+                arguments = json.dumps(event.arguments, default=str)
+            except RecursionError:  # nested deeper than json goes (engine/deep_json.py)
+                arguments = dump_json(encode_value(event.arguments))
+            attributes["gen_ai.tool.call.arguments"] = arguments
         self._tool = self._open(f"execute_tool {event.name}", SpanKind.INTERNAL, attributes)
 
     def _tool_finished(self, event: ToolExecuted) -> None:
@@ -580,3 +591,22 @@ _SPAN_HANDLERS: dict[type[TurnEvent], Callable[[SpanBuilder, Any], None]] = {
 }
 """Event type → the ``SpanBuilder`` method that handles it (a class-level table: a per-turn
 table of bound methods would be a reference cycle for the collector to find)."""
+
+
+def recording_failed(
+    tracer: Tracer, session_id: str | None, turn_id: str | None, error: BaseException
+) -> None:
+    """Trace a recording that failed after its turn ended: an ``aptix.recording`` span.
+
+    The span says that and what kind of failure (``error.type``, the exception's
+    class), never the exception's message, which may quote user content
+    (DESIGN.md "Observability without leaks"; docs/RECORDING.md, D160).
+    """
+    attributes: dict[str, Any] = {ERROR_TYPE: type(error).__name__}
+    if session_id is not None:
+        attributes["gen_ai.conversation.id"] = session_id
+    if turn_id is not None:
+        attributes["aptix.turn.id"] = turn_id
+    span = tracer.start_span("aptix.recording", kind=SpanKind.INTERNAL, attributes=attributes)
+    span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+    span.end()
