@@ -53,9 +53,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .deep_json import Pairs as _Pairs
-from .deep_json import as_pairs as _as_pairs
 from .deep_json import dump_json, parse_json
-from .deep_json import plain as _plain
 
 if TYPE_CHECKING:
     from .recording import PortCall, RecordedError
@@ -137,11 +135,11 @@ def redact_text(text: str) -> str:
 class _Rule:
     """How one part of JSON data (and, by default, everything under it) is redacted."""
 
-    def keys(self, pairs: _Pairs) -> list[str]:
+    def keys(self, keys: list[Any]) -> list[Any]:
         """The object's keys after redaction."""
-        return [key for key, _ in pairs]
+        return keys
 
-    def child(self, pairs: _Pairs, key: str) -> _Rule | None:
+    def child(self, node: Any, key: str) -> _Rule | None:
         """The rule for an object's value under ``key``; ``None`` keeps it as it is."""
         return self
 
@@ -208,20 +206,20 @@ class _Data(_Rule):
         found = self.schema.get("properties") if self.schema is not None else None
         return found if isinstance(found, Mapping) else {}
 
-    def keys(self, pairs: _Pairs) -> list[str]:
+    def keys(self, keys: list[Any]) -> list[Any]:
         defined = self._properties()
-        placeholders: dict[str, str] = {}
-        keys = []
-        for key, _ in pairs:
+        placeholders: dict[Any, str] = {}
+        made = []
+        for key in keys:
             if key in defined or key in self.kept:
-                keys.append(key)
+                made.append(key)
                 continue
             if key not in placeholders:
                 placeholders[key] = f"k{len(placeholders) + 1}"
-            keys.append(placeholders[key])
-        return keys
+            made.append(placeholders[key])
+        return made
 
-    def child(self, pairs: _Pairs, key: str) -> _Rule | None:
+    def child(self, node: Any, key: str) -> _Rule | None:
         if key in self.kept:
             return None
         schema = self._properties().get(key)
@@ -277,7 +275,7 @@ class _Leaf(_Rule):
             return self.placeholder(value)
         return _CONTENT.leaf(value)
 
-    def child(self, pairs: _Pairs, key: str) -> _Rule | None:
+    def child(self, node: Any, key: str) -> _Rule | None:
         return _CONTENT
 
     def item(self) -> _Rule | None:
@@ -295,7 +293,7 @@ class _Fields(_Rule):
         self.fields = fields
         self.unknown = unknown if unknown is not None else _Data()
 
-    def child(self, pairs: _Pairs, key: str) -> _Rule | None:
+    def child(self, node: Any, key: str) -> _Rule | None:
         return self.fields.get(key, self.unknown)
 
     def item(self) -> _Rule | None:
@@ -391,13 +389,17 @@ class _Recorded(_Rule):
         schema = self.schemas.get(tool) if isinstance(tool, str) else None
         return _Data(schema, _MODE_CHANGE_KEPT if tool == _MODE_CHANGE else _NOTHING)
 
-    def child(self, pairs: _Pairs, key: str) -> _Rule | None:
+    def child(self, node: Any, key: str) -> _Rule | None:
         if key == _SCHEMA_KEY:
             return None
         if key in CONTENT_KEYS:
             return _CONTENT
         if key == "ArgumentsJson":
-            name = next((value for name, value in pairs if name == "Name"), None)
+            name = (
+                node.get("Name")
+                if isinstance(node, Mapping)
+                else next((value for name, value in node if name == "Name"), None)
+            )
             return _JsonText(self.arguments(name))
         if key == "ResultJson":
             return _RESULT_JSON
@@ -405,22 +407,34 @@ class _Recorded(_Rule):
 
 
 def _redacted(value: Any, rule: _Rule | None) -> Any:
-    """``value`` (objects as ``_Pairs``) redacted by ``rule``; iterative, linear."""
+    """``value`` redacted by ``rule``; iterative, linear.
+
+    Objects are ``_Pairs`` (read from JSON text: duplicate keys kept) or mappings
+    (the engine's own data: written back as dicts); tuples become lists.
+    """
     root: list[Any] = [None]
-    pending: list[tuple[Any, _Rule | None, list[Any], int]] = [(value, rule, root, 0)]
+    pending: list[tuple[Any, _Rule | None, Any, Any]] = [(value, rule, root, 0)]
     while pending:
         item, applied, holder, slot = pending.pop()
-        if applied is None:
-            holder[slot] = item
+        if applied is None or item is None or type(item) in _SCALARS:
+            holder[slot] = item if applied is None else applied.leaf(item)
         elif isinstance(item, _Pairs):
-            keys = applied.keys(item)
+            keys = applied.keys([key for key, _ in item])
             made = _Pairs()
             for new_key, (key, inner) in zip(keys, item, strict=True):
                 pair = [new_key, None]
                 made.append(pair)
                 pending.append((inner, applied.child(item, key), pair, 1))
             holder[slot] = made
-        elif isinstance(item, list):
+        elif isinstance(item, Mapping):
+            keys = applied.keys(list(item))
+            made_map: dict[Any, Any] = dict.fromkeys(keys)
+            holder[slot] = made_map
+            pending.extend(
+                (inner, applied.child(item, key), made_map, new_key)
+                for new_key, (key, inner) in zip(keys, item.items(), strict=True)
+            )
+        elif isinstance(item, list | tuple):
             copied: list[Any] = [None] * len(item)
             holder[slot] = copied
             inner_rule = applied.item()
@@ -428,6 +442,9 @@ def _redacted(value: Any, rule: _Rule | None) -> Any:
         else:
             holder[slot] = applied.leaf(item)
     return root[0]
+
+
+_SCALARS = frozenset({str, int, float, bool})
 
 
 # --- the recording's parts ------------------------------------------------------------------
@@ -477,7 +494,7 @@ class Redactor:
 
     def value(self, value: Any) -> Any:
         """The engine's JSON data (a call's arguments or answer, the trace, the result)."""
-        return _plain(_redacted(_as_pairs(value), self._recorded))
+        return _redacted(value, self._recorded)
 
     def port_call(
         self,
@@ -497,9 +514,7 @@ class Redactor:
             return {"args": self.value(dict(args)), "answer": self.value(answer), "error": error}
         arguments = self._recorded.arguments(call)
         redacted_args = {
-            name: _plain(_redacted(_as_pairs(value), arguments))
-            if name == "arguments"
-            else self.value(value)
+            name: _redacted(value, arguments) if name == "arguments" else self.value(value)
             for name, value in args.items()
         }
         return {
@@ -517,7 +532,7 @@ class Redactor:
         failed).
         """
         if "json" in request:
-            return {"json": _plain(_redacted(_as_pairs(request["json"]), _REQUEST))}
+            return {"json": _redacted(request["json"], _REQUEST)}
         if "base64" in request:
             try:
                 raw = base64.b64decode(request["base64"], validate=True)
