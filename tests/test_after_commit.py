@@ -7,7 +7,7 @@
    without: a request nested 400 and 100,000 deep (``Instruction``, a
    continuation's ``ResultJson``, as text and as a mapping), a server tool whose
    result is nested 100,000 deep, a model whose arguments are; each recording
-   replays.
+   replays. Over HTTP, such a continuation gets its answer, not a 500.
 3. A recording that cannot be made or delivered leaves the answer as it was; the
    failure is logged without the exception's message and traced as an
    ``aptix.recording`` span (docs/CONFORMANCE.md D160, D161).
@@ -26,8 +26,11 @@ from engine_kit import CALLER, call, calls, continuation, ok, text
 from opentelemetry.trace import StatusCode
 from replay_kit import recording_pipeline
 from span_kit import Recorded, attributes_of
+from test_http_service import ANA, ENV, READ_THEN_ANSWER, _client, _config
 
+from aptix_pipeline.adapters.http_app import EXECUTE_PATH, create_app
 from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.adapters.service_config import load_service_config
 from aptix_pipeline.engine import RecordingOptions, Telemetry, TurnRecording, replay
 from aptix_pipeline.engine.deep_json import dump_json, load_json, parse_json, plain
 from aptix_pipeline.engine.port_tap import encode_value
@@ -183,6 +186,30 @@ async def test_a_continuation_with_a_deep_result_answers_as_without_recording(
             assert outcome.ok, outcome.divergence.describe() if outcome.divergence else ""
 
     assert answers[0] == answers[1]
+
+
+async def test_over_http_a_deep_continuation_recorded_redacted_gets_its_answer(
+    tmp_path: Path,
+) -> None:
+    recording = '[recording]\ndirectory = "recordings"\nredact = true\n'
+    app = create_app(load_service_config(_config(tmp_path, READ_THEN_ANSWER, more=recording),
+                                         env=ENV))  # fmt: skip
+    async with _client(app) as client:
+        first = (await client.post(EXECUTE_PATH, json={"Instruction": "x"}, headers=ANA)).json()
+        one = first["Result"]
+        results = [{"ToolCallId": "c1", "ExecutionMs": 3, "ResultJson": nested_text(400)}]
+        body = {"SessionId": one["SessionId"], "TurnId": one["TurnId"], "ToolResults": results}
+        second = await client.post(EXECUTE_PATH, json=body, headers=ANA)
+        again = await client.post(EXECUTE_PATH, json=body, headers=ANA)
+
+    assert second.status_code == 200, second.text
+    assert second.json()["Result"]["PrimaryOutputText"] == "app.py is fine."
+    assert again.status_code != 500
+    recordings = sorted((tmp_path / "recordings").iterdir())
+    assert len(recordings) == 3
+    for path in recordings:
+        outcome = await replay(path)
+        assert outcome.ok, outcome.divergence.describe() if outcome.divergence else ""
 
 
 @pytest.mark.parametrize("depth", [400, DEEP])
