@@ -14,8 +14,9 @@ The JSON form is versioned (``RECORDING_FORMAT``) and documented in
 before anything is written (``engine/redaction.py``).
 
 Recording never changes a turn: the tap passes every call through unchanged, and
-a recording that cannot be written is logged, never raised
-(DESIGN.md "What every part promises").
+a recording that cannot be made or written is logged and traced, never raised
+(DESIGN.md "What every part promises"; docs/RECORDING.md "When recording fails").
+Data of any depth is recorded, written and read back (``engine/deep_json.py``).
 """
 
 from __future__ import annotations
