@@ -43,6 +43,7 @@ cost does not grow with the rounds before it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -92,6 +93,8 @@ __all__ = [
     "Telemetry",
     "recording_failed",
 ]
+
+logger = logging.getLogger("aptix_pipeline")
 
 GENAI_SEMCONV = "OpenTelemetry GenAI semantic conventions v0.1.0 (semantic-conventions-genai)"
 """The conventions the spans follow: the first standalone GenAI release, the successor
@@ -227,8 +230,10 @@ class _Open:
         self.span, self.token = span, token
 
     def close(self) -> None:
-        self.span.end()
-        otel_context.detach(self.token)  # type: ignore[arg-type]
+        try:
+            self.span.end()
+        finally:  # the context is left as it was found, whatever the span did
+            otel_context.detach(self.token)  # type: ignore[arg-type]
 
 
 class SpanBuilder:
@@ -275,12 +280,17 @@ class SpanBuilder:
 
         A cancelled turn (its task cancelled, its consumer gone) emits no
         ``TurnFinished``; its spans still end, and leave the context as they found it.
+        It runs after the turn ended, so a span that fails to end is logged, never
+        raised (docs/CONFORMANCE.md D160).
         """
         for name in ("_tool", "_chat", "_step", "_turn"):
             opened: _Open | None = getattr(self, name)
             if opened is not None:
                 setattr(self, name, None)
-                opened.close()
+                try:
+                    opened.close()
+                except Exception:  # a host's tracer that fails must not fail the turn
+                    logger.exception("a span of the turn could not be ended")
 
     def _open(self, name: str, kind: SpanKind, attributes: dict[str, Any]) -> _Open:
         span = self.tracer.start_span(name, kind=kind, attributes=attributes)

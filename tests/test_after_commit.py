@@ -33,6 +33,7 @@ from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.service_config import load_service_config
 from aptix_pipeline.engine import RecordingOptions, Telemetry, TurnRecording, replay
 from aptix_pipeline.engine.deep_json import dump_json, load_json, parse_json, plain
+from aptix_pipeline.engine.events import ToolExecutionStarted, TurnStarted
 from aptix_pipeline.engine.port_tap import encode_value
 from aptix_pipeline.engine.redaction import (
     REDACTED,
@@ -42,6 +43,7 @@ from aptix_pipeline.engine.redaction import (
     redact_value,
 )
 from aptix_pipeline.engine.replay import first_difference
+from aptix_pipeline.engine.telemetry import SpanBuilder
 
 DEEP = 100_000
 
@@ -364,3 +366,39 @@ def test_the_redactor_of_a_recording_knows_its_tools_schemas() -> None:
     redacted = redactor.value(value)
 
     assert json.loads(redacted["ArgumentsJson"]) == {"amount": 5, "kind": "card", "k1": REDACTED}
+
+
+def test_content_captured_tool_arguments_of_any_depth_go_on_the_tool_span() -> None:
+    spans = Recorded()
+    builder = SpanBuilder(spans.provider.get_tracer("test"), True, "aptix")
+    arguments = {"a": nested(DEEP, "x")}
+
+    builder(TurnStarted(1, "aptix"))
+    builder(ToolExecutionStarted(1, "s1", "lookup", None, arguments))
+    builder.end_unfinished()
+
+    [tool] = [s for s in spans.spans if s.name == "execute_tool lookup"]
+    assert attributes_of(tool)["gen_ai.tool.call.arguments"] == dump_json(arguments)
+
+
+class _Unendable:
+    """A span whose ``end`` fails, as a broken host tracer's might."""
+
+    def end(self) -> None:
+        raise RuntimeError("the tracer is down")
+
+
+def test_a_span_that_cannot_end_after_the_turn_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    builder = SpanBuilder(Recorded().provider.get_tracer("test"), False, "aptix")
+    builder(TurnStarted(1, "aptix"))
+    opened = builder._turn  # the turn's span, as a broken host tracer would have made it
+    assert opened is not None
+    opened.span.end()
+    opened.span = _Unendable()  # type: ignore[assignment]
+
+    with caplog.at_level(logging.ERROR, logger="aptix_pipeline"):
+        builder.end_unfinished()
+
+    assert "a span of the turn could not be ended" in caplog.text
