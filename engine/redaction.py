@@ -508,18 +508,22 @@ class Redactor:
 
         A server tool's arguments are content but for the keys and values its
         schema defines; its result, and the message of an exception it raised
-        (which goes back to the model), are content.
+        (which goes back to the model), are content — but for the ``mode`` and
+        ``branch`` a host's own ``agent_change_mode`` answers with.
         """
         if port != "ToolExecutor":
             return {"args": self.value(dict(args)), "answer": self.value(answer), "error": error}
         arguments = self._recorded.arguments(call)
+        # A host's own agent_change_mode answers with the mode it switched to (D29): the
+        # engine reads its mode and branch, which stay as its arguments' do.
+        result = _JsonText(arguments) if call == _MODE_CHANGE else _RESULT_JSON
         redacted_args = {
             name: _redacted(value, arguments) if name == "arguments" else self.value(value)
             for name, value in args.items()
         }
         return {
             "args": redacted_args,
-            "answer": _RESULT_JSON.leaf(answer) if isinstance(answer, str) else self.value(answer),
+            "answer": result.leaf(answer) if isinstance(answer, str) else self.value(answer),
             "error": None if error is None else type(error)(error.type, REDACTED, error.classes),
         }
 

@@ -352,3 +352,27 @@ def test_aptix_run_report_and_redacted_recording_show_no_secret(tmp_path: Path) 
     assert leaked(run.stderr) == set()
     [recorded] = (tmp_path / "rec").iterdir()
     assert leaked(recorded.read_text()) == set()
+
+
+async def host_mode_change(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+    """A host's own ``agent_change_mode`` executor (D29), its answer holding a secret."""
+    return json.dumps({"mode": arguments["mode"], "reason": SECRETS["mode change reason"]})
+
+
+async def test_a_hosts_own_mode_change_keeps_its_mode_redacted_and_replays() -> None:
+    pipeline = recording_pipeline(
+        MemoryStore(),
+        [calls(change_mode("m1", "review", SECRETS["mode change reason"])), text("ok")],
+        recording=RecordingOptions(redact=True),
+        tools={"agent_change_mode": host_mode_change},
+    )
+
+    report = await pipeline.run({"Instruction": SECRETS["instruction"]}, CALLER)
+
+    assert (ok(report.result).mode_display_name, report.mode) == ("Code Review", "review")
+    [recording] = recordings_of([report])
+    [executed] = [c for c in recording.calls if c.name == "ToolExecutor.agent_change_mode"]
+    assert json.loads(executed.answer) == {"mode": "review", "reason": REDACTED}
+    assert leaked(recording.to_json()) == set()
+    outcome = await replay(recording)
+    assert outcome.ok, outcome.divergence.describe() if outcome.divergence else ""
