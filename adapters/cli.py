@@ -248,7 +248,9 @@ def run(
     if trace and outcome.trace is not None:
         typer.echo("\n".join(outcome.trace.describe()), err=True)
     if report:
-        summary = {key: value for key, value in outcome.to_dict().items() if key != "result"}
+        # A mode change's reason is user content: shown with content capture only.
+        shown = outcome.to_dict(content=bool(pipeline.telemetry.capture_content))
+        summary = {key: value for key, value in shown.items() if key != "result"}
         typer.echo(json.dumps(summary, indent=None if compact else 2), err=True)
     raise typer.Exit(0 if outcome.successful else 1)
 

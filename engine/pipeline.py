@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -64,9 +65,15 @@ from .events import (
 from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore
 from .machine import TurnRun
 from .port_tap import PortTap, provider_name_of, tap_ports
-from .recording import RecordingOptions, RecordingTap, TurnRecording, config_digest
+from .recording import (
+    RecordingOptions,
+    RecordingTap,
+    TurnRecording,
+    config_digest,
+    failure_summary,
+)
 from .runner import RUNTIMES, Runtime, Walked, compile_machine, walk
-from .telemetry import SpanBuilder, Telemetry
+from .telemetry import SpanBuilder, Telemetry, recording_failed
 from .trace import CheckRecord, StateTrace, TransitionRecord
 
 __all__ = ["Pipeline", "RequestInput", "TurnReport"]
@@ -117,8 +124,14 @@ class TurnReport:
         """Whether the turn produced a response."""
         return self.result.successful
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary (the response itself is under ``result``)."""
+    def to_dict(self, *, content: bool = False) -> dict[str, Any]:
+        """A JSON-ready summary (the response itself is under ``result``).
+
+        A mode change's ``reason`` is the model's words about the user's request:
+        user content, shown only with ``content=True`` (``null`` otherwise), as
+        spans show it only with content capture (DESIGN.md "Observability without
+        leaks", docs/CONFORMANCE.md D163).
+        """
         return {
             "result": self.result.to_wire(),
             "context_type": self.context_type.value if self.context_type else None,
@@ -139,7 +152,7 @@ class TurnReport:
                 {
                     "previous_mode": m.previous_mode,
                     "new_mode": m.new_mode,
-                    "reason": m.reason,
+                    "reason": m.reason if content else None,
                     "branch": m.branch,
                 }
                 for m in self.mode_changes
@@ -288,23 +301,57 @@ class Pipeline:
             tap=tap,
             ports=_guarded(tap_ports(tap, self.ports)),
         )
-        assert report.trace is not None  # run_tapped's report always carries its trace
-        recording = tap.recording(
-            request=request,
-            caller=_caller(caller),
-            initial_mode=initial_mode,
-            options=self.options,
-            digest=self._config_digest,
-            trace=report.trace,
-            result=report.result.to_wire(),
-            provider_name=self._llm_provider,
-            server_tools=list(self.ports.tools),
-            trace_content=self._capture_content,
-        )
-        if self.recording.redact:
-            recording = recording.redact()
-        await self.recording.deliver(recording)
+        # The turn has ended (committed or rolled back): nothing from here on may change
+        # its answer. A recording that cannot be built or redacted is logged and traced,
+        # and the report goes without it; one that cannot be delivered is logged and
+        # traced, and the report keeps it (docs/RECORDING.md "When recording fails", D160).
+        try:
+            assert report.trace is not None  # run_tapped's report always carries its trace
+            recording = tap.recording(
+                request=request,
+                caller=_caller(caller),
+                initial_mode=initial_mode,
+                options=self.options,
+                digest=self._config_digest,
+                trace=report.trace,
+                result=report.result.to_wire(),
+                provider_name=self._llm_provider,
+                server_tools=list(self.ports.tools),
+                trace_content=self._capture_content,
+            )
+            if self.recording.redact:
+                recording = recording.redact()
+        except Exception as error:
+            self._recording_failed(report, error, "could not be made")
+            return report
+        try:
+            await self.recording.send(recording)
+        except Exception as error:
+            self._recording_failed(report, error, "could not be delivered")
         return replace(report, recording=recording)
+
+    def _recording_failed(self, report: TurnReport, error: Exception, what: str) -> None:
+        """Log and trace a recording that failed after the turn ended; the answer stands.
+
+        The log record (ERROR, ``aptix_pipeline``) names the turn, the exception's
+        class and its traceback's frames; the exception's message is left out (but
+        for a file system error's), as it may quote user content. The trace is an
+        ``aptix.recording`` span with status ERROR (``engine/telemetry.py``): the
+        turn's own span has ended by then.
+        """
+        logger.error(
+            "the turn's recording %s (session %s, turn %s): %s; the turn's answer stands\n%s",
+            what,
+            report.session_id,
+            report.turn_id,
+            failure_summary(error),
+            "".join(traceback.format_tb(error.__traceback__)).rstrip(),
+        )
+        if self._tracer is not None and self.telemetry.recording_spans():
+            try:
+                recording_failed(self._tracer, report.session_id, report.turn_id, error)
+            except Exception:  # a failing tracer must not fail the turn either
+                logger.exception("the failed recording could not be traced")
 
     async def run_tapped(
         self,

@@ -83,7 +83,32 @@ def encode_value(value: Any) -> Any:
     What JSON cannot hold (a host's odd object) is kept as its ``repr``: the
     recording stays writable, and a replay then names the call as a divergence.
     """
-    return to_jsonable_python(value, fallback=repr)
+    try:
+        return to_jsonable_python(value, fallback=repr)
+    except (ValueError, RecursionError):  # nested deeper than pydantic-core goes (~255 levels)
+        return _encoded_deep(value)
+
+
+def _encoded_deep(value: Any) -> Any:
+    """``encode_value`` without recursion: mappings and lists walked, the rest encoded alone."""
+    root: list[Any] = [None]
+    pending: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while pending:
+        item, holder, slot = pending.pop()
+        if isinstance(item, Mapping):
+            made: dict[str, Any] = {}
+            holder[slot] = made
+            for key, inner in item.items():
+                name = key if isinstance(key, str) else str(encode_value(key))
+                made[name] = None
+                pending.append((inner, made, name))
+        elif isinstance(item, list | tuple):
+            copied: list[Any] = [None] * len(item)
+            holder[slot] = copied
+            pending.extend((inner, copied, index) for index, inner in enumerate(item))
+        else:
+            holder[slot] = to_jsonable_python(item, fallback=repr)
+    return root[0]
 
 
 def decode_answer(adapter: TypeAdapter[T], data: Any) -> T:

@@ -14,8 +14,9 @@ The JSON form is versioned (``RECORDING_FORMAT``) and documented in
 before anything is written (``engine/redaction.py``).
 
 Recording never changes a turn: the tap passes every call through unchanged, and
-a recording that cannot be written is logged, never raised
-(DESIGN.md "What every part promises").
+a recording that cannot be made or written is logged and traced, never raised
+(DESIGN.md "What every part promises"; docs/RECORDING.md "When recording fails").
+Data of any depth is recorded, written and read back (``engine/deep_json.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import logging
 import os
 import re
 import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -48,8 +50,9 @@ from aptix_pipeline.contracts import (
 from aptix_pipeline.contracts.url_secrets import scrub_urls
 from aptix_pipeline.steps import PipelineOptions, Ports
 
+from .deep_json import dump_json, load_json
 from .port_tap import STORE, encode_value, provider_name_of
-from .redaction import redact_port_call, redact_request, redact_value
+from .redaction import Redactor
 from .trace import StateTrace
 
 __all__ = [
@@ -60,6 +63,7 @@ __all__ = [
     "RecordingTap",
     "TurnRecording",
     "config_digest",
+    "failure_summary",
     "write_recording",
 ]
 
@@ -257,18 +261,19 @@ class TurnRecording:
 
     def redact(self) -> TurnRecording:
         """This recording without user content (``engine/redaction.py``); idempotent."""
+        redactor = Redactor.of(self.calls)
         calls = tuple(
             replace(
-                call, **redact_port_call(call.port, call.call, call.args, call.answer, call.error)
+                call, **redactor.port_call(call.port, call.call, call.args, call.answer, call.error)
             )
             for call in self.calls
         )
         return replace(
             self,
-            request=redact_request(self.request),
+            request=redactor.request(self.request),
             calls=calls,
-            trace=StateTrace.from_dict(redact_value(self.trace.to_dict())),
-            result=redact_value(self.result),
+            trace=StateTrace.from_dict(redactor.value(self.trace.to_dict())),
+            result=redactor.value(self.result),
             redacted=True,
         )
 
@@ -292,8 +297,17 @@ class TurnRecording:
         }
 
     def to_json(self) -> str:
-        """The JSON form as text (UTF-8, indented, one port call per block)."""
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
+        """The JSON form as text (UTF-8, indented, one port call per block).
+
+        Data nested too deep for ``json`` (a tool result a few hundred levels deep)
+        is written compact, without recursion (``engine/deep_json.py``): indenting
+        it would cost space quadratic in its depth.
+        """
+        data = self.to_dict()
+        try:
+            return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        except RecursionError:
+            return dump_json(data) + "\n"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TurnRecording:
@@ -338,7 +352,10 @@ class TurnRecording:
             try:  # pydantic-core's parser is the faster; json's also reads lone surrogates
                 data = from_json(text)
             except ValueError:
-                data = json.loads(text)
+                try:
+                    data = json.loads(text)
+                except RecursionError:  # deeper than json goes: read without recursion
+                    data = load_json(text)
             return cls.from_dict(data)
         except (ValueError, UnicodeDecodeError) as error:
             raise ValueError(f"{path}: {error}") from None
@@ -423,15 +440,38 @@ class RecordingOptions:
     sink: Callable[[TurnRecording], None] | None = field(default=None, compare=False)
     config_digest: str | None = None
 
+    async def send(self, recording: TurnRecording) -> None:
+        """Write and hand on ``recording``; raises what the directory or the sink raised.
+
+        A ``Pipeline`` calls this after the turn ended, and logs and traces a
+        failure without changing the turn's answer (docs/RECORDING.md).
+        """
+        if self.directory is not None:
+            await asyncio.to_thread(write_recording, recording, self.directory)
+        if self.sink is not None:
+            self.sink(recording)
+
     async def deliver(self, recording: TurnRecording) -> None:
-        """Write and hand on ``recording``; a failure is logged, never raised."""
+        """``send``, a failure logged (its class and traceback, not its message), never raised."""
         try:
-            if self.directory is not None:
-                await asyncio.to_thread(write_recording, recording, self.directory)
-            if self.sink is not None:
-                self.sink(recording)
-        except Exception:
-            logger.exception("the turn's recording could not be delivered")
+            await self.send(recording)
+        except Exception as error:
+            logger.error(
+                "the turn's recording could not be delivered: %s\n%s",
+                failure_summary(error),
+                "".join(traceback.format_tb(error.__traceback__)).rstrip(),
+            )
+
+
+def failure_summary(error: BaseException) -> str:
+    """An exception for a log line: its class, and its message only for an ``OSError``.
+
+    A file system error names the recording's directory, which is the host's; any
+    other message (a sink's, a serializer's) may quote user content.
+    """
+    if isinstance(error, OSError):
+        return f"{type(error).__name__}: {error}"
+    return type(error).__name__
 
 
 class RecordingTap:

@@ -1,43 +1,69 @@
 """Redaction: a turn recording without user content, that still replays.
 
-User content is what DESIGN.md "Observability without leaks" keeps off spans
-and traces unless the host opts in: the instruction, artifact contents, image
-data, the solution context, every message's text, the model's text, tool call
-arguments and results, tool error messages and a mode change's reason. It is
-found by the wire names the recording holds (``CONTENT_KEYS``, ``JSON_TEXT_KEYS``)
-and replaced by placeholders that keep what the engine's rules look at:
+User content is everything the client sent or a tool returned, and everything
+the model said (DESIGN.md "Observability without leaks"), except what a replay
+needs for the turn's structure. What stays:
 
-- text becomes ``[redacted]``; text that was valid base64 (AGN-034 §4.2, §4.3)
-  becomes valid base64 (``REDACTED_BASE64``), so the request still passes;
-- JSON text (``ArgumentsJson``, ``ResultJson``, a server tool's result) keeps
-  its shape — keys, numbers, booleans, nulls — and only its strings are
-  replaced, so argument validation sees the same structure; the ``mode`` and
-  ``branch`` of an ``agent_change_mode`` call are catalog data, not content
-  (AGN-011 §5.1), and are kept so a mode change replays;
-- the request text is redacted the same way, key by key.
+- ids (``SessionId``, ``TurnId``, ``ToolCallId``, a clipboard image's ``Id``,
+  ``AgentContextId``, ``ConversationContextId``), tool names, modes, rule ids,
+  error codes and fields, ``Origin``, ``Encoding``, ``Operator``, ``Stream``,
+  ``ExecutionMs``, token counts, times, and the shape of everything (keys of the
+  engine's own records, list lengths, which fields are present);
+- the argument keys a tool's JSON Schema defines (``properties``), and argument
+  values the schema enumerates (``enum``, ``const``): catalog data, not content
+  (the schemas come from the recording's catalog answers and model requests);
+- the ``mode`` and ``branch`` of an ``agent_change_mode`` call (AGN-011 §5.1), so
+  a mode change replays.
+
+Everything else is replaced by a placeholder that keeps the request valid under
+the same AGN-034 rules (so a replay walks the same path, and a refused request
+is still refused by the same rule):
+
+- text becomes ``[redacted]``; empty or blank text stays (it holds nothing, and
+  the rules tell it apart: a blank ``Instruction`` is no input, AGN-034 §2.1); text
+  that was valid base64 becomes valid base64 (``REDACTED_BASE64``, AGN-034 §4.2,
+  §4.3);
+- ``RelativePath`` keeps its separators and its ``.``/``..`` segments, every other
+  segment becoming ``redacted``; an absolute path becomes ``/redacted`` (AGN-034
+  §4.2: a relative path stays relative and inside the root, a bad one stays bad);
+- a ``MimeType`` becomes ``image/redacted`` when it was ``image/…``, else
+  ``redacted`` (AGN-034 §4.3); an ``Operator`` outside the four is redacted;
+- JSON text (``ResultJson``, ``ArgumentsJson``, a server tool's result) stays JSON
+  of the same shape: object keys become ``k1``, ``k2``, … in order (distinct keys
+  stay distinct, a duplicate key stays a duplicate), strings are redacted,
+  numbers become ``0`` (``0.0`` for a float; a schema's ``minimum`` and ``maximum``
+  are respected), booleans and nulls stay; text that is not JSON is redacted
+  whole and so stays invalid;
+- error and warning messages are redacted: they may quote the client's values
+  (a path, a MIME type); their code, rule id and field stay.
 
 Redaction is idempotent: a redacted recording redacts to itself, so a replay
 compares a redacted recording with the redacted form of what the code does now.
-Ids, names, paths, modes, rule ids, counts and the shape of every call stay.
+
+Every walk here is iterative, and linear in the size of its input: data of any
+depth (a tool result nested 100,000 deep) is redacted without recursion.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .deep_json import Pairs as _Pairs
+from .deep_json import dump_json, parse_json
+
 if TYPE_CHECKING:
-    from .recording import RecordedError
+    from .recording import PortCall, RecordedError
 
 __all__ = [
     "CONTENT_KEYS",
     "JSON_TEXT_KEYS",
     "REDACTED",
     "REDACTED_BASE64",
+    "Redactor",
     "redact_json_text",
     "redact_port_call",
     "redact_request",
@@ -47,6 +73,7 @@ __all__ = [
 
 REDACTED = "[redacted]"
 REDACTED_BASE64 = base64.b64encode(b"redacted").decode("ascii")
+_REDACTED_WORD = "redacted"  # a path segment, a MIME subtype
 
 CONTENT_KEYS = frozenset(
     {
@@ -63,23 +90,26 @@ CONTENT_KEYS = frozenset(
         "ToolContinuationMessage",
         # AGN-011 ModeHistory
         "Reason",
+        # errors and warnings of a result: they may quote a client's value
+        "Message",
         # the state trace (content capture) and set_solution_context's argument
         "text",
         "reason",
     }
 )
-"""Keys whose string values are user content."""
+"""Keys of the engine's records whose values are user content."""
 
 JSON_TEXT_KEYS = frozenset({"ArgumentsJson", "ResultJson"})
 """Keys whose values are JSON text holding user content."""
 
 _MODE_CHANGE = "agent_change_mode"
 _MODE_CHANGE_KEPT = frozenset({"mode", "branch"})
+_SCHEMA_KEY = "Parameters"  # a tool definition's JSON Schema: catalog data
+_RAG_OPERATORS = frozenset({"==", "!=", "contains", "does_not_contain"})
+_NOTHING: frozenset[str] = frozenset()
 
 
 def _is_base64(text: str) -> bool:
-    if not text:
-        return False
     try:
         base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -90,151 +120,476 @@ def _is_base64(text: str) -> bool:
 def redact_text(text: str) -> str:
     """The placeholder for one piece of user text (base64 stays base64).
 
-    Empty text stays empty: it holds no content, and the engine's rules tell
-    empty text apart (an empty model reply has no outcome, AGN-036 §4.9).
+    Empty or blank text stays as it is: it holds no content, and the engine's
+    rules tell it apart (an empty model reply has no outcome, AGN-036 §4.9; a
+    blank ``Instruction`` is no input, AGN-034 §2.1).
     """
-    if not text:
+    if not text.strip():
         return text
     return REDACTED_BASE64 if _is_base64(text) else REDACTED
 
 
-def _strings_redacted(value: Any, keep: frozenset[str] = frozenset()) -> Any:
-    """Every string of JSON data (objects as ``_Pairs``) redacted; top-level ``keep`` keys kept."""
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, _Pairs):
-        return _Pairs(
-            (key, item if key in keep else _strings_redacted(item)) for key, item in value
-        )
-    if isinstance(value, list):
-        return [_strings_redacted(item) for item in value]
-    return value
+# --- rules: what each part of the data becomes ----------------------------------------------
 
 
-def redact_json_text(text: str, *, keep: frozenset[str] = frozenset()) -> str:
-    """JSON text with every string replaced (top-level keys in ``keep`` left alone).
+class _Rule:
+    """How one part of JSON data (and, by default, everything under it) is redacted."""
 
-    Read as pairs like request text, so duplicate keys stay; text that is not
-    JSON is redacted whole.
+    def keys(self, keys: list[Any]) -> list[Any]:
+        """The object's keys after redaction."""
+        return keys
+
+    def child(self, node: Any, key: str) -> _Rule | None:
+        """The rule for an object's value under ``key``; ``None`` keeps it as it is."""
+        return self
+
+    def item(self) -> _Rule | None:
+        """The rule for a list's items."""
+        return self
+
+    def leaf(self, value: Any) -> Any:
+        """A string, number, boolean or null after redaction."""
+        return value
+
+
+def _zero(value: int | float, schema: Mapping[str, Any] | None = None) -> int | float:
+    """The placeholder of a number: 0 of its type, inside a schema's bounds."""
+    placeholder: float = 0
+    if schema is not None:
+        low, above, high = (_bound(schema, k) for k in ("minimum", "exclusiveMinimum", "maximum"))
+        if low is not None and low > placeholder:
+            placeholder = low
+        if above is not None and above >= placeholder:
+            placeholder = above + 1
+        if high is not None and high < placeholder:
+            placeholder = high
+    if isinstance(value, float):
+        return float(placeholder)
+    return int(placeholder) if float(placeholder).is_integer() else placeholder
+
+
+def _bound(schema: Mapping[str, Any], keyword: str) -> float | None:
+    found = schema.get(keyword)
+    return float(found) if isinstance(found, int | float) and not isinstance(found, bool) else None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class _Content(_Rule):
+    """User content: every string and number replaced; keys, booleans and nulls kept."""
+
+    def leaf(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return redact_text(value)
+        if _is_number(value):
+            return _zero(value)
+        return value
+
+
+class _Data(_Rule):
+    """JSON a client, tool or model made: keys, strings and numbers all replaced.
+
+    Guided by a JSON Schema when the data is a tool's arguments: the keys its
+    ``properties`` define and the values it enumerates stay; ``kept`` names
+    top-level keys whose values stay (``agent_change_mode``'s mode and branch).
     """
-    try:
-        value = json.loads(text, object_pairs_hook=_Pairs)
-    except ValueError:
-        return redact_text(text)
-    return _dump_pairs(_strings_redacted(value, keep))
+
+    def __init__(
+        self, schema: Mapping[str, Any] | None = None, kept: frozenset[str] = _NOTHING
+    ) -> None:
+        self.schema = schema
+        self.kept = kept
+
+    def _properties(self) -> Mapping[str, Any]:
+        found = self.schema.get("properties") if self.schema is not None else None
+        return found if isinstance(found, Mapping) else {}
+
+    def keys(self, keys: list[Any]) -> list[Any]:
+        defined = self._properties()
+        placeholders: dict[Any, str] = {}
+        made = []
+        for key in keys:
+            if key in defined or key in self.kept:
+                made.append(key)
+                continue
+            if key not in placeholders:
+                placeholders[key] = f"k{len(placeholders) + 1}"
+            made.append(placeholders[key])
+        return made
+
+    def child(self, node: Any, key: str) -> _Rule | None:
+        if key in self.kept:
+            return None
+        schema = self._properties().get(key)
+        return _Data(schema if isinstance(schema, Mapping) else None)
+
+    def item(self) -> _Rule | None:
+        items = self.schema.get("items") if self.schema is not None else None
+        return _Data(items if isinstance(items, Mapping) else None)
+
+    def leaf(self, value: Any) -> Any:
+        schema = self.schema
+        if schema is not None and value is not None and not isinstance(value, bool):
+            allowed = schema.get("enum")
+            if (isinstance(allowed, list) and value in allowed) or (
+                "const" in schema and value == schema["const"]
+            ):
+                return value
+        if isinstance(value, str):
+            return redact_text(value)
+        if _is_number(value):
+            return _zero(value, schema)
+        return value
+
+
+class _JsonText(_Rule):
+    """A string that holds JSON text: read, redacted by ``inner``, written back compact.
+
+    Text that is not JSON is redacted whole (and so stays invalid); a value that
+    is not a string (a host's odd data) is redacted by ``inner`` as it is.
+    """
+
+    def __init__(self, inner: _Rule) -> None:
+        self.inner = inner
+
+    def leaf(self, value: Any) -> Any:
+        if not isinstance(value, str):
+            return self.inner.leaf(value)
+        try:
+            parsed = parse_json(value)
+        except ValueError:
+            return redact_text(value)
+        return dump_json(_redacted(parsed, self.inner))
+
+
+class _Leaf(_Rule):
+    """A request field with a placeholder of its own (a path, a MIME type, an operator)."""
+
+    def __init__(self, placeholder: Any) -> None:
+        self.placeholder = placeholder
+
+    def leaf(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.placeholder(value)
+        return _CONTENT.leaf(value)
+
+    def child(self, node: Any, key: str) -> _Rule | None:
+        return _CONTENT
+
+    def item(self) -> _Rule | None:
+        return _CONTENT
+
+
+class _Fields(_Rule):
+    """An object of known fields, each with its rule; unknown fields are all content.
+
+    Also the rule of a list of such objects (the items get it), so a request
+    whose field has the wrong shape is redacted all the same.
+    """
+
+    def __init__(self, fields: Mapping[str, _Rule | None], unknown: _Rule | None = None) -> None:
+        self.fields = fields
+        self.unknown = unknown if unknown is not None else _Data()
+
+    def child(self, node: Any, key: str) -> _Rule | None:
+        return self.fields.get(key, self.unknown)
+
+    def item(self) -> _Rule | None:
+        return self
+
+    def leaf(self, value: Any) -> Any:
+        return _CONTENT.leaf(value)
+
+
+_ABSOLUTE = re.compile(r"^(?:[/\\]|[A-Za-z]:|[A-Za-z][A-Za-z0-9+.\-]+:|~(?:[^/\\$]*[/\\]|$))")
+_SEGMENTS = re.compile(r"([\\/])")
+
+
+def _redacted_path(path: str) -> str:
+    """A ``RelativePath`` whose AGN-034 §4.2 rules answer as for ``path``: see the module doc."""
+    if not path.strip():
+        return path
+    if _ABSOLUTE.match(path):
+        return "/" + _REDACTED_WORD
+    return "".join(
+        part if part in ("", ".", "..", "/", "\\") else _REDACTED_WORD
+        for part in _SEGMENTS.split(path)
+    )
+
+
+def _redacted_mime(mime: str) -> str:
+    if not mime.strip():
+        return mime
+    return "image/" + _REDACTED_WORD if mime.lower().startswith("image/") else _REDACTED_WORD
+
+
+def _redacted_operator(operator: str) -> str:
+    return operator if operator in _RAG_OPERATORS else redact_text(operator)
+
+
+_CONTENT = _Content()
+_TEXT = _Leaf(redact_text)
+_RESULT_JSON = _JsonText(_Data())
+
+_REQUEST = _Fields(
+    {
+        "SessionId": None,
+        "TurnId": None,
+        "AgentContextId": None,
+        "ConversationContextId": None,
+        "Stream": None,
+        "Instruction": _TEXT,
+        "SolutionContextText": _TEXT,
+        "InputArtifacts": _Fields(
+            {
+                "RelativePath": _Leaf(_redacted_path),
+                "FileName": _TEXT,
+                "Contents": _TEXT,
+                "Origin": None,
+                "MimeType": _Leaf(_redacted_mime),
+                "Language": _TEXT,
+                "Encoding": None,
+            }
+        ),
+        "ClipboardImages": _Fields(
+            {"Id": None, "MimeType": _Leaf(_redacted_mime), "DataBase64": _TEXT}
+        ),
+        "RagScope": _Fields(
+            {"Key": _TEXT, "Operator": _Leaf(_redacted_operator), "Values": _CONTENT}
+        ),
+        "WorkspaceHints": _Fields({}, _CONTENT),
+        "ToolResults": _Fields(
+            {
+                "ToolCallId": None,
+                "ExecutionMs": None,
+                "ResultJson": _RESULT_JSON,
+                "ErrorMessage": _TEXT,
+            }
+        ),
+    }
+)
+"""The AGN-034 request, field by field (AGN-034 §4, §5); unknown fields are content."""
+
+
+class _Recorded(_Rule):
+    """The engine's own records (port call arguments and answers, the trace, the result).
+
+    Their keys and ids stay; the values under ``CONTENT_KEYS`` are content; JSON
+    text under ``JSON_TEXT_KEYS`` is redacted as data, a tool call's arguments
+    guided by its tool's schema; a tool's schema (``Parameters``) is catalog data.
+    """
+
+    def __init__(self, schemas: Mapping[str, Mapping[str, Any]]) -> None:
+        self.schemas = schemas
+
+    def arguments(self, tool: object) -> _Rule:
+        """The rule for the arguments of a call of ``tool``."""
+        schema = self.schemas.get(tool) if isinstance(tool, str) else None
+        return _Data(schema, _MODE_CHANGE_KEPT if tool == _MODE_CHANGE else _NOTHING)
+
+    def child(self, node: Any, key: str) -> _Rule | None:
+        if key == _SCHEMA_KEY:
+            return None
+        if key in CONTENT_KEYS:
+            return _CONTENT
+        if key == "ArgumentsJson":
+            name = (
+                node.get("Name")
+                if isinstance(node, Mapping)
+                else next((value for name, value in node if name == "Name"), None)
+            )
+            return _JsonText(self.arguments(name))
+        if key == "ResultJson":
+            return _RESULT_JSON
+        return self
+
+
+def _redacted(value: Any, rule: _Rule | None) -> Any:
+    """``value`` redacted by ``rule``; iterative, linear.
+
+    Objects are ``_Pairs`` (read from JSON text: duplicate keys kept) or mappings
+    (the engine's own data: written back as dicts); tuples become lists.
+    """
+    root: list[Any] = [None]
+    pending: list[tuple[Any, _Rule | None, Any, Any]] = [(value, rule, root, 0)]
+    while pending:
+        item, applied, holder, slot = pending.pop()
+        if applied is None or item is None or type(item) in _SCALARS:
+            holder[slot] = item if applied is None else applied.leaf(item)
+        elif isinstance(item, _Pairs):
+            keys = applied.keys([key for key, _ in item])
+            made = _Pairs()
+            for new_key, (key, inner) in zip(keys, item, strict=True):
+                pair = [new_key, None]
+                made.append(pair)
+                pending.append((inner, applied.child(item, key), pair, 1))
+            holder[slot] = made
+        elif isinstance(item, Mapping):
+            keys = applied.keys(list(item))
+            made_map: dict[Any, Any] = dict.fromkeys(keys)
+            holder[slot] = made_map
+            pending.extend(
+                (inner, applied.child(item, key), made_map, new_key)
+                for new_key, (key, inner) in zip(keys, item.items(), strict=True)
+            )
+        elif isinstance(item, list | tuple):
+            copied: list[Any] = [None] * len(item)
+            holder[slot] = copied
+            inner_rule = applied.item()
+            pending.extend((inner, inner_rule, copied, index) for index, inner in enumerate(item))
+        else:
+            holder[slot] = applied.leaf(item)
+    return root[0]
+
+
+_SCALARS = frozenset({str, int, float, bool})
+
+
+# --- the recording's parts ------------------------------------------------------------------
+
+
+def _definitions(value: Any) -> Iterable[Mapping[str, Any]]:
+    """The tool definitions (``{"Name", "Parameters", ...}``) among a catalog answer's parts."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Mapping):
+            if isinstance(item.get("Name"), str) and isinstance(item.get(_SCHEMA_KEY), Mapping):
+                yield item
+                continue
+            pending.extend(v for v in item.values() if isinstance(v, Mapping | list))
+        elif isinstance(item, list):
+            pending.extend(v for v in item if isinstance(v, Mapping | list))
+
+
+class Redactor:
+    """Redacts the parts of one recording, knowing its tools' argument schemas.
+
+    ``schemas`` maps a tool's name to its JSON Schema; ``Redactor.of(calls)``
+    collects them from a recording's catalog answers and model requests, which
+    redaction keeps, so a recording and its redacted form give the same schemas.
+    """
+
+    def __init__(self, schemas: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self._recorded = _Recorded(dict(schemas or {}))
+
+    @classmethod
+    def of(cls, calls: Iterable[PortCall]) -> Redactor:
+        """The redactor of a recording with these port calls."""
+        schemas: dict[str, Mapping[str, Any]] = {}
+        for call in calls:
+            if call.port in ("ModeCatalog", "AgentCatalog") and call.error is None:
+                found = _definitions(call.answer)
+            elif call.port == "LLM":
+                request = call.args.get("request")
+                tools = request.get("Tools") if isinstance(request, Mapping) else None
+                found = _definitions(tools)
+            else:
+                continue
+            for definition in found:
+                schemas.setdefault(definition["Name"], definition[_SCHEMA_KEY])
+        return cls(schemas)
+
+    def value(self, value: Any) -> Any:
+        """The engine's JSON data (a call's arguments or answer, the trace, the result)."""
+        return _redacted(value, self._recorded)
+
+    def port_call(
+        self,
+        port: str,
+        call: str,
+        args: Mapping[str, Any],
+        answer: Any,
+        error: RecordedError | None,
+    ) -> dict[str, Any]:
+        """A port call's ``args``, ``answer`` and ``error`` without user content.
+
+        A server tool's arguments are content but for the keys and values its
+        schema defines; its result, and the message of an exception it raised
+        (which goes back to the model), are content — but for the ``mode`` and
+        ``branch`` a host's own ``agent_change_mode`` answers with.
+        """
+        if port != "ToolExecutor":
+            return {"args": self.value(dict(args)), "answer": self.value(answer), "error": error}
+        arguments = self._recorded.arguments(call)
+        # A host's own agent_change_mode answers with the mode it switched to (D29): the
+        # engine reads its mode and branch, which stay as its arguments' do.
+        result = _JsonText(arguments) if call == _MODE_CHANGE else _RESULT_JSON
+        redacted_args = {
+            name: _redacted(value, arguments) if name == "arguments" else self.value(value)
+            for name, value in args.items()
+        }
+        return {
+            "args": redacted_args,
+            "answer": result.leaf(answer) if isinstance(answer, str) else self.value(answer),
+            "error": None if error is None else type(error)(error.type, REDACTED, error.classes),
+        }
+
+    def request(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A recorded request (``{"json"|"text"|"base64": ...}``) without user content.
+
+        Request text is read keeping duplicate keys (a request the engine refuses
+        for them must still be refused) and written back compact; text that is
+        not JSON keeps its characters' places (the refusal names where parsing
+        failed).
+        """
+        if "json" in request:
+            return {"json": _redacted(request["json"], _REQUEST)}
+        if "base64" in request:
+            try:
+                raw = base64.b64decode(request["base64"], validate=True)
+            except (binascii.Error, ValueError):
+                return {"base64": REDACTED_BASE64}
+            try:
+                data = _redacted_text(raw.decode("utf-8")).encode("utf-8")
+            except UnicodeDecodeError:  # not UTF-8: keep where its bad bytes are (the error says)
+                scrambled = _scrambled(raw.decode("utf-8", "surrogateescape"), in_bytes=True)
+                data = scrambled.encode("utf-8", "surrogateescape")
+            return {"base64": base64.b64encode(data).decode("ascii")}
+        return {"text": _redacted_text(str(request["text"]))}
+
+
+_PLAIN = Redactor()
+
+
+def redact_json_text(text: str, *, keep: frozenset[str] = _NOTHING) -> str:
+    """JSON text as data: keys, strings and numbers replaced (top-level ``keep`` keys kept).
+
+    Text that is not JSON is redacted whole.
+    """
+    return str(_JsonText(_Data(None, keep)).leaf(text))
 
 
 def redact_value(value: Any) -> Any:
-    """JSON data with the values under ``CONTENT_KEYS`` and ``JSON_TEXT_KEYS`` redacted."""
-    return _plain(_redact_pairs(_as_pairs(value)))
+    """The engine's JSON data without user content (no tool schemas known: see ``Redactor``)."""
+    return _PLAIN.value(value)
 
 
 def redact_port_call(
     port: str, call: str, args: Mapping[str, Any], answer: Any, error: RecordedError | None
 ) -> dict[str, Any]:
-    """A port call's ``args``, ``answer`` and ``error`` without user content.
-
-    A server tool's arguments and result are all content (its name is the call);
-    so is the message of an exception it raised, which goes back to the model.
-    """
-    if port != "ToolExecutor":
-        return {"args": redact_value(dict(args)), "answer": redact_value(answer), "error": error}
-    keep = _MODE_CHANGE_KEPT if call == _MODE_CHANGE else frozenset()
-    redacted_args = {
-        name: _plain(_strings_redacted(_as_pairs(value), keep))
-        if name == "arguments"
-        else redact_value(value)
-        for name, value in args.items()
-    }
-    return {
-        "args": redacted_args,
-        "answer": redact_json_text(answer) if isinstance(answer, str) else answer,
-        "error": None if error is None else type(error)(error.type, REDACTED, error.classes),
-    }
+    """``Redactor.port_call`` with no tool schemas known."""
+    return _PLAIN.port_call(port, call, args, answer, error)
 
 
 def redact_request(request: Mapping[str, Any]) -> dict[str, Any]:
-    """A recorded request (``{"json"|"text"|"base64": ...}``) without user content.
-
-    Request text is read keeping duplicate keys (a request the engine refuses for
-    them must still be refused) and written back compact; text that is not JSON
-    is redacted whole.
-    """
-    if "json" in request:
-        return {"json": redact_value(request["json"])}
-    if "base64" in request:
-        try:
-            raw = base64.b64decode(request["base64"], validate=True)
-        except (binascii.Error, ValueError):
-            return {"base64": REDACTED_BASE64}
-        try:
-            data = _redacted_text(raw.decode("utf-8")).encode("utf-8")
-        except UnicodeDecodeError:  # not UTF-8: keep where its bad bytes are (the error says)
-            scrambled = _scrambled(raw.decode("utf-8", "surrogateescape"), in_bytes=True)
-            data = scrambled.encode("utf-8", "surrogateescape")
-        return {"base64": base64.b64encode(data).decode("ascii")}
-    return {"text": _redacted_text(str(request["text"]))}
-
-
-class _Pairs(list[tuple[str, Any]]):
-    """A JSON object read as its pairs, so duplicate keys survive redaction."""
-
-
-def _redact_pairs(value: Any) -> Any:
-    if isinstance(value, _Pairs):
-        as_map = dict(value)
-        keep = _MODE_CHANGE_KEPT if as_map.get("Name") == _MODE_CHANGE else frozenset()
-        pairs = _Pairs()
-        for key, item in value:
-            if key in JSON_TEXT_KEYS and isinstance(item, str):
-                pairs.append((key, redact_json_text(item, keep=keep)))
-            elif key in CONTENT_KEYS:
-                pairs.append((key, _strings_redacted(item)))
-            else:
-                pairs.append((key, _redact_pairs(item)))
-        return pairs
-    if isinstance(value, list):
-        return [_redact_pairs(item) for item in value]
-    return value
-
-
-def _as_pairs(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return _Pairs((key, _as_pairs(item)) for key, item in value.items())
-    if isinstance(value, list):
-        return [_as_pairs(item) for item in value]
-    return value
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, _Pairs):
-        return {key: _plain(item) for key, item in value}
-    if isinstance(value, list):
-        return [_plain(item) for item in value]
-    return value
-
-
-def _dump_pairs(value: Any) -> str:
-    if isinstance(value, _Pairs):
-        body = ",".join(
-            f"{json.dumps(key, ensure_ascii=False)}:{_dump_pairs(item)}" for key, item in value
-        )
-        return "{" + body + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(_dump_pairs(item) for item in value) + "]"
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """``Redactor.request``: a recorded request without user content."""
+    return _PLAIN.request(request)
 
 
 def _redacted_text(text: str) -> str:
     try:
-        value = json.loads(text, object_pairs_hook=_Pairs)
+        value = parse_json(text)
     except ValueError:
         return _scrambled(text)
-    return _dump_pairs(_redact_pairs(value))
+    return dump_json(_redacted(value, _REQUEST))
 
 
 _PUNCTUATION = frozenset('{}[],:"\\')
 _HEX4 = re.compile(r"[0-9A-Fa-f]{4}")
+_DIGITS = re.compile(r"[0-9]")
 _KEPT_WORD = re.compile(r"true|false|null|-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
 
@@ -244,8 +599,10 @@ def _scrambled(text: str, *, in_bytes: bool = False) -> str:
     The engine refuses such a request naming where parsing failed (line, column,
     or the byte that is not UTF-8), so the placeholder keeps every position:
     each character of a string or a stray word becomes ``x`` (as many as its
-    UTF-8 bytes when ``in_bytes``); JSON punctuation, whitespace, control
-    characters, literals, numbers and undecodable bytes (surrogate escapes) stay.
+    UTF-8 bytes when ``in_bytes``); each digit of a number becomes ``0`` or ``1``
+    (a zero stays a zero, so the number stays as valid as it was); JSON
+    punctuation, whitespace, control characters, literals and undecodable bytes
+    (surrogate escapes) stay.
     """
 
     def hidden(part: str) -> str:
@@ -293,6 +650,10 @@ def _scrambled(text: str, *, in_bytes: bool = False) -> str:
         ):
             end += 1
         word = text[index:end]
-        out.append(word if _KEPT_WORD.fullmatch(word) else hidden(word))
+        if not _KEPT_WORD.fullmatch(word):
+            word = hidden(word)
+        elif word[-1].isdigit():  # a number: its digits hidden, its validity kept
+            word = _DIGITS.sub(lambda digit: "0" if digit.group() == "0" else "1", word)
+        out.append(word)
         index = end
     return "".join(out)

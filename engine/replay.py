@@ -28,15 +28,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
-from pydantic_core import PydanticSerializationError, to_json
+from pydantic_core import to_json
 
 from aptix_pipeline.contracts import PermanentPortError, PipelineStep
 from aptix_pipeline.steps import StepFunction
 
+from .deep_json import dump_json
 from .pipeline import Pipeline, TurnReport
 from .port_tap import STORE, decode_answer, encode_value, tap_ports
 from .recording import PortCall, TurnRecording
-from .redaction import redact_port_call, redact_value
+from .redaction import Redactor
 from .telemetry import Telemetry
 
 __all__ = [
@@ -108,7 +109,11 @@ class Divergence:
 def _shown(value: Any) -> str:
     if value is _ABSENT:
         return "<absent>"
-    shown = json.dumps(encode_value(value), ensure_ascii=False)
+    encoded = encode_value(value)
+    try:
+        shown = json.dumps(encoded, ensure_ascii=False)
+    except RecursionError:  # deeper than json goes
+        shown = dump_json(encoded)
     return shown if len(shown) <= _SHOWN else shown[: _SHOWN - 1] + "…"
 
 
@@ -121,36 +126,36 @@ def first_difference(expected: Any, actual: Any, where: str = "") -> tuple[str, 
     At the top, equal JSON texts answer at once (JSON keeps ``True`` and ``1``,
     ``1`` and ``1.0`` apart): a replay compares every port call and the whole trace,
     and nearly all of them are equal. Texts that differ, if only in key order, are
-    walked.
+    walked — with a stack of its own, so values of any depth compare.
     """
     if not where:
         try:
             if to_json(expected) == to_json(actual):
                 return None
-        except PydanticSerializationError:  # not JSON data (a host's odd object): walk it
+        except ValueError:  # not JSON data (a host's odd object), or too deep: walk it
             pass
-    if isinstance(expected, Mapping) and isinstance(actual, Mapping):
-        for key in [*expected, *(k for k in actual if k not in expected)]:
-            path = f"{where}.{key}" if where else str(key)
-            if key not in actual or key not in expected:
-                return path, expected.get(key, _ABSENT), actual.get(key, _ABSENT)
-            found = first_difference(expected[key], actual[key], path)
-            if found is not None:
-                return found
-        return None
-    if isinstance(expected, list) and isinstance(actual, list):
-        for index in range(max(len(expected), len(actual))):
-            path = f"{where}[{index}]"
-            if index >= len(expected) or index >= len(actual):
-                left = expected[index] if index < len(expected) else _ABSENT
-                right = actual[index] if index < len(actual) else _ABSENT
-                return path, left, right
-            found = first_difference(expected[index], actual[index], path)
-            if found is not None:
-                return found
-        return None
-    if type(expected) is not type(actual) or expected != actual:
-        return where, expected, actual
+    pending: list[tuple[Any, Any, str]] = [(expected, actual, where)]
+    while pending:
+        left, right, path = pending.pop()
+        if left is _ABSENT or right is _ABSENT:
+            return path, left, right
+        if isinstance(left, Mapping) and isinstance(right, Mapping):
+            keys = [*left, *(k for k in right if k not in left)]
+            pending.extend(
+                (left.get(k, _ABSENT), right.get(k, _ABSENT), f"{path}.{k}" if path else str(k))
+                for k in reversed(keys)
+            )
+        elif isinstance(left, list) and isinstance(right, list):
+            pending.extend(
+                (
+                    left[index] if index < len(left) else _ABSENT,
+                    right[index] if index < len(right) else _ABSENT,
+                    f"{path}[{index}]",
+                )
+                for index in reversed(range(max(len(left), len(right))))
+            )
+        elif type(left) is not type(right) or left != right:
+            return path, left, right
     return None
 
 
@@ -173,7 +178,7 @@ class ReplayTap:
         self.step: str | None = None
         self.divergence: Divergence | None = None
         self._calls = recording.calls
-        self._redacted = recording.redacted
+        self._redactor = Redactor.of(recording.calls) if recording.redacted else None
         self.position = 0
 
     def _diverge(self, divergence: Divergence) -> _DivergedError:
@@ -184,8 +189,8 @@ class ReplayTap:
         if self.divergence is not None:  # the turn is stopping: nothing more matches
             raise _DivergedError(self.divergence.describe())
         actual = {name: encode_value(value) for name, value in args.items()}
-        if self._redacted:
-            actual = redact_port_call(port, call, actual, None, None)["args"]
+        if self._redactor is not None:
+            actual = self._redactor.port_call(port, call, actual, None, None)["args"]
         name = f"{port}.{call}"
         if self.position >= len(self._calls):
             raise self._diverge(
@@ -328,7 +333,8 @@ def _compared(recording: TurnRecording, report: TurnReport) -> Divergence | None
     actual_trace = report.trace.to_dict() if report.trace is not None else {}
     actual_result = report.result.to_wire()
     if recording.redacted:
-        actual_trace, actual_result = redact_value(actual_trace), redact_value(actual_result)
+        redactor = Redactor.of(recording.calls)
+        actual_trace, actual_result = redactor.value(actual_trace), redactor.value(actual_result)
     expected_trace = recording.trace.to_dict()
     difference = first_difference(expected_trace, actual_trace)
     if difference is not None:

@@ -18,6 +18,10 @@ steps do into spans that follow the OpenTelemetry GenAI semantic conventions
 - ``execute_tool {tool}`` (INTERNAL), per server-side tool execution:
   ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type``.
 
+- ``aptix.recording`` (INTERNAL), only when a turn's recording failed after the
+  turn ended (``recording_failed``): status ERROR, ``error.type``, the session
+  and turn ids; the turn's own span has ended by then, and its answer stands.
+
 Events: ``aptix.mode.changed``, ``aptix.warning`` (e.g. several mode changes),
 ``aptix.tool.container_invocation_error``, ``aptix.tool.argument_validation_error``,
 ``aptix.tool.unknown``, ``aptix.llm.retry``, ``aptix.rule.failed``.
@@ -39,6 +43,7 @@ cost does not grow with the rounds before it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -60,6 +65,7 @@ from opentelemetry.trace import (
 from aptix_pipeline import __version__
 from aptix_pipeline.contracts import ChatMessage, LLMReply, LLMRequest, PipelineContext
 
+from .deep_json import dump_json
 from .events import (
     CheckRan,
     ModeChanged,
@@ -77,6 +83,7 @@ from .events import (
     TurnStarted,
     WarningRaised,
 )
+from .port_tap import encode_value
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -84,7 +91,10 @@ __all__ = [
     "SCHEMA_URL",
     "SpanBuilder",
     "Telemetry",
+    "recording_failed",
 ]
+
+logger = logging.getLogger("aptix_pipeline")
 
 GENAI_SEMCONV = "OpenTelemetry GenAI semantic conventions v0.1.0 (semantic-conventions-genai)"
 """The conventions the spans follow: the first standalone GenAI release, the successor
@@ -220,8 +230,10 @@ class _Open:
         self.span, self.token = span, token
 
     def close(self) -> None:
-        self.span.end()
-        otel_context.detach(self.token)  # type: ignore[arg-type]
+        try:
+            self.span.end()
+        finally:  # the context is left as it was found, whatever the span did
+            otel_context.detach(self.token)  # type: ignore[arg-type]
 
 
 class SpanBuilder:
@@ -268,12 +280,17 @@ class SpanBuilder:
 
         A cancelled turn (its task cancelled, its consumer gone) emits no
         ``TurnFinished``; its spans still end, and leave the context as they found it.
+        It runs after the turn ended, so a span that fails to end is logged, never
+        raised (docs/CONFORMANCE.md D160).
         """
         for name in ("_tool", "_chat", "_step", "_turn"):
             opened: _Open | None = getattr(self, name)
             if opened is not None:
                 setattr(self, name, None)
-                opened.close()
+                try:
+                    opened.close()
+                except Exception:  # a host's tracer that fails must not fail the turn
+                    logger.exception("a span of the turn could not be ended")
 
     def _open(self, name: str, kind: SpanKind, attributes: dict[str, Any]) -> _Open:
         span = self.tracer.start_span(name, kind=kind, attributes=attributes)
@@ -498,7 +515,11 @@ class SpanBuilder:
         if event.description:
             attributes["gen_ai.tool.description"] = event.description
         if self.capture_content:
-            attributes["gen_ai.tool.call.arguments"] = json.dumps(event.arguments, default=str)
+            try:
+                arguments = json.dumps(event.arguments, default=str)
+            except RecursionError:  # nested deeper than json goes (engine/deep_json.py)
+                arguments = dump_json(encode_value(event.arguments))
+            attributes["gen_ai.tool.call.arguments"] = arguments
         self._tool = self._open(f"execute_tool {event.name}", SpanKind.INTERNAL, attributes)
 
     def _tool_finished(self, event: ToolExecuted) -> None:
@@ -580,3 +601,22 @@ _SPAN_HANDLERS: dict[type[TurnEvent], Callable[[SpanBuilder, Any], None]] = {
 }
 """Event type → the ``SpanBuilder`` method that handles it (a class-level table: a per-turn
 table of bound methods would be a reference cycle for the collector to find)."""
+
+
+def recording_failed(
+    tracer: Tracer, session_id: str | None, turn_id: str | None, error: BaseException
+) -> None:
+    """Trace a recording that failed after its turn ended: an ``aptix.recording`` span.
+
+    The span says that and what kind of failure (``error.type``, the exception's
+    class), never the exception's message, which may quote user content
+    (DESIGN.md "Observability without leaks"; docs/RECORDING.md, D160).
+    """
+    attributes: dict[str, Any] = {ERROR_TYPE: type(error).__name__}
+    if session_id is not None:
+        attributes["gen_ai.conversation.id"] = session_id
+    if turn_id is not None:
+        attributes["aptix.turn.id"] = turn_id
+    span = tracer.start_span("aptix.recording", kind=SpanKind.INTERNAL, attributes=attributes)
+    span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+    span.end()

@@ -1,0 +1,188 @@
+"""JSON of any depth, read and written without recursion.
+
+``json`` and pydantic-core recurse: ``json.loads`` raises ``RecursionError`` a
+few hundred levels deep, and pydantic-core refuses data nested deeper than about
+255 levels. Recordings, their redaction and replay handle what a turn saw, and a
+tool result, a model reply or a host's Python request can nest deeper than that
+(issue 13: nothing after a turn's commit may fail on it). These walks keep their
+own stacks, so any depth works, in time linear in the size of the data.
+
+Objects are read as ``Pairs`` (a list of ``[key, value]``), so duplicate keys
+survive a read and a write; ``plain`` turns them into dicts again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from json import decoder
+from typing import Any
+
+__all__ = ["Pairs", "as_pairs", "dump_json", "load_json", "parse_json", "plain"]
+
+
+class Pairs(list[Any]):
+    """A JSON object as its ``[key, value]`` pairs, so duplicate keys survive."""
+
+
+# json's own string scanner (C, no recursion): the escapes and strictness ``json`` has.
+_scanstring: Callable[[str, int, bool], tuple[str, int]] = decoder.scanstring  # type: ignore[attr-defined]
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERALS = (("true", True), ("false", False), ("null", None))
+
+
+def _skip(text: str, at: int) -> int:
+    match = _WHITESPACE.match(text, at)
+    return match.end() if match else at
+
+
+def _key(text: str, at: int) -> tuple[str, int]:
+    if text[at : at + 1] != '"':
+        raise ValueError(f"expected a key at {at}")
+    key, at = _scanstring(text, at + 1, True)
+    at = _skip(text, at)
+    if text[at : at + 1] != ":":
+        raise ValueError(f"expected ':' at {at}")
+    return key, _skip(text, at + 1)
+
+
+def _scalar(text: str, at: int) -> tuple[Any, int]:
+    if text[at : at + 1] == '"':
+        return _scanstring(text, at + 1, True)
+    number = _NUMBER.match(text, at)
+    if number is not None:
+        word = number.group()
+        return (float(word) if number.group(1) or number.group(2) else int(word)), number.end()
+    for word, value in _LITERALS:
+        if text.startswith(word, at):
+            return value, at + len(word)
+    raise ValueError(f"expected a value at {at}")
+
+
+def parse_json(text: str) -> Any:
+    """One RFC 8259 JSON value, objects as ``Pairs``; ``ValueError`` when it is not one.
+
+    Iterative, so any depth parses (``json.loads`` raises ``RecursionError`` at a
+    few hundred levels); ``NaN`` and ``Infinity`` are refused as the request
+    rules refuse them (``AGN-034/5/result-json-valid``).
+    """
+    at = _skip(text, 0)
+    open_: list[tuple[list[Any], str | None]] = []  # containers being read, an object's key
+    while True:
+        char = text[at : at + 1]
+        value: Any
+        if char == "{":
+            at = _skip(text, at + 1)
+            if text[at : at + 1] == "}":
+                value, at = Pairs(), at + 1
+            else:
+                key, at = _key(text, at)
+                open_.append((Pairs(), key))
+                continue
+        elif char == "[":
+            at = _skip(text, at + 1)
+            if text[at : at + 1] == "]":
+                value, at = [], at + 1
+            else:
+                open_.append(([], None))
+                continue
+        else:
+            value, at = _scalar(text, at)
+        while True:  # hand the value to its container; close those that end here
+            if not open_:
+                if _skip(text, at) != len(text):
+                    raise ValueError(f"extra data at {at}")
+                return value
+            container, waiting = open_[-1]
+            container.append([waiting, value] if isinstance(container, Pairs) else value)
+            at = _skip(text, at)
+            char = text[at : at + 1]
+            if char == ",":
+                at = _skip(text, at + 1)
+                if isinstance(container, Pairs):
+                    key, at = _key(text, at)
+                    open_[-1] = (container, key)
+                break
+            if char != ("}" if isinstance(container, Pairs) else "]"):
+                raise ValueError(f"expected ',' or a closing bracket at {at}")
+            at += 1
+            open_.pop()
+            value = container
+
+
+def dump_json(value: Any) -> str:
+    """Compact JSON text of data (objects as ``Pairs`` or mappings), without recursion."""
+    out: list[str] = []
+    pending: list[tuple[bool, Any]] = [(False, value)]  # (literal text?, item)
+    while pending:
+        literal, item = pending.pop()
+        if literal:
+            out.append(item)
+        elif isinstance(item, Pairs | Mapping):
+            pairs = list(item) if isinstance(item, Pairs) else list(item.items())
+            pending.append((True, "}"))
+            for index in range(len(pairs) - 1, -1, -1):
+                key, inner = pairs[index]
+                pending.append((False, inner))
+                comma = "," if index else ""
+                pending.append((True, f"{comma}{json.dumps(key, ensure_ascii=False)}:"))
+            out.append("{")
+        elif isinstance(item, list | tuple):
+            pending.append((True, "]"))
+            for index in range(len(item) - 1, -1, -1):
+                pending.append((False, item[index]))
+                if index:
+                    pending.append((True, ","))
+            out.append("[")
+        else:
+            out.append(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+    return "".join(out)
+
+
+def as_pairs(value: Any) -> Any:
+    """JSON data with every mapping as ``Pairs`` (tuples as lists), without recursion."""
+    root: list[Any] = [None]
+    pending: list[tuple[Any, list[Any], int]] = [(value, root, 0)]
+    while pending:
+        item, holder, slot = pending.pop()
+        if isinstance(item, Mapping):
+            pairs = Pairs([key, None] for key in item)
+            holder[slot] = pairs
+            pending.extend(
+                (inner, pair, 1) for pair, inner in zip(pairs, item.values(), strict=True)
+            )
+        elif isinstance(item, list | tuple):
+            copied: list[Any] = [None] * len(item)
+            holder[slot] = copied
+            pending.extend((inner, copied, index) for index, inner in enumerate(item))
+        else:
+            holder[slot] = item
+    return root[0]
+
+
+def plain(value: Any) -> Any:
+    """``Pairs`` as dicts again (the last of duplicate keys wins, as in ``json``)."""
+    root: list[Any] = [None]
+    pending: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while pending:
+        item, holder, slot = pending.pop()
+        if isinstance(item, Pairs):
+            made: dict[str, Any] = {}
+            holder[slot] = made
+            made.update((key, None) for key, _ in item)  # keys in order, as ``json`` has them
+            for key, inner in reversed(item):  # filled first to last: a duplicate's last wins
+                pending.append((inner, made, key))
+        elif isinstance(item, list):
+            copied: list[Any] = [None] * len(item)
+            holder[slot] = copied
+            pending.extend((inner, copied, index) for index, inner in enumerate(item))
+        else:
+            holder[slot] = item
+    return root[0]
+
+
+def load_json(text: str) -> Any:
+    """``parse_json`` with objects as dicts (the last of duplicate keys wins, as in ``json``)."""
+    return plain(parse_json(text))
