@@ -19,7 +19,9 @@ its own, each optional:
   key comes from ``key_env`` (an environment variable) or is given only as its
   SHA-256 (``key_sha256``), so the file never holds a clear key.
 - ``[engine]`` — ``PipelineOptions`` (``max_server_tool_rounds``, ``llm_attempts``,
-  ``retry_wait_seconds``, ``retry_max_wait_seconds``).
+  ``retry_wait_seconds``, ``retry_max_wait_seconds``, and the limits
+  ``turn_deadline_seconds``, ``server_tool_timeout_seconds`` (0 turns either off),
+  ``max_model_reply_chars``, ``max_transcript_messages``, ``transcript_policy``).
 - ``[recording]`` — record every turn for replay (``engine/recording.py``):
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
@@ -47,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
 from aptix_pipeline.engine import Pipeline, PipelineOptions, RecordingOptions, Telemetry
+from aptix_pipeline.steps import TranscriptPolicy
 
 from .catalog_config import CatalogError, ConfigCatalog
 from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store, sqlite_target
@@ -137,6 +140,19 @@ class _Engine(_Table):
     llm_attempts: int = Field(default=3, ge=1)
     retry_wait_seconds: float = Field(default=0.2, ge=0)
     retry_max_wait_seconds: float = Field(default=2.0, ge=0)
+    # Limits (README "Configuration file" → Limits); 0 seconds turns a time limit off.
+    turn_deadline_seconds: float = Field(default=300.0, ge=0, allow_inf_nan=False)
+    server_tool_timeout_seconds: float = Field(default=30.0, ge=0, allow_inf_nan=False)
+    max_model_reply_chars: int = Field(default=1_000_000, ge=1)
+    max_transcript_messages: int = Field(default=1000, ge=1)
+    transcript_policy: TranscriptPolicy = "truncate"
+
+    def options(self) -> PipelineOptions:
+        """The ``PipelineOptions`` these keys give (a time limit of 0 is ``None``: off)."""
+        values = self.model_dump()
+        for name in ("turn_deadline_seconds", "server_tool_timeout_seconds"):
+            values[name] = values[name] or None
+        return PipelineOptions(**values)
 
 
 class _Recording(_Table):
@@ -395,7 +411,7 @@ def parse_service_config(
         model=_model(data["model"], base, source, environment) if "model" in data else None,
         server=ServerConfig(**server.model_dump()),
         api_keys=_api_keys(data.get("auth", {}), source, environment),
-        options=PipelineOptions(**engine.model_dump()),
+        options=engine.options(),
         recording=recording,
     )
 

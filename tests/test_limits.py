@@ -1,0 +1,381 @@
+"""The engine's limits: the turn deadline, the server tool timeout, the model reply size
+and the transcript size (``PipelineOptions``, README "Configuration file" → Limits).
+
+Deadlines run on real time (asyncio), so the tests set tiny ones and make the slow
+part wait on an event that never comes: they assert what happened (the error code,
+nothing stored, the model call cancelled), never how long it took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engine_kit import (
+    CALLER,
+    NOTHING_STORED,
+    call,
+    calls,
+    follow_on,
+    make_pipeline,
+    ok,
+    scripted,
+    stored,
+    text,
+)
+from span_kit import Recorded, attributes_of, events_named
+
+from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.adapters.sqlite_store import SQLiteStore
+from aptix_pipeline.adapters.unit_of_work import TurnWrites
+from aptix_pipeline.contracts import (
+    ErrorCode,
+    LLMReply,
+    LLMRequest,
+    ToolCall,
+    ToolInvocation,
+)
+from aptix_pipeline.engine import PipelineOptions, Runtime
+from aptix_pipeline.engine.trace import FaultRecord, LLMCallRecord
+
+TOOLS_TOML = """
+[[modes]]
+name = "general"
+display_name = "General"
+server_tools = ["slow_lookup"]
+
+[[server_tools]]
+name = "slow_lookup"
+description = "Looks something up, slowly."
+
+[[agents]]
+id = "assistant"
+name = "Assistant"
+default = true
+system_prompt = "You help."
+
+[[conversations]]
+id = "workspace"
+default = true
+instructions = "Be brief."
+"""
+
+
+class HangingLLM:
+    """An LLM port that answers its first ``answer_first`` calls, then never answers;
+    it counts the calls that were cancelled."""
+
+    def __init__(self, *, answer_first: int = 0, reply: LLMReply | None = None) -> None:
+        self.answer_first = answer_first
+        self.reply = reply or LLMReply(text="done")
+        self.started = asyncio.Event()
+        self.cancelled = 0
+        self.calls = 0
+
+    async def complete(self, request: LLMRequest) -> LLMReply:
+        self.calls += 1
+        if self.calls <= self.answer_first:
+            return self.reply
+        self.started.set()
+        try:
+            await asyncio.Event().wait()  # never set
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        raise AssertionError("unreachable")
+
+
+def _options(**limits: Any) -> PipelineOptions:
+    return PipelineOptions(retry_wait_seconds=0, retry_max_wait_seconds=0, **limits)
+
+
+# --- the turn deadline -------------------------------------------------------------------
+
+
+@pytest.mark.rule("DESIGN/limits/turn-deadline", "broken")
+@pytest.mark.parametrize("runtime", ["compiled", "statechart"])
+async def test_a_turn_past_its_deadline_faults_with_its_own_code_and_stores_nothing(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "aptix.db")
+    try:
+        llm = HangingLLM()
+        pipeline, _ = make_pipeline(
+            store, llm, options=_options(turn_deadline_seconds=0.05), runtime=runtime
+        )
+        report = await pipeline.run({"Instruction": "hi"}, CALLER)
+
+        assert not report.successful
+        (error,) = report.result.errors
+        assert error.code is ErrorCode.DEADLINE_EXCEEDED
+        assert error.rule_id == "DESIGN/limits/turn-deadline"
+        assert report.faulted_step == "llm_client"
+        assert report.states[-1] == "faulted"
+        assert llm.cancelled == 1  # the model call itself was cancelled
+        assert await stored(store) == NOTHING_STORED
+        # The trace says where: the model call failed, then the deadline fault.
+        assert report.trace is not None
+        entries = report.trace.entries
+        faults = [e for e in entries if isinstance(e, FaultRecord)]
+        assert faults == [
+            FaultRecord("llm_client", ("deadline_exceeded",), ("DESIGN/limits/turn-deadline",))
+        ]
+        (model_call,) = [e for e in entries if isinstance(e, LLMCallRecord)]
+        assert model_call.error == "CancelledError"
+        assert report.trace.error_codes == ("deadline_exceeded",)
+        # The store is not left stuck: the next turn runs and commits.
+        again, _ = make_pipeline(store, [text("hello")], options=_options())
+        ok(await again.execute({"Instruction": "hi"}, CALLER))
+    finally:
+        await store.aclose()
+
+
+async def test_a_deadline_fault_of_a_follow_on_leaves_the_session_as_it_was() -> None:
+    store = MemoryStore()
+    pipeline, _ = make_pipeline(
+        store, HangingLLM(answer_first=1), options=_options(turn_deadline_seconds=0.05)
+    )
+    response = ok(await pipeline.execute({"Instruction": "hi"}, CALLER))
+    before = await stored(store)
+
+    result = await pipeline.execute(follow_on(response), CALLER)
+
+    assert [e.code for e in result.errors] == [ErrorCode.DEADLINE_EXCEEDED]
+    assert await stored(store) == before
+
+
+@pytest.mark.rule("DESIGN/limits/turn-deadline", "holds")
+async def test_a_turn_within_its_deadline_succeeds() -> None:
+    pipeline, _ = make_pipeline(
+        MemoryStore(), [text("quick")], options=_options(turn_deadline_seconds=60)
+    )
+    assert ok(await pipeline.execute({"Instruction": "hi"}, CALLER)).primary_output_text == "quick"
+
+
+class SlowCommitStore(MemoryStore):
+    """A memory store whose commit waits until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.committing = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def apply(self, writes: TurnWrites) -> None:
+        self.committing.set()
+        await self.release.wait()
+        await super().apply(writes)
+
+
+async def test_the_deadline_never_interrupts_a_commit_and_the_committed_answer_stands() -> None:
+    store = SlowCommitStore()
+    pipeline, _ = make_pipeline(store, [text("kept")], options=_options(turn_deadline_seconds=0.05))
+    turn = asyncio.ensure_future(pipeline.execute({"Instruction": "hi"}, CALLER))
+    await store.committing.wait()
+    await asyncio.sleep(0.2)  # well past the deadline, while the commit waits
+    store.release.set()
+    result = await turn
+
+    assert ok(result).primary_output_text == "kept"
+    session, turns, transcript = await stored(store)
+    assert session is not None
+    assert turns[0] is not None
+    assert len(transcript) == 2
+
+
+async def test_a_cancelled_turn_still_finishes_the_commit_it_began() -> None:
+    store = SlowCommitStore()
+    pipeline, _ = make_pipeline(store, [text("kept")])
+    turn = asyncio.ensure_future(pipeline.execute({"Instruction": "hi"}, CALLER))
+    await store.committing.wait()
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    store.release.set()
+    for _ in range(10):  # the shielded commit finishes on its own
+        await asyncio.sleep(0)
+    session, turns, _ = await stored(store)
+    assert session is not None
+    assert turns[0] is not None
+
+
+async def test_no_commit_starts_once_the_deadline_has_passed() -> None:
+    store = SlowCommitStore()
+    store.release.set()
+
+    class BlockingReplyLLM:
+        async def complete(self, request: LLMRequest) -> LLMReply:
+            # Block the loop itself past the deadline: no await can notice it.
+            import time
+
+            time.sleep(0.1)
+            return LLMReply(text="late")
+
+    pipeline, _ = make_pipeline(
+        store, BlockingReplyLLM(), options=_options(turn_deadline_seconds=0.05)
+    )
+    report = await pipeline.run({"Instruction": "hi"}, CALLER)
+
+    assert [e.code for e in report.result.errors] == [ErrorCode.DEADLINE_EXCEEDED]
+    assert report.faulted_step == "complete"
+    assert not store.committing.is_set()
+    assert await stored(store) == NOTHING_STORED
+
+
+async def test_the_deadline_fault_is_on_the_turn_and_step_spans() -> None:
+    recorded = Recorded()
+    try:
+        pipeline, _ = make_pipeline(
+            MemoryStore(),
+            HangingLLM(),
+            options=_options(turn_deadline_seconds=0.05),
+            telemetry=recorded.telemetry(),
+        )
+        await pipeline.execute({"Instruction": "hi"}, CALLER)
+        turn = recorded.turn()
+        assert attributes_of(turn.root)["error.type"] == "deadline_exceeded"
+        (step,) = [s for s in turn.steps if s.name == "step llm_client"]
+        assert attributes_of(step)["error.type"] == "deadline_exceeded"
+        assert [e["aptix.rule.id"] for e in events_named(step, "aptix.rule.failed")] == [
+            "DESIGN/limits/turn-deadline"
+        ]
+        (chat,) = turn.named("chat")
+        assert chat.end_time is not None
+    finally:
+        recorded.shutdown()
+
+
+async def test_no_deadline_when_it_is_switched_off() -> None:
+    llm = HangingLLM()
+    pipeline, _ = make_pipeline(MemoryStore(), llm, options=_options(turn_deadline_seconds=None))
+    turn = asyncio.ensure_future(pipeline.execute({"Instruction": "hi"}, CALLER))
+    await llm.started.wait()
+    await asyncio.sleep(0.1)
+    assert not turn.done()
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+
+
+# --- the server tool timeout ---------------------------------------------------------------
+
+
+class HangingTool:
+    """A server tool that never answers; it counts its cancellations."""
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+
+    async def __call__(self, arguments: Any, invocation: ToolInvocation) -> Any:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+
+
+@pytest.mark.rule("DESIGN/limits/server-tool-timeout", "broken")
+async def test_a_hanging_server_tool_times_out_and_the_model_is_told() -> None:
+    tool = HangingTool()
+    recorded = Recorded()
+    try:
+        pipeline, llm = make_pipeline(
+            MemoryStore(),
+            [calls(call("c1", "slow_lookup")), text("the lookup timed out, sorry")],
+            config=TOOLS_TOML,
+            tools={"slow_lookup": tool},
+            options=_options(server_tool_timeout_seconds=0.05),
+            telemetry=recorded.telemetry(),
+        )
+        report = await pipeline.run({"Instruction": "look it up"}, CALLER)
+
+        response = ok(report.result)
+        assert response.primary_output_text == "the lookup timed out, sorry"
+        assert tool.cancelled == 1
+        # The model's second request carries the tool's failure.
+        tool_message = scripted(llm).requests[1].messages[-1]
+        assert tool_message.tool_call_id == "c1"
+        assert "did not answer within 0.05 s" in json.loads(tool_message.content)["error"]
+        (result,) = response.tool_results or []
+        assert result.result_json is None
+        assert "TimeoutError" in (result.error_message or "")
+        # Trace and span name the limit.
+        (record,) = report.tool_calls
+        assert (record.outcome, record.rule_id) == ("failed", "DESIGN/limits/server-tool-timeout")
+        (span,) = recorded.turn().named("execute_tool")
+        assert attributes_of(span)["aptix.tool.outcome"] == "failed"
+        step = recorded.turn().step_of(span)
+        assert "DESIGN/limits/server-tool-timeout" in [
+            e["aptix.rule.id"] for e in events_named(step, "aptix.rule.failed")
+        ]
+    finally:
+        recorded.shutdown()
+
+
+@pytest.mark.rule("DESIGN/limits/server-tool-timeout", "holds")
+async def test_a_server_tool_within_its_timeout_answers_and_its_own_timeout_is_its_failure() -> (
+    None
+):
+    async def quick(arguments: Any, invocation: ToolInvocation) -> Any:
+        return {"found": 42}
+
+    async def gives_up(arguments: Any, invocation: ToolInvocation) -> Any:
+        raise TimeoutError("upstream took too long")
+
+    for executor, outcome, error in (
+        (quick, "executed", None),
+        (gives_up, "failed", "TimeoutError: upstream took too long"),
+    ):
+        pipeline, _ = make_pipeline(
+            MemoryStore(),
+            [calls(call("c1", "slow_lookup")), text("ok")],
+            config=TOOLS_TOML,
+            tools={"slow_lookup": executor},
+            options=_options(server_tool_timeout_seconds=30),
+        )
+        report = await pipeline.run({"Instruction": "look it up"}, CALLER)
+        (result,) = ok(report.result).tool_results or []
+        assert result.error_message == error
+        assert [(r.outcome, r.rule_id) for r in report.tool_calls] == [(outcome, None)]
+
+
+# --- the model reply size --------------------------------------------------------------------
+
+
+@pytest.mark.rule("DESIGN/limits/model-reply-size", "broken")
+@pytest.mark.parametrize(
+    "reply",
+    [
+        LLMReply(text="x" * 101),
+        LLMReply(tool_calls=[ToolCall(tool_call_id="c1", name="slow_lookup",
+                                      arguments_json=json.dumps({"q": "y" * 90}))]),
+    ],
+    ids=["text", "tool-arguments"],
+)  # fmt: skip
+async def test_a_model_reply_over_the_size_limit_faults_the_turn_without_another_try(
+    reply: LLMReply,
+) -> None:
+    llm = HangingLLM(answer_first=5, reply=reply)
+    pipeline, _ = make_pipeline(
+        MemoryStore(), llm, config=TOOLS_TOML, options=_options(max_model_reply_chars=100)
+    )
+    report = await pipeline.run({"Instruction": "hi"}, CALLER)
+
+    (error,) = report.result.errors
+    assert (error.code, error.rule_id) == (ErrorCode.PORT_FAILED, "DESIGN/limits/model-reply-size")
+    assert "limit 100" in error.message
+    assert llm.calls == 1
+    assert report.faulted_step == "llm_client"
+    assert report.session_id is None
+
+
+@pytest.mark.rule("DESIGN/limits/model-reply-size", "holds")
+async def test_a_model_reply_at_the_size_limit_is_taken() -> None:
+    pipeline, _ = make_pipeline(
+        MemoryStore(), [text("x" * 100)], options=_options(max_model_reply_chars=100)
+    )
+    assert (
+        ok(await pipeline.execute({"Instruction": "hi"}, CALLER)).primary_output_text == "x" * 100
+    )
