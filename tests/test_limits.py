@@ -379,3 +379,106 @@ async def test_a_model_reply_at_the_size_limit_is_taken() -> None:
     assert (
         ok(await pipeline.execute({"Instruction": "hi"}, CALLER)).primary_output_text == "x" * 100
     )
+
+
+# --- the transcript size -------------------------------------------------------------------
+
+
+async def _session_of_three_turns(
+    options: PipelineOptions, last: dict[str, Any] | None = None
+) -> tuple[Any, Any, MemoryStore]:
+    """Two turns that store 2 + 4 messages (one with a server tool round), then a third."""
+    store = MemoryStore()
+    pipeline, llm = make_pipeline(
+        store,
+        [
+            text("one"),
+            calls(call("c1", "slow_lookup")),
+            text("two"),
+            last or text("three"),
+        ],
+        config=TOOLS_TOML,
+        tools={"slow_lookup": _found},
+        options=options,
+    )
+    first = ok(await pipeline.execute({"Instruction": "first"}, CALLER))
+    second = ok(await pipeline.execute(follow_on(first, "second"), CALLER))
+    return await pipeline.run(follow_on(second, "third"), CALLER), scripted(llm), store
+
+
+async def _found(arguments: Any, invocation: ToolInvocation) -> Any:
+    return {"found": True}
+
+
+@pytest.mark.rule("DESIGN/limits/transcript-size", "broken")
+async def test_truncate_sends_the_newest_messages_whole_and_warns() -> None:
+    # The stored transcript: user, assistant | user, assistant(c1), tool(c1), assistant.
+    report, llm, store = await _session_of_three_turns(
+        _options(max_transcript_messages=2, transcript_policy="truncate")
+    )
+
+    response = ok(report.result)
+    assert response.primary_output_text == "three"
+    sent = llm.requests[-1].messages[1:]  # after the system message
+    # The newest 2 would start at the tool result, whose call was cut: it goes too.
+    assert [(m.role.value, m.content) for m in sent] == [
+        ("assistant", "two"),
+        ("user", "third"),
+    ]
+    (warning,) = report.result.warnings
+    assert warning.code == "transcript_truncated"
+    assert warning.rule_id == "DESIGN/limits/transcript-size"
+    assert "session-1" in warning.message
+    _, _, transcript = await stored(store)
+    assert len(transcript) == 8  # the store keeps every message
+
+
+@pytest.mark.rule("DESIGN/limits/transcript-size", "broken")
+async def test_refuse_faults_the_turn_naming_the_session_and_stores_nothing() -> None:
+    report, llm, store = await _session_of_three_turns(
+        _options(max_transcript_messages=5, transcript_policy="refuse")
+    )
+
+    (error,) = report.result.errors
+    assert (error.code, error.rule_id, error.field) == (
+        ErrorCode.INVALID_REQUEST,
+        "DESIGN/limits/transcript-size",
+        "SessionId",
+    )
+    assert "'session-1' holds 6 messages, limit 5" in error.message
+    assert len(llm.requests) == 3  # the third turn never reached the model
+    _, turns, transcript = await stored(store)
+    assert turns[2] is None
+    assert len(transcript) == 6
+
+
+@pytest.mark.rule("DESIGN/limits/transcript-size", "holds")
+@pytest.mark.parametrize("policy", ["truncate", "refuse"])
+async def test_a_transcript_within_the_limit_is_sent_whole(policy: str) -> None:
+    report, llm, _ = await _session_of_three_turns(
+        PipelineOptions(
+            retry_wait_seconds=0,
+            retry_max_wait_seconds=0,
+            max_transcript_messages=6,
+            transcript_policy="refuse" if policy == "refuse" else "truncate",
+        )
+    )
+    ok(report.result)
+    assert report.result.warnings == ()
+    assert len(llm.requests[-1].messages) == 1 + 6 + 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("turn_deadline_seconds", 0),
+        ("turn_deadline_seconds", float("nan")),
+        ("server_tool_timeout_seconds", -1),
+        ("max_model_reply_chars", 0),
+        ("max_transcript_messages", 0),
+        ("transcript_policy", "drop"),
+    ],
+)
+def test_limits_out_of_range_are_refused_naming_the_option(field: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=field):
+        PipelineOptions(**{field: value})
