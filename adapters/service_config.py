@@ -14,7 +14,8 @@ its own, each optional:
   ``kind = "openai"`` with ``model``, ``base_url``, ``api_key_env``,
   ``timeout_seconds``, ``max_attempts``, ``max_total_seconds``.
 - ``[server]`` — ``host``, ``port``, ``workers``, ``max_body_bytes``, ``access_log``
-  (uvicorn's line per request; off by default, it costs the worker CPU per turn).
+  (uvicorn's line per request; off by default, it costs the worker CPU per turn),
+  ``read_timeout_seconds`` (the time a client has to send a whole request; 0: none).
 - ``[auth]`` — ``[[auth.keys]]`` mapping an API key to an ``org`` and ``user``; the
   key comes from ``key_env`` (an environment variable) or is given only as its
   SHA-256 (``key_sha256``), so the file never holds a clear key.
@@ -122,6 +123,7 @@ class _Server(_Table):
     workers: int = Field(default=1, ge=1)
     max_body_bytes: int = Field(default=1_048_576, ge=1)
     access_log: bool = False
+    read_timeout_seconds: float = Field(default=15.0, ge=0, allow_inf_nan=False)
 
 
 class _Key(_Table):
@@ -202,14 +204,17 @@ ModelConfig = ScriptedModelConfig | OpenAIModelConfig
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    """``[server]``: where ``aptix serve`` listens, how big a request body may be, and
-    whether uvicorn logs a line per request (``access_log``, off by default)."""
+    """``[server]``: where ``aptix serve`` listens, how big a request body may be,
+    whether uvicorn logs a line per request (``access_log``, off by default), and how
+    long a client may take to send one request (``read_timeout_seconds``)."""
 
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = 1
     max_body_bytes: int = 1_048_576
     access_log: bool = False
+    read_timeout_seconds: float = 15.0
+    """The time a client has to send one whole request, headers and body (0: none)."""
 
 
 @dataclass(frozen=True, slots=True)
