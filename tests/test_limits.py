@@ -26,15 +26,20 @@ from engine_kit import (
     stored,
     text,
 )
+from fake_openai_server import fake_openai_server
 from span_kit import Recorded, attributes_of, events_named
 
 from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.adapters.openai_llm import OpenAICompatibleLLM
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.adapters.unit_of_work import TurnWrites
 from aptix_pipeline.contracts import (
+    ChatMessage,
+    ChatRole,
     ErrorCode,
     LLMReply,
     LLMRequest,
+    PermanentPortError,
     ToolCall,
     ToolInvocation,
 )
@@ -482,3 +487,64 @@ async def test_a_transcript_within_the_limit_is_sent_whole(policy: str) -> None:
 def test_limits_out_of_range_are_refused_naming_the_option(field: str, value: Any) -> None:
     with pytest.raises(ValueError, match=field):
         PipelineOptions(**{field: value})
+
+
+# --- the OpenAI-compatible adapter reads a bounded body ---------------------------------------
+
+
+async def test_the_openai_adapter_stops_reading_a_reply_body_over_its_bound() -> None:
+    with fake_openai_server([{"text": "x" * 5000}, {"text": "never asked"}]) as server:
+        llm = OpenAICompatibleLLM(
+            model="fake-model", base_url=server.base_url, api_key="k", max_reply_bytes=4096
+        )
+        try:
+            with pytest.raises(PermanentPortError, match="more than 4096"):
+                await llm.complete(_one_message())
+        finally:
+            await llm.aclose()
+        assert len(server.completions()) == 1  # not retried
+
+
+async def test_the_openai_adapter_stops_reading_an_endless_chunked_reply() -> None:
+    sent = 0
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        while (await reader.readline()).strip():
+            pass  # the request's headers; its body is never needed
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
+        chunk = b'{"padding": "' + b"x" * 8192
+        try:
+            while sent < 50_000_000:  # a backstop: the client must stop long before
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                sent += len(chunk)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(endless, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    llm = OpenAICompatibleLLM(
+        model="m", base_url=f"http://127.0.0.1:{port}/v1", max_reply_bytes=65536
+    )
+    try:
+        with pytest.raises(PermanentPortError, match="larger than 65536 bytes"):
+            await llm.complete(_one_message())
+    finally:
+        await llm.aclose()
+        server.close()
+    assert sent < 50_000_000
+
+
+async def test_the_openai_adapter_reads_a_reply_within_its_bound() -> None:
+    with fake_openai_server([{"text": "fits"}]) as server:
+        async with OpenAICompatibleLLM(
+            model="fake-model", base_url=server.base_url, api_key="k", max_reply_bytes=4096
+        ) as llm:
+            assert (await llm.complete(_one_message())).text == "fits"
+
+
+def _one_message() -> LLMRequest:
+    return LLMRequest(mode="general", messages=[ChatMessage(role=ChatRole.USER, content="hi")])
