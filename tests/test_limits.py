@@ -31,6 +31,7 @@ from span_kit import Recorded, attributes_of, events_named
 
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.openai_llm import OpenAICompatibleLLM
+from aptix_pipeline.adapters.service_config import ConfigError, load_service_config
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.adapters.unit_of_work import TurnWrites
 from aptix_pipeline.contracts import (
@@ -548,3 +549,52 @@ async def test_the_openai_adapter_reads_a_reply_within_its_bound() -> None:
 
 def _one_message() -> LLMRequest:
     return LLMRequest(mode="general", messages=[ChatMessage(role=ChatRole.USER, content="hi")])
+
+
+# --- the configuration file ------------------------------------------------------------------
+
+
+def test_the_limits_are_read_from_the_engine_and_server_tables(tmp_path: Path) -> None:
+    path = tmp_path / "aptix.toml"
+    path.write_text(
+        "[engine]\nturn_deadline_seconds = 0\nserver_tool_timeout_seconds = 2.5\n"
+        'max_model_reply_chars = 5000\nmax_transcript_messages = 40\ntranscript_policy = "refuse"\n'
+        "[server]\nread_timeout_seconds = 3\n",
+        encoding="utf-8",
+    )
+    config = load_service_config(path)
+    options = config.options
+
+    assert options.turn_deadline_seconds is None  # 0 turns it off
+    assert options.server_tool_timeout_seconds == 2.5
+    assert (options.max_model_reply_chars, options.max_transcript_messages) == (5000, 40)
+    assert options.transcript_policy == "refuse"
+    assert config.server.read_timeout_seconds == 3
+
+
+def test_the_limits_default_as_documented(tmp_path: Path) -> None:
+    path = tmp_path / "aptix.toml"
+    path.write_text("", encoding="utf-8")
+    config = load_service_config(path)
+    assert config.options == PipelineOptions()
+    options = config.options
+    assert (options.turn_deadline_seconds, options.server_tool_timeout_seconds) == (300, 30)
+    assert (options.max_model_reply_chars, options.max_transcript_messages) == (1_000_000, 1000)
+    assert options.transcript_policy == "truncate"
+    assert config.server.read_timeout_seconds == 15
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ("[engine]\nturn_deadline_seconds = -1\n", "turn_deadline_seconds"),
+        ('[engine]\ntranscript_policy = "forget"\n', "transcript_policy"),
+        ("[engine]\nmax_model_reply_chars = 0\n", "max_model_reply_chars"),
+        ("[server]\nread_timeout_seconds = -0.5\n", "read_timeout_seconds"),
+    ],
+)
+def test_a_bad_limit_in_the_file_is_refused_naming_it(tmp_path: Path, table: str, key: str) -> None:
+    path = tmp_path / "aptix.toml"
+    path.write_text(table, encoding="utf-8")
+    with pytest.raises(ConfigError, match=key):
+        load_service_config(path)
