@@ -28,6 +28,8 @@ from engine_kit import (
 )
 from fake_openai_server import fake_openai_server
 from span_kit import Recorded, attributes_of, events_named
+from syrupy.assertion import SnapshotAssertion
+from test_state_traces import TraceJSON
 
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.openai_llm import OpenAICompatibleLLM
@@ -45,6 +47,7 @@ from aptix_pipeline.contracts import (
     ToolInvocation,
 )
 from aptix_pipeline.engine import PipelineOptions, Runtime
+from aptix_pipeline.engine.telemetry import CAPTURE_CONTENT_ENV
 from aptix_pipeline.engine.trace import FaultRecord, LLMCallRecord
 
 TOOLS_TOML = """
@@ -598,3 +601,29 @@ def test_a_bad_limit_in_the_file_is_refused_naming_it(tmp_path: Path, table: str
     path.write_text(table, encoding="utf-8")
     with pytest.raises(ConfigError, match=key):
         load_service_config(path)
+
+
+# --- the traces, as snapshots ----------------------------------------------------------------
+
+
+async def test_the_traces_of_a_deadline_fault_and_a_tool_timeout(
+    snapshot: SnapshotAssertion, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)
+    deadline, _ = make_pipeline(
+        MemoryStore(), HangingLLM(), options=_options(turn_deadline_seconds=0.05)
+    )
+    timeout, _ = make_pipeline(
+        MemoryStore(),
+        [calls(call("c1", "slow_lookup")), text("it timed out")],
+        config=TOOLS_TOML,
+        tools={"slow_lookup": HangingTool()},
+        options=_options(server_tool_timeout_seconds=0.05),
+    )
+    reports = [
+        await deadline.run({"Instruction": "hi"}, CALLER),
+        await timeout.run({"Instruction": "look it up"}, CALLER),
+    ]
+
+    traces = [report.trace.to_dict() for report in reports if report.trace is not None]
+    assert traces == snapshot(extension_class=TraceJSON)
