@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from engine_kit import (
     CALLER,
@@ -33,6 +36,7 @@ from test_state_traces import TraceJSON
 
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.openai_llm import OpenAICompatibleLLM
+from aptix_pipeline.adapters.postgres_store import PostgresStore
 from aptix_pipeline.adapters.service_config import ConfigError, load_service_config
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.adapters.unit_of_work import TurnWrites
@@ -95,6 +99,10 @@ class HangingLLM:
             self.cancelled += 1
             raise
         raise AssertionError("unreachable")
+
+
+WAIT = 20.0
+"""How long a test waits for a thread it holds: generous, never asserted."""
 
 
 def _options(**limits: Any) -> PipelineOptions:
@@ -627,3 +635,91 @@ async def test_the_traces_of_a_deadline_fault_and_a_tool_timeout(
 
     traces = [report.trace.to_dict() for report in reports if report.trace is not None]
     assert traces == snapshot(extension_class=TraceJSON)
+
+
+# --- a deadline on real stores: nothing stuck, nothing half done ---------------------------------
+
+
+async def test_a_deadline_while_a_sqlite_read_waits_leaves_the_store_working(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "aptix.db")
+    try:
+        pipeline, _ = make_pipeline(
+            store, HangingLLM(answer_first=2), options=_options(turn_deadline_seconds=0.2)
+        )
+        first = ok(await pipeline.execute({"Instruction": "hi"}, CALLER))
+        before = await stored(store)
+        # Hold the store's one worker thread, so the follow-on's first read waits in its queue.
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            held.set()
+            release.wait(WAIT)
+
+        store._worker.submit(hold)
+        assert held.wait(WAIT)
+        try:
+            report = await pipeline.run(follow_on(first), CALLER)
+        finally:
+            release.set()
+
+        assert [e.code for e in report.result.errors] == [ErrorCode.DEADLINE_EXCEEDED]
+        assert report.faulted_step == "session_restorer"
+        assert await stored(store) == before
+        ok(await pipeline.execute(follow_on(first, "again"), CALLER))  # the worker goes on
+    finally:
+        await store.aclose()
+
+
+async def test_a_sqlite_commit_waiting_for_the_write_lock_outlives_the_deadline(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "aptix.db")
+    blocker = sqlite3.connect(tmp_path / "aptix.db", isolation_level=None)
+    try:
+        committing = asyncio.Event()
+
+        class Watched(HangingLLM):
+            async def complete(self, request: LLMRequest) -> LLMReply:
+                blocker.execute("BEGIN IMMEDIATE")  # another writer holds the file
+                committing.set()
+                return LLMReply(text="kept")
+
+        pipeline, _ = make_pipeline(store, Watched(), options=_options(turn_deadline_seconds=0.2))
+        turn = asyncio.ensure_future(pipeline.execute({"Instruction": "hi"}, CALLER))
+        await committing.wait()
+        await asyncio.sleep(0.5)  # the turn's commit waits on the lock past the deadline
+        blocker.execute("ROLLBACK")
+        result = await turn
+
+        assert ok(result).primary_output_text == "kept"
+        session, turns, _ = await stored(store)
+        assert session is not None
+        assert turns[0] is not None
+    finally:
+        blocker.close()
+        await store.aclose()
+
+
+async def test_a_deadline_while_a_postgres_read_waits_leaves_the_pool_working(
+    postgres_db_url: str,
+) -> None:
+    store = PostgresStore(postgres_db_url, max_size=2)
+    try:
+        pipeline, _ = make_pipeline(
+            store, HangingLLM(answer_first=100), options=_options(turn_deadline_seconds=0.3)
+        )
+        first = ok(await pipeline.execute({"Instruction": "hi"}, CALLER))
+        async with await psycopg.AsyncConnection.connect(postgres_db_url) as locker:
+            await locker.execute("LOCK TABLE aptix_sessions IN ACCESS EXCLUSIVE MODE")
+            report = await pipeline.run(follow_on(first), CALLER)
+            await locker.rollback()
+
+        assert [e.code for e in report.result.errors] == [ErrorCode.DEADLINE_EXCEEDED]
+        for n in range(3):  # more turns than the pool has connections: none was left stuck
+            ok(await pipeline.execute(follow_on(first, f"again {n}"), CALLER))
+        _, turns, _ = await stored(store)
+        assert [turn is not None for turn in turns] == [True, True, True, True, False]
+    finally:
+        await store.aclose()
