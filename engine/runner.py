@@ -409,9 +409,15 @@ class _Walk:
         self.model.emit(TurnFaulted(self.model.run_id, _fault_record(event, errors), errors))
 
     async def advance(self, stop_before: frozenset[str] = frozenset()) -> None:
-        """Take transitions until a final state, or until the next is one of ``stop_before``."""
+        """Take transitions until a final state, or until the next is one of ``stop_before``.
+
+        The step events are made inline here, not through ``_started``/``_ended``: this
+        loop runs a dozen times a turn.
+        """
         compiled, cursor, model, states = self.compiled, self.cursor, self.model, self.states
-        while states[-1] not in compiled.finals:
+        emit, run_id, scope, step_events = model.emit, model.run_id, model.scope, model.step_events
+        finals = compiled.finals
+        while states[-1] not in finals:
             if self.errors:  # faulted where a deadline stopped the walk: finish the fault
                 await self._fault()
                 continue
@@ -421,12 +427,22 @@ class _Walk:
                 event = transition.event
                 if event in stop_before:
                     return
-                self._started(event)
+                self.event, self.source, self.in_step = event, source, True
+                if step_events:
+                    ctx = scope.context
+                    context_type = str(ctx.type) if ctx is not None else None
+                    emit(StepStarted(run_id, event, source, context_type))
                 try:
                     await cursor.take(transition)
                 except Exception as error:  # a failed guard or exit hook, a raising step
                     self._faulted(event, _errors_of(event, error))
-                self._ended()
+                self.in_step = False
+                if step_events:
+                    ctx, state = scope.context, cursor.state
+                    context_type, mode = (
+                        (str(ctx.type), ctx.mode) if ctx is not None else (None, None)
+                    )
+                    emit(StepEnded(run_id, event, state, state != source, context_type, mode))
             except Exception as error:  # no route leaves the state: never raise
                 self._faulted(event, _errors_of(event, error))
             if self.errors:
