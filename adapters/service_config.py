@@ -12,7 +12,7 @@ its own, each optional:
   (``adapters/sqlite_store.py``), also written ``sqlite:PATH?synchronous=full``.
 - ``[model]`` — ``kind = "scripted"`` with ``script = "replies.json"``, or
   ``kind = "openai"`` with ``model``, ``base_url``, ``api_key_env``,
-  ``timeout_seconds``, ``max_attempts``, ``max_total_seconds``.
+  ``timeout_seconds``, ``max_attempts``, ``max_total_seconds``, ``max_reply_bytes``.
 - ``[server]`` — ``host``, ``port``, ``workers``, ``max_body_bytes``, ``access_log``
   (uvicorn's line per request; off by default, it costs the worker CPU per turn),
   ``read_timeout_seconds`` (the time a client has to send a whole request; 0: none).
@@ -115,6 +115,7 @@ class _OpenAIModel(_Table):
     timeout_seconds: float | None = Field(default=None, gt=0)
     max_attempts: int | None = Field(default=None, ge=1)
     max_total_seconds: float | None = Field(default=None, gt=0)
+    max_reply_bytes: int | None = Field(default=None, ge=1)
 
 
 class _Server(_Table):
@@ -196,6 +197,7 @@ class OpenAIModelConfig:
     timeout_seconds: float | None = None
     max_attempts: int | None = None
     max_total_seconds: float | None = None
+    max_reply_bytes: int | None = None
 
 
 ModelConfig = ScriptedModelConfig | OpenAIModelConfig
@@ -339,6 +341,7 @@ def _model(data: object, base: Path, source: str, env: Mapping[str, str]) -> Mod
             timeout_seconds=table.timeout_seconds,
             max_attempts=table.max_attempts,
             max_total_seconds=table.max_total_seconds,
+            max_reply_bytes=table.max_reply_bytes,
         )
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: [model] must be a table")
@@ -449,6 +452,7 @@ def build_llm(model: ModelConfig) -> LLM:
         "timeout_seconds": model.timeout_seconds,
         "max_attempts": model.max_attempts,
         "max_total_seconds": model.max_total_seconds,
+        "max_reply_bytes": model.max_reply_bytes,
     }
     return OpenAICompatibleLLM(
         model=model.model,

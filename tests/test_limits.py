@@ -12,6 +12,7 @@ import asyncio
 import json
 import sqlite3
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,11 @@ from test_state_traces import TraceJSON
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.openai_llm import OpenAICompatibleLLM
 from aptix_pipeline.adapters.postgres_store import PostgresStore
-from aptix_pipeline.adapters.service_config import ConfigError, load_service_config
+from aptix_pipeline.adapters.service_config import (
+    ConfigError,
+    OpenAIModelConfig,
+    load_service_config,
+)
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.adapters.unit_of_work import TurnWrites
 from aptix_pipeline.contracts import (
@@ -50,7 +55,7 @@ from aptix_pipeline.contracts import (
     ToolCall,
     ToolInvocation,
 )
-from aptix_pipeline.engine import PipelineOptions, Runtime
+from aptix_pipeline.engine import PipelineOptions, RecordingOptions, Runtime, replay
 from aptix_pipeline.engine.telemetry import CAPTURE_CONTENT_ENV
 from aptix_pipeline.engine.trace import FaultRecord, LLMCallRecord
 
@@ -723,3 +728,31 @@ async def test_a_deadline_while_a_postgres_read_waits_leaves_the_pool_working(
         assert [turn is not None for turn in turns] == [True, True, True, True, False]
     finally:
         await store.aclose()
+
+
+async def test_a_replay_runs_off_the_clock_whatever_deadline_was_recorded() -> None:
+    class SlowOnce:
+        async def complete(self, request: LLMRequest) -> LLMReply:
+            await asyncio.sleep(0.05)
+            return LLMReply(text="slow but on time")
+
+    pipeline, _ = make_pipeline(MemoryStore(), SlowOnce(), options=_options())
+    pipeline.recording = RecordingOptions()
+    recording = (await pipeline.run({"Instruction": "hi"}, CALLER)).recording
+    assert recording is not None
+    # The same turn as if it had been recorded with a deadline far shorter than any run.
+    tight = replace(recording, options={**recording.options, "turn_deadline_seconds": 1e-9})
+
+    assert (await replay(tight)).ok
+
+
+def test_the_openai_reply_bound_is_read_from_the_model_table(tmp_path: Path) -> None:
+    path = tmp_path / "aptix.toml"
+    path.write_text(
+        '[model]\nkind = "openai"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        "max_reply_bytes = 4096\n",
+        encoding="utf-8",
+    )
+    model = load_service_config(path).model
+    assert isinstance(model, OpenAIModelConfig)
+    assert model.max_reply_bytes == 4096
