@@ -295,7 +295,7 @@ def serve(
     try:
         import uvicorn
 
-        from . import http_app
+        from . import http_app, http_protocol
     except ImportError as error:
         raise refuse(f"{error}; install aptix-pipeline[http]") from None
     # Every worker process builds its own app from the same file (create_app()).
@@ -307,6 +307,7 @@ def serve(
         port=service.server.port if port is None else port,
         workers=workers or service.server.workers,
         access_log=service.server.access_log if access_log is None else access_log,
+        http=http_protocol.PROTOCOL_PATH,  # with [server] read_timeout_seconds
     )
 
 

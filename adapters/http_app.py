@@ -17,7 +17,9 @@ from ``Content-Length`` before any of it is read and counted while it streams.
 Failures the engine never saw (401, 413) answer ``{"error": ..., "message": ...}``.
 
 ``create_app(config)`` opens the configured store and model when the app starts
-and closes them when it stops (lifespan). ``create_app()`` with no argument reads the file
+and closes them when it stops (lifespan). Slow clients are cut off by the
+read timeout of ``adapters/http_protocol.py`` (``[server] read_timeout_seconds``),
+which ``aptix serve`` runs uvicorn with. ``create_app()`` with no argument reads the file
 named by ``APTIX_CONFIG``, so ``uvicorn --factory`` and every worker of
 ``aptix serve --workers N`` share one configuration.
 """
@@ -38,6 +40,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from aptix_pipeline import __version__
@@ -50,6 +53,7 @@ from aptix_pipeline.contracts import (
 )
 from aptix_pipeline.engine import Pipeline, Telemetry
 
+from .http_protocol import DEFAULT_READ_TIMEOUT_SECONDS, READ_TIMEOUT_STATE
 from .service_config import ApiKey, ConfigError, ServiceConfig, build_pipeline, load_service_config
 from .telemetry_setup import configure_tracing
 
@@ -74,6 +78,7 @@ _STATUS: Mapping[ErrorCode, int] = {
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.CONFLICT: 409,
     ErrorCode.PORT_FAILED: 502,
+    ErrorCode.DEADLINE_EXCEEDED: 504,
 }
 
 
@@ -82,7 +87,8 @@ def http_status(result: InvokeResult[AgentExecuteResponse]) -> int:
 
     200 when Successful; otherwise by the first error's code: ``invalid_request``
     and ``tool_call_manifest_invalid`` 400, ``not_found`` 404, ``conflict`` 409,
-    ``port_failed`` (the model or store failed) 502, anything else 500. The body
+    ``port_failed`` (the model or store failed) 502, ``deadline_exceeded`` (the turn
+    ran past ``turn_deadline_seconds``) 504, anything else 500. The body
     is the ``InvokeResult`` either way.
     """
     if result.successful:
@@ -181,6 +187,8 @@ async def _execute(service: _Service, request: Request) -> Response:
             "body_too_large",
             f"the request body may hold at most {service.max_body_bytes} bytes",
         )
+    except ClientDisconnect:  # gone mid-body, or cut off by the read timeout: nobody to answer
+        return Response(status_code=408)
     pipeline = service.pipeline
     if pipeline is None:
         return _problem(503, "not_ready", "the service is starting or stopping")
@@ -292,10 +300,18 @@ def create_app(
         max_body_bytes=limit,
     )
 
+    # uvicorn hands the lifespan state to each connection: the read timeout of
+    # adapters/http_protocol.py comes from here.
+    state = {
+        READ_TIMEOUT_STATE: config.server.read_timeout_seconds
+        if config
+        else DEFAULT_READ_TIMEOUT_SECONDS
+    }
+
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         if config is None:  # the host's pipeline: the host closes it
-            yield
+            yield state
             return
         # Each worker is an OpenTelemetry host: OTEL_TRACES_EXPORTER etc. say where spans go.
         provider = configure_tracing()
@@ -308,7 +324,7 @@ def create_app(
         gc.collect()
         gc.freeze()
         try:
-            yield
+            yield state
         finally:
             gc.unfreeze()
             service.pipeline = None
@@ -333,7 +349,8 @@ def create_app(
             "The body is an AgentExecuteRequest (AGN-034). The answer is its InvokeResult "
             "(AGN-033 §2.1): 200 when Successful; 400 invalid_request or "
             "tool_call_manifest_invalid, 404 not_found, 409 conflict, 502 port_failed, "
-            "500 otherwise — the InvokeResult body names the rule ids either way."
+            "504 deadline_exceeded, 500 otherwise — the InvokeResult body names the rule ids "
+            "either way."
         ),
         response_class=Response,
         openapi_extra={
@@ -355,6 +372,7 @@ def create_app(
             413: {"description": "The body is larger than max_body_bytes", **_PROBLEM},
             500: {"description": "An engine rule or internal failure", **_RESULT},
             502: {"description": "The model or store failed", **_RESULT},
+            504: {"description": "The turn ran past its deadline: nothing stored", **_RESULT},
         },
     )
     async def execute(request: Request) -> Response:

@@ -34,11 +34,12 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, Final
 
+import httpx2
 import openai
 from openai.types.chat import (
     ChatCompletion,
@@ -67,7 +68,7 @@ from aptix_pipeline.contracts import (
 )
 from aptix_pipeline.contracts.url_secrets import ScrubbingFilter, scrub_urls
 
-__all__ = ["RETRY_EVENT", "OpenAICompatibleLLM"]
+__all__ = ["DEFAULT_MAX_REPLY_BYTES", "RETRY_EVENT", "OpenAICompatibleLLM"]
 
 RETRY_EVENT: Final = "aptix.llm.retry"
 """The span event added before each retry's wait."""
@@ -83,8 +84,78 @@ for _name in ("httpx", "httpx2", "openai", "openai._base_client"):
     logging.getLogger(_name).addFilter(ScrubbingFilter())
 
 
+DEFAULT_MAX_REPLY_BYTES: Final = 16 * 1024 * 1024
+"""The largest HTTP response body the adapter reads (``max_reply_bytes``)."""
+
+
+class _ReplyTooLargeError(Exception):
+    """The server's response body passed ``max_reply_bytes``; reading stopped there."""
+
+
+class _BoundedStream(httpx2.AsyncByteStream):
+    """A response body that raises once more than ``limit`` bytes have arrived."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+        self._inner, self._limit = inner, limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        received = 0
+        async for chunk in self._inner:
+            received += len(chunk)
+            if received > self._limit:
+                raise _ReplyTooLargeError(
+                    f"the model server's reply is larger than {self._limit} bytes; "
+                    "reading stopped there"
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _BoundedTransport(httpx2.AsyncBaseTransport):
+    """httpx's transport, its response bodies bounded (``_BoundedStream``), chunked or not."""
+
+    def __init__(self, limit: int) -> None:
+        # The SDK's own connection limits (openai's DefaultAsyncHttpxClient).
+        self._inner = httpx2.AsyncHTTPTransport(
+            limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
+        )
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self._limit:
+            await response.aclose()
+            raise _ReplyTooLargeError(
+                f"the model server's reply is {declared} bytes, more than {self._limit}"
+            )
+        stream = response.stream
+        assert isinstance(stream, httpx2.AsyncByteStream)
+        response.stream = _BoundedStream(stream, self._limit)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _too_large(error: BaseException | None) -> _ReplyTooLargeError | None:
+    """The ``_ReplyTooLargeError`` behind ``error`` (the SDK wraps it), if there is one."""
+    while error is not None:
+        if isinstance(error, _ReplyTooLargeError):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _retryable(error: BaseException) -> bool:
-    """429, 408, 5xx, timeouts and connection errors; nothing else (no other 4xx)."""
+    """429, 408, 5xx, timeouts and connection errors; nothing else (no other 4xx).
+
+    A reply over ``max_reply_bytes`` is not retried: the next would likely be as big.
+    """
+    if _too_large(error) is not None:
+        return False
     if isinstance(error, openai.APIStatusError):
         return error.status_code in (408, 429) or error.status_code >= 500
     return isinstance(error, openai.APIConnectionError)  # APITimeoutError is one too
@@ -307,7 +378,12 @@ class OpenAICompatibleLLM:
         client: openai.AsyncOpenAI | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
+        if isinstance(max_reply_bytes, bool) or not isinstance(max_reply_bytes, int):
+            raise ValueError(f"max_reply_bytes must be a whole number, got {max_reply_bytes!r}")
+        if max_reply_bytes < 1:
+            raise ValueError(f"max_reply_bytes must be 1 or more, got {max_reply_bytes!r}")
         if not isinstance(model, str) or not model.strip():
             raise ValueError("model must be a non-empty model name")
         if base_url is not None and (
@@ -368,6 +444,10 @@ class OpenAICompatibleLLM:
             base_url=base_url,
             timeout=self._timeout,
             max_retries=0,  # tenacity here is the only retry layer
+            # A reply body is read up to max_reply_bytes, never more (README "Limits").
+            http_client=openai.DefaultAsyncHttpxClient(
+                timeout=self._timeout, transport=_BoundedTransport(max_reply_bytes)
+            ),
         )
 
     @property
@@ -396,7 +476,13 @@ class OpenAICompatibleLLM:
         messages = [_message_param(m, i) for i, m in enumerate(request.messages)]
         tools = [_tool_param(tool) for tool in request.tools]
         model = request.model or self.model
-        completion = await self._create_with_retries(model, messages, tools)
+        try:
+            completion = await self._create_with_retries(model, messages, tools)
+        except Exception as error:  # the bound's error, raised as is or wrapped by the SDK
+            too_large = _too_large(error)
+            if too_large is None:
+                raise
+            raise PermanentPortError(str(too_large)) from None
         try:
             return _reply(completion)
         except _MalformedReplyError as error:

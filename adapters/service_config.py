@@ -12,14 +12,17 @@ its own, each optional:
   (``adapters/sqlite_store.py``), also written ``sqlite:PATH?synchronous=full``.
 - ``[model]`` — ``kind = "scripted"`` with ``script = "replies.json"``, or
   ``kind = "openai"`` with ``model``, ``base_url``, ``api_key_env``,
-  ``timeout_seconds``, ``max_attempts``, ``max_total_seconds``.
+  ``timeout_seconds``, ``max_attempts``, ``max_total_seconds``, ``max_reply_bytes``.
 - ``[server]`` — ``host``, ``port``, ``workers``, ``max_body_bytes``, ``access_log``
-  (uvicorn's line per request; off by default, it costs the worker CPU per turn).
+  (uvicorn's line per request; off by default, it costs the worker CPU per turn),
+  ``read_timeout_seconds`` (the time a client has to send a whole request; 0: none).
 - ``[auth]`` — ``[[auth.keys]]`` mapping an API key to an ``org`` and ``user``; the
   key comes from ``key_env`` (an environment variable) or is given only as its
   SHA-256 (``key_sha256``), so the file never holds a clear key.
 - ``[engine]`` — ``PipelineOptions`` (``max_server_tool_rounds``, ``llm_attempts``,
-  ``retry_wait_seconds``, ``retry_max_wait_seconds``).
+  ``retry_wait_seconds``, ``retry_max_wait_seconds``, and the limits
+  ``turn_deadline_seconds``, ``server_tool_timeout_seconds`` (0 turns either off),
+  ``max_model_reply_chars``, ``max_transcript_messages``, ``transcript_policy``).
 - ``[recording]`` — record every turn for replay (``engine/recording.py``):
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
@@ -48,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
 from aptix_pipeline.contracts.url_secrets import scrub_urls
 from aptix_pipeline.engine import Pipeline, PipelineOptions, RecordingOptions, Telemetry
+from aptix_pipeline.steps import TranscriptPolicy
 
 from .catalog_config import CatalogError, ConfigCatalog
 from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store, sqlite_target
@@ -112,6 +116,7 @@ class _OpenAIModel(_Table):
     timeout_seconds: float | None = Field(default=None, gt=0)
     max_attempts: int | None = Field(default=None, ge=1)
     max_total_seconds: float | None = Field(default=None, gt=0)
+    max_reply_bytes: int | None = Field(default=None, ge=1)
 
 
 class _Server(_Table):
@@ -120,6 +125,7 @@ class _Server(_Table):
     workers: int = Field(default=1, ge=1)
     max_body_bytes: int = Field(default=1_048_576, ge=1)
     access_log: bool = False
+    read_timeout_seconds: float = Field(default=15.0, ge=0, allow_inf_nan=False)
 
 
 class _Key(_Table):
@@ -138,6 +144,19 @@ class _Engine(_Table):
     llm_attempts: int = Field(default=3, ge=1)
     retry_wait_seconds: float = Field(default=0.2, ge=0)
     retry_max_wait_seconds: float = Field(default=2.0, ge=0)
+    # Limits (README "Configuration file" → Limits); 0 seconds turns a time limit off.
+    turn_deadline_seconds: float = Field(default=300.0, ge=0, allow_inf_nan=False)
+    server_tool_timeout_seconds: float = Field(default=30.0, ge=0, allow_inf_nan=False)
+    max_model_reply_chars: int = Field(default=1_000_000, ge=1)
+    max_transcript_messages: int = Field(default=1000, ge=1)
+    transcript_policy: TranscriptPolicy = "truncate"
+
+    def options(self) -> PipelineOptions:
+        """The ``PipelineOptions`` these keys give (a time limit of 0 is ``None``: off)."""
+        values = self.model_dump()
+        for name in ("turn_deadline_seconds", "server_tool_timeout_seconds"):
+            values[name] = values[name] or None
+        return PipelineOptions(**values)
 
 
 class _Recording(_Table):
@@ -179,6 +198,7 @@ class OpenAIModelConfig:
     timeout_seconds: float | None = None
     max_attempts: int | None = None
     max_total_seconds: float | None = None
+    max_reply_bytes: int | None = None
 
 
 ModelConfig = ScriptedModelConfig | OpenAIModelConfig
@@ -187,14 +207,17 @@ ModelConfig = ScriptedModelConfig | OpenAIModelConfig
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    """``[server]``: where ``aptix serve`` listens, how big a request body may be, and
-    whether uvicorn logs a line per request (``access_log``, off by default)."""
+    """``[server]``: where ``aptix serve`` listens, how big a request body may be,
+    whether uvicorn logs a line per request (``access_log``, off by default), and how
+    long a client may take to send one request (``read_timeout_seconds``)."""
 
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = 1
     max_body_bytes: int = 1_048_576
     access_log: bool = False
+    read_timeout_seconds: float = 15.0
+    """The time a client has to send one whole request, headers and body (0: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +342,7 @@ def _model(data: object, base: Path, source: str, env: Mapping[str, str]) -> Mod
             timeout_seconds=table.timeout_seconds,
             max_attempts=table.max_attempts,
             max_total_seconds=table.max_total_seconds,
+            max_reply_bytes=table.max_reply_bytes,
         )
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: [model] must be a table")
@@ -396,7 +420,7 @@ def parse_service_config(
         model=_model(data["model"], base, source, environment) if "model" in data else None,
         server=ServerConfig(**server.model_dump()),
         api_keys=_api_keys(data.get("auth", {}), source, environment),
-        options=PipelineOptions(**engine.model_dump()),
+        options=engine.options(),
         recording=recording,
     )
 
@@ -429,6 +453,7 @@ def build_llm(model: ModelConfig) -> LLM:
         "timeout_seconds": model.timeout_seconds,
         "max_attempts": model.max_attempts,
         "max_total_seconds": model.max_total_seconds,
+        "max_reply_bytes": model.max_reply_bytes,
     }
     return OpenAICompatibleLLM(
         model=model.model,

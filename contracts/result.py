@@ -44,6 +44,8 @@ class ErrorCode(StrEnum):
     NOT_FOUND = "not_found"
     CONFLICT = "conflict"
     PORT_FAILED = "port_failed"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    """The turn ran past ``PipelineOptions.turn_deadline_seconds``; nothing was stored."""
     INTERNAL = "internal"
 
 

@@ -42,7 +42,9 @@ transition an error rather than a silent no-op.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,13 +76,19 @@ __all__ = [
     "COMPLETE",
     "FAULT",
     "SERVER_TOOL_ROUND",
+    "UNINTERRUPTED",
     "TurnMachine",
     "TurnRun",
 ]
 
+logger = logging.getLogger("aptix_pipeline")
+
 SERVER_TOOL_ROUND = "server_tool_round"
 COMPLETE = "complete"
 FAULT = "fault"
+UNINTERRUPTED = frozenset({COMPLETE})
+"""Transitions the turn deadline never interrupts: the commit. Past the deadline a turn
+does not start one; once started, it finishes and the turn's answer stands."""
 
 
 def _no_events(event: object) -> None:
@@ -229,8 +237,24 @@ def within_round_limit(model: TurnRun) -> None:
 
 
 async def commit(model: TurnRun) -> None:
-    """``complete``: persist the turn and commit its transaction."""
-    await complete_turn(model.scope)
+    """``complete``: persist the turn and commit its transaction.
+
+    Once begun, the commit runs to its end even if the turn's task is cancelled
+    (``asyncio.shield``): a store never sees half a commit abandoned, and the turn
+    deadline is never checked inside it (``engine/runner.py``, ``UNINTERRUPTED``).
+    """
+    committing = asyncio.ensure_future(complete_turn(model.scope))
+    try:
+        await asyncio.shield(committing)
+    except asyncio.CancelledError:
+        # The caller is gone; the commit goes on, and its failure is logged, not lost.
+        committing.add_done_callback(_log_orphaned_commit)
+        raise
+
+
+def _log_orphaned_commit(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("a cancelled turn's commit failed", exc_info=task.exception())
 
 
 class TurnMachine(StateChart[TurnRun]):

@@ -369,8 +369,12 @@ async def replay(
     if not isinstance(recording, TurnRecording):
         recording = TurnRecording.load(recording)
     tap = ReplayTap(recording)
+    # No waits and no turn deadline: a replay answers from the recording, off the clock.
     options = replace(
-        recording.pipeline_options(), retry_wait_seconds=0.0, retry_max_wait_seconds=0.0
+        recording.pipeline_options(),
+        retry_wait_seconds=0.0,
+        retry_max_wait_seconds=0.0,
+        turn_deadline_seconds=None,
     )
     # The trace holds content exactly when the recorded one did, or the two differ.
     telemetry = replace(telemetry or Telemetry.off(), capture_content=recording.trace_content)

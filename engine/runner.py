@@ -29,6 +29,7 @@ parameters other than ``model``, ``event``, ``source`` and ``target``.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -40,13 +41,15 @@ from statemachine import State, StateChart
 
 from aptix_pipeline.contracts import ErrorCode, InvokeError
 from aptix_pipeline.steps import StepFaultError, described
+from aptix_pipeline.validators.rules import rule
 
 from .events import StepEnded, StepStarted, TransitionTaken, TurnFaulted
-from .machine import FAULT, TurnMachine, TurnRun
+from .machine import FAULT, UNINTERRUPTED, TurnMachine, TurnRun
 from .trace import FaultRecord, TransitionRecord
 
 __all__ = [
     "RUNTIMES",
+    "TURN_DEADLINE",
     "CompiledMachine",
     "CompiledTransition",
     "MachineCompileError",
@@ -319,8 +322,18 @@ class StatechartCursor:
         await self.chart.activate_initial_state()
 
     async def take(self, transition: CompiledTransition) -> None:
-        """Send the transition's event (the chart checks cond and guard itself)."""
-        await self.chart.send(transition.event)
+        """Send the transition's event (the chart checks cond and guard itself).
+
+        Cancelled inside a step (the turn deadline), the chart has left the source and
+        not entered the target; it is put back on the source, where ``fault`` leaves
+        from, through the library's low-level ``current_state_value``.
+        """
+        try:
+            await self.chart.send(transition.event)
+        except asyncio.CancelledError:
+            if not self.chart.configuration:
+                self.chart.current_state_value = transition.source.value
+            raise
 
     async def fault(self) -> None:
         """Send ``fault``."""
@@ -352,6 +365,115 @@ class Walked:
     faulted_step: str | None
 
 
+TURN_DEADLINE = rule(
+    "DESIGN/limits/turn-deadline", "DESIGN.md \"What every part promises\"",
+    "a turn must finish within PipelineOptions.turn_deadline_seconds; this one did not, "
+    "and nothing of it was stored", ErrorCode.DEADLINE_EXCEEDED)  # fmt: skip
+
+
+class _Walk:
+    """One walk's position and outcome, kept across the deadline's scope (``walk``)."""
+
+    __slots__ = (
+        "compiled", "cursor", "errors", "event", "faulted_step", "in_step", "model", "source",
+        "states",
+    )  # fmt: skip
+
+    def __init__(self, model: TurnRun, compiled: CompiledMachine, cursor: _Cursor) -> None:
+        self.model, self.compiled, self.cursor = model, compiled, cursor
+        self.states = [cursor.state]
+        self.errors: tuple[InvokeError, ...] = ()
+        self.faulted_step: str | None = None
+        self.event, self.source, self.in_step = "?", cursor.state, False
+
+    def _started(self, event: str) -> None:
+        model = self.model
+        self.event, self.source, self.in_step = event, self.states[-1], True
+        if model.step_events:
+            ctx = model.scope.context
+            context_type = str(ctx.type) if ctx is not None else None
+            model.emit(StepStarted(model.run_id, event, self.source, context_type))
+
+    def _ended(self) -> None:
+        model, state = self.model, self.cursor.state
+        self.in_step = False
+        if model.step_events:
+            ctx = model.scope.context
+            context_type, mode = (str(ctx.type), ctx.mode) if ctx is not None else (None, None)
+            model.emit(
+                StepEnded(model.run_id, self.event, state, state != self.source, context_type, mode)
+            )
+
+    def _faulted(self, event: str, errors: tuple[InvokeError, ...]) -> None:
+        self.errors, self.faulted_step = errors, event
+        self.model.emit(TurnFaulted(self.model.run_id, _fault_record(event, errors), errors))
+
+    async def advance(self, stop_before: frozenset[str] = frozenset()) -> None:
+        """Take transitions until a final state, or until the next is one of ``stop_before``.
+
+        The step events are made inline here, not through ``_started``/``_ended``: this
+        loop runs a dozen times a turn.
+        """
+        compiled, cursor, model, states = self.compiled, self.cursor, self.model, self.states
+        emit, run_id, scope, step_events = model.emit, model.run_id, model.scope, model.step_events
+        finals = compiled.finals
+        while states[-1] not in finals:
+            if self.errors:  # faulted where a deadline stopped the walk: finish the fault
+                await self._fault()
+                continue
+            source, event = states[-1], "?"
+            try:
+                transition = compiled.route(source, model)
+                event = transition.event
+                if event in stop_before:
+                    return
+                self.event, self.source, self.in_step = event, source, True
+                if step_events:
+                    ctx = scope.context
+                    context_type = str(ctx.type) if ctx is not None else None
+                    emit(StepStarted(run_id, event, source, context_type))
+                try:
+                    await cursor.take(transition)
+                except Exception as error:  # a failed guard or exit hook, a raising step
+                    self._faulted(event, _errors_of(event, error))
+                self.in_step = False
+                if step_events:
+                    ctx, state = scope.context, cursor.state
+                    context_type, mode = (
+                        (str(ctx.type), ctx.mode) if ctx is not None else (None, None)
+                    )
+                    emit(StepEnded(run_id, event, state, state != source, context_type, mode))
+            except Exception as error:  # no route leaves the state: never raise
+                self._faulted(event, _errors_of(event, error))
+            if self.errors:
+                await self._fault()
+            else:
+                states.append(cursor.state)
+
+    async def _fault(self) -> None:
+        cursor, states = self.cursor, self.states
+        if cursor.state != states[-1]:  # a failed exit hook: the step was taken
+            states.append(cursor.state)
+        if cursor.state not in self.compiled.finals:
+            await cursor.fault()
+            states.append(cursor.state)
+
+    def expired(self, seconds: float) -> None:
+        """The deadline stopped the walk (inside ``self.event``, if a step was running)."""
+        if self.errors:  # it stopped the fault of an earlier error: that error stands
+            return
+        if not self.in_step:
+            self._started(self.event)
+        self._faulted(self.event, (_deadline_error(seconds, self.event),))
+        self._ended()
+
+
+def _deadline_error(seconds: float, event: str) -> InvokeError:
+    return TURN_DEADLINE.error(
+        f"{seconds:g} s passed during {event}", field="turn_deadline_seconds"
+    )
+
+
 async def walk(
     model: TurnRun,
     runtime: Runtime = "compiled",
@@ -362,6 +484,12 @@ async def walk(
     Emits ``StepStarted``/``StepEnded`` around each transition and ``TurnFaulted``
     when one fails; the runtime emits ``TransitionTaken`` and the callbacks
     ``CheckRan``.
+
+    The turn deadline (``PipelineOptions.turn_deadline_seconds``) cancels whatever
+    step is running when it passes, and the turn faults with ``deadline_exceeded``
+    (``DESIGN/limits/turn-deadline``). It never interrupts the commit
+    (``UNINTERRUPTED``): those transitions run after the deadline's scope has
+    closed, and only if the deadline has not passed by then.
     """
     compiled = compile_machine(machine)
     cursor: _Cursor
@@ -371,37 +499,24 @@ async def walk(
         cursor = chart
     else:
         cursor = CompiledCursor(compiled, model)
-    emit, run_id, scope, step_events = model.emit, model.run_id, model.scope, model.step_events
-    states = [cursor.state]
-    errors: tuple[InvokeError, ...] = ()
-    faulted_step: str | None = None
-    while states[-1] not in compiled.finals:
-        source, event = states[-1], "?"
+    walking = _Walk(model, compiled, cursor)
+    seconds = model.scope.options.turn_deadline_seconds
+    if seconds is None:
+        await walking.advance()
+    else:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
         try:
-            transition = compiled.route(source, model)
-            event = transition.event
-            if step_events:
-                ctx = scope.context
-                context_type = str(ctx.type) if ctx is not None else None
-                emit(StepStarted(run_id, event, source, context_type))
-            try:
-                await cursor.take(transition)
-            except Exception as error:  # a failed guard or exit hook, a raising step
-                errors, faulted_step = _errors_of(event, error), event
-                emit(TurnFaulted(run_id, _fault_record(event, errors), errors))
-            if step_events:
-                ctx, state = scope.context, cursor.state
-                context_type, mode = (str(ctx.type), ctx.mode) if ctx is not None else (None, None)
-                emit(StepEnded(run_id, event, state, state != source, context_type, mode))
-        except Exception as error:  # no route leaves the state: never raise
-            errors, faulted_step = _errors_of(event, error), event
-            emit(TurnFaulted(run_id, _fault_record(event, errors), errors))
-        if errors:
-            if cursor.state != states[-1]:  # a failed exit hook: the step was taken
-                states.append(cursor.state)
-            await cursor.fault()
-        states.append(cursor.state)
-    return Walked(tuple(states), errors, faulted_step)
+            async with asyncio.timeout_at(deadline):
+                await walking.advance(stop_before=UNINTERRUPTED)
+        except TimeoutError:
+            walking.expired(seconds)
+        else:
+            if walking.states[-1] not in compiled.finals and loop.time() >= deadline:
+                walking.event = compiled.route(walking.states[-1], model).event
+                walking.expired(seconds)  # past the deadline: no commit starts
+        await walking.advance()
+    return Walked(tuple(walking.states), walking.errors, walking.faulted_step)
 
 
 def _fault_record(step: str, errors: Sequence[InvokeError]) -> FaultRecord:

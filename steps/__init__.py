@@ -25,18 +25,28 @@ from .prompt_content_provider_initializer import prompt_content_provider_initial
 from .reasoner import reasoner
 from .request_handler import request_handler
 from .response_builder import response_builder
-from .scope import ModeChange, PipelineOptions, Ports, ToolCallRecord, TurnScope
+from .scope import (
+    TRANSCRIPT_POLICIES,
+    ModeChange,
+    PipelineOptions,
+    Ports,
+    ToolCallRecord,
+    TranscriptPolicy,
+    TurnScope,
+)
 from .session_restorer import session_restorer
 
 __all__ = [
     "AGENT_CHANGE_MODE",
     "STEP_FUNCTIONS",
+    "TRANSCRIPT_POLICIES",
     "ModeChange",
     "PipelineOptions",
     "Ports",
     "StepFaultError",
     "StepFunction",
     "ToolCallRecord",
+    "TranscriptPolicy",
     "TurnScope",
     "check_round_limit",
     "complete_turn",

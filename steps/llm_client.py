@@ -15,6 +15,7 @@ The reply is one of three outcomes (DESIGN.md R5):
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -52,7 +53,16 @@ from .faults import StepFaultError, described
 from .mode_change import AGENT_CHANGE_MODE, change_mode
 from .scope import ToolCallRecord, TurnScope
 
-__all__ = ["ROUND_LIMIT", "TOOL_CALL_IDS", "check_round_limit", "llm_client", "system_message"]
+__all__ = [
+    "MODEL_REPLY_SIZE",
+    "ROUND_LIMIT",
+    "SERVER_TOOL_TIMEOUT",
+    "TOOL_CALL_IDS",
+    "check_round_limit",
+    "llm_client",
+    "reply_size",
+    "system_message",
+]
 
 ROUND_LIMIT = rule(
     "DESIGN/R5/round-limit", "DESIGN.md R5, AGN-011 §5",
@@ -65,6 +75,27 @@ TOOL_CALL_IDS = rule(
     "every tool call the model makes needs a non-empty ToolCallId, unique among the calls "
     "of this request and those it answers, so each result answers exactly one call",
     ErrorCode.PIPELINE_RULE_FAILED)  # fmt: skip
+
+
+SERVER_TOOL_TIMEOUT = rule(
+    "DESIGN/limits/server-tool-timeout", "DESIGN.md R5, AGN-011 §5",
+    "a server tool must answer within PipelineOptions.server_tool_timeout_seconds; one that "
+    "does not fails as a tool that raised, and the model is told so",
+    ErrorCode.PORT_FAILED)  # fmt: skip
+
+
+MODEL_REPLY_SIZE = rule(
+    "DESIGN/limits/model-reply-size", "AGN-036 §4.9",
+    "a model reply may hold at most PipelineOptions.max_model_reply_chars characters (text, "
+    "tool call ids, names and arguments)", ErrorCode.PORT_FAILED)  # fmt: skip
+
+
+def reply_size(reply: LLMReply) -> int:
+    """The characters of a reply that count against ``max_model_reply_chars``."""
+    size = len(reply.text) if reply.text is not None else 0
+    for call in reply.tool_calls:
+        size += len(call.tool_call_id) + len(call.name) + len(call.arguments_json)
+    return size
 
 
 def _check_tool_call_ids(scope: TurnScope, calls: list[ToolCall]) -> None:
@@ -168,6 +199,16 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
                     )
                 ]
             ) from error
+        size, limit = reply_size(reply), options.max_model_reply_chars
+        if size > limit:  # not retried: another try costs as much and may well do the same
+            raise StepFaultError(
+                [
+                    MODEL_REPLY_SIZE.error(
+                        f"the reply holds {size} characters, limit {limit}",
+                        field="max_model_reply_chars",
+                    )
+                ]
+            )
         reply = _utf8_reply(reply)
         observation.replied(reply, attempts)
     return reply
@@ -265,6 +306,7 @@ async def _run_server_tool(
     clock = scope.ports.clock
     started = clock.now()
     outcome, content, error, rule_id = "executed", "", None, None
+    limit: asyncio.Timeout | None = None
     with scope.observer.tool_execution(call, tool, arguments) as observation:
         try:
             if tool.name == AGENT_CHANGE_MODE:
@@ -275,11 +317,20 @@ async def _run_server_tool(
                 executor = scope.ports.tools.get(tool.name)
                 if executor is None:
                     raise LookupError(f"no executor is registered for server tool {tool.name!r}")
-                content = _result_json(await executor(arguments, scope.invocation(call)))
+                limit = asyncio.timeout(scope.options.server_tool_timeout_seconds)
+                async with limit:
+                    answer = await executor(arguments, scope.invocation(call))
+                content = _result_json(answer)
         except StepFaultError:
             raise
         except Exception as failure:
             outcome, error = "failed", described(failure)
+            if isinstance(failure, TimeoutError) and limit is not None and limit.expired():
+                rule_id = SERVER_TOOL_TIMEOUT.id  # our timeout, not one the tool raised
+                error = (
+                    f"TimeoutError: server tool {tool.name!r} did not answer within "
+                    f"{scope.options.server_tool_timeout_seconds:g} s"
+                )
             content = json.dumps({"error": error})
         observation.finished(outcome, content, error)
     elapsed = max(0, int((clock.now() - started).total_seconds() * 1000))

@@ -4,6 +4,9 @@ Loads the session's transcript and adds this request's part: the user's message
 (instruction, artifacts, images, RAG scope, workspace hints) on Initial and
 FollowOn turns, or one tool message per returned result, in the manifest's order,
 on a continuation (AGN-036 §5). When done the provider is Ready (§4.7 POST).
+
+A transcript longer than ``PipelineOptions.max_transcript_messages`` is cut or
+refused by ``transcript_policy`` (``DESIGN/limits/transcript-size``).
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ from aptix_pipeline.contracts import (
     ChatMessage,
     ChatRole,
     ContextType,
+    ErrorCode,
+    InvokeWarning,
 )
+from aptix_pipeline.validators.rules import rule
 
+from .faults import StepFaultError
 from .scope import TurnScope
 
-__all__ = ["prompt_content_provider_initializer", "user_message"]
+__all__ = ["TRANSCRIPT_SIZE", "prompt_content_provider_initializer", "user_message"]
 
 
 def user_message(request: AgentExecuteRequest) -> ChatMessage:
@@ -45,6 +52,49 @@ def user_message(request: AgentExecuteRequest) -> ChatMessage:
     return ChatMessage(role=ChatRole.USER, content="\n\n".join(parts))
 
 
+TRANSCRIPT_SIZE = rule(
+    "DESIGN/limits/transcript-size", "AGN-036 §4.7",
+    "a session's stored transcript may hold at most PipelineOptions.max_transcript_messages "
+    "messages for the model; start a new session", ErrorCode.INVALID_REQUEST)  # fmt: skip
+
+
+def _within_limit(
+    scope: TurnScope, session_id: str, history: list[ChatMessage]
+) -> list[ChatMessage]:
+    """The stored history the model is sent, by ``transcript_policy`` (README "Limits").
+
+    ``truncate`` leaves out the oldest messages, and then any tool results left at the
+    front without the assistant message that called them, so what is sent still pairs
+    every result with its call; the stored transcript keeps them all.
+    """
+    limit = scope.options.max_transcript_messages
+    if len(history) <= limit:
+        return history
+    if scope.options.transcript_policy == "refuse":
+        raise StepFaultError(
+            [
+                TRANSCRIPT_SIZE.error(
+                    f"session {session_id!r} holds {len(history)} messages, limit {limit}",
+                    field="SessionId",
+                )
+            ]
+        )
+    start = len(history) - limit
+    while start < len(history) and history[start].role is ChatRole.TOOL:
+        start += 1
+    scope.warn(
+        InvokeWarning(
+            code="transcript_truncated",
+            rule_id=TRANSCRIPT_SIZE.id,
+            message=(
+                f"the model was sent the newest {len(history) - start} of the {len(history)} "
+                f"messages of session {session_id!r} (limit {limit}); the oldest were left out"
+            ),
+        )
+    )
+    return history[start:]
+
+
 async def prompt_content_provider_initializer(scope: TurnScope) -> None:
     """Build ``scope.messages`` and mark the prompt provider Ready."""
     ctx = scope.ctx
@@ -67,6 +117,6 @@ async def prompt_content_provider_initializer(scope: TurnScope) -> None:
         added = [user_message(scope.request)]
     else:
         added = []
-    scope.messages = [*history, *added]
+    scope.messages = [*_within_limit(scope, session_id, history), *added]
     scope.new_messages = list(added)
     ctx.prompt_provider_ready = True

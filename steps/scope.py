@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal, get_args
 
 from aptix_pipeline.contracts import (
     LLM,
@@ -36,7 +36,19 @@ from aptix_pipeline.contracts import (
 
 from .observer import NullObserver, TurnObserver
 
-__all__ = ["ModeChange", "PipelineOptions", "Ports", "ToolCallRecord", "TurnScope"]
+__all__ = [
+    "TRANSCRIPT_POLICIES",
+    "ModeChange",
+    "PipelineOptions",
+    "Ports",
+    "ToolCallRecord",
+    "TranscriptPolicy",
+    "TurnScope",
+]
+
+TranscriptPolicy = Literal["truncate", "refuse"]
+"""What a turn does with a transcript over ``max_transcript_messages`` (``PipelineOptions``)."""
+TRANSCRIPT_POLICIES: Final[tuple[TranscriptPolicy, ...]] = get_args(TranscriptPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +78,33 @@ class PipelineOptions:
     - ``llm_attempts``: tries per model call before the turn faults (``port_failed``).
     - ``retry_wait_seconds`` / ``retry_max_wait_seconds``: exponential back-off
       between those tries.
+
+    Limits (README "Configuration file", docs/CONFORMANCE.md D200-D219):
+
+    - ``turn_deadline_seconds``: the most one turn may take, commit excepted; past
+      it the turn faults with ``deadline_exceeded`` (``DESIGN/limits/turn-deadline``)
+      and stores nothing. ``None`` disables it.
+    - ``server_tool_timeout_seconds``: the most one server tool call may take; past
+      it the call fails as a tool that raised, and the model is told it timed out
+      (``DESIGN/limits/server-tool-timeout``). ``None`` disables it.
+    - ``max_model_reply_chars``: the most characters one model reply may hold (its
+      text, tool names, ids and arguments); a bigger reply faults the turn with
+      ``port_failed`` (``DESIGN/limits/model-reply-size``), without another try.
+    - ``max_transcript_messages`` / ``transcript_policy``: how many stored messages
+      of a session the model is sent; past it ``"truncate"`` leaves the oldest
+      out (with a warning) and ``"refuse"`` faults the turn
+      (``DESIGN/limits/transcript-size``).
     """
 
     max_server_tool_rounds: int = 8
     llm_attempts: int = 3
     retry_wait_seconds: float = 0.2
     retry_max_wait_seconds: float = 2.0
+    turn_deadline_seconds: float | None = 300.0
+    server_tool_timeout_seconds: float | None = 30.0
+    max_model_reply_chars: int = 1_000_000
+    max_transcript_messages: int = 1000
+    transcript_policy: TranscriptPolicy = "truncate"
 
     def __post_init__(self) -> None:
         if self.max_server_tool_rounds < 0:
@@ -80,6 +113,19 @@ class PipelineOptions:
             raise ValueError("llm_attempts must be 1 or more")
         if self.retry_wait_seconds < 0 or self.retry_max_wait_seconds < 0:
             raise ValueError("retry waits must not be negative")
+        for name in ("turn_deadline_seconds", "server_tool_timeout_seconds"):
+            seconds = getattr(self, name)
+            if seconds is not None and not seconds > 0:  # NaN is refused too
+                raise ValueError(f"{name} must be more than 0, or None for no limit")
+        if self.max_model_reply_chars < 1:
+            raise ValueError("max_model_reply_chars must be 1 or more")
+        if self.max_transcript_messages < 1:
+            raise ValueError("max_transcript_messages must be 1 or more")
+        if self.transcript_policy not in TRANSCRIPT_POLICIES:
+            raise ValueError(
+                f"transcript_policy must be one of {', '.join(TRANSCRIPT_POLICIES)}, "
+                f"not {self.transcript_policy!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import aptix_pipeline.engine  # noqa: F401 - registers the rules the engine's steps declare
 from aptix_pipeline.contracts import PipelineStep
+from aptix_pipeline.steps.llm_client import SERVER_TOOL_TIMEOUT
 from aptix_pipeline.steps.mode_change import SEVERAL_MODE_CHANGES
+from aptix_pipeline.steps.prompt_content_provider_initializer import TRANSCRIPT_SIZE
 from aptix_pipeline.validators import Phase, all_rules, step_rule_ids
 from aptix_pipeline.validators.core import CORE_CHECKS
 
@@ -78,7 +80,9 @@ def _observed(rule_id: str, module: str, pre: set[str], post: set[str]) -> str:
         where.append("exit hook")
     if rule_id == SEVERAL_MODE_CHANGES.id:
         where.append("warning")
-    elif module.endswith((".tool_calls", ".mode_change")):
+    elif rule_id == TRANSCRIPT_SIZE.id:  # refused: a fault; truncated: a warning
+        where.append("fault, warning")
+    elif rule_id == SERVER_TOOL_TIMEOUT.id or module.endswith((".tool_calls", ".mode_change")):
         where.append("tool call")
     elif not where and module.endswith((".response", ".steps")):
         where.append("— (not checked in a turn: client side or API use)")

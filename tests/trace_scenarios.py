@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 Store = MemoryStore | SQLiteStore
-NO_WAIT = {"retry_wait_seconds": 0, "retry_max_wait_seconds": 0}
+NO_WAIT: dict[str, Any] = {"retry_wait_seconds": 0, "retry_max_wait_seconds": 0}
 S = PipelineStep
 
 INSTRUCTION: dict[str, Any] = {"Instruction": "Explain a.py."}
