@@ -66,14 +66,20 @@ class PipelineOptions:
     - ``llm_attempts``: tries per model call before the turn faults (``port_failed``).
     - ``retry_wait_seconds`` / ``retry_max_wait_seconds``: exponential back-off
       between those tries.
+    - ``max_json_depth``: deepest JSON array/object nesting a request (or the JSON
+      text of a ``ResultJson``) may have (default 64); deeper is refused first, with
+      ``DESIGN/limits/json-depth``.
     """
 
     max_server_tool_rounds: int = 8
     llm_attempts: int = 3
     retry_wait_seconds: float = 0.2
     retry_max_wait_seconds: float = 2.0
+    max_json_depth: int = 64
 
     def __post_init__(self) -> None:
+        if self.max_json_depth < 1:
+            raise ValueError("max_json_depth must be 1 or more")
         if self.max_server_tool_rounds < 0:
             raise ValueError("max_server_tool_rounds must be 0 or more")
         if self.llm_attempts < 1:

@@ -36,7 +36,13 @@ from aptix_pipeline.contracts import (
 )
 
 from .core import has_text, has_user_input
-from .json_text import json_path, non_utf8_fields, strict_json_loads
+from .json_text import (
+    json_path,
+    non_utf8_fields,
+    strict_json_loads,
+    text_depth_exceeds,
+    value_depth_exceeds,
+)
 from .rules import rule
 from .tool_results import ToolResultRules, tool_result_errors
 
@@ -53,6 +59,14 @@ _RequestResult = InvokeResult[AgentExecuteRequest]
 
 _INVALID = ErrorCode.INVALID_REQUEST
 
+DEFAULT_MAX_JSON_DEPTH = 64
+JSON_DEPTH = rule(
+    "DESIGN/limits/json-depth",
+    "DESIGN.md limits",
+    "the request nests JSON arrays/objects deeper than the engine allows "
+    "(checked before any other work; also for ResultJson/ArgumentsJson text)",
+    _INVALID,
+)
 ENVELOPE_OBJECT = rule(
     "AGN-034/3/envelope-object", "AGN-034 §3", "the request must be one JSON object", _INVALID
 )
@@ -442,14 +456,29 @@ def _load(data: AgentExecuteRequest | Mapping[str, Any] | str | bytes) -> object
 
 def parse_request(
     data: AgentExecuteRequest | Mapping[str, Any] | str | bytes,
+    *,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
 ) -> InvokeResult[AgentExecuteRequest]:
     """Parse and check a request: JSON text, a JSON-like mapping or a model.
 
     Mappings and JSON use the wire (PascalCase) names only. The result is
     unsuccessful, never an exception, for anything that is not a valid AGN-034
-    request; each error names its rule id and the offending field.
+    request; each error names its rule id and the offending field. Input nested
+    deeper than ``max_json_depth`` is refused first (``DESIGN/limits/json-depth``),
+    before JSON parsing, UTF-8 checks or model validation.
     """
+    if isinstance(data, str | bytes | bytearray):
+        too_deep = text_depth_exceeds(data, max_json_depth)
+    else:
+        too_deep = not isinstance(data, AgentExecuteRequest) and value_depth_exceeds(
+            data, max_json_depth
+        )
+    if too_deep:
+        return _RequestResult.failure([JSON_DEPTH.error(f"deeper than {max_json_depth}")])
     loaded = _load(data)
+    embedded = not isinstance(data, Mapping | AgentExecuteRequest) and isinstance(loaded, Mapping)
+    if embedded and value_depth_exceeds(loaded, max_json_depth):  # text inside ResultJson
+        return _RequestResult.failure([JSON_DEPTH.error(f"deeper than {max_json_depth}")])
     if isinstance(loaded, AgentExecuteRequest):
         wire: object = loaded.model_dump(by_alias=True, exclude_none=True)
     elif isinstance(loaded, Mapping):

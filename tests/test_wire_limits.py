@@ -1,0 +1,83 @@
+"""Wire safety (issue 13 items 1, 2, 10): depth refused first, results serialize."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from aptix_pipeline.validators import parse_request, parse_response
+
+DEPTH = "DESIGN/limits/json-depth"
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def _rule_ids(result: Any) -> list[str | None]:
+    return [error.rule_id for error in result.errors]
+
+
+@pytest.mark.rule(DEPTH, "broken")
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+def test_deep_python_enum_field_is_refused_by_depth(depth: int) -> None:
+    result = parse_request({"Instruction": "hi", "ArtifactEncoding": _nested(depth)})
+    assert _rule_ids(result) == [DEPTH]
+    result.to_json()
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+def test_deep_python_response_type_is_refused(depth: int) -> None:
+    result = parse_response({"ResponseType": _nested(depth)})
+    assert not result.successful
+    result.to_json()
+
+
+@pytest.mark.rule(DEPTH, "broken")
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_deep_text_is_refused_before_parsing(as_bytes: bool) -> None:
+    text = '{"Instruction": "hi", "X": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    result = parse_request(text.encode() if as_bytes else text)
+    assert _rule_ids(result) == [DEPTH]
+
+
+def test_brackets_inside_strings_do_not_count() -> None:
+    text = json.dumps({"Instruction": "[" * 1000 + '\\"{' * 100})
+    assert DEPTH not in _rule_ids(parse_request(text))
+
+
+@pytest.mark.rule(DEPTH, "holds")
+def test_depth_at_the_limit_is_not_refused_by_depth() -> None:
+    assert parse_request({"Instruction": "hi"}, max_json_depth=1).successful
+    result = parse_request({"Instruction": "hi", "X": {}}, max_json_depth=1)
+    assert _rule_ids(result) == [DEPTH]
+
+
+def test_result_json_text_is_held_to_the_limit() -> None:
+    deep = "[" * 400 + "]" * 400
+    request = {
+        "SessionId": "s",
+        "TurnId": "t",
+        "ToolResults": [{"ToolCallId": "c", "ResultJson": deep}],
+    }
+    assert _rule_ids(parse_request(request)) == [DEPTH]
+    assert _rule_ids(parse_request(json.dumps(request))) == [DEPTH]
+
+
+def test_cycle_is_refused_not_looped() -> None:
+    data: dict[str, Any] = {"Instruction": "hi"}
+    data["X"] = data
+    assert _rule_ids(parse_request(data)) == [DEPTH]
+
+
+def test_lone_surrogate_key_error_serializes() -> None:
+    result = parse_request({"\ud800": 1, "Instruction": "hi"})
+    assert not result.successful
+    result.to_json().encode("utf-8")
+    result = parse_request('{"\\ud800": 1, "Instruction": "hi"}')
+    result.to_json().encode("utf-8")
