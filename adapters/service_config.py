@@ -19,7 +19,7 @@ its own, each optional:
   key comes from ``key_env`` (an environment variable) or is given only as its
   SHA-256 (``key_sha256``), so the file never holds a clear key.
 - ``[engine]`` — ``PipelineOptions`` (``max_server_tool_rounds``, ``llm_attempts``,
-  ``retry_wait_seconds``, ``retry_max_wait_seconds``, ``max_json_depth``).
+  ``retry_wait_seconds``, ``retry_max_wait_seconds``, ``max_json_depth``, ``max_errors``).
 - ``[recording]`` — record every turn for replay (``engine/recording.py``):
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
@@ -138,6 +138,7 @@ class _Engine(_Table):
     retry_wait_seconds: float = Field(default=0.2, ge=0)
     retry_max_wait_seconds: float = Field(default=2.0, ge=0)
     max_json_depth: int = Field(default=64, ge=1)
+    max_errors: int = Field(default=20, ge=1)
 
 
 class _Recording(_Table):

@@ -69,6 +69,8 @@ class PipelineOptions:
     - ``max_json_depth``: deepest JSON array/object nesting a request (or the JSON
       text of a ``ResultJson``) may have (default 64); deeper is refused first, with
       ``DESIGN/limits/json-depth``.
+    - ``max_errors``: most errors a refused request lists (default 20); the rest
+      are counted in one last ``DESIGN/limits/error-count`` error ("… and N more").
     """
 
     max_server_tool_rounds: int = 8
@@ -76,8 +78,11 @@ class PipelineOptions:
     retry_wait_seconds: float = 0.2
     retry_max_wait_seconds: float = 2.0
     max_json_depth: int = 64
+    max_errors: int = 20
 
     def __post_init__(self) -> None:
+        if self.max_errors < 1:
+            raise ValueError("max_errors must be 1 or more")
         if self.max_json_depth < 1:
             raise ValueError("max_json_depth must be 1 or more")
         if self.max_server_tool_rounds < 0:

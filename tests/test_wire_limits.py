@@ -81,3 +81,19 @@ def test_lone_surrogate_key_error_serializes() -> None:
     result.to_json().encode("utf-8")
     result = parse_request('{"\\ud800": 1, "Instruction": "hi"}')
     result.to_json().encode("utf-8")
+
+
+@pytest.mark.rule("DESIGN/limits/error-count", "broken")
+def test_many_unknown_keys_are_capped_with_a_count() -> None:
+    body = {"Instruction": "hi", **{f"k{i}" + "x" * 500: i for i in range(1_000)}}
+    result = parse_request(body, max_errors=20)
+    assert len(result.errors) == 21
+    assert result.errors[-1].rule_id == "DESIGN/limits/error-count"
+    assert "980 more" in result.errors[-1].message
+    assert all(len(error.message) < 300 for error in result.errors)
+
+
+@pytest.mark.rule("DESIGN/limits/error-count", "holds")
+def test_few_errors_are_not_capped() -> None:
+    result = parse_request({"Instruction": "hi", "A": 1, "B": 2}, max_errors=2)
+    assert "DESIGN/limits/error-count" not in _rule_ids(result)

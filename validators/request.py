@@ -60,6 +60,14 @@ _RequestResult = InvokeResult[AgentExecuteRequest]
 _INVALID = ErrorCode.INVALID_REQUEST
 
 DEFAULT_MAX_JSON_DEPTH = 64
+DEFAULT_MAX_ERRORS = 20
+QUOTE_LIMIT = 80
+ERROR_COUNT = rule(
+    "DESIGN/limits/error-count",
+    "DESIGN.md limits",
+    "more errors were found than a result lists",
+    _INVALID,
+)
 JSON_DEPTH = rule(
     "DESIGN/limits/json-depth",
     "DESIGN.md limits",
@@ -424,20 +432,36 @@ def validate_request(request: AgentExecuteRequest) -> InvokeResult[ContextType]:
     return _KindResult.success(kind)
 
 
-def _shape_errors(error: ValidationError) -> list[InvokeError]:
+def _clip(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """Client text quoted in an error, cut to ``limit`` characters with an ellipsis (D142)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def capped_errors(errors: list[InvokeError], max_errors: int) -> list[InvokeError]:
+    """The first ``max_errors`` errors, then one ``DESIGN/limits/error-count`` for the rest."""
+    if len(errors) <= max_errors:
+        return errors
+    rest = len(errors) - max_errors
+    return [*errors[:max_errors], ERROR_COUNT.error(f"… and {rest} more")]
+
+
+def _shape_errors(error: ValidationError, max_errors: int) -> list[InvokeError]:
     errors: list[InvokeError] = []
-    for detail in error.errors(include_url=False):
+    details = error.errors(include_url=False)
+    for detail in details[:max_errors]:
         loc = detail["loc"]
-        field = json_path(loc)
+        field = _clip(json_path(loc), 200)
         if detail["type"] == "extra_forbidden":
             name = str(loc[-1]) if loc else ""
             owned = _normalized_name(name) in SERVER_OWNED_FIELDS
             chosen = SERVER_OWNED_FIELD if owned and len(loc) == 1 else UNKNOWN_FIELD
-            errors.append(chosen.error(repr(name), field=field))
+            errors.append(chosen.error(repr(_clip(name)), field=field))
             continue
         top = str(loc[0]) if loc else ""
         shape_rule = _SHAPE_RULE_BY_FIELD.get(top, FIELD_TYPE)
-        errors.append(shape_rule.error(f"{field}: {detail['msg']}", field=field or None))
+        errors.append(shape_rule.error(f"{field}: {_clip(detail['msg'])}", field=field or None))
+    if len(details) > max_errors:
+        errors.append(ERROR_COUNT.error(f"… and {len(details) - max_errors} more"))
     return errors
 
 
@@ -458,6 +482,7 @@ def parse_request(
     data: AgentExecuteRequest | Mapping[str, Any] | str | bytes,
     *,
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+    max_errors: int = DEFAULT_MAX_ERRORS,
 ) -> InvokeResult[AgentExecuteRequest]:
     """Parse and check a request: JSON text, a JSON-like mapping or a model.
 
@@ -488,15 +513,15 @@ def parse_request(
         return _RequestResult.failure([ENVELOPE_OBJECT.error(detail)])
     text_errors = _text_errors(wire)
     if text_errors:
-        return _RequestResult.failure(text_errors)
+        return _RequestResult.failure(capped_errors(text_errors, max_errors))
     if isinstance(loaded, AgentExecuteRequest):
         request = loaded
     else:
         try:
             request = AgentExecuteRequest.model_validate(dict(loaded), by_alias=True, by_name=False)
         except ValidationError as error:
-            return _RequestResult.failure(_shape_errors(error))
+            return _RequestResult.failure(_shape_errors(error, max_errors))
     checked = validate_request(request)
     if not checked.successful:
-        return _RequestResult.failure(checked.errors)
+        return _RequestResult.failure(capped_errors(list(checked.errors), max_errors))
     return _RequestResult.success(request)
