@@ -139,6 +139,9 @@ class _Engine(_Table):
     retry_max_wait_seconds: float = Field(default=2.0, ge=0)
     max_json_depth: int = Field(default=64, ge=1)
     max_errors: int = Field(default=20, ge=1)
+    max_input_artifacts: int = Field(default=100, ge=0)
+    max_clipboard_images: int = Field(default=20, ge=0)
+    max_tool_results: int = Field(default=128, ge=0)
 
 
 class _Recording(_Table):

@@ -76,6 +76,11 @@ async def request_handler(scope: TurnScope) -> None:
         scope.raw_request,
         max_json_depth=scope.options.max_json_depth,
         max_errors=scope.options.max_errors,
+        count_caps={
+            "InputArtifacts": scope.options.max_input_artifacts,
+            "ClipboardImages": scope.options.max_clipboard_images,
+            "ToolResults": scope.options.max_tool_results,
+        },
     )
     if parsed.result is None:
         raise StepFaultError(await _with_tool_names(scope, parsed.errors))

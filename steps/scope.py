@@ -71,6 +71,10 @@ class PipelineOptions:
       ``DESIGN/limits/json-depth``.
     - ``max_errors``: most errors a refused request lists (default 20); the rest
       are counted in one last ``DESIGN/limits/error-count`` error ("… and N more").
+    - ``max_input_artifacts`` (100), ``max_clipboard_images`` (20),
+      ``max_tool_results`` (128): per-request counts, past which the request is
+      refused with ``DESIGN/limits/input-artifacts`` / ``clipboard-images`` /
+      ``tool-results``.
     """
 
     max_server_tool_rounds: int = 8
@@ -79,8 +83,13 @@ class PipelineOptions:
     retry_max_wait_seconds: float = 2.0
     max_json_depth: int = 64
     max_errors: int = 20
+    max_input_artifacts: int = 100
+    max_clipboard_images: int = 20
+    max_tool_results: int = 128
 
     def __post_init__(self) -> None:
+        if min(self.max_input_artifacts, self.max_clipboard_images, self.max_tool_results) < 0:
+            raise ValueError("count caps must be 0 or more")
         if self.max_errors < 1:
             raise ValueError("max_errors must be 1 or more")
         if self.max_json_depth < 1:

@@ -97,3 +97,29 @@ def test_many_unknown_keys_are_capped_with_a_count() -> None:
 def test_few_errors_are_not_capped() -> None:
     result = parse_request({"Instruction": "hi", "A": 1, "B": 2}, max_errors=2)
     assert "DESIGN/limits/error-count" not in _rule_ids(result)
+
+
+@pytest.mark.rule("DESIGN/limits/tool-results", "broken")
+def test_too_many_tool_results_are_refused_naming_the_field() -> None:
+    results = [{"ToolCallId": f"c{i}", "ResultJson": "{}"} for i in range(129)]
+    result = parse_request({"SessionId": "s", "TurnId": "t", "ToolResults": results})
+    assert _rule_ids(result) == ["DESIGN/limits/tool-results"]
+    assert result.errors[0].field == "ToolResults"
+
+
+@pytest.mark.rule("DESIGN/limits/input-artifacts", "broken")
+@pytest.mark.rule("DESIGN/limits/clipboard-images", "broken")
+def test_count_caps_are_configurable() -> None:
+    data = {"Instruction": "hi", "InputArtifacts": [{}, {}], "ClipboardImages": [{}, {}]}
+    caps = {"InputArtifacts": 1, "ClipboardImages": 1}
+    assert _rule_ids(parse_request(data, count_caps=caps)) == [
+        "DESIGN/limits/input-artifacts",
+        "DESIGN/limits/clipboard-images",
+    ]
+
+
+@pytest.mark.rule("DESIGN/limits/tool-results", "holds")
+@pytest.mark.rule("DESIGN/limits/input-artifacts", "holds")
+@pytest.mark.rule("DESIGN/limits/clipboard-images", "holds")
+def test_counts_within_caps_are_not_refused_by_count() -> None:
+    assert parse_request({"Instruction": "hi", "InputArtifacts": []}).successful

@@ -62,6 +62,27 @@ _INVALID = ErrorCode.INVALID_REQUEST
 DEFAULT_MAX_JSON_DEPTH = 64
 DEFAULT_MAX_ERRORS = 20
 QUOTE_LIMIT = 80
+_COUNT_CAPS = {
+    "InputArtifacts": rule(
+        "DESIGN/limits/input-artifacts",
+        "DESIGN.md limits",
+        "the request holds more InputArtifacts than the engine allows",
+        _INVALID,
+    ),
+    "ClipboardImages": rule(
+        "DESIGN/limits/clipboard-images",
+        "DESIGN.md limits",
+        "the request holds more ClipboardImages than the engine allows",
+        _INVALID,
+    ),
+    "ToolResults": rule(
+        "DESIGN/limits/tool-results",
+        "DESIGN.md limits",
+        "the request holds more ToolResults than the engine allows",
+        _INVALID,
+    ),
+}
+DEFAULT_COUNT_CAPS = {"InputArtifacts": 100, "ClipboardImages": 20, "ToolResults": 128}
 ERROR_COUNT = rule(
     "DESIGN/limits/error-count",
     "DESIGN.md limits",
@@ -483,6 +504,7 @@ def parse_request(
     *,
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     max_errors: int = DEFAULT_MAX_ERRORS,
+    count_caps: Mapping[str, int] | None = None,
 ) -> InvokeResult[AgentExecuteRequest]:
     """Parse and check a request: JSON text, a JSON-like mapping or a model.
 
@@ -505,12 +527,20 @@ def parse_request(
     if embedded and value_depth_exceeds(loaded, max_json_depth):  # text inside ResultJson
         return _RequestResult.failure([JSON_DEPTH.error(f"deeper than {max_json_depth}")])
     if isinstance(loaded, AgentExecuteRequest):
-        wire: object = loaded.model_dump(by_alias=True, exclude_none=True)
+        wire: Mapping[Any, Any] = loaded.model_dump(by_alias=True, exclude_none=True)
     elif isinstance(loaded, Mapping):
         wire = loaded
     else:
         detail = f"not JSON ({loaded})" if isinstance(loaded, Exception) else type(loaded).__name__
         return _RequestResult.failure([ENVELOPE_OBJECT.error(detail)])
+    caps = DEFAULT_COUNT_CAPS if count_caps is None else {**DEFAULT_COUNT_CAPS, **count_caps}
+    count_errors = [
+        _COUNT_CAPS[name].error(f"{len(items)} > {caps[name]}", field=name)
+        for name, items in ((name, wire.get(name)) for name in _COUNT_CAPS)
+        if isinstance(items, list) and len(items) > caps[name]
+    ]
+    if count_errors:
+        return _RequestResult.failure(count_errors)
     text_errors = _text_errors(wire)
     if text_errors:
         return _RequestResult.failure(capped_errors(text_errors, max_errors))
