@@ -22,7 +22,9 @@ its own, each optional:
 - ``[engine]`` — ``PipelineOptions`` (``max_server_tool_rounds``, ``llm_attempts``,
   ``retry_wait_seconds``, ``retry_max_wait_seconds``, and the limits
   ``turn_deadline_seconds``, ``server_tool_timeout_seconds`` (0 turns either off),
-  ``max_model_reply_chars``, ``max_transcript_messages``, ``transcript_policy``).
+  ``max_model_reply_chars``, ``max_transcript_messages``, ``transcript_policy``,
+  ``max_json_depth``, ``max_errors``, ``max_input_artifacts``, ``max_clipboard_images``,
+  ``max_tool_results``).
 - ``[recording]`` — record every turn for replay (``engine/recording.py``):
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
@@ -150,6 +152,11 @@ class _Engine(_Table):
     max_model_reply_chars: int = Field(default=1_000_000, ge=1)
     max_transcript_messages: int = Field(default=1000, ge=1)
     transcript_policy: TranscriptPolicy = "truncate"
+    max_json_depth: int = Field(default=64, ge=1)
+    max_errors: int = Field(default=20, ge=1)
+    max_input_artifacts: int = Field(default=100, ge=0)
+    max_clipboard_images: int = Field(default=20, ge=0)
+    max_tool_results: int = Field(default=128, ge=0)
 
     def options(self) -> PipelineOptions:
         """The ``PipelineOptions`` these keys give (a time limit of 0 is ``None``: off)."""

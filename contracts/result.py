@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -67,6 +68,11 @@ class InvokeError(WireModel):
     tool_call_id: str | None = None
     tool_name: str | None = None
 
+    @field_validator("message", "field", "tool_call_id", "tool_name", mode="after")
+    @classmethod
+    def _utf8(cls, value: str | None) -> str | None:
+        return None if value is None else encodable_text(value)
+
 
 class InvokeWarning(WireModel):
     """A non-fatal, system-level warning (AGN-033 §2.1)."""
@@ -76,6 +82,24 @@ class InvokeWarning(WireModel):
     code: str
     message: str
     rule_id: str | None = None
+
+    @field_validator("code", "message", mode="after")
+    @classmethod
+    def _utf8(cls, value: str) -> str:
+        return encodable_text(value)
+
+
+def encodable_text(text: str) -> str:
+    """``text`` with each lone surrogate written out as ``\\udXXX``, so it has UTF-8.
+
+    Errors quote client text (a key such as ``"\\ud800"``); every ``InvokeResult``
+    must still serialize (AGN-033 §4.1 UTF-8, DESIGN D140).
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 class InvokeResult(WireModel, Generic[T]):

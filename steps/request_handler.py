@@ -72,7 +72,16 @@ async def _with_tool_names(
 
 async def request_handler(scope: TurnScope) -> None:
     """Create ``scope.ctx`` from the request; a request that breaks AGN-034 faults the turn."""
-    parsed = parse_request(scope.raw_request)
+    parsed = parse_request(
+        scope.raw_request,
+        max_json_depth=scope.options.max_json_depth,
+        max_errors=scope.options.max_errors,
+        count_caps={
+            "InputArtifacts": scope.options.max_input_artifacts,
+            "ClipboardImages": scope.options.max_clipboard_images,
+            "ToolResults": scope.options.max_tool_results,
+        },
+    )
     if parsed.result is None:
         raise StepFaultError(await _with_tool_names(scope, parsed.errors))
     request = parsed.result

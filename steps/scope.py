@@ -94,6 +94,15 @@ class PipelineOptions:
       of a session the model is sent; past it ``"truncate"`` leaves the oldest
       out (with a warning) and ``"refuse"`` faults the turn
       (``DESIGN/limits/transcript-size``).
+    - ``max_json_depth``: deepest JSON array/object nesting a request (or the JSON
+      text of a ``ResultJson``) may have (default 64); deeper is refused first, with
+      ``DESIGN/limits/json-depth``.
+    - ``max_errors``: most errors a refused request lists (default 20); the rest
+      are counted in one last ``DESIGN/limits/error-count`` error ("… and N more").
+    - ``max_input_artifacts`` (100), ``max_clipboard_images`` (20),
+      ``max_tool_results`` (128): per-request counts, past which the request is
+      refused with ``DESIGN/limits/input-artifacts`` / ``clipboard-images`` /
+      ``tool-results``.
     """
 
     max_server_tool_rounds: int = 8
@@ -105,8 +114,19 @@ class PipelineOptions:
     max_model_reply_chars: int = 1_000_000
     max_transcript_messages: int = 1000
     transcript_policy: TranscriptPolicy = "truncate"
+    max_json_depth: int = 64
+    max_errors: int = 20
+    max_input_artifacts: int = 100
+    max_clipboard_images: int = 20
+    max_tool_results: int = 128
 
     def __post_init__(self) -> None:
+        if min(self.max_input_artifacts, self.max_clipboard_images, self.max_tool_results) < 0:
+            raise ValueError("count caps must be 0 or more")
+        if self.max_errors < 1:
+            raise ValueError("max_errors must be 1 or more")
+        if self.max_json_depth < 1:
+            raise ValueError("max_json_depth must be 1 or more")
         if self.max_server_tool_rounds < 0:
             raise ValueError("max_server_tool_rounds must be 0 or more")
         if self.llm_attempts < 1:

@@ -95,3 +95,17 @@ def test_demo_runs_a_three_turn_session_and_checks_every_example() -> None:
     assert "[review_checklist: executed]" in live[2]
     assert all(line.endswith("complete ✓") for line in live)
     assert f"3 valid, 5 refused, {len(EXAMPLES)} requests" in run.stdout
+
+
+def test_validate_of_a_lone_surrogate_key_prints_the_result_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    request = tmp_path / "surrogate.json"
+    request.write_bytes(b'{"\\ud800": 1, "Instruction": "hi"}')
+
+    run = _aptix("validate", "--compact", str(request))
+
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    result = json.loads(run.stdout.splitlines()[0])
+    assert result["Errors"][0]["Field"] == "\\ud800"

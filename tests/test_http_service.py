@@ -599,3 +599,26 @@ def test_aptix_serve_two_workers_share_one_postgresql_database(
     ]
     assert len({r.json()["Result"]["SessionId"] for r in firsts}) == sessions
     assert started == 2
+
+
+async def test_a_lone_surrogate_key_and_deep_json_are_answered_not_500(tmp_path: Path) -> None:
+    app, llm, store = _host_app(tmp_path)
+    surrogate = b'{"\\ud800": 1, "Instruction": "hi"}'
+    deep = b'{"Instruction": "hi", "X": ' + b"[" * 1_000 + b"]" * 1_000 + b"}"
+
+    async with _client(app) as client:
+        answers = [
+            await client.post(
+                EXECUTE_PATH,
+                content=body,
+                headers={**ANA, "Content-Type": "application/json"},
+            )
+            for body in (surrogate, deep)
+        ]
+
+    assert [answer.status_code for answer in answers] == [400, 400]
+    assert [answer.json()["Errors"][0]["RuleId"] for answer in answers] == [
+        "AGN-034/4.1/text-utf8",
+        "DESIGN/limits/json-depth",
+    ]
+    assert (store.begun, llm.requests) == (0, [])

@@ -70,7 +70,10 @@ def test_a_deeply_nested_mapping_is_answered_not_raised() -> None:
         cursor["a"] = {}
         cursor = cursor["a"]  # type: ignore[assignment]
 
-    result = parse_request({"Instruction": "x", "WorkspaceHints": deep})
+    assert parse_request({"Instruction": "x", "WorkspaceHints": deep}).rule_ids == (
+        "DESIGN/limits/json-depth",
+    )
+    result = parse_request({"Instruction": "x", "WorkspaceHints": deep}, max_json_depth=60_000)
 
     assert result.rule_ids == ("AGN-034/3/unknown-field",)
     assert result.errors[0].field == "WorkspaceHints.a"

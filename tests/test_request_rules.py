@@ -176,14 +176,14 @@ BROKEN = [
     C(ENVELOPE, "not-json", "nope", None),
     C(ENVELOPE, "empty-text", "", None),
     C(ENVELOPE, "truncated-object", '{"Instruction": "x"', None),
-    C(ENVELOPE, "nested-100000-deep", _deeply_nested(100_000), None),
+    C(ENVELOPE, "nested-60-deep", _deeply_nested(60), None),
     C(ENVELOPE, "nan-is-not-json", '{"Instruction": "x", "Stream": NaN}', None),
     # §4.1: text is UTF-8; a lone surrogate has no UTF-8 encoding.
     C(TEXT_UTF8, "instruction-lone-surrogate", '{"Instruction": "Explain \\ud800 this."}',
       "Instruction"),
     C(TEXT_UTF8, "artifact-contents", _with_artifact({"Contents": "x\udfff"}),
       "InputArtifacts[0].Contents"),
-    C(TEXT_UTF8, "unknown-key", _initial({"K\ud800": 1}), "K\ud800"),
+    C(TEXT_UTF8, "unknown-key", _initial({"K\ud800": 1}), "K\\ud800"),
     # §2.1, §3: mode, correlation, diagnostics and provider state are server-owned.
     C(SERVER_OWNED, "Mode", _initial({"Mode": "coding"}), "Mode"),
     C(SERVER_OWNED, "mode", _initial({"mode": "coding"}), "mode"),

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -20,7 +21,9 @@ __all__ = [
     "non_utf8_fields",
     "null_fields",
     "strict_json_loads",
+    "text_depth_exceeds",
     "utf8_text",
+    "value_depth_exceeds",
 ]
 
 
@@ -107,3 +110,59 @@ def non_utf8_fields(data: object) -> list[str]:
 def null_fields(data: object) -> list[str]:
     """JSON paths whose value is ``null``."""
     return [path for path, value in json_nodes(data) if value is None]
+
+
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]+|\\.)*"?|[\[\]{}]', re.DOTALL)
+_JSON_TOKENS_BYTES = re.compile(rb'"(?:[^"\\]+|\\.)*"?|[\[\]{}]', re.DOTALL)
+_EMBEDDED_JSON_KEYS = frozenset({"ResultJson", "ArgumentsJson"})
+
+
+def text_depth_exceeds(text: str | bytes | bytearray, limit: int) -> bool:
+    """Whether JSON ``text`` nests arrays/objects deeper than ``limit``.
+
+    One linear pass over the brackets outside strings (escapes honoured); no
+    recursion and no parsing, so it is safe to run before anything else
+    (DESIGN.md limits, ``DESIGN/limits/json-depth``).
+    """
+    if isinstance(text, str):
+        tokens: Iterable[str | bytes] = (m.group() for m in _JSON_TOKENS.finditer(text))
+        opening: tuple[str | bytes, ...] = ("[", "{")
+        closing: tuple[str | bytes, ...] = ("]", "}")
+    else:
+        tokens = (m.group() for m in _JSON_TOKENS_BYTES.finditer(text))
+        opening, closing = (b"[", b"{"), (b"]", b"}")
+    depth = 0
+    for token in tokens:
+        if token in opening:
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in closing:
+            depth = max(depth - 1, 0)
+    return False
+
+
+def value_depth_exceeds(data: object, limit: int) -> bool:
+    """Whether a JSON-like Python value nests mappings/lists deeper than ``limit``.
+
+    Iterative, linear in the size of ``data``; a cycle counts as unbounded depth.
+    Values that are not JSON are left for the model to refuse. The JSON text of a
+    ``ResultJson`` or ``ArgumentsJson`` field is held to the same limit.
+    """
+    pending: list[tuple[object, int]] = [(data, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, Mapping):
+            if depth + 1 > limit:
+                return True
+            for key, item in value.items():
+                if key in _EMBEDDED_JSON_KEYS and isinstance(item, str | bytes):
+                    if text_depth_exceeds(item, limit):
+                        return True
+                else:
+                    pending.append((item, depth + 1))
+        elif isinstance(value, list | tuple):
+            if depth + 1 > limit:
+                return True
+            pending.extend((item, depth + 1) for item in value)
+    return False

@@ -36,7 +36,13 @@ from aptix_pipeline.contracts import (
 )
 
 from .core import has_text, has_user_input
-from .json_text import json_path, non_utf8_fields, strict_json_loads
+from .json_text import (
+    json_path,
+    non_utf8_fields,
+    strict_json_loads,
+    text_depth_exceeds,
+    value_depth_exceeds,
+)
 from .rules import rule
 from .tool_results import ToolResultRules, tool_result_errors
 
@@ -53,6 +59,43 @@ _RequestResult = InvokeResult[AgentExecuteRequest]
 
 _INVALID = ErrorCode.INVALID_REQUEST
 
+DEFAULT_MAX_JSON_DEPTH = 64
+DEFAULT_MAX_ERRORS = 20
+QUOTE_LIMIT = 80
+_COUNT_CAPS = {
+    "InputArtifacts": rule(
+        "DESIGN/limits/input-artifacts",
+        "DESIGN.md limits",
+        "the request holds more InputArtifacts than the engine allows",
+        _INVALID,
+    ),
+    "ClipboardImages": rule(
+        "DESIGN/limits/clipboard-images",
+        "DESIGN.md limits",
+        "the request holds more ClipboardImages than the engine allows",
+        _INVALID,
+    ),
+    "ToolResults": rule(
+        "DESIGN/limits/tool-results",
+        "DESIGN.md limits",
+        "the request holds more ToolResults than the engine allows",
+        _INVALID,
+    ),
+}
+DEFAULT_COUNT_CAPS = {"InputArtifacts": 100, "ClipboardImages": 20, "ToolResults": 128}
+ERROR_COUNT = rule(
+    "DESIGN/limits/error-count",
+    "DESIGN.md limits",
+    "more errors were found than a result lists",
+    _INVALID,
+)
+JSON_DEPTH = rule(
+    "DESIGN/limits/json-depth",
+    "DESIGN.md limits",
+    "the request nests JSON arrays/objects deeper than the engine allows "
+    "(checked before any other work; also for ResultJson/ArgumentsJson text)",
+    _INVALID,
+)
 ENVELOPE_OBJECT = rule(
     "AGN-034/3/envelope-object", "AGN-034 §3", "the request must be one JSON object", _INVALID
 )
@@ -410,20 +453,36 @@ def validate_request(request: AgentExecuteRequest) -> InvokeResult[ContextType]:
     return _KindResult.success(kind)
 
 
-def _shape_errors(error: ValidationError) -> list[InvokeError]:
+def _clip(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """Client text quoted in an error, cut to ``limit`` characters with an ellipsis (D142)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def capped_errors(errors: list[InvokeError], max_errors: int) -> list[InvokeError]:
+    """The first ``max_errors`` errors, then one ``DESIGN/limits/error-count`` for the rest."""
+    if len(errors) <= max_errors:
+        return errors
+    rest = len(errors) - max_errors
+    return [*errors[:max_errors], ERROR_COUNT.error(f"… and {rest} more")]
+
+
+def _shape_errors(error: ValidationError, max_errors: int) -> list[InvokeError]:
     errors: list[InvokeError] = []
-    for detail in error.errors(include_url=False):
+    details = error.errors(include_url=False)
+    for detail in details[:max_errors]:
         loc = detail["loc"]
-        field = json_path(loc)
+        field = _clip(json_path(loc), 200)
         if detail["type"] == "extra_forbidden":
             name = str(loc[-1]) if loc else ""
             owned = _normalized_name(name) in SERVER_OWNED_FIELDS
             chosen = SERVER_OWNED_FIELD if owned and len(loc) == 1 else UNKNOWN_FIELD
-            errors.append(chosen.error(repr(name), field=field))
+            errors.append(chosen.error(repr(_clip(name)), field=field))
             continue
         top = str(loc[0]) if loc else ""
         shape_rule = _SHAPE_RULE_BY_FIELD.get(top, FIELD_TYPE)
-        errors.append(shape_rule.error(f"{field}: {detail['msg']}", field=field or None))
+        errors.append(shape_rule.error(f"{field}: {_clip(detail['msg'])}", field=field or None))
+    if len(details) > max_errors:
+        errors.append(ERROR_COUNT.error(f"… and {len(details) - max_errors} more"))
     return errors
 
 
@@ -442,32 +501,57 @@ def _load(data: AgentExecuteRequest | Mapping[str, Any] | str | bytes) -> object
 
 def parse_request(
     data: AgentExecuteRequest | Mapping[str, Any] | str | bytes,
+    *,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+    max_errors: int = DEFAULT_MAX_ERRORS,
+    count_caps: Mapping[str, int] | None = None,
 ) -> InvokeResult[AgentExecuteRequest]:
     """Parse and check a request: JSON text, a JSON-like mapping or a model.
 
     Mappings and JSON use the wire (PascalCase) names only. The result is
     unsuccessful, never an exception, for anything that is not a valid AGN-034
-    request; each error names its rule id and the offending field.
+    request; each error names its rule id and the offending field. Input nested
+    deeper than ``max_json_depth`` is refused first (``DESIGN/limits/json-depth``),
+    before JSON parsing, UTF-8 checks or model validation.
     """
+    if isinstance(data, str | bytes | bytearray):
+        too_deep = text_depth_exceeds(data, max_json_depth)
+    else:
+        too_deep = not isinstance(data, AgentExecuteRequest) and value_depth_exceeds(
+            data, max_json_depth
+        )
+    if too_deep:
+        return _RequestResult.failure([JSON_DEPTH.error(f"deeper than {max_json_depth}")])
     loaded = _load(data)
+    embedded = not isinstance(data, Mapping | AgentExecuteRequest) and isinstance(loaded, Mapping)
+    if embedded and value_depth_exceeds(loaded, max_json_depth):  # text inside ResultJson
+        return _RequestResult.failure([JSON_DEPTH.error(f"deeper than {max_json_depth}")])
     if isinstance(loaded, AgentExecuteRequest):
-        wire: object = loaded.model_dump(by_alias=True, exclude_none=True)
+        wire: Mapping[Any, Any] = loaded.model_dump(by_alias=True, exclude_none=True)
     elif isinstance(loaded, Mapping):
         wire = loaded
     else:
         detail = f"not JSON ({loaded})" if isinstance(loaded, Exception) else type(loaded).__name__
         return _RequestResult.failure([ENVELOPE_OBJECT.error(detail)])
+    caps = DEFAULT_COUNT_CAPS if count_caps is None else {**DEFAULT_COUNT_CAPS, **count_caps}
+    count_errors = [
+        _COUNT_CAPS[name].error(f"{len(items)} > {caps[name]}", field=name)
+        for name, items in ((name, wire.get(name)) for name in _COUNT_CAPS)
+        if isinstance(items, list) and len(items) > caps[name]
+    ]
+    if count_errors:
+        return _RequestResult.failure(count_errors)
     text_errors = _text_errors(wire)
     if text_errors:
-        return _RequestResult.failure(text_errors)
+        return _RequestResult.failure(capped_errors(text_errors, max_errors))
     if isinstance(loaded, AgentExecuteRequest):
         request = loaded
     else:
         try:
             request = AgentExecuteRequest.model_validate(dict(loaded), by_alias=True, by_name=False)
         except ValidationError as error:
-            return _RequestResult.failure(_shape_errors(error))
+            return _RequestResult.failure(_shape_errors(error, max_errors))
     checked = validate_request(request)
     if not checked.successful:
-        return _RequestResult.failure(checked.errors)
+        return _RequestResult.failure(capped_errors(list(checked.errors), max_errors))
     return _RequestResult.success(request)

@@ -32,7 +32,14 @@ from aptix_pipeline.contracts import (
 
 from .checks import Check, requirement, run_checks
 from .core import has_text
-from .json_text import json_path, non_utf8_fields, null_fields, strict_json_loads
+from .json_text import (
+    json_path,
+    non_utf8_fields,
+    null_fields,
+    strict_json_loads,
+    text_depth_exceeds,
+    value_depth_exceeds,
+)
 from .rules import outcome, rule
 from .tool_results import ToolResultRules, tool_result_errors
 
@@ -568,13 +575,22 @@ def validate_response(response: AgentExecuteResponse) -> InvokeResult[None]:
     return outcome(response_errors(response))
 
 
-def parse_response(data: str | bytes | Mapping[str, Any]) -> InvokeResult[AgentExecuteResponse]:
+def parse_response(
+    data: str | bytes | Mapping[str, Any], *, max_json_depth: int = 64
+) -> InvokeResult[AgentExecuteResponse]:
     """Parse a wire response (JSON text or a JSON-like mapping) and check it against AGN-033.
 
     For clients and hosts that receive responses: only the wire (PascalCase) names
     are accepted; unknown fields, wrong types and every AGN-033 rule are reported
-    as errors with rule ids and fields. Never raises for bad input.
+    as errors with rule ids and fields. Never raises for bad input; input nested
+    deeper than ``max_json_depth`` is refused first (``DESIGN/limits/json-depth``).
     """
+    if (
+        text_depth_exceeds(data, max_json_depth)
+        if isinstance(data, str | bytes | bytearray)
+        else value_depth_exceeds(data, max_json_depth)
+    ):
+        return _ResponseResult.failure([RESPONSE_SHAPE.error(f"deeper than {max_json_depth}")])
     try:
         loaded = strict_json_loads(data) if isinstance(data, str | bytes | bytearray) else data
     except (ValueError, RecursionError) as error:
