@@ -60,12 +60,15 @@ from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, RecordingOpt
 from aptix_pipeline.engine.recording import TurnRecording
 
 __all__ = [
+    "CALLER",
     "ENCODINGS",
     "INVARIANTS",
     "KINDS",
     "MUTATIONS",
     "STORE_KINDS",
+    "Base",
     "Case",
+    "Deep",
     "FuzzLLM",
     "FuzzWorld",
     "Outcome",
@@ -656,7 +659,7 @@ def _mutate_text(text: str, rng: random.Random) -> str:
 def _to_bytes(text: str, rng: random.Random) -> bytes:
     choice = rng.randrange(8)
     if choice == 0:
-        return text.encode("utf-16")
+        return text.encode("utf-16", "surrogatepass")
     if choice == 1:
         return text.encode("latin-1", "replace")
     if choice == 2:
