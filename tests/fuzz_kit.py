@@ -30,6 +30,7 @@ case meets the same sessions and the dump stays small.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -405,7 +406,7 @@ def _duplicate(rng: random.Random, data: dict[str, Any], state: MutationState) -
     lists = [lst for lst in _lists(data) if lst]
     if lists and rng.random() < 0.7:
         target = rng.choice(lists)
-        target.append(json.loads(json.dumps(target[rng.randrange(len(target))], default=repr)))
+        target.append(copy.deepcopy(target[rng.randrange(len(target))]))
         return data
     # The same field under a name that differs in case or spelling only.
     pool = _positions(data)
@@ -496,7 +497,7 @@ def _huge_list(rng: random.Random, data: dict[str, Any], state: MutationState) -
     name = rng.choice(("InputArtifacts", "ClipboardImages", "RagScope", "ToolResults"))
     items = data.get(name) if isinstance(data.get(name), list) and data.get(name) else None
     item: Any = items[0] if items else {"Key": "k", "Operator": "==", "Values": ["v"]}
-    data[name] = [json.loads(json.dumps(item, default=repr)) for _ in range(count)]
+    data[name] = [copy.deepcopy(item) for _ in range(count)]
     return data
 
 

@@ -11,7 +11,8 @@ requests; each keeps one recording, redacting world per store kind
 (``FuzzWorld``). The counts printed at the end: requests, successful, refused,
 unhandled exceptions, unserializable results, changes stored by refused input and
 unserializable recordings, per kind, then every failure class with its first
-request. The exit status is 1 when any of the failure counts is above 0.
+request. The exit status is 1 when any of the failure counts is above 0 (or the
+harness itself failed to make a request: ``harness errors``).
 """
 
 from __future__ import annotations
@@ -71,7 +72,12 @@ def _run_chunk(task: tuple[int, int, int]) -> Tally:
     assert _WORKER is not None
     tally = Tally()
     for index in range(start, stop):
-        case, outcome = _WORKER.run(seed, index)
+        try:
+            case, outcome = _WORKER.run(seed, index)
+        except Exception as error:  # the harness's own bug: counted, shown, never fatal
+            tally.other["harness errors"] = tally.other.get("harness errors", 0) + 1
+            print(f"harness error at --only {index}: {error!r}", file=sys.stderr)
+            continue
         tally.add(case, outcome, label=f"--seed {seed} --only {index}:")
     return tally
 
@@ -110,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     print(f"make fuzz: seed {args.seed}, {args.workers} workers, {elapsed:.0f} s")
     print(tally.report())
-    return 1 if tally.bad else 0
+    return 1 if tally.bad or tally.other.get("harness errors") else 0
 
 
 if __name__ == "__main__":
