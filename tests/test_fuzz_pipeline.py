@@ -128,6 +128,11 @@ KNOWN: dict[str, tuple[str, Any]] = {
     "lone-surrogate-key-in-json-text": ("initial", '{"\\ud800": 1, "Instruction": "hi"}'),
     "lone-surrogate-in-instruction": ("initial", {"Instruction": "hi \udc80"}),
     "lone-surrogate-in-result-json": ("continuation", _continuation('{"text": "\ud800"}')),
+    "escaped-lone-surrogate-in-bytes": ("initial", b'{"Instruction": "hi", "X": "\\ud800"}'),
+    "lone-surrogate-in-workspace-hints": (
+        "initial",
+        {"Instruction": "hi", "WorkspaceHints": {"WorkspaceId": "\ud800"}},
+    ),
     "invalid-utf8-bytes": ("initial", b'{"Instruction": "\xed\xa0\x80", "\xff": 1}'),
     # item 6: NUL and other edge Unicode
     "nul-in-solution-context": ("initial", {"Instruction": "hi", "SolutionContextText": "a\x00b"}),
