@@ -12,7 +12,7 @@ PY := $(BIN)/python
 PACKAGE_DIRS := package contracts validators steps engine adapters
 MODULES := $(VENV)/.modules
 
-.PHONY: all test demo bench bench-http lint typecheck format schemas conformance diagrams recordings install clean postgres-server graphviz
+.PHONY: all test demo bench bench-http fuzz lint typecheck format schemas conformance diagrams recordings install clean postgres-server graphviz
 
 all: test
 
@@ -87,6 +87,13 @@ bench: install
 # in HTTP_BENCH_ARGS, e.g. HTTP_BENCH_ARGS="--requests 500 --json http.json").
 bench-http: install
 	$(PY) bench/http_load.py $(HTTP_BENCH_ARGS)
+
+# 100,000 mutated requests of the three kinds through Pipeline.execute, recording and
+# redacting, on the memory and SQLite stores, in 2 processes (tests/fuzz_run.py; options
+# in FUZZ_ARGS, e.g. FUZZ_ARGS="--requests 1000000 --seed 7"). Prints the counts; fails
+# on any unhandled exception, unserializable result or change stored by a refused request.
+fuzz: install
+	$(PY) tests/fuzz_run.py $(FUZZ_ARGS)
 
 schemas: install
 	$(PY) -m aptix_pipeline.contracts.schemas docs/schemas
