@@ -6,11 +6,11 @@ import asyncio
 import json
 from typing import Any
 
+from engine_kit import CALLER, OTHER_USER, continuation, make_pipeline, ok
+
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.contracts import LLMReply, LLMRequest
 from aptix_pipeline.engine.idempotency import continuation_key
-
-from .engine_kit import CALLER, OTHER_USER, continuation, make_pipeline, ok
 
 READ = {"tool_calls": [{"id": "call-1", "name": "read_file", "arguments": {"path": "a.py"}}]}
 
