@@ -63,6 +63,7 @@ from .events import (
     split_listeners,
 )
 from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore
+from .idempotency import SingleFlight, continuation_key
 from .machine import TurnRun
 from .port_tap import PortTap, provider_name_of, tap_ports
 from .recording import (
@@ -189,6 +190,12 @@ def _caller(caller: object) -> Caller:
     )
 
 
+def _caller_key(caller: object) -> tuple[str, str]:
+    """The org and user a single-flight key is scoped to."""
+    who = _caller(caller)
+    return str(who.org), str(who.user)
+
+
 def _guarded(ports: Ports) -> Ports:
     """Ports whose store and catalogs report their own failures (``engine/guarded_ports.py``)."""
     return replace(
@@ -267,6 +274,7 @@ class Pipeline:
             {**STEP_FUNCTIONS, **steps} if steps else STEP_FUNCTIONS
         )
         self._listeners, self._async_listeners = split_listeners(listeners)
+        self._single_flight = SingleFlight()
         compile_machine()  # once per process: a machine the runner cannot run fails here
 
     async def execute(
@@ -290,7 +298,24 @@ class Pipeline:
         *,
         initial_mode: str | None = None,
     ) -> TurnReport:
-        """Run one turn and report what it did (see ``TurnReport``)."""
+        """Run one turn and report what it did (see ``TurnReport``).
+
+        Identical continuations in flight at once share one run (``engine/idempotency.py``).
+        """
+        key = continuation_key(request, *_caller_key(caller))
+        if key is None:
+            return await self._run(request, caller, initial_mode=initial_mode)
+        return await self._single_flight.run(
+            key, lambda: self._run(request, caller, initial_mode=initial_mode)
+        )
+
+    async def _run(
+        self,
+        request: RequestInput,
+        caller: Caller | Mapping[str, Any],
+        *,
+        initial_mode: str | None = None,
+    ) -> TurnReport:
         if self.recording is None:
             return await self.run_tapped(request, caller, initial_mode=initial_mode)
         tap = RecordingTap()

@@ -1311,8 +1311,14 @@ async def test_two_concurrent_continuations_of_one_pending_turn_one_wins_one_con
     pending = ok(await pipeline.execute(INITIAL_REQUEST, CALLER))
     llm.armed = True
 
+    # Two different results for the one call: identical copies would share one run.
+    first, second = (
+        {"ToolCallId": "call-1", "ExecutionMs": 1, "ResultJson": json.dumps({"n": n})}
+        for n in (1, 2)
+    )
     reports = await asyncio.gather(
-        pipeline.run(continuation(pending), CALLER), pipeline.run(continuation(pending), CALLER)
+        pipeline.run(continuation(pending, first), CALLER),
+        pipeline.run(continuation(pending, second), CALLER),
     )
 
     assert llm.arrived == 2  # both were in flight before either committed
