@@ -31,7 +31,13 @@ from test_http_service import ANA, ENV, READ_THEN_ANSWER, _client, _config
 from aptix_pipeline.adapters.http_app import EXECUTE_PATH, create_app
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.service_config import load_service_config
-from aptix_pipeline.engine import RecordingOptions, Telemetry, TurnRecording, replay
+from aptix_pipeline.engine import (
+    PipelineOptions,
+    RecordingOptions,
+    Telemetry,
+    TurnRecording,
+    replay,
+)
 from aptix_pipeline.engine.deep_json import dump_json, load_json, parse_json, plain
 from aptix_pipeline.engine.events import ToolExecutionStarted, TurnStarted
 from aptix_pipeline.engine.port_tap import encode_value
@@ -46,6 +52,7 @@ from aptix_pipeline.engine.replay import first_difference
 from aptix_pipeline.engine.telemetry import SpanBuilder
 
 DEEP = 100_000
+DEEP_ALLOWED = PipelineOptions(max_json_depth=DEEP + 10)  # past the wire limit (D140) on purpose
 
 
 def nested_text(depth: int, leaf: str = "1") -> str:
@@ -175,7 +182,9 @@ async def test_a_continuation_with_a_deep_result_answers_as_without_recording(
 ) -> None:
     answers = []
     for recording in (None, RecordingOptions(redact=True)):
-        pipeline = recording_pipeline(MemoryStore(), SCRIPT, recording=recording)
+        pipeline = recording_pipeline(
+            MemoryStore(), SCRIPT, recording=recording, options=DEEP_ALLOWED
+        )
         response = await client_tool_turn(pipeline)
         request = continuation(
             response, {"ToolCallId": "r1", "ExecutionMs": 1, "ResultJson": nested_text(depth)}
@@ -194,6 +203,7 @@ async def test_over_http_a_deep_continuation_recorded_redacted_gets_its_answer(
     tmp_path: Path,
 ) -> None:
     recording = '[recording]\ndirectory = "recordings"\nredact = true\n'
+    recording += "[engine]\nmax_json_depth = 1000\n"  # past the wire limit (D140) on purpose
     app = create_app(load_service_config(_config(tmp_path, READ_THEN_ANSWER, more=recording),
                                          env=ENV))  # fmt: skip
     async with _client(app) as client:
