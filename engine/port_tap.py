@@ -85,8 +85,8 @@ def encode_value(value: Any) -> Any:
     """
     try:
         return to_jsonable_python(value, fallback=repr)
-    except (ValueError, RecursionError):  # nested deeper than pydantic-core goes (~255 levels)
-        return _encoded_deep(value)
+    except (ValueError, RecursionError):  # nested deeper than pydantic-core goes (~255 levels),
+        return _encoded_deep(value)  # or bytes that are not UTF-8 (UnicodeDecodeError)
 
 
 def _encoded_deep(value: Any) -> Any:
@@ -107,7 +107,10 @@ def _encoded_deep(value: Any) -> Any:
             holder[slot] = copied
             pending.extend((inner, copied, index) for index, inner in enumerate(item))
         else:
-            holder[slot] = to_jsonable_python(item, fallback=repr)
+            try:
+                holder[slot] = to_jsonable_python(item, fallback=repr)
+            except ValueError:  # bytes that are not UTF-8: kept as their repr
+                holder[slot] = repr(item)
     return root[0]
 
 

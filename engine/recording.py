@@ -305,9 +305,14 @@ class TurnRecording:
         """
         data = self.to_dict()
         try:
-            return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+            text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
         except RecursionError:
-            return dump_json(data) + "\n"
+            text = dump_json(data) + "\n"
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (only ever inside a JSON string):
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")  # as its \\u escape
+        return text
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TurnRecording:

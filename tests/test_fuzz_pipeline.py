@@ -173,7 +173,9 @@ def test_known_hard_inputs_keep_the_invariants(world: tuple[FuzzWorld, Any], nam
 
 
 def _refusal(message: str = "refused") -> InvokeResult[AgentExecuteResponse]:
-    error = InvokeError(code=ErrorCode.INVALID_REQUEST, message=message)
+    # model_construct: InvokeError escapes lone surrogates when validated (D141), and the
+    # harness must still be shown an error that cannot be encoded
+    error = InvokeError.model_construct(code=ErrorCode.INVALID_REQUEST, message=message)
     return InvokeResult[AgentExecuteResponse].failure([error])
 
 
