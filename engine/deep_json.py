@@ -15,11 +15,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from json import decoder
 from typing import Any
 
-__all__ = ["Pairs", "as_pairs", "dump_json", "load_json", "parse_json", "plain"]
+__all__ = [
+    "Pairs",
+    "as_pairs",
+    "dump_json",
+    "list_branch",
+    "load_json",
+    "parse_json",
+    "plain",
+    "rebuilt",
+]
 
 
 class Pairs(list[Any]):
@@ -141,46 +150,65 @@ def dump_json(value: Any) -> str:
     return "".join(out)
 
 
-def as_pairs(value: Any) -> Any:
-    """JSON data with every mapping as ``Pairs`` (tuples as lists), without recursion."""
-    root: list[Any] = [None]
-    pending: list[tuple[Any, list[Any], int]] = [(value, root, 0)]
-    while pending:
-        item, holder, slot = pending.pop()
-        if isinstance(item, Mapping):
-            pairs = Pairs([key, None] for key in item)
-            holder[slot] = pairs
-            pending.extend(
-                (inner, pair, 1) for pair, inner in zip(pairs, item.values(), strict=True)
-            )
-        elif isinstance(item, list | tuple):
-            copied: list[Any] = [None] * len(item)
-            holder[slot] = copied
-            pending.extend((inner, copied, index) for index, inner in enumerate(item))
-        else:
-            holder[slot] = item
-    return root[0]
+Branch = Callable[[Any], "tuple[Any, Iterable[tuple[Any, Any, Any]]] | None"]
+"""What ``rebuilt`` asks of each value: ``None`` for a leaf, else the container to put
+in its place and its children as ``(value, holder, slot)``, in the order to fill them."""
 
 
-def plain(value: Any) -> Any:
-    """``Pairs`` as dicts again (the last of duplicate keys wins, as in ``json``)."""
+def rebuilt(value: Any, branch: Branch, leaf: Callable[[Any], Any] = lambda item: item) -> Any:
+    """``value`` copied without recursion: ``branch`` makes each container, ``leaf`` the rest.
+
+    The one walk behind ``as_pairs``, ``plain`` and the recording tap's deep encoder
+    (``engine/port_tap.py``): a stack of ``(value, holder, slot)``, each value written
+    into ``holder[slot]``, so any depth costs heap, not stack.
+    """
     root: list[Any] = [None]
     pending: list[tuple[Any, Any, Any]] = [(value, root, 0)]
     while pending:
         item, holder, slot = pending.pop()
-        if isinstance(item, Pairs):
-            made: dict[str, Any] = {}
-            holder[slot] = made
-            made.update((key, None) for key, _ in item)  # keys in order, as ``json`` has them
-            for key, inner in reversed(item):  # filled first to last: a duplicate's last wins
-                pending.append((inner, made, key))
-        elif isinstance(item, list):
-            copied: list[Any] = [None] * len(item)
-            holder[slot] = copied
-            pending.extend((inner, copied, index) for index, inner in enumerate(item))
-        else:
-            holder[slot] = item
+        made = branch(item)
+        if made is None:
+            holder[slot] = leaf(item)
+            continue
+        holder[slot], children = made
+        pending.extend(children)
     return root[0]
+
+
+def list_branch(item: list[Any] | tuple[Any, ...]) -> tuple[Any, Iterable[tuple[Any, Any, Any]]]:
+    """A list or tuple's ``rebuilt`` branch: a list of its length, filled item by item."""
+    copied: list[Any] = [None] * len(item)
+    return copied, ((inner, copied, index) for index, inner in enumerate(item))
+
+
+def _pairs_branch(item: Any) -> tuple[Any, Iterable[tuple[Any, Any, Any]]] | None:
+    if isinstance(item, Mapping):
+        pairs = Pairs([key, None] for key in item)
+        return pairs, ((inner, pair, 1) for pair, inner in zip(pairs, item.values(), strict=True))
+    if isinstance(item, list | tuple):
+        return list_branch(item)
+    return None
+
+
+def _plain_branch(item: Any) -> tuple[Any, Iterable[tuple[Any, Any, Any]]] | None:
+    if isinstance(item, Pairs):
+        made: dict[str, Any] = {}
+        made.update((key, None) for key, _ in item)  # keys in order, as ``json`` has them
+        # filled first to last (a stack): a duplicate key's last value wins
+        return made, ((inner, made, key) for key, inner in reversed(item))
+    if isinstance(item, list):
+        return list_branch(item)
+    return None
+
+
+def as_pairs(value: Any) -> Any:
+    """JSON data with every mapping as ``Pairs`` (tuples as lists), without recursion."""
+    return rebuilt(value, _pairs_branch)
+
+
+def plain(value: Any) -> Any:
+    """``Pairs`` as dicts again (the last of duplicate keys wins, as in ``json``)."""
+    return rebuilt(value, _plain_branch)
 
 
 def load_json(text: str) -> Any:

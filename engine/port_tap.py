@@ -17,7 +17,7 @@ same through the same guards.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -38,6 +38,8 @@ from aptix_pipeline.contracts import (
     Turn,
 )
 from aptix_pipeline.steps import Ports
+
+from .deep_json import list_branch, rebuilt
 
 __all__ = [
     "PortTap",
@@ -91,27 +93,28 @@ def encode_value(value: Any) -> Any:
 
 def _encoded_deep(value: Any) -> Any:
     """``encode_value`` without recursion: mappings and lists walked, the rest encoded alone."""
-    root: list[Any] = [None]
-    pending: list[tuple[Any, Any, Any]] = [(value, root, 0)]
-    while pending:
-        item, holder, slot = pending.pop()
-        if isinstance(item, Mapping):
-            made: dict[str, Any] = {}
-            holder[slot] = made
-            for key, inner in item.items():
-                name = key if isinstance(key, str) else str(encode_value(key))
-                made[name] = None
-                pending.append((inner, made, name))
-        elif isinstance(item, list | tuple):
-            copied: list[Any] = [None] * len(item)
-            holder[slot] = copied
-            pending.extend((inner, copied, index) for index, inner in enumerate(item))
-        else:
-            try:
-                holder[slot] = to_jsonable_python(item, fallback=repr)
-            except ValueError:  # bytes that are not UTF-8: kept as their repr
-                holder[slot] = repr(item)
-    return root[0]
+    return rebuilt(value, _encoded_branch, _encoded_leaf)
+
+
+def _encoded_branch(item: Any) -> tuple[Any, Iterable[tuple[Any, Any, Any]]] | None:
+    if isinstance(item, Mapping):
+        made: dict[str, Any] = {}
+        children = []
+        for key, inner in item.items():
+            name = key if isinstance(key, str) else str(encode_value(key))
+            made[name] = None
+            children.append((inner, made, name))
+        return made, children
+    if isinstance(item, list | tuple):
+        return list_branch(item)
+    return None
+
+
+def _encoded_leaf(item: Any) -> Any:
+    try:
+        return to_jsonable_python(item, fallback=repr)
+    except ValueError:  # bytes that are not UTF-8: kept as their repr
+        return repr(item)
 
 
 def decode_answer(adapter: TypeAdapter[T], data: Any) -> T:
