@@ -20,15 +20,23 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+from aptix_pipeline.validators.json_text import text_depth_exceeds, value_depth_exceeds
+
 __all__ = ["SingleFlight", "continuation_key"]
 
 T = TypeVar("T")
 
 
-def _as_mapping(request: object) -> Mapping[str, Any] | None:
+def _as_mapping(request: object, max_depth: int) -> Mapping[str, Any] | None:
     if isinstance(request, Mapping):
         return request
     if isinstance(request, (str, bytes)):
+        # Most requests are not continuations, and one nested past the wire limit is
+        # refused before any work (DESIGN/limits/json-depth): neither is parsed here.
+        # A key spelled with JSON escapes is missed, which only forgoes sharing a run.
+        named = "ToolResults" in request if isinstance(request, str) else b"ToolResults" in request
+        if not named or text_depth_exceeds(request, max_depth):
+            return None
         try:
             parsed = json.loads(request)
         except Exception:
@@ -44,15 +52,20 @@ def _as_mapping(request: object) -> Mapping[str, Any] | None:
     return None
 
 
-def continuation_key(request: object, org: str, user: str) -> tuple[str, str, str] | None:
+def continuation_key(
+    request: object, org: str, user: str, *, max_depth: int = 64
+) -> tuple[str, str, str] | None:
     """``(org, user, digest)`` of a continuation request; ``None`` for any other request.
 
     The digest is SHA-256 over the canonical JSON of the whole parsed request
     (SessionId, TurnId and ToolResults included), so two bodies that differ only in
-    key order or whitespace are identical.
+    key order or whitespace are identical. A request nested deeper than ``max_depth``
+    (the pipeline's ``max_json_depth``) gets no key: the turn refuses it first thing.
     """
-    body = _as_mapping(request)
+    body = _as_mapping(request, max_depth)
     if body is None or not body.get("ToolResults"):
+        return None
+    if isinstance(request, Mapping) and value_depth_exceeds(body, max_depth):
         return None
     if not isinstance(body.get("SessionId"), str) or not isinstance(body.get("TurnId"), str):
         return None

@@ -302,7 +302,7 @@ class Pipeline:
 
         Identical continuations in flight at once share one run (``engine/idempotency.py``).
         """
-        key = continuation_key(request, *_caller_key(caller))
+        key = continuation_key(request, *_caller_key(caller), max_depth=self.options.max_json_depth)
         if key is None:
             return await self._run(request, caller, initial_mode=initial_mode)
         return await self._single_flight.run(

@@ -70,3 +70,33 @@ def test_continuation_key_is_canonical_and_scoped() -> None:
 
 
 OTHER_USER_KEY = (OTHER_USER.org, OTHER_USER.user)
+
+
+def test_continuation_key_parses_no_user_turn_text_and_nothing_past_the_wire_depth(
+    monkeypatch: Any,
+) -> None:
+    """The key is computed before the turn's own checks: it must not parse a body the
+    turn would refuse first (DESIGN/limits/json-depth), nor every user turn's body."""
+
+    def no_parse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the request text was parsed")
+
+    monkeypatch.setattr("aptix_pipeline.engine.idempotency.json.loads", no_parse)
+    assert continuation_key(b'{"Instruction": "hi"}', "acme", "ana") is None
+    assert continuation_key('{"Instruction": "hi"}', "acme", "ana") is None
+    nested = "[" * 100 + "]" * 100
+    deep = f'{{"SessionId":"s","TurnId":"t","ToolResults":[{{"ResultJson":"1","X":{nested}}}]}}'
+    assert continuation_key(deep, "acme", "ana", max_depth=64) is None
+    deep_body = {
+        "SessionId": "s",
+        "TurnId": "t",
+        "ToolResults": [{"ResultJson": "1", "X": _nested_list(100)}],
+    }
+    assert continuation_key(deep_body, "acme", "ana", max_depth=64) is None
+
+
+def _nested_list(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
