@@ -7,9 +7,18 @@ so within one event loop it is atomic.
 
 from __future__ import annotations
 
-from aptix_pipeline.contracts import ChatMessage, Session, StoreConflictError, Turn, TurnStatus
+from datetime import datetime
 
-from .unit_of_work import BufferedTransaction, TurnWrites
+from aptix_pipeline.contracts import (
+    ChatMessage,
+    Session,
+    StoreConflictError,
+    StoredOutcome,
+    Turn,
+    TurnStatus,
+)
+
+from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable
 
 __all__ = ["MemoryStore"]
 
@@ -26,6 +35,8 @@ class MemoryStore:
         self._pending: dict[str, set[str]] = {}
         """Each session's turns that await client tool results: a follow-on's lookup is O(1)."""
         self._transcript: dict[str, list[ChatMessage]] = {}
+        self._outcomes: dict[tuple[str, str, str], StoredOutcome] = {}
+        """Stored outcomes by org, user and key; an expired one stays until replaced."""
 
     def begin(self, org: str, user: str) -> BufferedTransaction:
         """Start one turn's transaction for this caller."""
@@ -66,6 +77,17 @@ class MemoryStore:
         # Several (only a caller driving transactions by hand makes them): the first written.
         return next(turn for turn_id, turn in turns.items() if turn_id in pending)
 
+    async def read_outcome(self, org: str, user: str, key: str) -> StoredOutcome | None:
+        """This org and user's outcome under ``key``, expired or not."""
+        return self._outcomes.get((org, user, key))
+
+    def purge_outcomes(self, now: datetime) -> int:
+        """Forget every outcome expired by ``now``; how many there were."""
+        expired = [key for key, outcome in self._outcomes.items() if outcome.expired(now)]
+        for key in expired:
+            del self._outcomes[key]
+        return len(expired)
+
     async def apply(self, writes: TurnWrites) -> None:
         """Check every version first, then write everything (no await in between)."""
         for write in writes.sessions:
@@ -78,6 +100,11 @@ class MemoryStore:
             turn = turn_write.turn
             if turn_write.created and turn.id in self._turns.get(turn.session_id, {}):
                 raise StoreConflictError(f"turn {turn.id!r} already exists")
+        for outcome in writes.outcomes:
+            if not outcome_replaceable(
+                self._outcomes.get((writes.org, writes.user, outcome.key)), outcome
+            ):
+                raise StoreConflictError(f"outcome {outcome.key!r} is already stored")
         for write in writes.sessions:
             version = write.expected_version + 1
             self._sessions[write.session.id] = write.session.model_copy(update={"version": version})
@@ -91,3 +118,5 @@ class MemoryStore:
                 pending.discard(turn.id)
         for session_id, _, message in writes.transcript:
             self._transcript.setdefault(session_id, []).append(message)
+        for outcome in writes.outcomes:
+            self._outcomes[(writes.org, writes.user, outcome.key)] = outcome

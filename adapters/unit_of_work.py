@@ -6,7 +6,7 @@ and no store lock is held while the model thinks. Concurrency is optimistic: eac
 session a turn touches carries the version the turn read, and ``apply`` refuses
 (``StoreConflictError``) when another turn committed to that session in between.
 
-A store implements ``StoreBackend`` — four scoped reads and ``apply`` — and gets
+A store implements ``StoreBackend`` — five scoped reads and ``apply`` — and gets
 the full ``SessionTransaction`` port (contracts/ports.py) from ``BufferedTransaction``.
 Sessions, turns and messages are frozen values: a transaction hands out and keeps
 the objects it reads and is given, never copies; a change is a new object.
@@ -18,7 +18,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from aptix_pipeline.contracts import ChatMessage, ModeHistoryEntry, Session, Turn, TurnStatus
+from aptix_pipeline.contracts import (
+    ChatMessage,
+    ModeHistoryEntry,
+    Session,
+    StoredOutcome,
+    Turn,
+    TurnStatus,
+)
 
 __all__ = [
     "BufferedTransaction",
@@ -26,6 +33,7 @@ __all__ = [
     "StoreBackend",
     "TurnWrite",
     "TurnWrites",
+    "outcome_replaceable",
     "session_from_row",
 ]
 
@@ -46,6 +54,15 @@ def session_from_row(row: Sequence[Any], history: Iterable[str]) -> Session:
         version=row[8],
         mode_history=[ModeHistoryEntry.model_validate_json(entry) for entry in history],
     )
+
+
+def outcome_replaceable(stored: StoredOutcome | None, new: StoredOutcome) -> bool:
+    """Whether ``new`` may be written over ``stored`` (``SessionTransaction.save_outcome``).
+
+    Only when there is none yet or the stored one has expired by ``new``'s time;
+    otherwise another turn answered the key first and the commit is a conflict.
+    """
+    return stored is None or stored.expired(new.created_at)
 
 
 @dataclass(slots=True)
@@ -75,6 +92,7 @@ class TurnWrites:
     sessions: list[SessionWrite]
     turns: list[TurnWrite]
     transcript: list[tuple[str, str, ChatMessage]]
+    outcomes: list[StoredOutcome] = field(default_factory=list)
 
 
 class StoreBackend(Protocol):
@@ -96,8 +114,13 @@ class StoreBackend(Protocol):
         """The session's turn that awaits client tool results, if any."""
         ...
 
+    async def read_outcome(self, org: str, user: str, key: str) -> StoredOutcome | None:
+        """This org and user's stored outcome under ``key``, expired or not."""
+        ...
+
     async def apply(self, writes: TurnWrites) -> None:
-        """Write everything atomically; raise ``StoreConflictError`` on a version mismatch."""
+        """Write everything atomically; raise ``StoreConflictError`` on a version mismatch
+        or on an outcome whose key holds one that is not ``outcome_replaceable``."""
         ...
 
 
@@ -112,6 +135,7 @@ class BufferedTransaction:
         self._read: dict[str, Session] = {}
         self._turns: dict[tuple[str, str], TurnWrite] = {}
         self._transcript: list[tuple[str, str, ChatMessage]] = []
+        self._outcomes: dict[str, StoredOutcome] = {}
         self._closed = False
 
     def _open(self) -> None:
@@ -238,6 +262,18 @@ class BufferedTransaction:
         write.session = write.session.model_copy(update={"solution_context_text": text})
         return write.session
 
+    async def load_outcome(self, key: str) -> StoredOutcome | None:
+        """The caller's outcome under ``key`` (this transaction's own first), or ``None``."""
+        self._open()
+        if key in self._outcomes:
+            return self._outcomes[key]
+        return await self._backend.read_outcome(self._org, self._user, key)
+
+    async def save_outcome(self, outcome: StoredOutcome) -> None:
+        """Buffer an outcome of the caller; ``commit`` writes it with the turn."""
+        self._open()
+        self._outcomes[outcome.key] = outcome
+
     async def commit(self) -> None:
         """Apply every buffered write at once."""
         self._open()
@@ -248,8 +284,9 @@ class BufferedTransaction:
             sessions=list(self._sessions.values()),
             turns=list(self._turns.values()),
             transcript=list(self._transcript),
+            outcomes=list(self._outcomes.values()),
         )
-        if writes.sessions or writes.turns or writes.transcript:
+        if writes.sessions or writes.turns or writes.transcript or writes.outcomes:
             await self._backend.apply(writes)
 
     async def rollback(self) -> None:
@@ -258,3 +295,4 @@ class BufferedTransaction:
         self._sessions.clear()
         self._turns.clear()
         self._transcript.clear()
+        self._outcomes.clear()

@@ -18,6 +18,7 @@ from .context import (
     ResponsePayload,
     ResponseType,
     Session,
+    StoredOutcome,
     Turn,
     TurnStatus,
 )
@@ -109,6 +110,7 @@ __all__ = [
     "SessionTransaction",
     "SourceType",
     "StoreConflictError",
+    "StoredOutcome",
     "ToolCall",
     "ToolCallManifest",
     "ToolDefinition",

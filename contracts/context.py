@@ -31,6 +31,7 @@ __all__ = [
     "ResponsePayload",
     "ResponseType",
     "Session",
+    "StoredOutcome",
     "Turn",
     "TurnStatus",
 ]
@@ -162,6 +163,32 @@ class Turn(FrozenWireModel):
     usage: Usage | None = None
     server_tool_results: list[ToolResult] = Field(default_factory=list)
     created_at: datetime | None = None
+
+
+class StoredOutcome(FrozenWireModel):
+    """The answer a committed turn gave, kept so a retried request gets it again.
+
+    Stored with the turn, in the same commit, under ``key`` (scoped to the
+    caller's org and user). The engine's keys are ``continuation:<sha256>`` (a
+    continuation's SessionId, TurnId and ToolCallIds) and ``key:<Idempotency-Key>``
+    (docs/CONFORMANCE.md D181-D183). ``request_digest`` is the SHA-256 of the
+    request that produced the answer: a retry with the same key and another digest
+    is a conflict, not a replay. ``result_json`` is the ``InvokeResult``'s JSON.
+    ``expires_at`` (``None``: never) is when the key may be used afresh; a store
+    keeps an expired outcome until a new one replaces it or it is purged.
+    """
+
+    key: str
+    request_digest: str
+    session_id: str
+    turn_id: str
+    result_json: str
+    created_at: datetime
+    expires_at: datetime | None = None
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the key may be used afresh at ``now``."""
+        return self.expires_at is not None and self.expires_at <= now
 
 
 class AgentContext(WireModel):

@@ -7,7 +7,8 @@ implement them, and a host may bring its own.
   A turn reads and writes through one ``SessionTransaction``, committed only when
   the turn completes, so a failed turn writes nothing. ``set_session_mode`` is the
   SetSessionMode port of AGN-011 §3.2: the only way a mode changes, appending a
-  ModeHistory entry.
+  ModeHistory entry. A turn's answer is kept with it (``StoredOutcome``), so a
+  retried request is answered again instead of running twice.
 - ``ModeCatalog`` — a mode's display name and server tools (AGN-011 §4.2).
 - ``AgentCatalog`` — agent and conversation contexts, with their client tools.
 - ``LLM`` — messages and advertised tools in, text or tool calls out (AGN-036 §4.9).
@@ -25,7 +26,14 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import ConfigDict
 
 from .catalog import ModeSpec
-from .context import AgentContext, ConversationContext, ModeHistoryEntry, Session, Turn
+from .context import (
+    AgentContext,
+    ConversationContext,
+    ModeHistoryEntry,
+    Session,
+    StoredOutcome,
+    Turn,
+)
 from .llm import ChatMessage, LLMReply, LLMRequest
 from .wire import WireModel
 
@@ -114,6 +122,23 @@ class SessionTransaction(Protocol):
 
     async def set_solution_context(self, session_id: str, text: str) -> Session:
         """Replace the session's stored solution context (AGN-034 §4.5, session-latched)."""
+        ...
+
+    async def load_outcome(self, key: str) -> StoredOutcome | None:
+        """The caller's stored outcome under ``key``, expired or not, or ``None``.
+
+        What a retried request is answered with (docs/CONFORMANCE.md D181): read
+        before a turn runs, and again by a turn that lost a race to the commit.
+        """
+        ...
+
+    async def save_outcome(self, outcome: StoredOutcome) -> None:
+        """Keep ``outcome`` under its key for the caller, written by ``commit``.
+
+        The commit raises ``StoreConflictError`` when the caller already has an
+        unexpired outcome under that key (another turn answered it first); an
+        expired one is replaced.
+        """
         ...
 
     async def commit(self) -> None:

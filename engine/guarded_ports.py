@@ -26,6 +26,7 @@ from aptix_pipeline.contracts import (
     SessionStore,
     SessionTransaction,
     StoreConflictError,
+    StoredOutcome,
     Turn,
 )
 from aptix_pipeline.steps import StepFaultError, described
@@ -117,6 +118,14 @@ class GuardedTransaction:
         return await _guard(
             "SessionStore", "set_session_mode", self._inner.set_session_mode(session_id, entry)
         )
+
+    async def load_outcome(self, key: str) -> StoredOutcome | None:
+        """See ``SessionTransaction``."""
+        return await _guard("SessionStore", "load_outcome", self._inner.load_outcome(key))
+
+    async def save_outcome(self, outcome: StoredOutcome) -> None:
+        """See ``SessionTransaction``."""
+        await _guard("SessionStore", "save_outcome", self._inner.save_outcome(outcome))
 
     async def commit(self) -> None:
         """See ``SessionTransaction``."""

@@ -1,15 +1,26 @@
-"""Single-flight for identical continuations in one process (issue 13 item 4).
+"""Retries answered once: stored answers, idempotency keys and single-flight.
 
-A client that retries a continuation (AGN-033 §3, DESIGN.md R10) while the first
-copy is still running must not pay for a second model round. ``SingleFlight``
-keys a request by the caller's org and user and a canonical digest of the parsed
-request (JSON with sorted keys and no whitespace, so key order and spacing of the
-body do not matter): the first copy (the leader) runs the turn, every identical
-copy that arrives while it runs awaits the leader's ``TurnReport`` and returns it
-as its own, the same result, with no model call and nothing written. A leader
-that fails hands its failure to its followers too (a failed turn stored nothing,
-so a later retry runs again); a leader that is cancelled lets one follower take
-over. Only requests carrying ``ToolResults`` (continuations) are keyed.
+A client that lost a response sends the request again. This module makes that
+safe (docs/CONFORMANCE.md D180-D185):
+
+- **Which requests have an answer key.** A continuation (AGN-034 §2.2) always
+  does: ``continuation:<sha256>`` of its SessionId, TurnId and ToolCallIds, the
+  tool calls it answers (DESIGN.md R10). Any request given an idempotency key
+  (``Idempotency-Key`` over HTTP, ``idempotency_key=`` in the API) also has
+  ``key:<the key>``. Keys are scoped to the caller's org and user.
+- **What a retry gets.** A committed turn keeps its ``InvokeResult`` under its
+  keys (``StoredOutcome``, saved in the turn's own commit: ``steps/completion.py``).
+  Before a keyed request runs, ``AnswerBook.stored`` reads them: the same request
+  (same ``request_digest``, the SHA-256 of its canonical JSON) gets the stored
+  result again, without a model call or a write; a different request under the
+  same key gets a conflict naming the turn (``stored_answer_conflict``).
+- **Races.** Identical requests in flight at once in one process share one run
+  (``SingleFlight``); across processes both may run, one commits, and the other,
+  whose commit or PRE check then fails, reads the stored answer again and
+  returns the winner's.
+
+Nothing is stored for a turn that failed, so a retry of a failed request runs
+again; a stored answer expires after ``PipelineOptions.idempotency_ttl_seconds``.
 """
 
 from __future__ import annotations
@@ -18,24 +29,51 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from aptix_pipeline.contracts import (
+    AgentExecuteResponse,
+    Clock,
+    ContextType,
+    InvokeError,
+    InvokeResult,
+    SessionStore,
+    StoredOutcome,
+)
+from aptix_pipeline.steps import AnswerKeys
+from aptix_pipeline.validators import (
+    CONTINUATION_PREFIX,
+    KEY_PREFIX,
+    stored_answer_conflict,
+    validate_idempotency_key,
+)
 from aptix_pipeline.validators.json_text import text_depth_exceeds, value_depth_exceeds
 
-__all__ = ["SingleFlight", "continuation_key"]
+__all__ = [
+    "AnswerBook",
+    "RequestKeys",
+    "SingleFlight",
+    "continuation_key",
+    "request_keys",
+]
 
 T = TypeVar("T")
 
+# Parametrized once and kept: pydantic rebuilds a generic whose class was collected.
+_ResponseResult = InvokeResult[AgentExecuteResponse]
 
-def _as_mapping(request: object, max_depth: int) -> Mapping[str, Any] | None:
+
+def _as_mapping(request: object, max_depth: int, *, keyed: bool) -> Mapping[str, Any] | None:
     if isinstance(request, Mapping):
-        return request
+        return None if value_depth_exceeds(request, max_depth) else request
     if isinstance(request, (str, bytes)):
-        # Most requests are not continuations, and one nested past the wire limit is
-        # refused before any work (DESIGN/limits/json-depth): neither is parsed here.
-        # A key spelled with JSON escapes is missed, which only forgoes sharing a run.
+        # Most requests are neither keyed nor continuations, and one nested past the wire
+        # limit is refused before any work (DESIGN/limits/json-depth): neither is parsed
+        # here. A continuation whose key is spelled with JSON escapes is missed, which
+        # only forgoes its stored answer: the turn itself refuses or runs it as usual.
         named = "ToolResults" in request if isinstance(request, str) else b"ToolResults" in request
-        if not named or text_depth_exceeds(request, max_depth):
+        if not (named or keyed) or text_depth_exceeds(request, max_depth):
             return None
         try:
             parsed = json.loads(request)
@@ -52,32 +90,156 @@ def _as_mapping(request: object, max_depth: int) -> Mapping[str, Any] | None:
     return None
 
 
+def _sha256(value: object) -> str | None:
+    try:
+        canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    except Exception:  # NaN, odd keys or values: such a request is refused by the turn
+        return None
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def _continuation_ids(body: Mapping[str, Any]) -> tuple[str, str, list[str]] | None:
+    """SessionId, TurnId and the ToolCallIds of a continuation body, or ``None``."""
+    session_id, turn_id, results = (
+        body.get("SessionId"),
+        body.get("TurnId"),
+        body.get("ToolResults"),
+    )
+    if not isinstance(session_id, str) or not isinstance(turn_id, str):
+        return None
+    if not isinstance(results, list) or not results:
+        return None
+    ids: list[str] = []
+    for result in results:
+        call_id = result.get("ToolCallId") if isinstance(result, Mapping) else None
+        if not isinstance(call_id, str):
+            return None
+        ids.append(call_id)
+    return session_id, turn_id, ids
+
+
+@dataclass(frozen=True, slots=True)
+class RequestKeys:
+    """A request's answer keys, its digest, and what it is (``request_keys``).
+
+    ``flight`` keys ``SingleFlight``: the caller, the first answer key and the
+    digest, so only identical requests share a run.
+    """
+
+    org: str
+    user: str
+    keys: tuple[str, ...]
+    digest: str
+    context_type: ContextType
+
+    @property
+    def flight(self) -> tuple[str, str, str, str]:
+        """The single-flight key."""
+        return (self.org, self.user, self.keys[0], self.digest)
+
+    def answer_keys(self, ttl_seconds: float | None) -> AnswerKeys:
+        """What the turn's commit saves (``steps/completion.py``)."""
+        return AnswerKeys(self.keys, self.digest, ttl_seconds)
+
+
+def request_keys(
+    request: object,
+    org: str,
+    user: str,
+    *,
+    idempotency_key: str | None = None,
+    initial_mode: str | None = None,
+    max_depth: int = 64,
+) -> RequestKeys | InvokeError | None:
+    """The answer keys of a request; an ``InvokeError`` for a malformed idempotency key.
+
+    ``None`` when the request has none (a user turn without a key), or when it
+    cannot be read (not JSON, nested past ``max_depth``, another org's fields):
+    the turn then refuses or runs it as usual. The digest covers the whole parsed
+    request (key order and spacing do not matter) and, for a new session, the
+    ``initial_mode`` the host gave (AGN-011 §3.1, DESIGN.md R2).
+    """
+    if idempotency_key is not None:
+        checked = validate_idempotency_key(idempotency_key)
+        if not checked.successful:
+            return checked.errors[0]
+    if not org or not user:  # ValidateCore refuses the turn (AGN-036 §4.1)
+        return None
+    body = _as_mapping(request, max_depth, keyed=idempotency_key is not None)
+    if body is None:
+        return None
+    keys: list[str] = []
+    if idempotency_key is not None:
+        keys.append(KEY_PREFIX + idempotency_key)
+    continued = _continuation_ids(body)
+    if continued is not None:
+        context_type = ContextType.CLIENT_TOOL_CALL_CONTINUATION
+        calls = _sha256(list(continued))
+        if calls is not None:
+            keys.append(CONTINUATION_PREFIX + calls)
+    elif body.get("SessionId"):
+        context_type = ContextType.FOLLOW_ON
+    else:
+        context_type = ContextType.INITIAL
+    if not keys:
+        return None
+    mode = initial_mode if context_type is ContextType.INITIAL else None
+    digest = _sha256({"request": body, "initial_mode": mode})
+    if digest is None:
+        return None
+    return RequestKeys(org, user, tuple(keys), digest, context_type)
+
+
 def continuation_key(
     request: object, org: str, user: str, *, max_depth: int = 64
-) -> tuple[str, str, str] | None:
-    """``(org, user, digest)`` of a continuation request; ``None`` for any other request.
+) -> tuple[str, str, str, str] | None:
+    """The single-flight key of a continuation request; ``None`` for any other request."""
+    keys = request_keys(request, org, user, max_depth=max_depth)
+    return keys.flight if isinstance(keys, RequestKeys) else None
 
-    The digest is SHA-256 over the canonical JSON of the whole parsed request
-    (SessionId, TurnId and ToolResults included), so two bodies that differ only in
-    key order or whitespace are identical. A request nested deeper than ``max_depth``
-    (the pipeline's ``max_json_depth``) gets no key: the turn refuses it first thing.
+
+class AnswerBook:
+    """Reads stored answers for ``RequestKeys`` and turns one into a result.
+
+    ``store`` should report its own failures (the engine's ``GuardedStore``);
+    ``clock`` is read only when a stored answer has an expiry, so a request with
+    nothing stored reads no time (traces of first tries stay as they were).
     """
-    body = _as_mapping(request, max_depth)
-    if body is None or not body.get("ToolResults"):
-        return None
-    if isinstance(request, Mapping) and value_depth_exceeds(body, max_depth):
-        return None
-    if not isinstance(body.get("SessionId"), str) or not isinstance(body.get("TurnId"), str):
-        return None
-    try:
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    except Exception:
-        return None
-    return (org, user, hashlib.sha256(canonical.encode("ascii")).hexdigest())
+
+    def __init__(self, store: SessionStore, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def stored(self, keys: RequestKeys) -> StoredOutcome | None:
+        """The first unexpired answer stored under one of the request's keys."""
+        tx = self._store.begin(keys.org, keys.user)
+        try:
+            for key in keys.keys:
+                found = await tx.load_outcome(key)
+                if found is not None and (
+                    found.expires_at is None or not found.expired(self._clock.now())
+                ):
+                    return found
+            return None
+        finally:
+            await tx.rollback()
+
+    @staticmethod
+    def answer(keys: RequestKeys, stored: StoredOutcome) -> InvokeResult[AgentExecuteResponse]:
+        """The stored result for the same request; a conflict naming the turn for another."""
+        if stored.request_digest == keys.digest:
+            return _ResponseResult.model_validate_json(stored.result_json)
+        return _ResponseResult.failure([stored_answer_conflict(stored)])
 
 
 class SingleFlight:
-    """At most one run per key in flight; identical arrivals share its outcome."""
+    """At most one run per key in flight; identical arrivals share its outcome.
+
+    The first copy (the leader) runs; every copy with the same key that arrives
+    while it runs awaits the leader's outcome and returns it as its own. A leader
+    that fails hands its failure to its followers too; a leader that is cancelled
+    lets one follower take over.
+    """
 
     def __init__(self) -> None:
         self._flights: dict[object, asyncio.Future[Any]] = {}

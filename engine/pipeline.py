@@ -37,15 +37,19 @@ from aptix_pipeline.contracts import (
     InvokeWarning,
     PipelineContext,
     PipelineStep,
+    StoredOutcome,
 )
 from aptix_pipeline.steps import (
     STEP_FUNCTIONS,
+    AnswerKeys,
     ModeChange,
     PipelineOptions,
     Ports,
+    StepFaultError,
     StepFunction,
     ToolCallRecord,
     TurnScope,
+    described,
 )
 
 from .events import (
@@ -63,7 +67,7 @@ from .events import (
     split_listeners,
 )
 from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore
-from .idempotency import SingleFlight, continuation_key
+from .idempotency import AnswerBook, RequestKeys, SingleFlight, request_keys
 from .machine import TurnRun
 from .port_tap import PortTap, provider_name_of, tap_ports
 from .recording import (
@@ -119,6 +123,10 @@ class TurnReport:
     """The turn's ordered, deterministic record (``StateTrace``)."""
     recording: TurnRecording | None = None
     """The turn's recording, when the pipeline records (``RecordingOptions``)."""
+    replayed: bool = False
+    """Whether the result is a stored answer to an earlier copy of this request
+    (an identical continuation or idempotency key, ``engine/idempotency.py``):
+    this call ran no turn, called no model and wrote nothing."""
 
     @property
     def successful(self) -> bool:
@@ -174,6 +182,7 @@ class TurnReport:
             "session_id": self.session_id,
             "turn_id": self.turn_id,
             "faulted_step": self.faulted_step,
+            "replayed": self.replayed,
             "trace": self.trace.to_dict() if self.trace is not None else None,
         }
 
@@ -275,6 +284,7 @@ class Pipeline:
         )
         self._listeners, self._async_listeners = split_listeners(listeners)
         self._single_flight = SingleFlight()
+        self._answers = AnswerBook(self._ports.store, ports.clock)
         compile_machine()  # once per process: a machine the runner cannot run fails here
 
     async def execute(
@@ -283,13 +293,21 @@ class Pipeline:
         caller: Caller | Mapping[str, Any],
         *,
         initial_mode: str | None = None,
+        idempotency_key: str | None = None,
     ) -> InvokeResult[AgentExecuteResponse]:
         """Run one turn; the response, or the errors that stopped it. Never raises for bad input.
 
         ``initial_mode`` is the mode of a new session (AGN-011 §3.1, DESIGN.md R2);
         it is ignored on follow-on turns, which take the session's mode.
+        ``idempotency_key`` (1-255 visible ASCII characters, scoped to the caller)
+        makes a retry of this request return the first committed answer instead
+        of running another turn; the same key with another request is a
+        ``conflict`` (``DESIGN/idempotency/key-reused``). See ``engine/idempotency.py``.
         """
-        return (await self.run(request, caller, initial_mode=initial_mode)).result
+        report = await self.run(
+            request, caller, initial_mode=initial_mode, idempotency_key=idempotency_key
+        )
+        return report.result
 
     async def run(
         self,
@@ -297,17 +315,87 @@ class Pipeline:
         caller: Caller | Mapping[str, Any],
         *,
         initial_mode: str | None = None,
+        idempotency_key: str | None = None,
     ) -> TurnReport:
         """Run one turn and report what it did (see ``TurnReport``).
 
-        Identical continuations in flight at once share one run (``engine/idempotency.py``).
+        A request with answer keys (a continuation, or any request given an
+        ``idempotency_key``) is answered from the answer its first copy stored,
+        when there is one (``TurnReport.replayed``); identical copies in flight at
+        once share one run (``engine/idempotency.py``, docs/CONFORMANCE.md D180-D185).
         """
-        key = continuation_key(request, *_caller_key(caller), max_depth=self.options.max_json_depth)
-        if key is None:
-            return await self._run(request, caller, initial_mode=initial_mode)
-        return await self._single_flight.run(
-            key, lambda: self._run(request, caller, initial_mode=initial_mode)
+        org, user = _caller_key(caller)
+        keys = request_keys(
+            request,
+            org,
+            user,
+            idempotency_key=idempotency_key,
+            initial_mode=initial_mode,
+            max_depth=self.options.max_json_depth,
         )
+        if keys is None:
+            return await self._run(request, caller, initial_mode=initial_mode)
+        if isinstance(keys, InvokeError):  # a malformed idempotency key: nothing runs
+            return _answered(_ResponseResult.failure([keys]), None, None)
+        known = keys
+        return await self._single_flight.run(
+            keys.flight, lambda: self._run_keyed(request, caller, known, initial_mode)
+        )
+
+    async def _run_keyed(
+        self,
+        request: RequestInput,
+        caller: Caller | Mapping[str, Any],
+        keys: RequestKeys,
+        initial_mode: str | None,
+    ) -> TurnReport:
+        """A turn with answer keys: the stored answer if there is one, else the turn.
+
+        A turn that failed may have lost a race to another process's copy of the
+        same request (its commit conflicted, or the turn was no longer pending):
+        the answer is read again, and the winner's is returned when it is there.
+        """
+        answered = await self._stored_answer(keys)
+        if answered is not None:
+            return answered
+        report = await self._run(
+            request,
+            caller,
+            initial_mode=initial_mode,
+            answer_keys=keys.answer_keys(self.options.idempotency_ttl_seconds),
+        )
+        if report.successful:
+            return report
+        return await self._stored_answer(keys) or report
+
+    async def _stored_answer(self, keys: RequestKeys) -> TurnReport | None:
+        """The report of a stored answer to ``keys``; ``None`` when none is stored.
+
+        A store that cannot be read answers with its ``port_failed`` error, as a
+        turn would: nothing ran, nothing changed.
+        """
+        try:
+            stored = await self._answers.stored(keys)
+        except StepFaultError as fault:
+            return _answered(_ResponseResult.failure(fault.errors), keys.context_type, None)
+        except Exception as error:
+            failed = InvokeError(
+                code=ErrorCode.PORT_FAILED,
+                field="SessionStore",
+                message=f"SessionStore.load_outcome failed: {described(error)}",
+            )
+            return _answered(_ResponseResult.failure([failed]), keys.context_type, None)
+        if stored is None:
+            return None
+        result = self._answers.answer(keys, stored)
+        logger.info(
+            "%s %s from the answer stored for turn %s of session %s",
+            keys.context_type,
+            "answered" if result.successful else "refused",
+            stored.turn_id,
+            stored.session_id,
+        )
+        return _answered(result, keys.context_type, stored)
 
     async def _run(
         self,
@@ -315,9 +403,12 @@ class Pipeline:
         caller: Caller | Mapping[str, Any],
         *,
         initial_mode: str | None = None,
+        answer_keys: AnswerKeys | None = None,
     ) -> TurnReport:
         if self.recording is None:
-            return await self.run_tapped(request, caller, initial_mode=initial_mode)
+            return await self.run_tapped(
+                request, caller, initial_mode=initial_mode, answer_keys=answer_keys
+            )
         tap = RecordingTap()
         report = await self.run_tapped(
             request,
@@ -325,6 +416,7 @@ class Pipeline:
             initial_mode=initial_mode,
             tap=tap,
             ports=_guarded(tap_ports(tap, self.ports)),
+            answer_keys=answer_keys,
         )
         # The turn has ended (committed or rolled back): nothing from here on may change
         # its answer. A recording that cannot be built or redacted is logged and traced,
@@ -386,11 +478,13 @@ class Pipeline:
         initial_mode: str | None = None,
         tap: PortTap | None = None,
         ports: Ports | None = None,
+        answer_keys: AnswerKeys | None = None,
     ) -> TurnReport:
         """``run`` on ``ports`` (default: this pipeline's), telling ``tap`` each step.
 
         The seam recording and replay share (``engine/port_tap.py``): ``tap`` learns
         which transition is running, so each port call it sees is named by its step.
+        ``answer_keys`` are where the commit keeps the turn's answer for retries.
         """
         scope = TurnScope(
             ports=ports or self._ports,
@@ -398,6 +492,7 @@ class Pipeline:
             caller=_caller(caller),
             raw_request=request,
             initial_mode=initial_mode,
+            answer_keys=answer_keys,
         )
         trace = TraceRecorder()
         subscribers: list[EventSink] = [trace]
@@ -469,9 +564,12 @@ class Pipeline:
         caller: Caller | Mapping[str, Any],
         *,
         initial_mode: str | None = None,
+        idempotency_key: str | None = None,
     ) -> InvokeResult[AgentExecuteResponse]:
         """``execute`` for scripts without an event loop of their own."""
-        return self.run_sync(request, caller, initial_mode=initial_mode).result
+        return self.run_sync(
+            request, caller, initial_mode=initial_mode, idempotency_key=idempotency_key
+        ).result
 
     def run_sync(
         self,
@@ -479,12 +577,17 @@ class Pipeline:
         caller: Caller | Mapping[str, Any],
         *,
         initial_mode: str | None = None,
+        idempotency_key: str | None = None,
     ) -> TurnReport:
         """``run`` for scripts without an event loop of their own."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.run(request, caller, initial_mode=initial_mode))
+            return asyncio.run(
+                self.run(
+                    request, caller, initial_mode=initial_mode, idempotency_key=idempotency_key
+                )
+            )
         raise RuntimeError("run_sync called inside a running event loop; await run() instead")
 
     @staticmethod
@@ -551,6 +654,50 @@ class Pipeline:
             branch=None if errors else scope.branch,
             trace=trace,
         )
+
+
+def _answered(
+    result: InvokeResult[AgentExecuteResponse],
+    context_type: ContextType | None,
+    stored: StoredOutcome | None,
+) -> TurnReport:
+    """The report of a call that ran no turn: a stored answer, its conflict, or a bad key.
+
+    Its trace walked no state: outcome ``replayed`` for a stored answer,
+    ``refused`` otherwise, with the error codes.
+    """
+    replayed = stored is not None and result.successful
+    session_id = stored.session_id if stored is not None else None
+    turn_id = stored.turn_id if stored is not None else None
+    trace = StateTrace(
+        context_type=str(context_type) if context_type is not None else None,
+        outcome="replayed" if replayed else "refused",
+        states=(),
+        entries=(),
+        session_id=session_id,
+        turn_id=turn_id,
+        mode=None,
+        response_type=None,
+        error_codes=tuple(str(error.code) for error in result.errors),
+        faulted_step=None,
+        warnings=tuple(warning.code for warning in result.warnings),
+    )
+    return TurnReport(
+        result=result,
+        context_type=context_type,
+        states=(),
+        transitions=(),
+        checks=(),
+        tool_calls=(),
+        mode=None,
+        mode_changes=(),
+        llm_calls=0,
+        session_id=session_id,
+        turn_id=turn_id,
+        warnings=result.warnings,
+        trace=trace,
+        replayed=replayed,
+    )
 
 
 class _StepFollower:

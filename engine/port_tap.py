@@ -33,6 +33,7 @@ from aptix_pipeline.contracts import (
     ModeHistoryEntry,
     ModeSpec,
     Session,
+    StoredOutcome,
     ToolExecutor,
     ToolInvocation,
     Turn,
@@ -67,6 +68,7 @@ _NOTHING: TypeAdapter[None] = TypeAdapter(type(None))
 _SESSION: TypeAdapter[Session] = TypeAdapter(Session)
 _MAYBE_SESSION: TypeAdapter[Session | None] = TypeAdapter(Session | None)
 _MAYBE_TURN: TypeAdapter[Turn | None] = TypeAdapter(Turn | None)
+_MAYBE_OUTCOME: TypeAdapter[StoredOutcome | None] = TypeAdapter(StoredOutcome | None)
 _MESSAGES: TypeAdapter[list[ChatMessage]] = TypeAdapter(list[ChatMessage])
 _MAYBE_MODE: TypeAdapter[ModeSpec | None] = TypeAdapter(ModeSpec | None)
 _MODES: TypeAdapter[list[ModeSpec]] = TypeAdapter(list[ModeSpec])
@@ -241,6 +243,18 @@ class TappedTransaction:
             "set_solution_context",
             _SESSION,
             {"session_id": session_id, "text": text},
+        )
+
+    async def load_outcome(self, key: str) -> StoredOutcome | None:
+        """See ``SessionTransaction``."""
+        return await self._tap.acall(
+            self._target, TRANSACTION, "load_outcome", _MAYBE_OUTCOME, {"key": key}
+        )
+
+    async def save_outcome(self, outcome: StoredOutcome) -> None:
+        """See ``SessionTransaction``."""
+        await self._tap.acall(
+            self._target, TRANSACTION, "save_outcome", _NOTHING, {"outcome": outcome}
         )
 
     async def commit(self) -> None:

@@ -241,7 +241,9 @@ def entry_from_dict(data: Mapping[str, Any]) -> TraceEntry:
 class StateTrace:
     """What one turn did, in order; see the module docstring.
 
-    ``outcome`` is ``done`` or ``faulted``; ``states`` are the machine states in
+    ``outcome`` is ``done`` or ``faulted`` (``replayed`` or ``refused`` for a call
+    answered without a turn: a stored answer, or a key conflict; ``TurnReport.replayed``);
+    ``states`` are the machine states in
     the order the turn entered them; ``session_id``/``turn_id`` name what the
     store holds afterwards (``None`` where a failed turn left nothing).
     """

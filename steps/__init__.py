@@ -27,6 +27,7 @@ from .request_handler import request_handler
 from .response_builder import response_builder
 from .scope import (
     TRANSCRIPT_POLICIES,
+    AnswerKeys,
     ModeChange,
     PipelineOptions,
     Ports,
@@ -40,6 +41,7 @@ __all__ = [
     "AGENT_CHANGE_MODE",
     "STEP_FUNCTIONS",
     "TRANSCRIPT_POLICIES",
+    "AnswerKeys",
     "ModeChange",
     "PipelineOptions",
     "Ports",

@@ -3,22 +3,32 @@
 Not a DDR step: it is the ``complete`` transition into the machine's ``done``
 state, so a turn is done only once it is persisted. The turn awaits client tool
 results (AGN-033 §3.3) or is completed; the request's messages join the session's
-transcript; then everything the turn wrote is committed at once, so a failed turn
-writes nothing (DESIGN.md "What every part promises").
+transcript; the turn's answer is kept under its answer keys, so a retried request
+is answered again (docs/CONFORMANCE.md D181); then everything the turn wrote is
+committed at once, so a failed turn writes nothing (DESIGN.md "What every part
+promises").
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from aptix_pipeline.contracts import (
+    AgentExecuteResponse,
     ErrorCode,
     InvokeError,
+    InvokeResult,
     ResponseType,
     StoreConflictError,
+    StoredOutcome,
     TurnStatus,
 )
 
 from .faults import StepFaultError
 from .scope import TurnScope
+
+# Parametrized once and kept: pydantic rebuilds a generic whose class was collected.
+_ResponseResult = InvokeResult[AgentExecuteResponse]
 
 __all__ = ["complete_turn"]
 
@@ -41,6 +51,23 @@ async def complete_turn(scope: TurnScope) -> None:
     )
     await tx.complete_turn(settled)
     await tx.append_transcript(ctx.session.id, turn.id, scope.new_messages)
+    keys = scope.answer_keys
+    if keys is not None and ctx.response is not None:
+        result_json = _ResponseResult.success(ctx.response, scope.warnings).to_json()
+        stamp = ctx.time_stamp or scope.ports.clock.now()
+        expires = None if keys.ttl_seconds is None else timedelta(seconds=keys.ttl_seconds)
+        for key in keys.keys:
+            await tx.save_outcome(
+                StoredOutcome(
+                    key=key,
+                    request_digest=keys.request_digest,
+                    session_id=ctx.session.id,
+                    turn_id=turn.id,
+                    result_json=result_json,
+                    created_at=stamp,
+                    expires_at=None if expires is None else stamp + expires,
+                )
+            )
     try:
         await tx.commit()
     except StoreConflictError as conflict:

@@ -38,6 +38,7 @@ from .observer import NullObserver, TurnObserver
 
 __all__ = [
     "TRANSCRIPT_POLICIES",
+    "AnswerKeys",
     "ModeChange",
     "PipelineOptions",
     "Ports",
@@ -103,6 +104,10 @@ class PipelineOptions:
       ``max_tool_results`` (128): per-request counts, past which the request is
       refused with ``DESIGN/limits/input-artifacts`` / ``clipboard-images`` /
       ``tool-results``.
+    - ``idempotency_ttl_seconds``: how long a committed turn's answer is kept for
+      retries (default 86,400 s, a day): an identical continuation, or a request
+      with the same idempotency key, is answered from it without running again
+      (docs/CONFORMANCE.md D181-D185). ``None`` keeps answers for good.
     """
 
     max_server_tool_rounds: int = 8
@@ -119,6 +124,7 @@ class PipelineOptions:
     max_input_artifacts: int = 100
     max_clipboard_images: int = 20
     max_tool_results: int = 128
+    idempotency_ttl_seconds: float | None = 86_400.0
 
     def __post_init__(self) -> None:
         if min(self.max_input_artifacts, self.max_clipboard_images, self.max_tool_results) < 0:
@@ -133,7 +139,11 @@ class PipelineOptions:
             raise ValueError("llm_attempts must be 1 or more")
         if self.retry_wait_seconds < 0 or self.retry_max_wait_seconds < 0:
             raise ValueError("retry waits must not be negative")
-        for name in ("turn_deadline_seconds", "server_tool_timeout_seconds"):
+        for name in (
+            "turn_deadline_seconds",
+            "server_tool_timeout_seconds",
+            "idempotency_ttl_seconds",
+        ):
             seconds = getattr(self, name)
             if seconds is not None and not seconds > 0:  # NaN is refused too
                 raise ValueError(f"{name} must be more than 0, or None for no limit")
@@ -146,6 +156,22 @@ class PipelineOptions:
                 f"transcript_policy must be one of {', '.join(TRANSCRIPT_POLICIES)}, "
                 f"not {self.transcript_policy!r}"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerKeys:
+    """Under which keys a turn keeps its answer, so a retry is answered again.
+
+    ``keys`` are ``StoredOutcome`` keys of the caller (``continuation:<sha256>``,
+    ``key:<Idempotency-Key>``); ``request_digest`` names the request that ran;
+    ``ttl_seconds`` is how long the keys hold (``None``: for good). The engine
+    makes these (``engine/idempotency.py``) and the commit saves them with the
+    turn (``steps/completion.py``; docs/CONFORMANCE.md D181).
+    """
+
+    keys: tuple[str, ...]
+    request_digest: str
+    ttl_seconds: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +229,8 @@ class TurnScope:
     """``branch`` of the turn's last successful ``agent_change_mode`` call (DESIGN.md R7)."""
     warnings: list[InvokeWarning] = field(default_factory=list)
     mode_display_name: str | None = None
+    answer_keys: AnswerKeys | None = None
+    """Where the commit keeps the turn's answer for retries (``None``: nowhere)."""
     observer: TurnObserver = field(default_factory=NullObserver)
     """Where the steps report model calls, tool calls and mode changes (state trace, spans)."""
 
