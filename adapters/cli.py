@@ -12,7 +12,9 @@
   (``adapters/service_config.py``): its catalog, and its ``[model]``, ``[store]``
   and ``[engine]`` where ``--llm-script`` / ``--store`` are not given.
   ``--record DIR [--redact]`` records the turn for replay (else the config's
-  ``[recording]``).
+  ``[recording]``). ``--idempotency-key KEY`` makes a re-run of the same request
+  (say, after a crash) print the answer its first run stored instead of running
+  another turn; a resubmitted continuation is answered so without a key.
 - ``aptix serve --config FILE`` runs the HTTP service (``adapters/http_app.py``)
   under uvicorn; ``--host``, ``--port``, ``--workers`` and ``--access-log`` override
   ``[server]``.
@@ -165,6 +167,14 @@ def run(
     redact: Annotated[
         bool, typer.Option("--redact", help="With --record: leave user content out.")
     ] = False,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            help="Re-running this request with this key prints the answer its first run "
+            "stored, without another turn (1-255 visible ASCII characters; per --org/--user).",
+        ),
+    ] = None,
 ) -> None:
     """Run one agent turn (AGN-034 request in, AGN-033 response out) and print its InvokeResult.
 
@@ -235,7 +245,10 @@ def run(
     try:
         outcome = asyncio.run(
             pipeline.run(
-                request.read_bytes(), Caller(org=org, user=user), initial_mode=initial_mode
+                request.read_bytes(),
+                Caller(org=org, user=user),
+                initial_mode=initial_mode,
+                idempotency_key=idempotency_key,
             )
         )
     finally:

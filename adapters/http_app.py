@@ -2,9 +2,13 @@
 
 - ``POST /v1/agent/execute`` — the body is an ``AgentExecuteRequest`` (AGN-034) as
   JSON; the answer is the turn's ``InvokeResult`` JSON (AGN-033 §2.1). The raw body
-  goes to ``Pipeline.execute``, so the engine's own rule ids and messages answer a
+  goes to ``Pipeline.run``, so the engine's own rule ids and messages answer a
   malformed request, never a framework's validation error. The status follows
   the result (``http_status``): 200 when Successful, else by the first error's code.
+  An ``Idempotency-Key`` header goes to the engine as ``idempotency_key``: a retry
+  whose first copy committed gets that answer again (``engine/idempotency.py``), as
+  does a resubmitted continuation without a key; such an answer carries
+  ``Idempotent-Replayed: true`` (docs/CONFORMANCE.md D181-D185).
 - ``GET /healthz`` — ``{"status": "ok"}`` once the store is open.
 - ``GET /openapi.json`` — the OpenAPI document, with the request and
   ``InvokeResult`` JSON Schemas of ``contracts/schemas.py``.
@@ -61,6 +65,8 @@ __all__ = [
     "CONFIG_ENV",
     "EXECUTE_PATH",
     "HEALTH_PATH",
+    "IDEMPOTENCY_KEY_HEADER",
+    "REPLAYED_HEADER",
     "ApiKeyAuthenticator",
     "Authenticator",
     "create_app",
@@ -71,6 +77,10 @@ CONFIG_ENV = "APTIX_CONFIG"
 """The environment variable ``create_app()`` reads the configuration file's path from."""
 EXECUTE_PATH = "/v1/agent/execute"
 HEALTH_PATH = "/healthz"
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+"""The request header naming a retryable request (Stripe's), scoped to the caller."""
+REPLAYED_HEADER = "Idempotent-Replayed"
+"""The response header (``true``) of an answer stored by an earlier copy of the request."""
 
 _STATUS: Mapping[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: 400,
@@ -168,6 +178,17 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
+def _idempotency_key(request: Request) -> str | None:
+    """The ``Idempotency-Key`` header as sent; ``None`` when there is none.
+
+    A key given twice is passed joined as HTTP joins repeated fields (``a, b``) and
+    an empty one as it is: the engine refuses both with ``DESIGN/idempotency/key-format``
+    (a key holds no spaces, and is never empty), so no copy is silently preferred.
+    """
+    values = request.headers.getlist(IDEMPOTENCY_KEY_HEADER)
+    return ", ".join(values) if values else None
+
+
 async def _execute(service: _Service, request: Request) -> Response:
     """``POST /v1/agent/execute``: authenticate, read the body, run the turn, answer."""
     outcome = service.authenticator.authenticate(request.headers)
@@ -192,9 +213,14 @@ async def _execute(service: _Service, request: Request) -> Response:
     pipeline = service.pipeline
     if pipeline is None:
         return _problem(503, "not_ready", "the service is starting or stopping")
-    result = await pipeline.execute(body, caller)  # the raw body: parsed once, by the engine
+    # The raw body: parsed once, by the engine.
+    report = await pipeline.run(body, caller, idempotency_key=_idempotency_key(request))
+    result = report.result
     return Response(
-        result.to_json(), status_code=http_status(result), media_type="application/json"
+        result.to_json(),
+        status_code=http_status(result),
+        media_type="application/json",
+        headers={REPLAYED_HEADER: "true"} if report.replayed else None,
     )
 
 
@@ -251,6 +277,29 @@ def _schemas() -> dict[str, Any]:
 
 _RESULT = {
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InvokeResult"}}}
+}
+_IDEMPOTENCY_KEY = {
+    "name": IDEMPOTENCY_KEY_HEADER,
+    "in": "header",
+    "required": False,
+    "description": (
+        "Makes a retried Initial or FollowOn safe: while the first copy's answer is "
+        "kept ([engine] idempotency_ttl_seconds, a day by default) the same request "
+        "with the same key, from the same caller, gets that answer again without "
+        "running another turn (header Idempotent-Replayed: true); another request "
+        "with the key is a 409 (DESIGN/idempotency/key-reused). 1-255 visible ASCII "
+        "characters; anything else, an empty value or the header twice is a 400 "
+        "(DESIGN/idempotency/key-format). A continuation needs none: it is keyed by its "
+        "SessionId, TurnId and ToolCallIds."
+    ),
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
+}
+_REPLAYED = {
+    REPLAYED_HEADER: {
+        "description": "Present when the body is the answer an earlier copy of this "
+        "request stored (an Idempotency-Key, or an identical continuation): no turn ran.",
+        "schema": {"type": "string", "enum": ["true"]},
+    }
 }
 _PROBLEM = {
     "content": {
@@ -350,10 +399,12 @@ def create_app(
             "(AGN-033 §2.1): 200 when Successful; 400 invalid_request or "
             "tool_call_manifest_invalid, 404 not_found, 409 conflict, 502 port_failed, "
             "504 deadline_exceeded, 500 otherwise — the InvokeResult body names the rule ids "
-            "either way."
+            "either way. A retry is answered from the answer its first copy stored: send an "
+            "Idempotency-Key with an Initial or FollowOn; a continuation needs none."
         ),
         response_class=Response,
         openapi_extra={
+            "parameters": [_IDEMPOTENCY_KEY],
             "requestBody": {
                 "required": True,
                 "content": {
@@ -364,11 +415,19 @@ def create_app(
             },
         },
         responses={
-            200: {"description": "The turn's response", **_RESULT},
-            400: {"description": "The request broke AGN-034 / AGN-033 §3.3", **_RESULT},
+            200: {"description": "The turn's response", "headers": _REPLAYED, **_RESULT},
+            400: {
+                "description": "The request broke AGN-034 / AGN-033 §3.3, or its "
+                "Idempotency-Key is malformed",
+                **_RESULT,
+            },
             401: {"description": "No API key, or an unknown one: nothing ran", **_PROBLEM},
             404: {"description": "No such session or turn for this caller", **_RESULT},
-            409: {"description": "Another turn of the session committed first", **_RESULT},
+            409: {
+                "description": "Another turn of the session committed first; or the "
+                "Idempotency-Key, or the continued tool calls, already answered another request",
+                **_RESULT,
+            },
             413: {"description": "The body is larger than max_body_bytes", **_PROBLEM},
             500: {"description": "An engine rule or internal failure", **_RESULT},
             502: {"description": "The model or store failed", **_RESULT},

@@ -24,7 +24,8 @@ its own, each optional:
   ``turn_deadline_seconds``, ``server_tool_timeout_seconds`` (0 turns either off),
   ``max_model_reply_chars``, ``max_transcript_messages``, ``transcript_policy``,
   ``max_json_depth``, ``max_errors``, ``max_input_artifacts``, ``max_clipboard_images``,
-  ``max_tool_results``).
+  ``max_tool_results``), and ``idempotency_ttl_seconds``, how long a committed turn's
+  answer is kept for retries (0 keeps it for good).
 - ``[recording]`` — record every turn for replay (``engine/recording.py``):
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
@@ -78,6 +79,7 @@ __all__ = [
 _CATALOG_TABLES = ("modes", "server_tools", "agents", "conversations")
 _SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MAX_TTL_SECONDS = 100 * 365 * 86_400
 
 
 class ConfigError(ValueError):
@@ -157,11 +159,20 @@ class _Engine(_Table):
     max_input_artifacts: int = Field(default=100, ge=0)
     max_clipboard_images: int = Field(default=20, ge=0)
     max_tool_results: int = Field(default=128, ge=0)
+    # Stored answers for retries (engine/idempotency.py); 0 keeps them for good. At most
+    # _MAX_TTL_SECONDS: an expiry past year 9999 is a datetime no store can hold.
+    idempotency_ttl_seconds: float = Field(
+        default=86_400.0, ge=0, le=_MAX_TTL_SECONDS, allow_inf_nan=False
+    )
 
     def options(self) -> PipelineOptions:
-        """The ``PipelineOptions`` these keys give (a time limit of 0 is ``None``: off)."""
+        """The ``PipelineOptions`` these keys give (0 seconds is ``None``: no limit)."""
         values = self.model_dump()
-        for name in ("turn_deadline_seconds", "server_tool_timeout_seconds"):
+        for name in (
+            "turn_deadline_seconds",
+            "server_tool_timeout_seconds",
+            "idempotency_ttl_seconds",
+        ):
             values[name] = values[name] or None
         return PipelineOptions(**values)
 

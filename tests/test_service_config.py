@@ -178,6 +178,13 @@ def test_relative_paths_are_resolved_against_the_files_folder(
         ("[engine]\nllm_attempts = 0\n", "[engine].llm_attempts: Input should be greater"),
         ("[engine]\nmax_server_tool_rounds = -1\n", "[engine].max_server_tool_rounds"),
         ("[engine]\nretries = 2\n", "[engine].retries: Extra inputs are not permitted"),
+        (
+            "[engine]\nidempotency_ttl_seconds = -1\n",
+            "[engine].idempotency_ttl_seconds: Input should be greater than or equal to 0",
+        ),
+        ("[engine]\nidempotency_ttl_seconds = nan\n", "[engine].idempotency_ttl_seconds"),
+        ("[engine]\nidempotency_ttl_seconds = 1e12\n", "[engine].idempotency_ttl_seconds"),
+        ("[engine]\nidempotency_ttl_seconds = '1d'\n", "[engine].idempotency_ttl_seconds"),
         ("[[modes]]\nname = 'review'\ndisplay_name = 'R'\n", "agents: Field required"),
         ("[server\n", "not valid TOML"),
     ],
@@ -192,6 +199,24 @@ def test_every_bad_value_is_named_with_its_file_table_and_key(
 
     assert message in str(caught.value)
     assert str(caught.value).startswith(str(path))
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("", 86_400.0),
+        ("[engine]\nidempotency_ttl_seconds = 3600\n", 3600.0),
+        ("[engine]\nidempotency_ttl_seconds = 0.5\n", 0.5),
+        ("[engine]\nidempotency_ttl_seconds = 0\n", None),
+    ],
+    ids=["default-a-day", "an-hour", "half-a-second", "zero-keeps-for-good"],
+)
+def test_idempotency_ttl_seconds_sets_how_long_stored_answers_hold(
+    tmp_path: Path, text: str, seconds: float | None
+) -> None:
+    config = load_service_config(_write(tmp_path, text), env={})
+
+    assert config.options.idempotency_ttl_seconds == seconds
 
 
 @pytest.mark.parametrize(
