@@ -339,7 +339,8 @@ class Pipeline:
             return _answered(_ResponseResult.failure([keys]), None, None)
         known = keys
         return await self._single_flight.run(
-            keys.flight, lambda: self._run_keyed(request, caller, known, initial_mode)
+            keys.flight,
+            lambda: self._run_keyed(request, caller, known, initial_mode, idempotency_key),
         )
 
     async def _run_keyed(
@@ -348,12 +349,14 @@ class Pipeline:
         caller: Caller | Mapping[str, Any],
         keys: RequestKeys,
         initial_mode: str | None,
+        idempotency_key: str | None,
     ) -> TurnReport:
         """A turn with answer keys: the stored answer if there is one, else the turn.
 
         A turn that failed may have lost a race to another process's copy of the
         same request (its commit conflicted, or the turn was no longer pending):
-        the answer is read again, and the winner's is returned when it is there.
+        the answer is read again, and the winner's is returned when it answers the
+        same request.
         """
         answered = await self._stored_answer(keys)
         if answered is not None:
@@ -363,10 +366,15 @@ class Pipeline:
             caller,
             initial_mode=initial_mode,
             answer_keys=keys.answer_keys(self.options.idempotency_ttl_seconds),
+            idempotency_key=idempotency_key,
         )
         if report.successful:
             return report
-        return await self._stored_answer(keys) or report
+        # Lost a race to a copy of this very request (its commit conflicted, or the turn
+        # no longer awaited these results): the winner's answer is this request's answer.
+        # A different request keeps its own failure, which says what went wrong here.
+        answered = await self._stored_answer(keys)
+        return answered if answered is not None and answered.replayed else report
 
     async def _stored_answer(self, keys: RequestKeys) -> TurnReport | None:
         """The report of a stored answer to ``keys``; ``None`` when none is stored.
@@ -404,6 +412,7 @@ class Pipeline:
         *,
         initial_mode: str | None = None,
         answer_keys: AnswerKeys | None = None,
+        idempotency_key: str | None = None,
     ) -> TurnReport:
         if self.recording is None:
             return await self.run_tapped(
@@ -435,6 +444,7 @@ class Pipeline:
                 provider_name=self._llm_provider,
                 server_tools=list(self.ports.tools),
                 trace_content=self._capture_content,
+                idempotency_key=idempotency_key,
             )
             if self.recording.redact:
                 recording = recording.redact()

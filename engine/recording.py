@@ -214,7 +214,9 @@ class TurnRecording:
     ``PipelineOptions``; ``provider_name`` and ``server_tools`` what the ports
     were (the LLM's provider, the names of the host's server tools);
     ``trace_content`` whether the trace holds user content (content capture);
-    ``redacted`` whether user content was dropped.
+    ``redacted`` whether user content was dropped; ``idempotency_key`` the key
+    the turn was run with (``Pipeline.run``), so a replay keeps its answer under
+    the same keys.
     """
 
     engine_version: str
@@ -230,6 +232,7 @@ class TurnRecording:
     server_tools: tuple[str, ...] = ()
     trace_content: bool = False
     redacted: bool = False
+    idempotency_key: str | None = None
 
     @property
     def successful(self) -> bool:
@@ -286,6 +289,7 @@ class TurnRecording:
             "config_digest": self.config_digest,
             "caller": dict(self.caller),
             "initial_mode": self.initial_mode,
+            **({"idempotency_key": self.idempotency_key} if self.idempotency_key else {}),
             "options": dict(self.options),
             "provider_name": self.provider_name,
             "server_tools": list(self.server_tools),
@@ -344,6 +348,7 @@ class TurnRecording:
                 server_tools=tuple(data.get("server_tools", ())),
                 trace_content=bool(data.get("trace_content", False)),
                 redacted=bool(data.get("redacted", False)),
+                idempotency_key=data.get("idempotency_key"),
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"malformed turn recording: missing or bad {error}") from None
@@ -552,6 +557,7 @@ class RecordingTap:
         provider_name: str | None,
         server_tools: Sequence[str],
         trace_content: bool,
+        idempotency_key: str | None = None,
     ) -> TurnRecording:
         """The turn's recording, from what was logged and how the turn ended."""
         return TurnRecording(
@@ -567,4 +573,5 @@ class RecordingTap:
             provider_name=provider_name,
             server_tools=tuple(sorted(server_tools)),
             trace_content=trace_content,
+            idempotency_key=idempotency_key,
         )

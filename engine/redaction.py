@@ -95,6 +95,8 @@ CONTENT_KEYS = frozenset(
         # the state trace (content capture) and set_solution_context's argument
         "text",
         "reason",
+        # a stored answer's request digest: a hash of user content (D181)
+        "RequestDigest",
     }
 )
 """Keys of the engine's records whose values are user content."""

@@ -34,6 +34,7 @@ from aptix_pipeline.contracts import PermanentPortError, PipelineStep
 from aptix_pipeline.steps import StepFunction
 
 from .deep_json import dump_json
+from .idempotency import RequestKeys, request_keys
 from .pipeline import Pipeline, TurnReport
 from .port_tap import STORE, decode_answer, encode_value, tap_ports
 from .recording import PortCall, TurnRecording
@@ -382,8 +383,25 @@ async def replay(
         tap, None, server_tools=recording.server_tools, provider_name=recording.provider_name
     )
     pipeline = Pipeline(ports, options, steps=steps, telemetry=telemetry)
+    request = recording.request_input()
+    # The turn keeps its answer under the keys it was recorded with (D181); a stored
+    # answer is never read in a replay: the recorded turn ran, so the replay runs it.
+    keys = request_keys(
+        request,
+        recording.caller["org"],
+        recording.caller["user"],
+        idempotency_key=recording.idempotency_key,
+        initial_mode=recording.initial_mode,
+        max_depth=options.max_json_depth,
+    )
     report = await pipeline.run_tapped(
-        recording.request_input(), recording.caller, initial_mode=recording.initial_mode, tap=tap
+        request,
+        recording.caller,
+        initial_mode=recording.initial_mode,
+        tap=tap,
+        answer_keys=keys.answer_keys(options.idempotency_ttl_seconds)
+        if isinstance(keys, RequestKeys)
+        else None,
     )
     divergence = tap.divergence or tap.leftover() or _compared(recording, report)
     return ReplayOutcome(recording, report, divergence, source)

@@ -29,6 +29,7 @@ from engine_kit import (
     follow_on,
     make_pipeline,
     ok,
+    scripted,
     stored,
 )
 from rulecases import rule_params
@@ -1024,14 +1025,30 @@ async def test_continuation_naming_a_completed_turn_is_refused(store: Store) -> 
     assert ok(await pipeline.execute(follow_on(done), CALLER)).turn_id == "turn-2"
 
 
+async def test_a_continuation_sent_twice_gets_the_first_answer_again(store: Store) -> None:
+    pipeline, llm = make_pipeline(store, [READ_FILE, FINAL, FINAL])
+    pending = ok(await pipeline.execute(INITIAL_REQUEST, CALLER))
+    first = await pipeline.execute(continuation(pending), CALLER)
+    before = await stored(store)
+
+    report = await pipeline.run(continuation(pending), CALLER)
+
+    assert report.replayed
+    assert report.result == first
+    assert report.states == ()
+    assert len(scripted(llm).requests) == 2  # no model call for the copy
+    assert await stored(store) == before
+
+
 @pytest.mark.rule("DESIGN/R10/continuation-turn-pending", "broken")
-async def test_a_continuation_sent_twice_is_refused_the_second_time(store: Store) -> None:
+async def test_a_continuation_of_other_calls_of_a_settled_turn_is_refused(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [READ_FILE, FINAL, FINAL])
     pending = ok(await pipeline.execute(INITIAL_REQUEST, CALLER))
     ok(await pipeline.execute(continuation(pending), CALLER))
     before = await stored(store)
+    other = {"ToolCallId": "call-9", "ExecutionMs": 1, "ResultJson": "{}"}
 
-    report = await pipeline.run(continuation(pending), CALLER)
+    report = await pipeline.run(continuation(pending, other), CALLER)
 
     assert_faulted(report, "session_restorer")
     assert report.result.rule_ids == ("DESIGN/R10/continuation-turn-pending",)
@@ -1339,8 +1356,13 @@ async def test_two_concurrent_continuations_of_one_pending_turn_one_wins_one_con
     tool_messages = [m for m in transcript if m.role is ChatRole.TOOL]
     assert len(tool_messages) == 1  # the loser's messages were not kept
     llm.armed = False
-    replay = await pipeline.run(continuation(pending), CALLER)
-    assert replay.result.rule_ids == ("DESIGN/R10/continuation-turn-pending",)
+    again = await pipeline.run(continuation(pending), CALLER)  # other results for call-1
+    assert again.result.rule_ids == ("DESIGN/idempotency/continuation-conflict",)
+    winner_again = await pipeline.run(
+        continuation(pending, first if winners[0] is reports[0] else second), CALLER
+    )
+    assert winner_again.replayed
+    assert winner_again.result == winners[0].result
 
 
 # --- 10. sync entry points and the caller ----------------------------------------------
