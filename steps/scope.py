@@ -50,6 +50,8 @@ __all__ = [
 TranscriptPolicy = Literal["truncate", "refuse"]
 """What a turn does with a transcript over ``max_transcript_messages`` (``PipelineOptions``)."""
 TRANSCRIPT_POLICIES: Final[tuple[TranscriptPolicy, ...]] = get_args(TranscriptPolicy)
+MAX_IDEMPOTENCY_TTL_SECONDS: Final = 100 * 365.25 * 86_400
+"""The longest ``idempotency_ttl_seconds``: an expiry past year 9999 cannot be a datetime."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,11 @@ class PipelineOptions:
             seconds = getattr(self, name)
             if seconds is not None and not seconds > 0:  # NaN is refused too
                 raise ValueError(f"{name} must be more than 0, or None for no limit")
+        if (self.idempotency_ttl_seconds or 0) > MAX_IDEMPOTENCY_TTL_SECONDS:
+            raise ValueError(
+                "idempotency_ttl_seconds must be at most 100 years "
+                f"({MAX_IDEMPOTENCY_TTL_SECONDS:.0f} s), or None to keep answers for good"
+            )
         if self.max_model_reply_chars < 1:
             raise ValueError("max_model_reply_chars must be 1 or more")
         if self.max_transcript_messages < 1:

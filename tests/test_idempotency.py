@@ -354,7 +354,7 @@ async def test_without_a_time_limit_answers_are_kept_for_good(store: Any) -> Non
 
 
 def test_the_time_limit_must_be_positive_or_none() -> None:
-    for bad in (0, -1, float("nan")):
+    for bad in (0, -1, float("nan"), 1e12, float("inf")):
         with pytest.raises(ValueError, match="idempotency_ttl_seconds"):
             PipelineOptions(idempotency_ttl_seconds=bad)
 
