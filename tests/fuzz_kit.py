@@ -150,6 +150,7 @@ class Case:
     request: Any
     caller: Any
     mutations: list[str] = field(default_factory=list)
+    idempotency_key: str | None = None
 
     def describe(self, limit: int = 300) -> str:
         """A short, depth-safe description for a failure report."""
@@ -159,7 +160,7 @@ class Case:
         caller = _REPR.repr(self.caller)
         return (
             f"kind={self.kind} encoding={self.encoding} mutations={self.mutations} "
-            f"caller={caller} request={shown}"
+            f"caller={caller} idempotency_key={self.idempotency_key!r} request={shown}"
         )
 
 
@@ -719,7 +720,23 @@ def make_case(
             text = _mutate_text(text, rng)
             applied.append("text")
         request = text if encoding == "text" else _to_bytes(text, rng)
-    return Case(kind, encoding, request, state.caller, applied)
+    key = rng.choice(IDEMPOTENCY_KEYS) if rng.random() < 0.2 else None
+    return Case(kind, encoding, request, state.caller, applied, key)
+
+
+IDEMPOTENCY_KEYS: tuple[str, ...] = (
+    "retry-1",
+    "~" * 255,
+    "",
+    " ",
+    "two words",
+    "x" * 256,
+    "é",
+    "\ud800",
+    "\x00",
+    "line\n",
+)
+"""Idempotency keys a fuzzed request may carry, well-formed or not (D182)."""
 
 
 # --- the checks ----------------------------------------------------------------------------
@@ -891,6 +908,7 @@ class FuzzWorld:
                 (sid, [repr(m.model_dump()) for m in messages])
                 for sid, messages in store._transcript.items()
             ),
+            sorted((key, repr(answer.model_dump())) for key, answer in store._outcomes.items()),
         ]
         return repr(parts)
 
@@ -902,7 +920,9 @@ class FuzzWorld:
         errors = _ErrorCounter()
         _LOGGER.addHandler(errors)
         try:
-            result = await pipeline.execute(case.request, case.caller)
+            result = await pipeline.execute(
+                case.request, case.caller, idempotency_key=case.idempotency_key
+            )
         except Exception as error:
             await self.start()
             return _failed("crash", error, stage="Pipeline.execute")
