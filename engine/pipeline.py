@@ -78,7 +78,7 @@ from .recording import (
     failure_summary,
 )
 from .runner import RUNTIMES, Runtime, Walked, compile_machine, walk
-from .telemetry import SpanBuilder, Telemetry, recording_failed
+from .telemetry import SpanBuilder, Telemetry, answered_without_a_turn, recording_failed
 from .trace import CheckRecord, StateTrace, TransitionRecord
 
 __all__ = ["Pipeline", "RequestInput", "TurnReport"]
@@ -403,7 +403,20 @@ class Pipeline:
             stored.turn_id,
             stored.session_id,
         )
-        return _answered(result, keys.context_type, stored)
+        report = _answered(result, keys.context_type, stored)
+        if self._tracer is not None and self.telemetry.recording_spans():
+            try:
+                answered_without_a_turn(
+                    self._tracer,
+                    str(keys.context_type),
+                    report.session_id,
+                    report.turn_id,
+                    report.replayed,
+                    [str(error.code) for error in result.errors],
+                )
+            except Exception:  # a failing tracer must not change the answer
+                logger.exception("the stored answer could not be traced")
+        return report
 
     async def _run(
         self,

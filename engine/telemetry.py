@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -91,6 +91,7 @@ __all__ = [
     "SCHEMA_URL",
     "SpanBuilder",
     "Telemetry",
+    "answered_without_a_turn",
     "recording_failed",
 ]
 
@@ -619,4 +620,33 @@ def recording_failed(
         attributes["aptix.turn.id"] = turn_id
     span = tracer.start_span("aptix.recording", kind=SpanKind.INTERNAL, attributes=attributes)
     span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+    span.end()
+
+
+def answered_without_a_turn(
+    tracer: Tracer,
+    context_type: str | None,
+    session_id: str | None,
+    turn_id: str | None,
+    replayed: bool,
+    error_codes: Sequence[str],
+) -> None:
+    """Trace a call answered without running a turn: an ``aptix.stored_answer`` span.
+
+    A retry answered from a stored answer (``aptix.replayed`` true), or refused for
+    its idempotency key or for other results of answered calls (status ERROR with
+    the first error code as ``error.type``); docs/CONFORMANCE.md D181.
+    """
+    attributes: dict[str, Any] = {"aptix.replayed": replayed}
+    if context_type is not None:
+        attributes["aptix.context_type"] = context_type
+    if session_id is not None:
+        attributes["gen_ai.conversation.id"] = session_id
+    if turn_id is not None:
+        attributes["aptix.turn.id"] = turn_id
+    if error_codes:
+        attributes[ERROR_TYPE] = error_codes[0]
+    span = tracer.start_span("aptix.stored_answer", kind=SpanKind.INTERNAL, attributes=attributes)
+    if error_codes:
+        span.set_status(Status(StatusCode.ERROR, error_codes[0]))
     span.end()

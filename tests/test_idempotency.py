@@ -480,3 +480,27 @@ async def test_a_keyed_turn_records_its_key_and_replays(tmp_path: Path) -> None:
             assert len(saved) == answers  # the key's, and a continuation's own
             outcome = await replay(report.recording)
             assert outcome.ok, outcome.divergence.describe() if outcome.divergence else ""
+
+
+async def test_a_call_answered_without_a_turn_leaves_one_span_saying_so() -> None:
+    from span_kit import Recorded
+
+    recorded = Recorded()
+    pipeline, _ = make_pipeline(MemoryStore(), [READ, FINAL], telemetry=recorded.telemetry())
+    pending = ok(await pipeline.execute(INITIAL, CALLER))
+    ok(await pipeline.execute(continuation(pending), CALLER))
+    recorded.clear()
+
+    await pipeline.execute(continuation(pending), CALLER)
+    await pipeline.execute(_other_results(pending), CALLER)
+
+    replayed, refused = recorded.spans
+    assert [replayed.name, refused.name] == ["aptix.stored_answer"] * 2
+    assert replayed.attributes is not None
+    assert refused.attributes is not None
+    assert replayed.attributes["aptix.replayed"] is True
+    assert replayed.attributes["aptix.turn.id"] == pending.turn_id
+    assert refused.attributes["aptix.replayed"] is False
+    assert refused.attributes["error.type"] == "conflict"
+    assert not any("ok" in str(value) for value in refused.attributes.values())
+    recorded.shutdown()
