@@ -86,6 +86,30 @@ MIGRATIONS: tuple[Migration, ...] = (
         # solution_context_text stays NULL. Rows written before keep reading as they were.
         ("ALTER TABLE aptix_sessions ADD COLUMN solution_context_json text",),
     ),
+    Migration(
+        3,
+        "stored outcomes, by org, user and key",
+        # A turn's answer kept for retries (StoredOutcome). Its result is text for the
+        # reason the JSON documents above are; a result holding a raw NUL goes to
+        # result_json_literal as a JSON string literal, as solution_context_json does.
+        (
+            """CREATE TABLE aptix_outcomes (
+                org text NOT NULL,
+                user_name text NOT NULL,
+                key text NOT NULL,
+                request_digest text NOT NULL,
+                session_id text NOT NULL REFERENCES aptix_sessions (id) ON DELETE CASCADE,
+                turn_id text NOT NULL,
+                result_json text,
+                result_json_literal text,
+                created_at timestamptz NOT NULL,
+                expires_at timestamptz,
+                PRIMARY KEY (org, user_name, key),
+                CHECK ((result_json IS NULL) <> (result_json_literal IS NULL)))""",
+            "CREATE INDEX aptix_outcomes_expiry ON aptix_outcomes (expires_at)",
+            "CREATE INDEX aptix_outcomes_session ON aptix_outcomes (session_id)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

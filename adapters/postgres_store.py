@@ -11,6 +11,12 @@
   still have the version the turn read (``UPDATE … WHERE version = expected``);
   otherwise — another turn, or another continuation of the same turn, committed
   first — the commit raises ``StoreConflictError`` and nothing of it is stored.
+- Stored outcomes (``StoredOutcome``, schema version 3) are written in the same
+  transaction with ``INSERT … ON CONFLICT DO UPDATE … WHERE`` the stored one has
+  expired: of two transactions storing one key at once, the second waits for the
+  first and then finds the key taken (``StoreConflictError``). Each commit that
+  stores outcomes deletes up to ``OUTCOME_SWEEP`` expired ones (skipping rows other
+  transactions hold); ``purge_outcomes`` removes all of them.
 - The URL's password never appears in an error message or a repr.
 """
 
@@ -21,8 +27,9 @@ import json
 import re
 import weakref
 from collections.abc import Sequence
+from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -34,6 +41,7 @@ from aptix_pipeline.contracts import (
     ChatMessage,
     Session,
     StoreConflictError,
+    StoredOutcome,
     Turn,
     TurnStatus,
 )
@@ -42,6 +50,7 @@ from .postgres_migrations import SCHEMA_VERSION, SchemaVersionError, migrate, re
 from .unit_of_work import BufferedTransaction, SessionWrite, TurnWrites, session_from_row
 
 __all__ = [
+    "OUTCOME_SWEEP",
     "SCHEMA_VERSION",
     "PostgresStore",
     "PostgresStoreError",
@@ -51,22 +60,39 @@ __all__ = [
 
 _Connection = AsyncConnection[tuple[Any, ...]]
 _PASSWORD_IN_CONNINFO = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", re.IGNORECASE)
+OUTCOME_SWEEP: Final = 100
+"""Expired outcomes a commit that stores outcomes deletes at most (module docstring)."""
+_PURGE_BATCH: Final = 1000
 
 
 class PostgresStoreError(RuntimeError):
     """The PostgreSQL store cannot serve: unreachable, refused, or already closed."""
 
 
-def _solution_columns(text: str | None) -> tuple[str | None, str | None]:
-    """``(solution_context_text, solution_context_json)`` for a session's solution context.
+def _nul_safe_columns(text: str | None) -> tuple[str | None, str | None]:
+    """``(text, literal)``: the two columns that keep ``text`` (solution context, result).
 
     PostgreSQL text cannot hold U+0000, which SQLite and memory keep (issue 13 item 6,
-    D221): such a text is stored as a JSON string literal in ``solution_context_json``
-    (schema version 2), every other text as itself, so rows written before still read.
+    D221): such a text is stored as a JSON string literal in the second column
+    (``solution_context_json``, schema version 2; ``result_json_literal``, version 3),
+    every other text as itself in the first, so rows written before still read.
     """
     if text is not None and "\x00" in text:
         return None, json.dumps(text)
     return text, None
+
+
+def _outcome_from_row(row: Sequence[Any]) -> StoredOutcome:
+    """A stored outcome from its columns as ``read_outcome`` selects them."""
+    return StoredOutcome(
+        key=row[0],
+        request_digest=row[1],
+        session_id=row[2],
+        turn_id=row[3],
+        result_json=row[4] if row[5] is None else json.loads(row[5]),
+        created_at=row[6],
+        expires_at=row[7],
+    )
 
 
 def redact_url(url: str) -> str:
@@ -277,7 +303,7 @@ class PostgresStore:
         )
         if row is None:
             return None
-        if row[10] is not None:  # a text holding NUL (_solution_columns)
+        if row[10] is not None:  # a text holding NUL (_nul_safe_columns)
             row = (*row[:6], json.loads(row[10]), *row[7:])
         return session_from_row(row, row[9])
 
@@ -311,6 +337,37 @@ class PostgresStore:
         )
         return None if row is None else Turn.model_validate_json(row[0])
 
+    async def read_outcome(self, org: str, user: str, key: str) -> StoredOutcome | None:
+        """This org and user's outcome under ``key``, expired or not."""
+        row = await self._fetchone(
+            "SELECT key, request_digest, session_id, turn_id, result_json, result_json_literal, "
+            "created_at, expires_at FROM aptix_outcomes "
+            "WHERE org = %s AND user_name = %s AND key = %s",
+            (org, user, key),
+        )
+        return None if row is None else _outcome_from_row(row)
+
+    async def purge_outcomes(self, now: datetime) -> int:
+        """Delete every outcome expired by ``now``; how many there were.
+
+        In batches of one short statement each (``MemoryStore.purge_outcomes``, async
+        here); a row another transaction holds is left to it (it is being replaced).
+        """
+        pool = await self._ready()
+        purged = 0
+        while True:
+            async with pool.connection() as connection:
+                cursor = await connection.execute(
+                    "DELETE FROM aptix_outcomes o USING (SELECT org, user_name, key "
+                    "FROM aptix_outcomes WHERE expires_at <= %s LIMIT %s "
+                    "FOR UPDATE SKIP LOCKED) d "
+                    "WHERE o.org = d.org AND o.user_name = d.user_name AND o.key = d.key",
+                    (now, _PURGE_BATCH),
+                )
+            purged += cursor.rowcount
+            if cursor.rowcount < _PURGE_BATCH:
+                return purged
+
     async def apply(self, writes: TurnWrites) -> None:
         """Write a turn in one transaction; ``StoreConflictError`` when another turn won."""
         pool = await self._ready()
@@ -341,7 +398,7 @@ class PostgresStore:
                     s.mode,
                     s.agent_context_id,
                     s.conversation_context_id,
-                    *_solution_columns(s.solution_context_text),
+                    *_nul_safe_columns(s.solution_context_text),
                     s.created_at,
                 ),
             )
@@ -356,7 +413,7 @@ class PostgresStore:
                 "WHERE id = %s AND org = %s AND user_name = %s AND version = %s",
                 (
                     s.mode,
-                    *_solution_columns(s.solution_context_text),
+                    *_nul_safe_columns(s.solution_context_text),
                     s.id,
                     org,
                     user,
@@ -418,3 +475,48 @@ class PostgresStore:
                     for n, (turn_id, message) in enumerate(messages)
                 ],
             )
+        if writes.outcomes:
+            # After the sessions: an Initial turn's outcome names the session it creates.
+            await self._write_outcomes(connection, writes)
+
+    @staticmethod
+    async def _write_outcomes(connection: _Connection, writes: TurnWrites) -> None:
+        # The sweep: expired by the earliest new outcome's time, so expired for each of
+        # them too, and deleting one changes no conflict decision below. SKIP LOCKED: a
+        # row another transaction holds is not waited for.
+        earliest = min(outcome.created_at for outcome in writes.outcomes)
+        await connection.execute(
+            "DELETE FROM aptix_outcomes o USING (SELECT org, user_name, key "
+            "FROM aptix_outcomes WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED) d "
+            "WHERE o.org = d.org AND o.user_name = d.user_name AND o.key = d.key",
+            (earliest, OUTCOME_SWEEP),
+        )
+        # In key order, so two turns storing the same keys lock them alike. A key held
+        # by a concurrent uncommitted insert makes this wait for it; once it commits,
+        # the WHERE sees its row (unexpired): no row written, a conflict (the rule of
+        # unit_of_work.outcome_replaceable, decided by the database).
+        for outcome in sorted(writes.outcomes, key=lambda o: o.key):
+            cursor = await connection.execute(
+                "INSERT INTO aptix_outcomes (org, user_name, key, request_digest, session_id, "
+                "turn_id, result_json, result_json_literal, created_at, expires_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (org, user_name, key) DO UPDATE SET "
+                "request_digest = EXCLUDED.request_digest, session_id = EXCLUDED.session_id, "
+                "turn_id = EXCLUDED.turn_id, result_json = EXCLUDED.result_json, "
+                "result_json_literal = EXCLUDED.result_json_literal, "
+                "created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at "
+                "WHERE aptix_outcomes.expires_at <= EXCLUDED.created_at",
+                (
+                    writes.org,
+                    writes.user,
+                    outcome.key,
+                    outcome.request_digest,
+                    outcome.session_id,
+                    outcome.turn_id,
+                    *_nul_safe_columns(outcome.result_json),
+                    outcome.created_at,
+                    outcome.expires_at,
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise StoreConflictError(f"outcome {outcome.key!r} is already stored")

@@ -10,7 +10,13 @@
   IMMEDIATE … COMMIT`` with optimistic version checks, so a failed turn writes
   nothing and a concurrent one loses cleanly (``StoreConflictError``).
 - A versioned schema (``PRAGMA user_version``): a new file is created at the
-  current version; a file written by a newer version is refused.
+  current version, an older one is migrated in place (version 2 added stored
+  outcomes), and a file written by a newer version is refused.
+- Stored outcomes (``StoredOutcome``, docs/CONFORMANCE.md D181) are written in
+  the turn's transaction; a key holding an unexpired one makes the whole commit a
+  conflict. Each commit that stores outcomes also deletes up to
+  ``OUTCOME_SWEEP`` expired ones, so the table does not grow without bound;
+  ``purge_outcomes`` removes all of them.
 
 Durability (``synchronous``, README "Configuration"): ``"normal"`` (the default)
 is WAL with ``PRAGMA synchronous = NORMAL``: a commit writes the turn to the WAL
@@ -36,6 +42,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, cast, get_args
 
@@ -43,14 +50,16 @@ from aptix_pipeline.contracts import (
     ChatMessage,
     Session,
     StoreConflictError,
+    StoredOutcome,
     Turn,
     TurnStatus,
 )
 
-from .unit_of_work import BufferedTransaction, TurnWrites, session_from_row
+from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable, session_from_row
 
 __all__ = [
     "CHECKPOINT_EVERY",
+    "OUTCOME_SWEEP",
     "SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
     "SQLiteStore",
@@ -58,7 +67,7 @@ __all__ = [
     "synchronous_mode",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 T = TypeVar("T")
 
 Synchronous = Literal["normal", "full"]
@@ -66,6 +75,10 @@ Synchronous = Literal["normal", "full"]
 SYNCHRONOUS_MODES: Final[tuple[Synchronous, ...]] = get_args(Synchronous)
 CHECKPOINT_EVERY: Final = 200
 """Commits of one store between two background WAL checkpoints."""
+OUTCOME_SWEEP: Final = 100
+"""Expired outcomes a commit that stores outcomes deletes at most (module docstring)."""
+_PURGE_BATCH: Final = 1000
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def synchronous_mode(value: str, *, option: str = "synchronous") -> Synchronous:
@@ -195,6 +208,33 @@ _SCHEMA = (
         message TEXT NOT NULL,
         PRIMARY KEY (session_id, seq))""",
 )
+# Version 2: stored outcomes. Times are ISO 8601 text, as sessions' created_at, so a
+# read gives back the very value written (its UTC offset included); expires_at_us is
+# the same instant as microseconds since 1970 UTC, the order the expiry index keeps.
+_SCHEMA_2 = (
+    """CREATE TABLE outcomes (
+        org TEXT NOT NULL,
+        user TEXT NOT NULL,
+        key TEXT NOT NULL,
+        request_digest TEXT NOT NULL,
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        turn_id TEXT NOT NULL,
+        result_json TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT,
+        expires_at_us INTEGER,
+        PRIMARY KEY (org, user, key))""",
+    "CREATE INDEX outcomes_expiry ON outcomes (expires_at_us)",
+)
+_MIGRATIONS = (_SCHEMA, _SCHEMA_2)
+"""``_MIGRATIONS[n]`` takes a file from schema version ``n`` to ``n + 1``."""
+
+
+def _instant_us(moment: datetime) -> int:
+    """``moment`` as microseconds since 1970 UTC (a naive time counts as UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
 class SQLiteStore:
@@ -260,9 +300,11 @@ class SQLiteStore:
                     f"the database has schema version {version}; this aptix-pipeline "
                     f"knows up to {SCHEMA_VERSION}"
                 )
-            if version == 0:
-                for statement in _SCHEMA:
+            # Every step from the file's version on, in this one transaction.
+            for step in _MIGRATIONS[version:]:
+                for statement in step:
                     connection.execute(statement)
+            if version < SCHEMA_VERSION:
                 connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             connection.execute("COMMIT")
         except BaseException:
@@ -411,6 +453,56 @@ class SQLiteStore:
         """The session's turn that awaits client tool results, if any."""
         return await self._run(lambda: self._read_pending_turn(org, user, session_id))
 
+    @staticmethod
+    def _read_outcome(
+        db: sqlite3.Connection, org: str, user: str, key: str
+    ) -> StoredOutcome | None:
+        row = db.execute(
+            "SELECT key, request_digest, session_id, turn_id, result_json, created_at, "
+            "expires_at FROM outcomes WHERE org = ? AND user = ? AND key = ?",
+            (org, user, key),
+        ).fetchone()
+        if row is None:
+            return None
+        return StoredOutcome(
+            key=row[0],
+            request_digest=row[1],
+            session_id=row[2],
+            turn_id=row[3],
+            result_json=row[4],
+            created_at=row[5],  # the ISO text as written: the same instant and offset
+            expires_at=row[6],
+        )
+
+    async def read_outcome(self, org: str, user: str, key: str) -> StoredOutcome | None:
+        """This org and user's outcome under ``key``, expired or not."""
+        return await self._run(lambda: self._read_outcome(self._db(), org, user, key))
+
+    def _purge_batch(self, now_us: int) -> int:
+        # One statement, so one short transaction: queued turns run between batches.
+        return (
+            self._db()
+            .execute(
+                "DELETE FROM outcomes WHERE rowid IN (SELECT rowid FROM outcomes "
+                "WHERE expires_at_us <= ? LIMIT ?)",
+                (now_us, _PURGE_BATCH),
+            )
+            .rowcount
+        )
+
+    async def purge_outcomes(self, now: datetime) -> int:
+        """Delete every outcome expired by ``now``; how many there were.
+
+        In batches of a short transaction each, so turns committing meanwhile wait
+        for one batch at most (``MemoryStore.purge_outcomes``, here off the loop).
+        """
+        now_us, purged = _instant_us(now), 0
+        while (deleted := await self._run(lambda: self._purge_batch(now_us))) > 0:
+            purged += deleted
+            if deleted < _PURGE_BATCH:
+                break
+        return purged
+
     def _apply(self, writes: TurnWrites) -> None:
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
@@ -502,6 +594,43 @@ class SQLiteStore:
                 (session_id, next_seq_by_session[session_id], turn_id, message.model_dump_json()),
             )
             next_seq_by_session[session_id] += 1
+        if writes.outcomes:
+            SQLiteStore._write_outcomes(db, writes)
+
+    @staticmethod
+    def _write_outcomes(db: sqlite3.Connection, writes: TurnWrites) -> None:
+        # After the sessions: an Initial turn's outcome names the session it creates.
+        # The sweep: expired by the earliest new outcome's time, so expired for each of
+        # them too, and deleting one changes no conflict decision below.
+        earliest = min(_instant_us(outcome.created_at) for outcome in writes.outcomes)
+        db.execute(
+            "DELETE FROM outcomes WHERE rowid IN (SELECT rowid FROM outcomes "
+            "WHERE expires_at_us <= ? LIMIT ?)",
+            (earliest, OUTCOME_SWEEP),
+        )
+        for outcome in writes.outcomes:
+            # Inside BEGIN IMMEDIATE nobody else writes: read, decide, write.
+            stored = SQLiteStore._read_outcome(db, writes.org, writes.user, outcome.key)
+            if not outcome_replaceable(stored, outcome):
+                raise StoreConflictError(f"outcome {outcome.key!r} is already stored")
+            expires = outcome.expires_at
+            db.execute(
+                "INSERT OR REPLACE INTO outcomes (org, user, key, request_digest, session_id, "
+                "turn_id, result_json, created_at, expires_at, expires_at_us) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    writes.org,
+                    writes.user,
+                    outcome.key,
+                    outcome.request_digest,
+                    outcome.session_id,
+                    outcome.turn_id,
+                    outcome.result_json,
+                    outcome.created_at.isoformat(),
+                    None if expires is None else expires.isoformat(),
+                    None if expires is None else _instant_us(expires),
+                ),
+            )
 
     async def apply(self, writes: TurnWrites) -> None:
         """Write a turn in one transaction; ``StoreConflictError`` when another turn won."""

@@ -131,6 +131,9 @@ def store_invariant_errors(db: sqlite3.Connection, acknowledged: list[dict[str, 
             errors.append(f"turn {turn_id}: its row and its data disagree")
         if session_id not in sessions:
             errors.append(f"turn {turn_id}: orphan (no session {session_id})")
+    for key, session_id, turn_id in db.execute("SELECT key, session_id, turn_id FROM outcomes"):
+        if (session_id, turn_id) not in turns:  # an answer is stored with its turn
+            errors.append(f"outcome {key}: orphan (no turn {turn_id} of session {session_id})")
     transcript: dict[str, list[tuple[int, str, ChatMessage]]] = defaultdict(list)
     for session_id, seq, turn_id, message in db.execute(
         "SELECT session_id, seq, turn_id, message FROM transcript ORDER BY session_id, seq"

@@ -1,0 +1,463 @@
+"""Stored outcomes (``StoredOutcome``, docs/CONFORMANCE.md D181) on every store.
+
+A committed turn keeps its answer under its keys, in the same commit as the turn
+(``SessionTransaction.save_outcome``). On the memory store, a SQLite file and a
+PostgreSQL database alike: an outcome reads back equal and only for its own org and
+user, a rollback keeps none, a key holding an unexpired outcome makes the whole
+commit a conflict that writes nothing, an expired one is replaced, and
+``purge_outcomes`` forgets exactly the expired ones. Then what only the SQL stores
+show: the bounded sweep of expired outcomes at commit, the SQLite file migrated
+from schema version 1, the PostgreSQL database from version 2, and two PostgreSQL
+transactions storing one key at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import closing
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import psycopg
+import pytest
+from engine_kit import (
+    ALL_STORE_KINDS,
+    CALLER,
+    call,
+    calls,
+    continuation,
+    make_pipeline,
+    ok,
+    open_store_of_kind,
+    text,
+)
+from test_stores import (
+    ORG,
+    OTHER_CALLERS,
+    T0,
+    USER,
+    entry,
+    make_session,
+    make_turn,
+    seed,
+    snapshot,
+    user_says,
+)
+
+from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.adapters.postgres_migrations import MIGRATIONS, VERSION_TABLE
+from aptix_pipeline.adapters.postgres_store import OUTCOME_SWEEP as PG_SWEEP
+from aptix_pipeline.adapters.postgres_store import PostgresStore
+from aptix_pipeline.adapters.sqlite_store import OUTCOME_SWEEP, SQLiteStore
+from aptix_pipeline.contracts import StoreConflictError, StoredOutcome, TurnStatus
+
+AnyStore = MemoryStore | SQLiteStore | PostgresStore
+PLUS_TWO = timezone(timedelta(hours=2))
+RESULT = '{"Successful": true, "Result": {"PrimaryOutputText": "done"}}'
+RESULTS = {
+    "plain": RESULT,
+    "escaped-nul": '{"Result": {"PrimaryOutputText": "a\\u0000b"}}',
+    "raw-nul": "a\x00b\x00",
+    "astral": '{"Result": {"PrimaryOutputText": "hi 👋🏽 𝄞 \U0010ffff"}}',
+    "long": '{"Text": "' + "x" * 200_000 + '"}',
+}
+
+
+@pytest.fixture(params=ALL_STORE_KINDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AnyStore]:
+    """Each test on the memory store, a SQLite file and a PostgreSQL database."""
+    async with open_store_of_kind(request.param, request, tmp_path) as opened:
+        yield opened
+
+
+def outcome(
+    key: str = "key:k1",
+    *,
+    session_id: str = "s1",
+    turn_id: str = "t1",
+    result_json: str = RESULT,
+    created_at: datetime = T0,
+    ttl: timedelta | None = timedelta(hours=1),
+    digest: str = "d1",
+) -> StoredOutcome:
+    return StoredOutcome(
+        key=key,
+        request_digest=digest,
+        session_id=session_id,
+        turn_id=turn_id,
+        result_json=result_json,
+        created_at=created_at,
+        expires_at=None if ttl is None else created_at + ttl,
+    )
+
+
+async def save(store: AnyStore, *outcomes: StoredOutcome, org: str = ORG) -> None:
+    """Commit ``outcomes`` in one transaction of ``org``/ana (session s1 must exist)."""
+    tx = store.begin(org, USER)
+    for each in outcomes:
+        await tx.save_outcome(each)
+    await tx.commit()
+
+
+async def read(store: AnyStore, key: str, org: str = ORG, user: str = USER) -> StoredOutcome | None:
+    """The caller's outcome under ``key``, read in a fresh transaction."""
+    tx = store.begin(org, user)
+    found = await tx.load_outcome(key)
+    await tx.rollback()
+    return found
+
+
+async def purge(store: AnyStore, now: datetime) -> int:
+    """``purge_outcomes``: synchronous on the memory store, async on the SQL stores."""
+    purged = store.purge_outcomes(now)
+    return await purged if inspect.isawaitable(purged) else purged
+
+
+# --- every store ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("result_json", RESULTS.values(), ids=RESULTS.keys())
+async def test_a_committed_outcome_reads_back_equal(store: AnyStore, result_json: str) -> None:
+    await seed(store, turns=[make_turn()])
+    kept = outcome(result_json=result_json, created_at=T0.astimezone(PLUS_TWO))
+
+    await save(store, kept)
+    loaded = await read(store, kept.key)
+
+    assert loaded == kept
+    assert loaded is not None
+    assert loaded.result_json == result_json
+    assert loaded.expires_at is not None
+    assert loaded.created_at.utcoffset() is not None
+
+
+async def test_an_outcome_that_never_expires_reads_back_without_expiry(store: AnyStore) -> None:
+    await seed(store)
+    kept = outcome(ttl=None)
+
+    await save(store, kept)
+
+    assert await read(store, kept.key) == kept
+
+
+async def test_the_outcome_a_turn_creating_its_session_stores_is_kept(store: AnyStore) -> None:
+    # An Initial turn: the session, the turn and the answer arrive in one commit.
+    tx = store.begin(ORG, USER)
+    await tx.create_session(make_session())
+    await tx.open_turn(make_turn())
+    await tx.save_outcome(outcome())
+    await tx.commit()
+
+    assert await read(store, "key:k1") == outcome()
+
+
+@pytest.mark.parametrize(("org", "user"), OTHER_CALLERS)
+async def test_another_caller_reads_no_outcome_and_may_store_its_own(
+    store: AnyStore, org: str, user: str
+) -> None:
+    await seed(store)
+    await save(store, outcome())
+
+    assert await read(store, "key:k1", org, user) is None
+    # The same key of another caller is another key: no conflict.
+    await seed(store, make_session("s2", org=org, user=user))
+    tx = store.begin(org, user)
+    await tx.save_outcome(outcome(session_id="s2", digest="d2"))
+    await tx.commit()
+    assert (await read(store, "key:k1", org, user)) == outcome(session_id="s2", digest="d2")
+    assert await read(store, "key:k1") == outcome()
+
+
+async def test_a_transaction_sees_its_own_outcome_before_commit_and_a_rollback_keeps_none(
+    store: AnyStore,
+) -> None:
+    await seed(store)
+    tx = store.begin(ORG, USER)
+    await tx.save_outcome(outcome())
+    assert await tx.load_outcome("key:k1") == outcome()
+    assert await read(store, "key:k1") is None  # invisible to others until commit
+
+    await tx.rollback()
+
+    assert await read(store, "key:k1") is None
+
+
+@pytest.mark.parametrize("ttl", [timedelta(hours=1), None], ids=["unexpired", "never-expires"])
+async def test_a_second_outcome_under_a_held_key_makes_the_commit_conflict_and_write_nothing(
+    store: AnyStore, ttl: timedelta | None
+) -> None:
+    await seed(store, turns=[make_turn()], messages=[user_says("hi")])
+    first = outcome(ttl=ttl)
+    await save(store, first)
+    before = await snapshot(store)
+
+    tx = store.begin(ORG, USER)
+    await tx.set_session_mode("s1", entry("general", "review", turn_id="t2"))
+    await tx.set_solution_context("s1", "changed")
+    await tx.open_turn(make_turn("t2"))
+    await tx.complete_turn(make_turn("t2", status=TurnStatus.COMPLETED))
+    await tx.append_transcript("s1", "t2", [user_says("again")])
+    await tx.save_outcome(outcome("key:other", turn_id="t2"))
+    await tx.save_outcome(outcome(turn_id="t2", digest="d2", created_at=T0 + timedelta(minutes=30)))
+    with pytest.raises(StoreConflictError):
+        await tx.commit()
+
+    assert await snapshot(store) == before  # session, turns and transcript untouched
+    assert await read(store, "key:k1") == first
+    assert await read(store, "key:other") is None
+
+
+async def test_an_expired_outcome_is_replaced(store: AnyStore) -> None:
+    await seed(store, turns=[make_turn(), make_turn("t2")])
+    await save(store, outcome(ttl=timedelta(minutes=5)))
+    again = outcome(turn_id="t2", digest="d2", created_at=T0 + timedelta(minutes=5))
+
+    await save(store, again)  # expired exactly at the new outcome's time
+
+    assert await read(store, "key:k1") == again
+
+
+async def test_purge_forgets_only_the_outcomes_expired_by_then(store: AnyStore) -> None:
+    await seed(store)
+    short = outcome("key:short", ttl=timedelta(minutes=1))
+    due = outcome("key:due", ttl=timedelta(minutes=10))
+    long = outcome("key:long", ttl=timedelta(days=1))
+    never = outcome("key:never", ttl=None)
+    await save(store, short, due, long, never)
+
+    assert await purge(store, T0 + timedelta(minutes=10)) == 2
+
+    assert await read(store, "key:short") is None
+    assert await read(store, "key:due") is None
+    assert await read(store, "key:long") == long
+    assert await read(store, "key:never") == never
+    assert await purge(store, T0 + timedelta(minutes=10)) == 0
+
+
+async def test_a_continuation_answered_once_is_answered_again_from_the_store(
+    store: AnyStore,
+) -> None:
+    pipeline, llm = make_pipeline(
+        store, [calls(call("c1", "read_file", {"path": "a.py"})), text("done")]
+    )
+    pending = ok(await pipeline.execute({"Instruction": "Explain a.py."}, CALLER))
+    first = await pipeline.execute(continuation(pending), CALLER)
+    again = await pipeline.execute(continuation(pending), CALLER)
+
+    assert ok(first).primary_output_text == "done"
+    assert again.to_json() == first.to_json()
+    assert llm is not None
+    assert len(llm.requests) == 2  # the retry ran no model round
+
+
+# --- the SQL stores ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_commit_storing_an_outcome_sweeps_a_bounded_number_of_expired_ones(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    assert OUTCOME_SWEEP == PG_SWEEP
+    async with open_store_of_kind(kind, request, tmp_path) as sql:
+        await seed(sql)
+        old = [outcome(f"key:old-{n:03}", ttl=timedelta(minutes=1)) for n in range(150)]
+        await save(sql, *old, outcome("key:kept", ttl=None))
+
+        await save(sql, outcome("key:new", created_at=T0 + timedelta(hours=1)))
+
+        left = [each for each in old if await read(sql, each.key) is not None]
+        assert len(left) == 150 - OUTCOME_SWEEP
+        assert await read(sql, "key:kept") is not None
+        assert await read(sql, "key:new") is not None
+
+
+V1_SCHEMA = (
+    # The schema SQLiteStore wrote at version 1, verbatim: a file from before outcomes.
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY, org TEXT NOT NULL, user TEXT NOT NULL, mode TEXT,
+        agent_context_id TEXT, conversation_context_id TEXT, solution_context_text TEXT,
+        created_at TEXT, version INTEGER NOT NULL)""",
+    "CREATE INDEX sessions_owner ON sessions (org, user)",
+    """CREATE TABLE mode_history (
+        session_id TEXT NOT NULL REFERENCES sessions (id), seq INTEGER NOT NULL,
+        entry TEXT NOT NULL, PRIMARY KEY (session_id, seq))""",
+    """CREATE TABLE turns (
+        session_id TEXT NOT NULL REFERENCES sessions (id), id TEXT NOT NULL,
+        status TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (session_id, id))""",
+    "CREATE INDEX turns_status ON turns (session_id, status)",
+    """CREATE TABLE transcript (
+        session_id TEXT NOT NULL REFERENCES sessions (id), seq INTEGER NOT NULL,
+        turn_id TEXT NOT NULL, message TEXT NOT NULL, PRIMARY KEY (session_id, seq))""",
+)
+
+
+async def test_a_sqlite_file_at_schema_version_1_is_migrated_to_2_keeping_its_data(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v1.db"
+    session, turn, message = make_session(), make_turn(), user_says("hi")
+    with closing(sqlite3.connect(path)) as raw, raw:
+        for statement in V1_SCHEMA:
+            raw.execute(statement)
+        raw.execute(
+            "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
+            (session.id, ORG, USER, session.mode, session.agent_context_id,
+             session.conversation_context_id, session.solution_context_text,
+             T0.isoformat()),
+        )  # fmt: skip
+        raw.execute(
+            "INSERT INTO turns VALUES (?, ?, ?, ?)",
+            (turn.session_id, turn.id, turn.status.value, turn.model_dump_json()),
+        )
+        raw.execute(
+            "INSERT INTO transcript VALUES ('s1', 1, 't1', ?)", (message.model_dump_json(),)
+        )
+        raw.execute("PRAGMA user_version = 1")
+
+    with SQLiteStore(path) as store:
+        assert store.schema_version == 2
+        loaded, (loaded_turn, _), transcript = await snapshot(store)
+        await save(store, outcome())
+        assert await read(store, "key:k1") == outcome()
+
+    assert loaded is not None
+    assert loaded.model_dump(exclude={"version"}) == session.model_dump(exclude={"version"})
+    assert loaded_turn == turn
+    assert transcript == [message]
+    with closing(sqlite3.connect(path)) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        indexes = {name for (name,) in raw.execute("SELECT name FROM sqlite_master")}
+        assert {"outcomes", "outcomes_expiry"} <= indexes
+
+
+async def test_a_sqlite_outcome_keeps_its_times_offset_exactly(tmp_path: Path) -> None:
+    kept = outcome(created_at=datetime(2026, 3, 4, 5, 6, 7, 891_234, tzinfo=PLUS_TWO))
+    with SQLiteStore(tmp_path / "aptix.db") as store:
+        await seed(store)
+        await save(store, kept)
+    with SQLiteStore(tmp_path / "aptix.db") as reopened:
+        loaded = await read(reopened, kept.key)
+
+    assert loaded == kept
+    assert loaded is not None
+    assert loaded.created_at.utcoffset() == timedelta(hours=2)
+    assert loaded.expires_at is not None
+    assert loaded.expires_at.utcoffset() == timedelta(hours=2)
+
+
+async def test_a_postgres_database_at_schema_version_2_is_migrated_to_3_keeping_its_data(
+    postgres_db_url: str,
+) -> None:
+    with psycopg.connect(postgres_db_url, autocommit=True) as raw:
+        raw.execute(
+            f"CREATE TABLE {VERSION_TABLE} (version integer PRIMARY KEY, name text NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in MIGRATIONS[:2]:
+            for statement in migration.statements:
+                raw.execute(statement)
+            raw.execute(
+                f"INSERT INTO {VERSION_TABLE} (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+        raw.execute(
+            "INSERT INTO aptix_sessions (id, org, user_name, mode, created_at, version) "
+            "VALUES ('s1', %s, %s, 'general', %s, 1)",
+            (ORG, USER, T0),
+        )
+
+    async with PostgresStore(postgres_db_url) as store:
+        assert await store.schema_version() == 3
+        tx = store.begin(ORG, USER)
+        loaded = await tx.load_session("s1")
+        await tx.rollback()
+        await save(store, outcome())
+        assert await read(store, "key:k1") == outcome()
+
+    assert loaded is not None
+    assert loaded.mode == "general"
+    assert loaded.created_at == T0
+
+
+async def _commit_initial_turn(store: PostgresStore, session_id: str, key: str) -> str:
+    """An Initial turn storing its answer under ``key``; ``"won"`` or ``"conflict"``."""
+    tx = store.begin(ORG, USER)
+    await tx.create_session(make_session(session_id))
+    await tx.open_turn(make_turn("t1", session_id))
+    await tx.save_outcome(outcome(key, session_id=session_id, digest=session_id))
+    try:
+        await tx.commit()
+    except StoreConflictError:
+        return "conflict"
+    return "won"
+
+
+async def test_postgres_of_many_transactions_storing_one_key_at_once_exactly_one_commits(
+    postgres_db_url: str,
+) -> None:
+    async with PostgresStore(postgres_db_url, max_size=8) as store:
+        ids = [f"s{n}" for n in range(8)]
+        ends = await asyncio.gather(*(_commit_initial_turn(store, s, "key:race") for s in ids))
+
+        assert sorted(ends) == ["conflict"] * 7 + ["won"]
+        winner = ids[ends.index("won")]
+        stored = await read(store, "key:race")
+        assert stored is not None
+        assert stored.session_id == winner
+        tx = store.begin(ORG, USER)
+        sessions = [await tx.load_session(s) for s in ids]
+        await tx.rollback()
+        assert [s.id for s in sessions if s is not None] == [winner]  # losers wrote nothing
+
+
+async def test_postgres_a_commit_waiting_on_an_uncommitted_insert_of_its_key_conflicts(
+    postgres_db_url: str,
+) -> None:
+    async with PostgresStore(postgres_db_url, max_size=2) as store:
+        await seed(store, make_session("s0"))
+        async with await psycopg.AsyncConnection.connect(postgres_db_url) as other:
+            # Another worker's transaction holds the key, not yet committed.
+            await other.execute(
+                "INSERT INTO aptix_outcomes (org, user_name, key, request_digest, session_id, "
+                "turn_id, result_json, created_at, expires_at) "
+                "VALUES (%s, %s, 'key:race', 'd0', 's0', 't0', '{}', %s, NULL)",
+                (ORG, USER, T0),
+            )
+            commit = asyncio.ensure_future(_commit_initial_turn(store, "s1", "key:race"))
+            await asyncio.sleep(0.3)
+            assert not commit.done()  # it waits for the other transaction
+            await other.commit()
+            assert await commit == "conflict"
+
+        stored = await read(store, "key:race")
+        assert stored is not None
+        assert stored.session_id == "s0"
+        tx = store.begin(ORG, USER)
+        assert await tx.load_session("s1") is None
+        await tx.rollback()
+
+
+async def test_postgres_a_commit_waiting_on_an_insert_rolled_back_stores_its_outcome(
+    postgres_db_url: str,
+) -> None:
+    async with PostgresStore(postgres_db_url, max_size=2) as store:
+        await seed(store, make_session("s0"))
+        async with await psycopg.AsyncConnection.connect(postgres_db_url) as other:
+            await other.execute(
+                "INSERT INTO aptix_outcomes (org, user_name, key, request_digest, session_id, "
+                "turn_id, result_json, created_at, expires_at) "
+                "VALUES (%s, %s, 'key:race', 'd0', 's0', 't0', '{}', %s, NULL)",
+                (ORG, USER, T0),
+            )
+            commit = asyncio.ensure_future(_commit_initial_turn(store, "s1", "key:race"))
+            await asyncio.sleep(0.3)
+            await other.rollback()
+            assert await commit == "won"
+
+        stored = await read(store, "key:race")
+        assert stored is not None
+        assert stored.session_id == "s1"
