@@ -81,7 +81,7 @@ class MemoryStore:
         """This org and user's outcome under ``key``, expired or not."""
         return self._outcomes.get((org, user, key))
 
-    def purge_outcomes(self, now: datetime) -> int:
+    async def purge_outcomes(self, now: datetime) -> int:
         """Forget every outcome expired by ``now``; how many there were."""
         expired = [key for key, outcome in self._outcomes.items() if outcome.expired(now)]
         for key in expired:

@@ -14,7 +14,6 @@ transactions storing one key at once.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import closing
@@ -111,9 +110,8 @@ async def read(store: AnyStore, key: str, org: str = ORG, user: str = USER) -> S
 
 
 async def purge(store: AnyStore, now: datetime) -> int:
-    """``purge_outcomes``: synchronous on the memory store, async on the SQL stores."""
-    purged = store.purge_outcomes(now)
-    return await purged if inspect.isawaitable(purged) else purged
+    """``purge_outcomes``, a coroutine on every store."""
+    return await store.purge_outcomes(now)
 
 
 # --- every store ----------------------------------------------------------------------

@@ -869,14 +869,14 @@ async def test_sqlite_data_survives_close_and_reopen(tmp_path: Path) -> None:
     assert transcript == [user_says("hi"), assistant_says("hello")]
 
 
-def test_sqlite_file_is_in_wal_mode_at_schema_version_1(tmp_path: Path) -> None:
+def test_sqlite_file_is_in_wal_mode_at_schema_version_2(tmp_path: Path) -> None:
     path = tmp_path / "aptix.db"
 
     with SQLiteStore(path) as store:
-        assert store.schema_version == 1 == SCHEMA_VERSION
+        assert store.schema_version == 2 == SCHEMA_VERSION
         with sqlite3.connect(path) as raw:
             assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            assert raw.execute("PRAGMA user_version").fetchone()[0] == 1
+            assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
 
 
 def test_sqlite_reopening_a_current_file_keeps_its_schema(tmp_path: Path) -> None:
@@ -884,19 +884,21 @@ def test_sqlite_reopening_a_current_file_keeps_its_schema(tmp_path: Path) -> Non
     SQLiteStore(path).close()
 
     with SQLiteStore(path) as again:
-        assert again.schema_version == 1
+        assert again.schema_version == SCHEMA_VERSION
 
 
 def test_sqlite_refuses_a_file_from_a_newer_schema(tmp_path: Path) -> None:
     path = tmp_path / "future.db"
     with sqlite3.connect(path) as raw:
-        raw.execute("PRAGMA user_version = 2")
+        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
 
-    with pytest.raises(RuntimeError, match=r"schema version 2.*knows up to 1"):
+    with pytest.raises(
+        RuntimeError, match=rf"schema version {SCHEMA_VERSION + 1}.*knows up to {SCHEMA_VERSION}"
+    ):
         SQLiteStore(path)
 
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
         assert raw.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
 
 
