@@ -412,13 +412,15 @@ async def test_postgres_of_many_transactions_storing_one_key_at_once_exactly_one
         assert [s.id for s in sessions if s is not None] == [winner]  # losers wrote nothing
 
 
-async def test_postgres_a_commit_waiting_on_an_uncommitted_insert_of_its_key_conflicts(
-    postgres_db_url: str,
+@pytest.mark.parametrize("other_ends", ["commit", "rollback"])
+async def test_postgres_a_commit_waiting_on_an_uncommitted_insert_of_its_key(
+    postgres_db_url: str, other_ends: str
 ) -> None:
+    """Behind another worker's uncommitted answer for its key, a commit waits: it conflicts
+    when that answer commits, and stores its own when it is rolled back."""
     async with PostgresStore(postgres_db_url, max_size=2) as store:
         await seed(store, make_session("s0"))
         async with await psycopg.AsyncConnection.connect(postgres_db_url) as other:
-            # Another worker's transaction holds the key, not yet committed.
             await other.execute(
                 "INSERT INTO aptix_outcomes (org, user_name, key, request_digest, session_id, "
                 "turn_id, result_json, created_at, expires_at) "
@@ -428,34 +430,17 @@ async def test_postgres_a_commit_waiting_on_an_uncommitted_insert_of_its_key_con
             commit = asyncio.ensure_future(_commit_initial_turn(store, "s1", "key:race"))
             await asyncio.sleep(0.3)
             assert not commit.done()  # it waits for the other transaction
-            await other.commit()
-            assert await commit == "conflict"
+            if other_ends == "commit":
+                await other.commit()
+                assert await commit == "conflict"
+            else:
+                await other.rollback()
+                assert await commit == "won"
 
         stored = await read(store, "key:race")
         assert stored is not None
-        assert stored.session_id == "s0"
+        assert stored.session_id == ("s0" if other_ends == "commit" else "s1")
         tx = store.begin(ORG, USER)
-        assert await tx.load_session("s1") is None
+        session = await tx.load_session("s1")
         await tx.rollback()
-
-
-async def test_postgres_a_commit_waiting_on_an_insert_rolled_back_stores_its_outcome(
-    postgres_db_url: str,
-) -> None:
-    async with PostgresStore(postgres_db_url, max_size=2) as store:
-        await seed(store, make_session("s0"))
-        async with await psycopg.AsyncConnection.connect(postgres_db_url) as other:
-            await other.execute(
-                "INSERT INTO aptix_outcomes (org, user_name, key, request_digest, session_id, "
-                "turn_id, result_json, created_at, expires_at) "
-                "VALUES (%s, %s, 'key:race', 'd0', 's0', 't0', '{}', %s, NULL)",
-                (ORG, USER, T0),
-            )
-            commit = asyncio.ensure_future(_commit_initial_turn(store, "s1", "key:race"))
-            await asyncio.sleep(0.3)
-            await other.rollback()
-            assert await commit == "won"
-
-        stored = await read(store, "key:race")
-        assert stored is not None
-        assert stored.session_id == "s1"
+        assert (session is None) == (other_ends == "commit")
