@@ -23,6 +23,8 @@ __all__ = [
     "Pairs",
     "as_pairs",
     "dump_json",
+    "int_of",
+    "int_text",
     "list_branch",
     "load_json",
     "parse_json",
@@ -57,13 +59,47 @@ def _key(text: str, at: int) -> tuple[str, int]:
     return key, _skip(text, at + 1)
 
 
+_CHUNK = 1000  # decimal digits: well under Python's int/str conversion limit (4,300)
+
+
+def int_text(number: int) -> str:
+    """Decimal text of any ``int``, however long (``str`` refuses past 4,300 digits).
+
+    A request made of Python values may hold such a number; its recording must
+    still be written (docs/CONFORMANCE.md D161).
+    """
+    try:
+        return str(number)
+    except ValueError:
+        sign, rest = ("-" if number < 0 else ""), abs(number)
+        chunks: list[int] = []
+        while rest:
+            rest, chunk = divmod(rest, 10**_CHUNK)
+            chunks.append(chunk)
+        tail = "".join(f"{chunk:0{_CHUNK}d}" for chunk in reversed(chunks[:-1]))
+        return f"{sign}{chunks[-1]}{tail}"
+
+
+def int_of(word: str) -> int:
+    """The ``int`` of decimal text, however long (``int`` refuses past 4,300 digits)."""
+    try:
+        return int(word)
+    except ValueError:
+        sign, digits = (-1, word[1:]) if word.startswith("-") else (1, word)
+        number = 0
+        for start in range(0, len(digits), _CHUNK):
+            chunk = digits[start : start + _CHUNK]
+            number = number * 10 ** len(chunk) + int(chunk)
+        return sign * number
+
+
 def _scalar(text: str, at: int) -> tuple[Any, int]:
     if text[at : at + 1] == '"':
         return _scanstring(text, at + 1, True)
     number = _NUMBER.match(text, at)
     if number is not None:
         word = number.group()
-        return (float(word) if number.group(1) or number.group(2) else int(word)), number.end()
+        return (float(word) if number.group(1) or number.group(2) else int_of(word)), number.end()
     for word, value in _LITERALS:
         if text.startswith(word, at):
             return value, at + len(word)
@@ -145,6 +181,8 @@ def dump_json(value: Any) -> str:
                 if index:
                     pending.append((True, ","))
             out.append("[")
+        elif type(item) is int:
+            out.append(int_text(item))
         else:
             out.append(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
     return "".join(out)

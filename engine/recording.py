@@ -50,7 +50,7 @@ from aptix_pipeline.contracts import (
 from aptix_pipeline.contracts.url_secrets import scrub_urls
 from aptix_pipeline.steps import PipelineOptions, Ports
 
-from .deep_json import dump_json, load_json
+from .deep_json import dump_json, int_of, load_json
 from .port_tap import STORE, encode_value, provider_name_of
 from .redaction import Redactor
 from .trace import StateTrace
@@ -310,7 +310,7 @@ class TurnRecording:
         data = self.to_dict()
         try:
             text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-        except RecursionError:
+        except (RecursionError, ValueError):  # too deep, or an int past str()'s 4,300 digits
             text = dump_json(data) + "\n"
         try:
             text.encode("utf-8")
@@ -363,7 +363,7 @@ class TurnRecording:
                 data = from_json(text)
             except ValueError:
                 try:
-                    data = json.loads(text)
+                    data = json.loads(text, parse_int=int_of)
                 except RecursionError:  # deeper than json goes: read without recursion
                     data = load_json(text)
             return cls.from_dict(data)

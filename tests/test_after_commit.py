@@ -413,3 +413,23 @@ def test_a_span_that_cannot_end_after_the_turn_is_logged_not_raised(
         builder.end_unfinished()
 
     assert "a span of the turn could not be ended" in caplog.text
+
+
+async def test_a_request_holding_an_int_past_str_limits_records_and_the_file_reads_back(
+    tmp_path: Path,
+) -> None:
+    """A Python-value request may hold an int of thousands of digits (Python's ``str``
+    refuses past 4,300): the recording is still written, and reads back equal."""
+    from aptix_pipeline.engine import TurnRecording
+
+    huge = 7**20_000
+    pipeline = recording_pipeline(MemoryStore(), [text("hi")], recording=RecordingOptions())
+    report = await pipeline.run({"SessionId": "s", "TurnId": huge, "Instruction": "x"}, CALLER)
+
+    assert not report.successful
+    assert report.recording is not None
+    path = tmp_path / "turn.json"
+    path.write_text(report.recording.to_json(), encoding="utf-8")
+    loaded = TurnRecording.load(path)
+    assert loaded.request["json"]["TurnId"] == huge
+    assert loaded.to_json() == report.recording.to_json()
