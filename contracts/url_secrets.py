@@ -29,6 +29,7 @@ __all__ = [
     "SECRET_SUFFIXES",
     "ScrubbingFilter",
     "is_secret_name",
+    "scrub_logger",
     "scrub_urls",
 ]
 
@@ -93,15 +94,34 @@ def scrub_urls(text: str) -> str:
 
 
 class ScrubbingFilter(logging.Filter):
-    """A logging filter that passes every record with its message run through ``scrub_urls``.
+    """A logging filter that passes every record with its message, traceback and stack
+    run through ``scrub_urls``.
 
-    Attach it to a third-party logger that prints URLs (httpx logs each request's
-    full URL, userinfo and query included): ``logger.addFilter(ScrubbingFilter())``.
+    Attach it to a logger that may print URLs: httpx logs each request's full URL,
+    userinfo and query included, and the engine's own log carries the traceback of
+    a step that raised, whose message may quote a port's URL
+    (``logger.addFilter(ScrubbingFilter())``). The traceback is formatted here, once,
+    into ``record.exc_text``, which the standard ``logging.Formatter`` prints as is.
     """
+
+    _formatter = logging.Formatter()
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         scrubbed = scrub_urls(message)
         if scrubbed != message:
             record.msg, record.args = scrubbed, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self._formatter.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = scrub_urls(record.exc_text)
+        if record.stack_info:
+            record.stack_info = scrub_urls(record.stack_info)
         return True
+
+
+def scrub_logger(logger: logging.Logger) -> logging.Logger:
+    """``logger`` with one ``ScrubbingFilter`` (added once, however often this is called)."""
+    if not any(isinstance(existing, ScrubbingFilter) for existing in logger.filters):
+        logger.addFilter(ScrubbingFilter())
+    return logger

@@ -50,6 +50,7 @@ from aptix_pipeline.contracts import (
     ToolDefinition,
     Usage,
 )
+from aptix_pipeline.contracts.url_secrets import scrub_logger
 from aptix_pipeline.steps import ModeChange, ToolCallRecord
 
 from .trace import CheckRecord, FaultRecord, LLMCallRecord, TraceEntry, TransitionRecord
@@ -78,7 +79,7 @@ __all__ = [
     "WarningRaised",
 ]
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrub_logger(logging.getLogger("aptix_pipeline"))  # tracebacks may quote URLs (D220)
 
 
 @dataclass(frozen=True, slots=True)

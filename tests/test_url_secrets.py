@@ -238,3 +238,30 @@ def test_aptix_serve_answers_502_without_the_url_credentials(tmp_path: Any) -> N
     assert "could not reach" in answer.text
     assert SECRET not in answer.text
     assert SECRET not in served_log
+
+
+async def test_a_raising_steps_logged_traceback_never_echoes_url_credentials(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The engine logs the traceback of a step that raised (code ``internal``); its
+    exception text may quote a port's URL, and the log must not keep the secrets."""
+    from engine_kit import make_pipeline
+
+    from aptix_pipeline.contracts import PipelineStep
+    from aptix_pipeline.steps import TurnScope
+
+    async def raising(scope: TurnScope) -> None:
+        raise ConnectionError(f"cannot reach http://ana:{SECRET}@models.local/v1?api-key={SECRET}")
+
+    pipeline, _ = make_pipeline(MemoryStore(), steps={PipelineStep.REASONER: raising})
+    with caplog.at_level(logging.ERROR, logger="aptix_pipeline"):
+        result = await pipeline.execute({"Instruction": "hi"}, CALLER)
+
+    assert [error.code for error in result.errors] == [ErrorCode.INTERNAL]
+    logged = logging.Formatter().format(caplog.records[-1])
+    assert "Traceback" in logged
+    assert "ConnectionError" in logged
+    assert MASK in logged
+    assert SECRET not in logged
+    assert SECRET not in caplog.text
+    assert SECRET not in result.to_json()
