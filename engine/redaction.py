@@ -119,16 +119,25 @@ def _is_base64(text: str) -> bool:
     return True
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def redact_text(text: str) -> str:
     """The placeholder for one piece of user text (base64 stays base64).
 
     Empty or blank text stays as it is: it holds no content, and the engine's
     rules tell it apart (an empty model reply has no outcome, AGN-036 §4.9; a
-    blank ``Instruction`` is no input, AGN-034 §2.1).
+    blank ``Instruction`` is no input, AGN-034 §2.1). Text holding a lone surrogate
+    keeps one after the placeholder: the engine refuses such text
+    (AGN-034/4.1/text-utf8), and the redacted request must be refused alike.
     """
     if not text.strip():
         return text
-    return REDACTED_BASE64 if _is_base64(text) else REDACTED
+    placeholder = REDACTED_BASE64 if _is_base64(text) else REDACTED
+    # Text holding a lone surrogate is refused (AGN-034/4.1/text-utf8): its placeholder
+    # holds one too, so the redacted request is refused alike (D164).
+    surrogate = _LONE_SURROGATE.search(text)
+    return placeholder + surrogate.group() if surrogate else placeholder
 
 
 # --- rules: what each part of the data becomes ----------------------------------------------
@@ -586,7 +595,11 @@ def _redacted_text(text: str) -> str:
         value = parse_json(text)
     except ValueError:
         return _scrambled(text)
-    return dump_json(_redacted(value, _REQUEST))
+    # A kept key or value may hold a lone surrogate the request spelled as a JSON escape
+    # ("\ud800"): written back as that escape, the text stays the same JSON, and has UTF-8.
+    return _LONE_SURROGATE.sub(
+        lambda found: f"\\u{ord(found.group()):04x}", dump_json(_redacted(value, _REQUEST))
+    )
 
 
 _PUNCTUATION = frozenset('{}[],:"\\')

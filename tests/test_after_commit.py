@@ -433,3 +433,25 @@ async def test_a_request_holding_an_int_past_str_limits_records_and_the_file_rea
     loaded = TurnRecording.load(path)
     assert loaded.request["json"]["TurnId"] == huge
     assert loaded.to_json() == report.recording.to_json()
+
+
+@pytest.mark.parametrize("form", ["text", "bytes"])
+async def test_a_request_text_escaping_a_lone_surrogate_records_redacted_and_replays(
+    form: str,
+) -> None:
+    """A key or value spelled ``"\\ud800"`` in request text is valid JSON; its redacted
+    recording writes it back as that escape (it was lost to a UnicodeEncodeError)."""
+    from aptix_pipeline.engine import replay
+
+    body = '{"Instruction": "hi \\ud800", "\\ud800": "x", "WorkspaceHints": {"\\udfff": "y"}}'
+    request: Any = body if form == "text" else body.encode("utf-8")
+    pipeline = recording_pipeline(
+        MemoryStore(), [text("hi")], recording=RecordingOptions(redact=True)
+    )
+
+    report = await pipeline.run(request, CALLER)
+
+    assert report.recording is not None
+    assert report.recording.to_json().encode("utf-8")
+    outcome = await replay(report.recording)
+    assert outcome.ok, outcome.divergence.describe() if outcome.divergence else ""
