@@ -337,7 +337,7 @@ class Pipeline:
         if keys is None:
             return await self._run(request, caller, initial_mode=initial_mode)
         if isinstance(keys, InvokeError):  # a malformed idempotency key: nothing runs
-            return _answered(_ResponseResult.failure([keys]), None, None)
+            return self._traced(_answered(_ResponseResult.failure([keys]), None, None))
         known = keys
         return await self._single_flight.run(
             keys.flight,
@@ -404,19 +404,22 @@ class Pipeline:
             stored.turn_id,
             stored.session_id,
         )
-        report = _answered(result, keys.context_type, stored)
+        return self._traced(_answered(result, keys.context_type, stored))
+
+    def _traced(self, report: TurnReport) -> TurnReport:
+        """``report`` of a call answered without a turn, after its ``aptix.stored_answer`` span."""
         if self._tracer is not None and self.telemetry.recording_spans():
             try:
                 answered_without_a_turn(
                     self._tracer,
-                    str(keys.context_type),
+                    str(report.context_type) if report.context_type is not None else None,
                     report.session_id,
                     report.turn_id,
                     report.replayed,
-                    [str(error.code) for error in result.errors],
+                    [str(error.code) for error in report.result.errors],
                 )
             except Exception:  # a failing tracer must not change the answer
-                logger.exception("the stored answer could not be traced")
+                logger.exception("the call answered without a turn could not be traced")
         return report
 
     async def _run(

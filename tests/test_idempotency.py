@@ -493,9 +493,12 @@ async def test_a_call_answered_without_a_turn_leaves_one_span_saying_so() -> Non
 
     await pipeline.execute(continuation(pending), CALLER)
     await pipeline.execute(_other_results(pending), CALLER)
+    await pipeline.execute(INITIAL, CALLER, idempotency_key="no spaces please")
 
-    replayed, refused = recorded.spans
-    assert [replayed.name, refused.name] == ["aptix.stored_answer"] * 2
+    replayed, refused, bad_key = recorded.spans
+    assert [span.name for span in recorded.spans] == ["aptix.stored_answer"] * 3
+    assert bad_key.attributes is not None
+    assert bad_key.attributes["error.type"] == "invalid_request"
     assert replayed.attributes is not None
     assert refused.attributes is not None
     assert replayed.attributes["aptix.replayed"] is True
