@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import threading
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,9 +21,9 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fake_openai_server import fake_openai_server
 from fastapi import FastAPI
+from server_thread import WAIT, server_thread
 from test_cli_run import _result, _run
 from test_http_service import (
     ANA,
@@ -37,7 +35,6 @@ from test_http_service import (
     READ_THEN_ANSWER,
     _continuation,
     _follow_on,
-    _free_port,
     _host_app,
     _serve,
 )
@@ -56,30 +53,15 @@ from aptix_pipeline.adapters.service_config import ApiKey
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.contracts import LLMReply, LLMRequest, PermanentPortError
 
-WAIT = 20.0
-"""How long a test waits for a server to start or stop: generous, never asserted."""
-
 
 @contextmanager
 def _running(app: FastAPI) -> Iterator[httpx.Client]:
     """``app`` under a real uvicorn server on 127.0.0.1, in a thread; a client of it."""
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + WAIT
-        while not server.started:
-            assert thread.is_alive(), "the server stopped while starting"
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.02)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        thread.join(WAIT)
+    with (
+        server_thread(app) as port,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
+    ):
+        yield client
 
 
 @contextmanager

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import uvicorn
-from test_http_service import ANA_KEY, ENV, _config, _free_port, _serve
+from server_thread import WAIT, server_thread
+from test_http_service import ANA_KEY, ENV, _config, _serve
 
 from aptix_pipeline.adapters.http_app import EXECUTE_PATH, create_app, http_status
 from aptix_pipeline.adapters.http_protocol import (
@@ -31,8 +30,6 @@ from aptix_pipeline.adapters.http_protocol import (
 from aptix_pipeline.adapters.service_config import load_service_config
 from aptix_pipeline.contracts import AgentExecuteResponse, ErrorCode, InvokeError, InvokeResult
 
-WAIT = 20.0
-"""How long a test waits for the server to close a connection: generous, never asserted."""
 TIMEOUT_TABLE = "[server]\nread_timeout_seconds = 0.5\n"
 PROTOCOLS = {"httptools": HttpToolsReadTimeoutProtocol, "h11": H11ReadTimeoutProtocol}
 
@@ -46,29 +43,8 @@ def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
 @contextmanager
 def _server_thread(config: Path, protocol: type) -> Iterator[int]:
     """The configured app under uvicorn with ``protocol``, in a thread; its port."""
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(load_service_config(config)),
-            host="127.0.0.1",
-            port=port,
-            http=protocol,
-            log_level="warning",
-            lifespan="on",
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + WAIT
-        while not server.started:
-            assert thread.is_alive(), "the server stopped while starting"
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.05)
+    with server_thread(create_app(load_service_config(config)), http=protocol) as port:
         yield port
-    finally:
-        server.should_exit = True
-        thread.join(WAIT)
 
 
 def _answer_and_close(port: int, sent: bytes) -> bytes:
