@@ -31,7 +31,7 @@ from aptix_pipeline.contracts import (
 )
 from aptix_pipeline.steps import StepFaultError, described
 
-__all__ = ["GuardedAgentCatalog", "GuardedModeCatalog", "GuardedStore"]
+__all__ = ["GuardedAgentCatalog", "GuardedModeCatalog", "GuardedStore", "port_failed"]
 
 T = TypeVar("T")
 
@@ -42,10 +42,11 @@ async def _guard(port: str, call: str, work: Awaitable[T]) -> T:
     except (StepFaultError, StoreConflictError):
         raise
     except Exception as error:
-        raise _port_failed(port, call, error) from error
+        raise port_failed(port, call, error) from error
 
 
-def _port_failed(port: str, call: str, error: Exception) -> StepFaultError:
+def port_failed(port: str, call: str, error: Exception) -> StepFaultError:
+    """The ``port_failed`` fault of ``port.call`` raising ``error``, the error described."""
     return StepFaultError(
         [
             InvokeError(
@@ -147,7 +148,7 @@ class GuardedStore:
         try:
             return GuardedTransaction(self.inner.begin(org, user))
         except Exception as error:
-            raise _port_failed("SessionStore", "begin", error) from error
+            raise port_failed("SessionStore", "begin", error) from error
 
 
 class GuardedModeCatalog:

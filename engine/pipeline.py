@@ -50,7 +50,6 @@ from aptix_pipeline.steps import (
     StepFunction,
     ToolCallRecord,
     TurnScope,
-    described,
 )
 
 from .events import (
@@ -67,7 +66,7 @@ from .events import (
     TurnStarted,
     split_listeners,
 )
-from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore
+from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore, port_failed
 from .idempotency import AnswerBook, RequestKeys, SingleFlight, request_keys
 from .machine import TurnRun
 from .port_tap import PortTap, provider_name_of, tap_ports
@@ -385,18 +384,16 @@ class Pipeline:
         """
         try:
             stored = await self._answers.stored(keys)
-        except StepFaultError as fault:
-            return _answered(_ResponseResult.failure(fault.errors), keys.context_type, None)
-        except Exception as error:
-            failed = InvokeError(
-                code=ErrorCode.PORT_FAILED,
-                field="SessionStore",
-                message=f"SessionStore.load_outcome failed: {described(error)}",
+            result = None if stored is None else self._answers.answer(keys, stored)
+        except Exception as error:  # the store, the clock, or a stored answer that does not parse
+            fault = (
+                error
+                if isinstance(error, StepFaultError)
+                else port_failed("SessionStore", "load_outcome", error)
             )
-            return _answered(_ResponseResult.failure([failed]), keys.context_type, None)
-        if stored is None:
+            return _answered(_ResponseResult.failure(fault.errors), keys.context_type, None)
+        if stored is None or result is None:
             return None
-        result = self._answers.answer(keys, stored)
         logger.info(
             "%s %s from the answer stored for turn %s of session %s",
             keys.context_type,

@@ -461,6 +461,26 @@ async def test_a_store_that_cannot_be_read_for_answers_fails_the_call_without_ra
     assert len(scripted(llm).requests) == 1
 
 
+class _CorruptAnswers(MemoryStore):
+    async def read_outcome(self, org: str, user: str, key: str) -> Any:
+        stored = await super().read_outcome(org, user, key)
+        return None if stored is None else stored.model_copy(update={"result_json": "{not"})
+
+
+async def test_a_stored_answer_that_does_not_parse_fails_the_call_without_raising() -> None:
+    store = _CorruptAnswers()
+    pipeline, llm = make_pipeline(store, [FINAL, FINAL])
+    ok(await pipeline.execute(INITIAL, CALLER, idempotency_key="k"))
+
+    result = await pipeline.execute(INITIAL, CALLER, idempotency_key="k")
+
+    (error,) = result.errors
+    assert error.code is ErrorCode.PORT_FAILED
+    assert "SessionStore.load_outcome" in error.message
+    assert "ValidationError" in error.message
+    assert len(scripted(llm).requests) == 1
+
+
 async def test_a_keyed_turn_records_its_key_and_replays(tmp_path: Path) -> None:
     from replay_kit import recording_pipeline
 
