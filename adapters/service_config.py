@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
 from aptix_pipeline.contracts.url_secrets import scrub_urls
 from aptix_pipeline.engine import Pipeline, PipelineOptions, RecordingOptions, Telemetry
-from aptix_pipeline.steps import TranscriptPolicy
+from aptix_pipeline.steps import MAX_IDEMPOTENCY_TTL_SECONDS, TranscriptPolicy
 
 from .catalog_config import CatalogError, ConfigCatalog
 from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store, sqlite_target
@@ -79,7 +79,6 @@ __all__ = [
 _CATALOG_TABLES = ("modes", "server_tools", "agents", "conversations")
 _SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MAX_TTL_SECONDS = 100 * 365 * 86_400
 
 
 class ConfigError(ValueError):
@@ -160,9 +159,9 @@ class _Engine(_Table):
     max_clipboard_images: int = Field(default=20, ge=0)
     max_tool_results: int = Field(default=128, ge=0)
     # Stored answers for retries (engine/idempotency.py); 0 keeps them for good. At most
-    # _MAX_TTL_SECONDS: an expiry past year 9999 is a datetime no store can hold.
+    # MAX_IDEMPOTENCY_TTL_SECONDS, as PipelineOptions: past year 9999 is no datetime.
     idempotency_ttl_seconds: float = Field(
-        default=86_400.0, ge=0, le=_MAX_TTL_SECONDS, allow_inf_nan=False
+        default=86_400.0, ge=0, le=MAX_IDEMPOTENCY_TTL_SECONDS, allow_inf_nan=False
     )
 
     def options(self) -> PipelineOptions:

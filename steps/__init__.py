@@ -26,6 +26,7 @@ from .reasoner import reasoner
 from .request_handler import request_handler
 from .response_builder import response_builder
 from .scope import (
+    MAX_IDEMPOTENCY_TTL_SECONDS,
     TRANSCRIPT_POLICIES,
     AnswerKeys,
     ModeChange,
@@ -39,6 +40,7 @@ from .session_restorer import session_restorer
 
 __all__ = [
     "AGENT_CHANGE_MODE",
+    "MAX_IDEMPOTENCY_TTL_SECONDS",
     "STEP_FUNCTIONS",
     "TRANSCRIPT_POLICIES",
     "AnswerKeys",

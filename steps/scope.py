@@ -37,6 +37,7 @@ from aptix_pipeline.contracts import (
 from .observer import NullObserver, TurnObserver
 
 __all__ = [
+    "MAX_IDEMPOTENCY_TTL_SECONDS",
     "TRANSCRIPT_POLICIES",
     "AnswerKeys",
     "ModeChange",
@@ -50,8 +51,9 @@ __all__ = [
 TranscriptPolicy = Literal["truncate", "refuse"]
 """What a turn does with a transcript over ``max_transcript_messages`` (``PipelineOptions``)."""
 TRANSCRIPT_POLICIES: Final[tuple[TranscriptPolicy, ...]] = get_args(TranscriptPolicy)
-MAX_IDEMPOTENCY_TTL_SECONDS: Final = 100 * 365.25 * 86_400
-"""The longest ``idempotency_ttl_seconds``: an expiry past year 9999 cannot be a datetime."""
+MAX_IDEMPOTENCY_TTL_SECONDS: Final = 100 * 365 * 86_400
+"""The longest ``idempotency_ttl_seconds`` (100 years of 365 days), here and in the
+``[engine]`` table: an expiry past year 9999 cannot be a datetime."""
 
 
 @dataclass(frozen=True, slots=True)
