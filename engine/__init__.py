@@ -16,9 +16,11 @@ bring in python-statemachine's renderers.
 
 from __future__ import annotations
 
+import logging
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from aptix_pipeline.contracts.url_secrets import scrub_logger
 from aptix_pipeline.steps import ModeChange, PipelineOptions, Ports, ToolCallRecord
 
 from .events import (
@@ -88,6 +90,10 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
+# The engine's log carries the traceback of a step that raised, which may quote a port's
+# URL: every record of the one engine logger passes through ScrubbingFilter (D220).
+scrub_logger(logging.getLogger("aptix_pipeline"))
 
 __all__ = [
     "GENAI_SEMCONV",

@@ -50,7 +50,6 @@ from aptix_pipeline.contracts import (
     ToolDefinition,
     Usage,
 )
-from aptix_pipeline.contracts.url_secrets import scrub_logger
 from aptix_pipeline.steps import ModeChange, ToolCallRecord
 
 from .trace import CheckRecord, FaultRecord, LLMCallRecord, TraceEntry, TransitionRecord
@@ -79,7 +78,7 @@ __all__ = [
     "WarningRaised",
 ]
 
-logger = scrub_logger(logging.getLogger("aptix_pipeline"))  # tracebacks may quote URLs (D220)
+logger = logging.getLogger("aptix_pipeline")
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,6 @@ from typing import Any
 from statemachine import State, StateChart
 
 from aptix_pipeline.contracts import ContextType, PipelineStep
-from aptix_pipeline.contracts.url_secrets import scrub_logger
 from aptix_pipeline.steps import (
     STEP_FUNCTIONS,
     StepFaultError,
@@ -82,7 +81,7 @@ __all__ = [
     "TurnRun",
 ]
 
-logger = scrub_logger(logging.getLogger("aptix_pipeline"))  # tracebacks may quote URLs (D220)
+logger = logging.getLogger("aptix_pipeline")
 
 SERVER_TOOL_ROUND = "server_tool_round"
 COMPLETE = "complete"

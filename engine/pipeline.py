@@ -39,7 +39,6 @@ from aptix_pipeline.contracts import (
     PipelineStep,
     StoredOutcome,
 )
-from aptix_pipeline.contracts.url_secrets import scrub_logger
 from aptix_pipeline.steps import (
     STEP_FUNCTIONS,
     AnswerKeys,
@@ -83,7 +82,7 @@ from .trace import CheckRecord, StateTrace, TransitionRecord
 
 __all__ = ["Pipeline", "RequestInput", "TurnReport"]
 
-logger = scrub_logger(logging.getLogger("aptix_pipeline"))  # tracebacks may quote URLs (D220)
+logger = logging.getLogger("aptix_pipeline")
 
 RequestInput = AgentExecuteRequest | Mapping[str, Any] | str | bytes
 """A request as a model, a JSON-like mapping with the wire names, or JSON text."""

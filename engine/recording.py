@@ -47,7 +47,7 @@ from aptix_pipeline.contracts import (
     PermanentPortError,
     StoreConflictError,
 )
-from aptix_pipeline.contracts.url_secrets import scrub_logger, scrub_urls
+from aptix_pipeline.contracts.url_secrets import scrub_urls
 from aptix_pipeline.steps import PipelineOptions, Ports
 
 from .deep_json import dump_json, int_of, load_json
@@ -67,7 +67,7 @@ __all__ = [
     "write_recording",
 ]
 
-logger = scrub_logger(logging.getLogger("aptix_pipeline"))  # tracebacks may quote URLs (D220)
+logger = logging.getLogger("aptix_pipeline")
 
 T = TypeVar("T")
 

@@ -40,7 +40,6 @@ from typing import Any, Literal, Protocol
 from statemachine import State, StateChart
 
 from aptix_pipeline.contracts import ErrorCode, InvokeError
-from aptix_pipeline.contracts.url_secrets import scrub_logger
 from aptix_pipeline.steps import StepFaultError, described
 from aptix_pipeline.validators.rules import rule
 
@@ -60,7 +59,7 @@ __all__ = [
     "walk",
 ]
 
-logger = scrub_logger(logging.getLogger("aptix_pipeline"))  # tracebacks may quote URLs (D220)
+logger = logging.getLogger("aptix_pipeline")
 
 Runtime = Literal["compiled", "statechart"]
 RUNTIMES: tuple[Runtime, ...] = ("compiled", "statechart")

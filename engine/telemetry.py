@@ -64,7 +64,6 @@ from opentelemetry.trace import (
 
 from aptix_pipeline import __version__
 from aptix_pipeline.contracts import ChatMessage, LLMReply, LLMRequest, PipelineContext
-from aptix_pipeline.contracts.url_secrets import scrub_logger
 
 from .deep_json import dump_json
 from .events import (
@@ -96,7 +95,7 @@ __all__ = [
     "recording_failed",
 ]
 
-logger = scrub_logger(logging.getLogger("aptix_pipeline"))  # tracebacks may quote URLs (D220)
+logger = logging.getLogger("aptix_pipeline")
 
 GENAI_SEMCONV = "OpenTelemetry GenAI semantic conventions v0.1.0 (semantic-conventions-genai)"
 """The conventions the spans follow: the first standalone GenAI release, the successor
