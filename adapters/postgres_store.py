@@ -63,6 +63,13 @@ _PASSWORD_IN_CONNINFO = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", 
 OUTCOME_SWEEP: Final = 100
 """Expired outcomes a commit that stores outcomes deletes at most (module docstring)."""
 _PURGE_BATCH: Final = 1000
+_DELETE_EXPIRED: Final = (
+    "DELETE FROM aptix_outcomes o USING (SELECT org, user_name, key "
+    "FROM aptix_outcomes WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED) d "
+    "WHERE o.org = d.org AND o.user_name = d.user_name AND o.key = d.key"
+)
+"""Delete at most ``LIMIT`` outcomes expired by the time given, skipping rows other
+transactions hold (they are being replaced)."""
 
 
 class PostgresStoreError(RuntimeError):
@@ -357,13 +364,7 @@ class PostgresStore:
         purged = 0
         while True:
             async with pool.connection() as connection:
-                cursor = await connection.execute(
-                    "DELETE FROM aptix_outcomes o USING (SELECT org, user_name, key "
-                    "FROM aptix_outcomes WHERE expires_at <= %s LIMIT %s "
-                    "FOR UPDATE SKIP LOCKED) d "
-                    "WHERE o.org = d.org AND o.user_name = d.user_name AND o.key = d.key",
-                    (now, _PURGE_BATCH),
-                )
+                cursor = await connection.execute(_DELETE_EXPIRED, (now, _PURGE_BATCH))
             purged += cursor.rowcount
             if cursor.rowcount < _PURGE_BATCH:
                 return purged
@@ -485,12 +486,7 @@ class PostgresStore:
         # them too, and deleting one changes no conflict decision below. SKIP LOCKED: a
         # row another transaction holds is not waited for.
         earliest = min(outcome.created_at for outcome in writes.outcomes)
-        await connection.execute(
-            "DELETE FROM aptix_outcomes o USING (SELECT org, user_name, key "
-            "FROM aptix_outcomes WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED) d "
-            "WHERE o.org = d.org AND o.user_name = d.user_name AND o.key = d.key",
-            (earliest, OUTCOME_SWEEP),
-        )
+        await connection.execute(_DELETE_EXPIRED, (earliest, OUTCOME_SWEEP))
         # In key order, so two turns storing the same keys lock them alike. A key held
         # by a concurrent uncommitted insert makes this wait for it; once it commits,
         # the WHERE sees its row (unexpired): no row written, a conflict (the rule of

@@ -79,6 +79,11 @@ OUTCOME_SWEEP: Final = 100
 """Expired outcomes a commit that stores outcomes deletes at most (module docstring)."""
 _PURGE_BATCH: Final = 1000
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_DELETE_EXPIRED: Final = (
+    "DELETE FROM outcomes WHERE rowid IN (SELECT rowid FROM outcomes "
+    "WHERE expires_at_us <= ? LIMIT ?)"
+)
+"""Delete at most ``LIMIT`` outcomes expired by the instant given (in microseconds)."""
 
 
 def synchronous_mode(value: str, *, option: str = "synchronous") -> Synchronous:
@@ -480,15 +485,7 @@ class SQLiteStore:
 
     def _purge_batch(self, now_us: int) -> int:
         # One statement, so one short transaction: queued turns run between batches.
-        return (
-            self._db()
-            .execute(
-                "DELETE FROM outcomes WHERE rowid IN (SELECT rowid FROM outcomes "
-                "WHERE expires_at_us <= ? LIMIT ?)",
-                (now_us, _PURGE_BATCH),
-            )
-            .rowcount
-        )
+        return self._db().execute(_DELETE_EXPIRED, (now_us, _PURGE_BATCH)).rowcount
 
     async def purge_outcomes(self, now: datetime) -> int:
         """Delete every outcome expired by ``now``; how many there were.
@@ -603,11 +600,7 @@ class SQLiteStore:
         # The sweep: expired by the earliest new outcome's time, so expired for each of
         # them too, and deleting one changes no conflict decision below.
         earliest = min(_instant_us(outcome.created_at) for outcome in writes.outcomes)
-        db.execute(
-            "DELETE FROM outcomes WHERE rowid IN (SELECT rowid FROM outcomes "
-            "WHERE expires_at_us <= ? LIMIT ?)",
-            (earliest, OUTCOME_SWEEP),
-        )
+        db.execute(_DELETE_EXPIRED, (earliest, OUTCOME_SWEEP))
         for outcome in writes.outcomes:
             # Inside BEGIN IMMEDIATE nobody else writes: read, decide, write.
             stored = SQLiteStore._read_outcome(db, writes.org, writes.user, outcome.key)
