@@ -174,10 +174,10 @@ def request_keys(
     continued = _continuation_ids(body)
     if continued is not None:
         context_type = ContextType.CLIENT_TOOL_CALL_CONTINUATION
-        session_id, turn_id, ids = continued
         # Each id as a JSON string: no choice of ids can make two lists hash alike.
-        named = json.dumps([session_id, turn_id, ids], separators=(",", ":"), ensure_ascii=True)
-        keys.append(CONTINUATION_PREFIX + hashlib.sha256(named.encode("ascii")).hexdigest())
+        calls = _sha256(list(continued))
+        if calls is not None:
+            keys.append(CONTINUATION_PREFIX + calls)
     elif body.get("SessionId"):
         context_type = ContextType.FOLLOW_ON
     else:
