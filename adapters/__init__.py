@@ -1,7 +1,102 @@
-"""Concrete ports and front doors: stores, LLM clients, catalogs, HTTP app, CLI.
+"""Concrete ports and front doors: stores, LLM clients, catalogs, the HTTP app, the CLI.
 
-Adapters depend on everything above them; nothing in contracts, validators,
-steps or engine imports an adapter (DESIGN.md "Layout and layers").
+Adapters depend on everything above them; nothing in contracts, validators, steps
+or engine imports an adapter (DESIGN.md "Layout and layers"). Each name below is
+imported on first use, so an adapter's optional dependency (psycopg, openai,
+FastAPI, typer) is needed only by a host that uses that adapter.
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .builtin_tools import BUILTIN_TOOLS
+    from .catalog_config import CatalogError, ConfigCatalog
+    from .clocks import SteppingClock, SystemClock
+    from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store
+    from .http_app import ApiKeyAuthenticator, Authenticator, create_app
+    from .ids import RandomIds, SequentialIds
+    from .memory_store import MemoryStore
+    from .openai_llm import OpenAICompatibleLLM
+    from .postgres_migrations import SchemaVersionError
+    from .postgres_store import PostgresStore, PostgresStoreError
+    from .scripted_llm import ScriptedLLM, ScriptError, ScriptExhaustedError
+    from .service_config import ConfigError, ServiceConfig
+    from .sqlite_store import SQLiteStore
+    from .telemetry_setup import TelemetrySetupError, configure_tracing
+
+_EXPORTS: dict[str, str] = {
+    "BUILTIN_TOOLS": "builtin_tools",
+    "CatalogError": "catalog_config",
+    "ConfigCatalog": "catalog_config",
+    "SteppingClock": "clocks",
+    "SystemClock": "clocks",
+    "DEFAULT_STORE_URL": "embedded",
+    "embedded_pipeline": "embedded",
+    "open_store": "embedded",
+    "ApiKeyAuthenticator": "http_app",
+    "Authenticator": "http_app",
+    "create_app": "http_app",
+    "RandomIds": "ids",
+    "SequentialIds": "ids",
+    "MemoryStore": "memory_store",
+    "OpenAICompatibleLLM": "openai_llm",
+    "PostgresStore": "postgres_store",
+    "PostgresStoreError": "postgres_store",
+    "SchemaVersionError": "postgres_migrations",
+    "ScriptError": "scripted_llm",
+    "ScriptExhaustedError": "scripted_llm",
+    "ScriptedLLM": "scripted_llm",
+    "ConfigError": "service_config",
+    "ServiceConfig": "service_config",
+    "SQLiteStore": "sqlite_store",
+    "TelemetrySetupError": "telemetry_setup",
+    "configure_tracing": "telemetry_setup",
+}
+"""Each public name and the module it comes from."""
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "DEFAULT_STORE_URL",
+    "ApiKeyAuthenticator",
+    "Authenticator",
+    "CatalogError",
+    "ConfigCatalog",
+    "ConfigError",
+    "MemoryStore",
+    "OpenAICompatibleLLM",
+    "PostgresStore",
+    "PostgresStoreError",
+    "RandomIds",
+    "SQLiteStore",
+    "SchemaVersionError",
+    "ScriptError",
+    "ScriptExhaustedError",
+    "ScriptedLLM",
+    "SequentialIds",
+    "ServiceConfig",
+    "SteppingClock",
+    "SystemClock",
+    "TelemetrySetupError",
+    "configure_tracing",
+    "create_app",
+    "embedded_pipeline",
+    "open_store",
+]
+
+
+# Hidden from type checkers, which see the imports above: a misspelt name is an error.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(import_module(f".{module}", __name__), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_EXPORTS})

@@ -43,7 +43,7 @@ from .events import (
     WarningRaised,
 )
 from .machine import TurnMachine
-from .pipeline import Pipeline, TurnReport
+from .pipeline import Pipeline, RequestInput, TurnReport
 from .recording import (
     RECORDING_FORMAT,
     PortCall,
@@ -122,6 +122,7 @@ __all__ = [
     "RecordingOptions",
     "ReplayDivergenceError",
     "ReplayOutcome",
+    "RequestInput",
     "Runtime",
     "StateTrace",
     "StepEnded",
