@@ -65,4 +65,4 @@ def test_unknown_top_level_name_is_an_attribute_error() -> None:
     import aptix_pipeline
 
     with pytest.raises(AttributeError, match="no_such_name"):
-        aptix_pipeline.no_such_name  # noqa: B018
+        aptix_pipeline.no_such_name  # type: ignore[attr-defined]  # noqa: B018

@@ -26,11 +26,6 @@ def test_every_root_name_resolves() -> None:
     assert missing == []
 
 
-def test_an_unknown_root_name_is_an_attribute_error() -> None:
-    with pytest.raises(AttributeError, match="no attribute 'Pipelin'"):
-        _ = aptix_pipeline.Pipelin  # type: ignore[attr-defined]
-
-
 def test_every_port_protocol_and_port_error_is_at_the_root() -> None:
     protocols = {
         name
