@@ -185,7 +185,8 @@ def run(
     import sqlite3
 
     from aptix_pipeline.contracts import LLM, Caller
-    from aptix_pipeline.engine import RecordingOptions, Telemetry
+    from aptix_pipeline.engine import Telemetry
+    from aptix_pipeline.engine.replay import RecordingOptions
 
     from .catalog_config import CatalogError
     from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store
@@ -402,9 +403,10 @@ def replay(
     import asyncio
     from dataclasses import replace
 
-    from aptix_pipeline.engine import Telemetry, TurnRecording, recordings_in
-    from aptix_pipeline.engine import replay as replay_turn
+    from aptix_pipeline.engine import Telemetry
     from aptix_pipeline.engine.diagram import DiagramError, format_for, pipeline_diagram
+    from aptix_pipeline.engine.replay import TurnRecording, recordings_in
+    from aptix_pipeline.engine.replay import replay as replay_turn
 
     def refuse(message: str) -> typer.Exit:
         typer.echo(f"aptix replay: {message}", err=True)

@@ -13,15 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
-from aptix_pipeline.engine import (
-    Listener,
-    Pipeline,
-    PipelineOptions,
-    Ports,
-    RecordingOptions,
-    Runtime,
-    Telemetry,
-)
+from aptix_pipeline.engine import Listener, Pipeline, Runtime, Telemetry, TurnInterceptor
+from aptix_pipeline.engine.replay import Recorder, RecordingOptions
+from aptix_pipeline.steps import PipelineOptions, Ports
 
 from .builtin_tools import BUILTIN_TOOLS
 from .catalog_config import ConfigCatalog
@@ -101,12 +95,15 @@ def embedded_pipeline(
     telemetry: Telemetry | None = None,
     recording: RecordingOptions | None = None,
     listeners: Sequence[Listener] = (),
+    interceptors: Sequence[TurnInterceptor] = (),
     runtime: Runtime = "compiled",
 ) -> Pipeline:
     """A pipeline on the embedded defaults; ``tools`` adds to (or replaces) the built-ins.
 
     ``telemetry`` says where spans go (default: the global OpenTelemetry provider);
-    ``recording`` records every turn for replay (``engine/recording.py``);
+    ``recording`` records every turn for replay: a ``Recorder`` composed outside
+    ``interceptors`` (``engine/replay/recorder.py``); ``interceptors`` wrap every
+    turn (``engine/interceptors.py``);
     ``listeners`` hear every event of every turn (docs/EVENTS.md); ``runtime`` is
     the turn runner (``Pipeline``).
 
@@ -129,7 +126,7 @@ def embedded_pipeline(
         ports,
         options,
         telemetry=telemetry,
-        recording=recording,
         listeners=listeners,
+        interceptors=(*([Recorder(recording)] if recording is not None else []), *interceptors),
         runtime=runtime,
     )

@@ -53,8 +53,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
 from aptix_pipeline.contracts.url_secrets import scrub_urls
-from aptix_pipeline.engine import Pipeline, PipelineOptions, RecordingOptions, Telemetry
-from aptix_pipeline.steps import MAX_IDEMPOTENCY_TTL_SECONDS, TranscriptPolicy
+from aptix_pipeline.engine import Pipeline, Telemetry
+from aptix_pipeline.engine.replay import RecordingOptions
+from aptix_pipeline.steps import MAX_IDEMPOTENCY_TTL_SECONDS, PipelineOptions, TranscriptPolicy
 
 from .catalog_config import CatalogError, ConfigCatalog
 from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store, sqlite_target

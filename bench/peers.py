@@ -34,8 +34,8 @@ from typing import Any, TypedDict
 
 from turns import PATHS, run_step
 
+from aptix_pipeline import PipelineOptions, Ports
 from aptix_pipeline.contracts import Caller, ContextType, PipelineStep
-from aptix_pipeline.engine import PipelineOptions, Ports
 from aptix_pipeline.steps import TurnScope, complete_turn
 
 __all__ = ["MISSING", "PEERS", "peer_runners", "peer_versions"]

@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable
 
 from tracing import CALLER, FINAL, MODE, bench_pipeline
 
-from aptix_pipeline.engine import Pipeline, RecordingOptions, Telemetry, replay
+from aptix_pipeline import RecordingOptions, replay
+from aptix_pipeline.engine import Pipeline, Telemetry
 
 __all__ = ["recording_row"]
 

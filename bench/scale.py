@@ -45,10 +45,11 @@ from typing import Any
 
 from turns import CALLER, CLIENT_CALL, FINAL, FixedLLM, bench_ports, engine_pipeline
 
+from aptix_pipeline import Recorder, RecordingOptions, TurnRecording, replay
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.contracts import AgentExecuteResponse, LLMReply, LLMRequest, SessionStore
-from aptix_pipeline.engine import Pipeline, RecordingOptions, TurnRecording, replay
+from aptix_pipeline.engine import Pipeline
 
 __all__ = ["cli_costs", "concurrency_rows", "replay_rate", "transcript_costs"]
 
@@ -202,7 +203,9 @@ def transcript_costs(
 
 async def _record(folder: str, groups: int) -> list[TurnRecording]:
     llm = FixedLLM()
-    pipeline = engine_pipeline(bench_ports(llm), recording=RecordingOptions(directory=folder))
+    pipeline = engine_pipeline(
+        bench_ports(llm), interceptors=[Recorder(RecordingOptions(directory=folder))]
+    )
     recordings: list[TurnRecording] = []
 
     async def turn(request: dict[str, Any], reply: LLMReply) -> AgentExecuteResponse:

@@ -24,12 +24,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from aptix_pipeline import PipelineOptions, Ports, Recorder, RecordingOptions
 from aptix_pipeline.adapters.catalog_config import ConfigCatalog
 from aptix_pipeline.adapters.clocks import SystemClock
 from aptix_pipeline.adapters.ids import RandomIds
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.contracts import Caller, LLMReply, LLMRequest, ToolCall, Usage
-from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, RecordingOptions, Telemetry
+from aptix_pipeline.engine import Pipeline, Telemetry
 
 __all__ = ["CALLER", "FINAL", "MODE", "ReplayingLLM", "bench_pipeline", "tracing_rows"]
 
@@ -66,7 +67,8 @@ def bench_pipeline(
     catalog = ConfigCatalog.default()
     ports = Ports(store=MemoryStore(), llm=ReplayingLLM(replies), modes=catalog, agents=catalog,
                   clock=SystemClock(), ids=RandomIds())  # fmt: skip
-    return Pipeline(ports, PipelineOptions(), telemetry=telemetry, recording=recording)
+    interceptors = [Recorder(recording)] if recording is not None else []
+    return Pipeline(ports, PipelineOptions(), telemetry=telemetry, interceptors=interceptors)
 
 
 def _sdk(capture: bool) -> tuple[Telemetry, InMemorySpanExporter]:

@@ -31,7 +31,7 @@ from typing import Any
 
 from statemachine import State, StateChart
 
-from aptix_pipeline import validators
+from aptix_pipeline import PipelineOptions, Ports, validators
 from aptix_pipeline.adapters.catalog_config import ConfigCatalog
 from aptix_pipeline.adapters.clocks import SystemClock
 from aptix_pipeline.adapters.ids import RandomIds
@@ -48,7 +48,7 @@ from aptix_pipeline.contracts import (
     SessionStore,
     ToolCall,
 )
-from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, Telemetry
+from aptix_pipeline.engine import Pipeline, Telemetry
 from aptix_pipeline.steps import STEP_FUNCTIONS, TurnScope, complete_turn
 from aptix_pipeline.validators import validate_post_step, validate_pre_step
 

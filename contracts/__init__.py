@@ -61,6 +61,7 @@ from .tools import (
     ToolResult,
     ValidationErrorResponse,
 )
+from .url_secrets import ScrubbingFilter, scrub_logger, scrub_urls
 from .wire import WireModel
 
 __all__ = [
@@ -105,6 +106,7 @@ __all__ = [
     "ResponseKind",
     "ResponsePayload",
     "ResponseType",
+    "ScrubbingFilter",
     "Session",
     "SessionStore",
     "SessionTransaction",
@@ -123,4 +125,6 @@ __all__ = [
     "ValidationErrorResponse",
     "WireModel",
     "WorkspaceHints",
+    "scrub_logger",
+    "scrub_urls",
 ]

@@ -6,9 +6,12 @@ statechart of ``engine/machine.py`` — on a runner compiled from it
 response; ``Pipeline.run`` also returns what the turn did (a ``TurnReport``).
 Every turn emits typed events (``engine/events.py``); the state trace and the
 spans are built from them, and ``Pipeline(listeners=[...])`` hears them too.
+``Pipeline(interceptors=[...])`` wraps each turn (``engine/interceptors.py``).
 ``pipeline_diagram`` draws the machine (``engine/diagram.py``).
-``RecordingOptions`` records each turn (``engine/recording.py``) and ``replay``
-re-runs a recording against today's code (``engine/replay.py``).
+
+This package is the runtime. The replay tooling — port taps, recordings,
+redaction, the ``Recorder`` interceptor and ``replay`` — is the subpackage
+``engine/replay/``, which builds on the runtime; the runtime never imports it.
 
 The diagram's names are imported on first use: a turn does not need them, and they
 bring in python-statemachine's renderers.
@@ -20,8 +23,7 @@ import logging
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from aptix_pipeline.contracts.url_secrets import scrub_logger
-from aptix_pipeline.steps import ModeChange, PipelineOptions, Ports, ToolCallRecord
+from aptix_pipeline.contracts import scrub_logger
 
 from .events import (
     CheckRan,
@@ -42,27 +44,11 @@ from .events import (
     TurnStarted,
     WarningRaised,
 )
-from .machine import TurnMachine
-from .pipeline import Pipeline, RequestInput, TurnReport
-from .recording import (
-    RECORDING_FORMAT,
-    PortCall,
-    RecordedError,
-    RecordingOptions,
-    TurnRecording,
-    write_recording,
-)
-from .replay import (
-    Divergence,
-    ReplayDivergenceError,
-    ReplayOutcome,
-    assert_replays,
-    recordings_in,
-    replay,
-    replay_sync,
-)
-from .runner import RUNTIMES, MachineCompileError, Runtime, compile_machine
-from .telemetry import GENAI_SEMCONV, Telemetry
+from .interceptors import Proceed, TurnCall, TurnInterceptor
+from .pipeline import Pipeline
+from .report import RequestInput, TurnReport
+from .runner import RUNTIMES, Runtime
+from .telemetry import Telemetry
 from .trace import CheckRecord, FaultRecord, LLMCallRecord, StateTrace, TransitionRecord
 
 if TYPE_CHECKING:
@@ -75,20 +61,25 @@ if TYPE_CHECKING:
         pipeline_diagram,
     )
 
-_LAZY = dict.fromkeys(
-    ["DiagramError", "DiagramFormat", "GraphvizMissingError", "diagram_text", "format_for",
-     "pipeline_diagram"],
-    "diagram",
-)  # fmt: skip
+_LAZY = {
+    "DiagramError": "diagram",
+    "DiagramFormat": "diagram",
+    "GraphvizMissingError": "diagram",
+    "diagram_text": "diagram",
+    "format_for": "diagram",
+    "pipeline_diagram": "diagram",
+}
 
+# Hidden from type checkers, which see the imports above: a misspelt name is an error.
+if not TYPE_CHECKING:
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
 
 
 # The engine's log carries the traceback of a step that raised, which may quote a port's
@@ -96,32 +87,21 @@ def __getattr__(name: str) -> Any:
 scrub_logger(logging.getLogger("aptix_pipeline"))
 
 __all__ = [
-    "GENAI_SEMCONV",
-    "RECORDING_FORMAT",
     "RUNTIMES",
     "CheckRan",
     "CheckRecord",
     "DiagramError",
     "DiagramFormat",
-    "Divergence",
     "FaultRecord",
     "GraphvizMissingError",
     "LLMCallRecord",
     "Listener",
-    "MachineCompileError",
-    "ModeChange",
     "ModeChanged",
     "ModelCallFinished",
     "ModelCallRetried",
     "ModelCallStarted",
     "Pipeline",
-    "PipelineOptions",
-    "PortCall",
-    "Ports",
-    "RecordedError",
-    "RecordingOptions",
-    "ReplayDivergenceError",
-    "ReplayOutcome",
+    "Proceed",
     "RequestInput",
     "Runtime",
     "StateTrace",
@@ -129,26 +109,19 @@ __all__ = [
     "StepStarted",
     "Telemetry",
     "ToolCallHandled",
-    "ToolCallRecord",
     "ToolExecuted",
     "ToolExecutionStarted",
     "TransitionRecord",
     "TransitionTaken",
+    "TurnCall",
     "TurnEvent",
     "TurnFaulted",
     "TurnFinished",
-    "TurnMachine",
-    "TurnRecording",
+    "TurnInterceptor",
     "TurnReport",
     "TurnStarted",
     "WarningRaised",
-    "assert_replays",
-    "compile_machine",
     "diagram_text",
     "format_for",
     "pipeline_diagram",
-    "recordings_in",
-    "replay",
-    "replay_sync",
-    "write_recording",
 ]

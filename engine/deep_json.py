@@ -3,9 +3,11 @@
 ``json`` and pydantic-core recurse: ``json.loads`` raises ``RecursionError`` a
 few hundred levels deep, and pydantic-core refuses data nested deeper than about
 255 levels. Recordings, their redaction and replay handle what a turn saw, and a
-tool result, a model reply or a host's Python request can nest deeper than that
-(issue 13: nothing after a turn's commit may fail on it). These walks keep their
-own stacks, so any depth works, in time linear in the size of the data.
+tool result, a model reply or a host's Python request can nest deeper than that,
+and nothing after a turn's commit may fail on it. These walks keep their own
+stacks, so any depth works, in time linear in the size of the data.
+``encode_value`` turns any value a port or an event carries into JSON data (wire
+models in their DDR PascalCase form), for recordings and span attributes alike.
 
 Objects are read as ``Pairs`` (a list of ``[key, value]``), so duplicate keys
 survive a read and a write; ``plain`` turns them into dicts again.
@@ -19,10 +21,13 @@ from collections.abc import Callable, Iterable, Mapping
 from json import decoder
 from typing import Any
 
+from pydantic_core import to_jsonable_python
+
 __all__ = [
     "Pairs",
     "as_pairs",
     "dump_json",
+    "encode_value",
     "int_of",
     "int_text",
     "list_branch",
@@ -252,3 +257,41 @@ def plain(value: Any) -> Any:
 def load_json(text: str) -> Any:
     """``parse_json`` with objects as dicts (the last of duplicate keys wins, as in ``json``)."""
     return plain(parse_json(text))
+
+
+def encode_value(value: Any) -> Any:
+    """A port argument or answer as JSON data: wire models in their DDR (PascalCase) form.
+
+    What JSON cannot hold (a host's odd object) is kept as its ``repr``: the
+    recording stays writable, and a replay then names the call as a divergence.
+    """
+    try:
+        return to_jsonable_python(value, fallback=repr)
+    except (ValueError, RecursionError):  # nested deeper than pydantic-core goes (~255 levels),
+        return _encoded_deep(value)  # or bytes that are not UTF-8 (UnicodeDecodeError)
+
+
+def _encoded_deep(value: Any) -> Any:
+    """``encode_value`` without recursion: mappings and lists walked, the rest encoded alone."""
+    return rebuilt(value, _encoded_branch, _encoded_leaf)
+
+
+def _encoded_branch(item: Any) -> tuple[Any, Iterable[tuple[Any, Any, Any]]] | None:
+    if isinstance(item, Mapping):
+        made: dict[str, Any] = {}
+        children = []
+        for key, inner in item.items():
+            name = key if isinstance(key, str) else str(encode_value(key))
+            made[name] = None
+            children.append((inner, made, name))
+        return made, children
+    if isinstance(item, list | tuple):
+        return list_branch(item)
+    return None
+
+
+def _encoded_leaf(item: Any) -> Any:
+    try:
+        return to_jsonable_python(item, fallback=repr)
+    except ValueError:  # bytes that are not UTF-8: kept as their repr
+        return repr(item)

@@ -68,7 +68,7 @@ __all__ = [
     "ToolCallHandled",
     "ToolExecuted",
     "ToolExecutionStarted",
-    "TraceRecorder",
+    "TraceBuilder",
     "TransitionTaken",
     "TurnEvent",
     "TurnEvents",
@@ -86,7 +86,7 @@ class TurnEvent:
     """Base of every event: ``run_id`` numbers the turn within this process.
 
     ``trace_entry`` names the field that holds the event's ``StateTrace`` entry, if
-    it has one (``TraceRecorder``).
+    it has one (``TraceBuilder``).
     """
 
     trace_entry: ClassVar[str] = ""
@@ -311,7 +311,7 @@ class TurnEvents:
     ``subscribers`` are called inline; ``async_listeners`` get the events through a
     queue and a task of the turn (started at the first event, drained by ``close``).
     A subscriber may declare the event types it reads (an ``event_types`` attribute,
-    as ``TraceRecorder`` does; it must then ignore the others itself); ``wants``
+    as ``TraceBuilder`` does; it must then ignore the others itself); ``wants``
     tells the emitters which events nobody reads, so they need not be made at all.
     """
 
@@ -591,7 +591,7 @@ class StepReporter:
 # --- the StateTrace as a subscriber ---------------------------------------------------------
 
 
-class TraceRecorder:
+class TraceBuilder:
     """The subscriber that keeps a turn's ``StateTrace`` entries, in event order."""
 
     __slots__ = ("entries",)

@@ -10,9 +10,10 @@ and exit hook checked, its tool calls, its mode changes and the ``branch`` flag
 (DESIGN.md R7), and its ``StateTrace``. Every turn also emits OpenTelemetry spans
 (``engine/telemetry.py``) when an SDK is set up, unless ``Telemetry.off()`` is given.
 
-A turn is composed here: its scope, its event stream (``engine/events.py``) with
-the state trace, the spans, a recording tap's step follower and the host's
-listeners as subscribers, and the walk over the compiled machine
+A turn is composed here: the interceptors around it (``engine/interceptors.py``;
+recording is one, ``engine/replay/recorder.py``), its scope, its event stream
+(``engine/events.py``) with the state trace, the spans, an interceptor's and the
+host's listeners as subscribers, and the walk over the compiled machine
 (``engine/runner.py``). Nothing here is global: each turn gets its own cursor,
 scope and events, so many turns run concurrently in one event loop.
 """
@@ -21,33 +22,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import traceback
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from aptix_pipeline.contracts import (
-    AgentExecuteRequest,
     AgentExecuteResponse,
     Caller,
     ContextType,
     ErrorCode,
     InvokeError,
     InvokeResult,
-    InvokeWarning,
     PipelineContext,
     PipelineStep,
-    StoredOutcome,
 )
 from aptix_pipeline.steps import (
     STEP_FUNCTIONS,
     AnswerKeys,
-    ModeChange,
     PipelineOptions,
     Ports,
     StepFaultError,
     StepFunction,
-    ToolCallRecord,
     TurnScope,
 )
 
@@ -58,7 +53,7 @@ from .events import (
     StepEnded,
     StepReporter,
     StepStarted,
-    TraceRecorder,
+    TraceBuilder,
     TurnEvent,
     TurnEvents,
     TurnFinished,
@@ -67,123 +62,16 @@ from .events import (
 )
 from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore, port_failed
 from .idempotency import AnswerBook, RequestKeys, SingleFlight, request_keys
+from .interceptors import TurnCall, TurnInterceptor
 from .machine import TurnRun
-from .port_tap import PortTap, provider_name_of, tap_ports
-from .recording import (
-    RecordingOptions,
-    RecordingTap,
-    TurnRecording,
-    config_digest,
-    failure_summary,
-)
+from .report import RequestInput, ResponseResult, TurnReport, answered_report
 from .runner import RUNTIMES, Runtime, Walked, compile_machine, walk
-from .telemetry import SpanBuilder, Telemetry, answered_without_a_turn, recording_failed
+from .telemetry import SpanBuilder, Telemetry, answered_without_a_turn, provider_name_of
 from .trace import CheckRecord, StateTrace, TransitionRecord
 
-__all__ = ["Pipeline", "RequestInput", "TurnReport"]
+__all__ = ["Pipeline"]
 
 logger = logging.getLogger("aptix_pipeline")
-
-RequestInput = AgentExecuteRequest | Mapping[str, Any] | str | bytes
-"""A request as a model, a JSON-like mapping with the wire names, or JSON text."""
-
-# Parametrized once and kept: pydantic rebuilds a generic whose class was collected.
-_ResponseResult = InvokeResult[AgentExecuteResponse]
-
-
-@dataclass(frozen=True, slots=True)
-class TurnReport:
-    """What one turn did, for the host: its result and the path it took.
-
-    ``states`` are the machine states in the order the turn entered them;
-    ``session_id`` and ``turn_id`` name what exists in the store afterwards (a
-    failed Initial turn created nothing);
-    ``mode_changes`` are the changes the turn persisted (none when it failed: a
-    failed turn writes nothing); ``branch`` is the flag of the turn's last
-    successful ``agent_change_mode`` call, even one that kept the mode (AGN-011
-    §5.6, DESIGN.md R7), ``None`` when there was none.
-    """
-
-    result: InvokeResult[AgentExecuteResponse]
-    context_type: ContextType | None
-    states: tuple[str, ...]
-    transitions: tuple[TransitionRecord, ...]
-    checks: tuple[CheckRecord, ...]
-    tool_calls: tuple[ToolCallRecord, ...]
-    mode: str | None
-    mode_changes: tuple[ModeChange, ...]
-    llm_calls: int
-    session_id: str | None
-    turn_id: str | None
-    faulted_step: str | None = None
-    warnings: tuple[InvokeWarning, ...] = field(default=())
-    branch: bool | None = None
-    trace: StateTrace | None = None
-    """The turn's ordered, deterministic record (``StateTrace``)."""
-    recording: TurnRecording | None = None
-    """The turn's recording, when the pipeline records (``RecordingOptions``)."""
-    replayed: bool = False
-    """Whether the result is a stored answer to an earlier copy of this request
-    (an identical continuation or idempotency key, ``engine/idempotency.py``):
-    this call ran no turn, called no model and wrote nothing."""
-
-    @property
-    def successful(self) -> bool:
-        """Whether the turn produced a response."""
-        return self.result.successful
-
-    def to_dict(self, *, content: bool = False) -> dict[str, Any]:
-        """A JSON-ready summary (the response itself is under ``result``).
-
-        A mode change's ``reason`` is the model's words about the user's request:
-        user content, shown only with ``content=True`` (``null`` otherwise), as
-        spans show it only with content capture (DESIGN.md "Observability without
-        leaks", docs/CONFORMANCE.md D163).
-        """
-        return {
-            "result": self.result.to_wire(),
-            "context_type": self.context_type.value if self.context_type else None,
-            "states": list(self.states),
-            "transitions": [[t.event, t.source, t.target] for t in self.transitions],
-            "tool_calls": [
-                {
-                    "id": c.tool_call_id,
-                    "name": c.name,
-                    "side": c.side,
-                    "outcome": c.outcome,
-                    "rule_id": c.rule_id,
-                }
-                for c in self.tool_calls
-            ],
-            "mode": self.mode,
-            "mode_changes": [
-                {
-                    "previous_mode": m.previous_mode,
-                    "new_mode": m.new_mode,
-                    "reason": m.reason if content else None,
-                    "branch": m.branch,
-                }
-                for m in self.mode_changes
-            ],
-            "branch": self.branch,
-            "checks": [
-                {
-                    "step": c.step,
-                    "phase": c.phase,
-                    "rule_ids": list(c.rule_ids),
-                    "failed": list(c.failed),
-                    "deferred": c.deferred,
-                }
-                for c in self.checks
-            ],
-            "warnings": [warning.to_wire() for warning in self.warnings],
-            "llm_calls": self.llm_calls,
-            "session_id": self.session_id,
-            "turn_id": self.turn_id,
-            "faulted_step": self.faulted_step,
-            "replayed": self.replayed,
-            "trace": self.trace.to_dict() if self.trace is not None else None,
-        }
 
 
 def _caller(caller: object) -> Caller:
@@ -239,8 +127,9 @@ class Pipeline:
     machine, its guards and its exit hooks stay the same. ``telemetry`` says where
     spans go and whether user content is captured (default: the global
     OpenTelemetry provider, content per ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``).
-    ``recording`` records every turn: one ``TurnRecording`` per turn, written where
-    the options say and returned on ``TurnReport.recording`` (``engine/recording.py``).
+    ``interceptors`` wrap every turn (``engine/interceptors.py``), the first given
+    outermost: ``Recorder(RecordingOptions(...))`` records each turn for replay
+    (``engine/replay/recorder.py``).
     ``listeners`` get every event of every turn (``engine/events.py``): a plain
     function inline, a coroutine function in order from a task of the turn; one
     that raises is logged and changes nothing. ``runtime`` is ``"compiled"`` (the
@@ -255,8 +144,8 @@ class Pipeline:
         *,
         steps: Mapping[PipelineStep, StepFunction] | None = None,
         telemetry: Telemetry | None = None,
-        recording: RecordingOptions | None = None,
         listeners: Sequence[Listener] = (),
+        interceptors: Sequence[TurnInterceptor] = (),
         runtime: Runtime = "compiled",
     ) -> None:
         if runtime not in RUNTIMES:
@@ -266,15 +155,11 @@ class Pipeline:
         self.telemetry = (telemetry or Telemetry()).resolved()
         self._tracer = self.telemetry.tracer()
         self._capture_content = bool(self.telemetry.capture_content)
-        self._llm_provider = provider_name_of(ports.llm)
-        self._provider_name = self._llm_provider or "aptix"
+        self._provider_name = provider_name_of(ports.llm) or "aptix"
         # Steps see the store and catalogs through guards that name a failing port.
         self._ports = _guarded(ports)
         self.options = options or PipelineOptions()
-        self.recording = recording
-        self._config_digest = ""
-        if recording is not None:
-            self._config_digest = recording.config_digest or config_digest(ports, self.options)
+        self.interceptors: tuple[TurnInterceptor, ...] = tuple(interceptors)
         unknown = set(steps or {}) - set(PipelineStep)
         if unknown:
             raise ValueError(f"not pipeline steps: {sorted(map(str, unknown))}")
@@ -335,7 +220,7 @@ class Pipeline:
         if keys is None:
             return await self._run(request, caller, initial_mode=initial_mode)
         if isinstance(keys, InvokeError):  # a malformed idempotency key: nothing runs
-            return self._traced(_answered(_ResponseResult.failure([keys]), None, None))
+            return self._traced(answered_report(ResponseResult.failure([keys]), None, None))
         known = keys
         return await self._single_flight.run(
             keys.flight,
@@ -390,7 +275,7 @@ class Pipeline:
                 if isinstance(error, StepFaultError)
                 else port_failed("SessionStore", "load_outcome", error)
             )
-            return _answered(_ResponseResult.failure(fault.errors), keys.context_type, None)
+            return answered_report(ResponseResult.failure(fault.errors), keys.context_type, None)
         if stored is None or result is None:
             return None
         logger.info(
@@ -400,7 +285,7 @@ class Pipeline:
             stored.turn_id,
             stored.session_id,
         )
-        return self._traced(_answered(result, keys.context_type, stored))
+        return self._traced(answered_report(result, keys.context_type, stored))
 
     def _traced(self, report: TurnReport) -> TurnReport:
         """``report`` of a call answered without a turn, after its ``aptix.stored_answer`` span."""
@@ -427,87 +312,74 @@ class Pipeline:
         answer_keys: AnswerKeys | None = None,
         idempotency_key: str | None = None,
     ) -> TurnReport:
-        if self.recording is None:
-            return await self.run_tapped(
+        if not self.interceptors:
+            return await self._turn(
                 request, caller, initial_mode=initial_mode, answer_keys=answer_keys
             )
-        tap = RecordingTap()
-        report = await self.run_tapped(
-            request,
-            caller,
+        call = TurnCall(
+            request=request,
+            caller=_caller(caller),
             initial_mode=initial_mode,
-            tap=tap,
-            ports=_guarded(tap_ports(tap, self.ports)),
-            answer_keys=answer_keys,
+            idempotency_key=idempotency_key,
+            ports=self.ports,
+            options=self.options,
+            telemetry=self.telemetry,
         )
-        # The turn has ended (committed or rolled back): nothing from here on may change
-        # its answer. A recording that cannot be built or redacted is logged and traced,
-        # and the report goes without it; one that cannot be delivered is logged and
-        # traced, and the report keeps it (docs/RECORDING.md "When recording fails", D160).
-        try:
-            assert report.trace is not None  # run_tapped's report always carries its trace
-            recording = tap.recording(
-                request=request,
-                caller=_caller(caller),
-                initial_mode=initial_mode,
-                options=self.options,
-                digest=self._config_digest,
-                trace=report.trace,
-                result=report.result.to_wire(),
-                provider_name=self._llm_provider,
-                server_tools=list(self.ports.tools),
-                trace_content=self._capture_content,
-                idempotency_key=idempotency_key,
-            )
-            if self.recording.redact:
-                recording = recording.redact()
-        except Exception as error:
-            self._recording_failed(report, error, "could not be made")
-            return report
-        try:
-            await self.recording.send(recording)
-        except Exception as error:
-            self._recording_failed(report, error, "could not be delivered")
-        return replace(report, recording=recording)
+        return await self._intercepted(call, 0, answer_keys, ())
 
-    def _recording_failed(self, report: TurnReport, error: Exception, what: str) -> None:
-        """Log and trace a recording that failed after the turn ended; the answer stands.
+    def _intercepted(
+        self,
+        call: TurnCall,
+        index: int,
+        answer_keys: AnswerKeys | None,
+        listeners: tuple[Listener, ...],
+    ) -> Awaitable[TurnReport]:
+        """The turn inside the interceptors from ``index`` on (the first given is outermost).
 
-        The log record (ERROR, ``aptix_pipeline``) names the turn, the exception's
-        class and its traceback's frames; the exception's message is left out (but
-        for a file system error's), as it may quote user content. The trace is an
-        ``aptix.recording`` span with status ERROR (``engine/telemetry.py``): the
-        turn's own span has ended by then.
+        Each interceptor's ``proceed`` may hand the turn other ports and more
+        listeners; the turn runs on the last ports given, guarded, with every
+        listener given on the way in.
         """
-        logger.error(
-            "the turn's recording %s (session %s, turn %s): %s; the turn's answer stands\n%s",
-            what,
-            report.session_id,
-            report.turn_id,
-            failure_summary(error),
-            "".join(traceback.format_tb(error.__traceback__)).rstrip(),
-        )
-        if self._tracer is not None and self.telemetry.recording_spans():
-            try:
-                recording_failed(self._tracer, report.session_id, report.turn_id, error)
-            except Exception:  # a failing tracer must not fail the turn either
-                logger.exception("the failed recording could not be traced")
+        if index == len(self.interceptors):
+            return self._turn(
+                call.request,
+                call.caller,
+                initial_mode=call.initial_mode,
+                answer_keys=answer_keys,
+                ports=None if call.ports is self.ports else _guarded(call.ports),
+                listeners=listeners,
+            )
+        ran = False
 
-    async def run_tapped(
+        def proceed(
+            *, ports: Ports | None = None, listeners: Sequence[Listener] = ()
+        ) -> Awaitable[TurnReport]:
+            nonlocal ran
+            if ran:
+                raise RuntimeError("an interceptor's proceed runs the turn once")
+            ran = True
+            inner = call if ports is None else replace(call, ports=ports)
+            return self._intercepted(inner, index + 1, answer_keys, (*gathered, *listeners))
+
+        gathered = listeners
+        return self.interceptors[index].intercept(call, proceed)
+
+    async def _turn(
         self,
         request: RequestInput,
         caller: Caller | Mapping[str, Any],
         *,
         initial_mode: str | None = None,
-        tap: PortTap | None = None,
-        ports: Ports | None = None,
         answer_keys: AnswerKeys | None = None,
+        ports: Ports | None = None,
+        listeners: Sequence[Listener] = (),
     ) -> TurnReport:
-        """``run`` on ``ports`` (default: this pipeline's), telling ``tap`` each step.
+        """One turn, with no stored answer read: on ``ports`` (default: this pipeline's,
+        guarded), ``listeners`` hearing its events before the pipeline's own.
 
-        The seam recording and replay share (``engine/port_tap.py``): ``tap`` learns
-        which transition is running, so each port call it sees is named by its step.
         ``answer_keys`` are where the commit keeps the turn's answer for retries.
+        A replay (``engine/replay/replayer.py``) runs a recorded turn through here:
+        the recorded turn ran, so its replay runs it, whatever answer is stored.
         """
         scope = TurnScope(
             ports=ports or self._ports,
@@ -517,16 +389,16 @@ class Pipeline:
             initial_mode=initial_mode,
             answer_keys=answer_keys,
         )
-        trace = TraceRecorder()
+        trace = TraceBuilder()
         subscribers: list[EventSink] = [trace]
         spans: SpanBuilder | None = None
         if self._tracer is not None and self.telemetry.recording_spans():
             spans = SpanBuilder(self._tracer, self._capture_content, self._provider_name)
             subscribers.append(spans)
-        if tap is not None:
-            subscribers.append(_StepFollower(tap))
+        turn_listeners, turn_async_listeners = split_listeners(listeners)
+        subscribers.extend(turn_listeners)
         subscribers.extend(self._listeners)
-        events = TurnEvents(subscribers, self._async_listeners)
+        events = TurnEvents(subscribers, (*turn_async_listeners, *self._async_listeners))
         emit, run_id = events.emit, events.run_id
         scope.observer = StepReporter(
             emit,
@@ -547,8 +419,6 @@ class Pipeline:
             try:
                 walked = await walk(run, self.runtime)
             finally:
-                if tap is not None:
-                    tap.step = None
                 if walked.errors or not walked.states or walked.states[-1] != "done":
                     await self._rollback(scope)
             report = self._report(run, walked, trace)
@@ -623,18 +493,18 @@ class Pipeline:
             logger.exception("rollback failed")
 
     @staticmethod
-    def _report(run: TurnRun, walked: Walked, recorder: TraceRecorder) -> TurnReport:
+    def _report(run: TurnRun, walked: Walked, recorder: TraceBuilder) -> TurnReport:
         scope = run.scope
         states, errors, faulted_step = walked.states, walked.errors, walked.faulted_step
         ctx = scope.context
         warnings = tuple(scope.warnings)
         if errors:  # nothing was persisted, so no mode change happened
             warnings = tuple(w for w in warnings if w.code != "several_mode_changes")
-            result = _ResponseResult.failure(errors, warnings)
+            result = ResponseResult.failure(errors, warnings)
         elif ctx is not None and ctx.response is not None:
-            result = _ResponseResult.success(ctx.response, warnings)
+            result = ResponseResult.success(ctx.response, warnings)
         else:  # cannot happen: `done` is reached only after a response was built
-            result = _ResponseResult.failure(
+            result = ResponseResult.failure(
                 [InvokeError(code=ErrorCode.INTERNAL, message="the turn ended without a response")]
             )
         session_id = _persisted_session_id(ctx, errors)
@@ -677,62 +547,3 @@ class Pipeline:
             branch=None if errors else scope.branch,
             trace=trace,
         )
-
-
-def _answered(
-    result: InvokeResult[AgentExecuteResponse],
-    context_type: ContextType | None,
-    stored: StoredOutcome | None,
-) -> TurnReport:
-    """The report of a call that ran no turn: a stored answer, its conflict, or a bad key.
-
-    Its trace walked no state: outcome ``replayed`` for a stored answer,
-    ``refused`` otherwise, with the error codes.
-    """
-    replayed = stored is not None and result.successful
-    session_id = stored.session_id if stored is not None else None
-    turn_id = stored.turn_id if stored is not None else None
-    trace = StateTrace(
-        context_type=str(context_type) if context_type is not None else None,
-        outcome="replayed" if replayed else "refused",
-        states=(),
-        entries=(),
-        session_id=session_id,
-        turn_id=turn_id,
-        mode=None,
-        response_type=None,
-        error_codes=tuple(str(error.code) for error in result.errors),
-        faulted_step=None,
-        warnings=tuple(warning.code for warning in result.warnings),
-    )
-    return TurnReport(
-        result=result,
-        context_type=context_type,
-        states=(),
-        transitions=(),
-        checks=(),
-        tool_calls=(),
-        mode=None,
-        mode_changes=(),
-        llm_calls=0,
-        session_id=session_id,
-        turn_id=turn_id,
-        warnings=result.warnings,
-        trace=trace,
-        replayed=replayed,
-    )
-
-
-class _StepFollower:
-    """Tells a port tap which step is running, so each port call it sees is named by it."""
-
-    __slots__ = ("tap",)
-
-    event_types = frozenset({StepStarted})
-
-    def __init__(self, tap: PortTap) -> None:
-        self.tap = tap
-
-    def __call__(self, event: TurnEvent) -> None:
-        if type(event) is StepStarted:
-            self.tap.step = event.step

@@ -65,7 +65,7 @@ from opentelemetry.trace import (
 from aptix_pipeline import __version__
 from aptix_pipeline.contracts import ChatMessage, LLMReply, LLMRequest, PipelineContext
 
-from .deep_json import dump_json
+from .deep_json import dump_json, encode_value
 from .events import (
     CheckRan,
     ModeChanged,
@@ -83,7 +83,6 @@ from .events import (
     TurnStarted,
     WarningRaised,
 )
-from .port_tap import encode_value
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -92,6 +91,7 @@ __all__ = [
     "SpanBuilder",
     "Telemetry",
     "answered_without_a_turn",
+    "provider_name_of",
     "recording_failed",
 ]
 
@@ -650,3 +650,9 @@ def answered_without_a_turn(
     if error_codes:
         span.set_status(Status(StatusCode.ERROR, error_codes[0]))
     span.end()
+
+
+def provider_name_of(llm: object) -> str | None:
+    """The LLM adapter's ``provider_name`` (spans name it), when it has one."""
+    name = getattr(llm, "provider_name", None)
+    return name if isinstance(name, str) and name else None

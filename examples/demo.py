@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from aptix_pipeline import RecordingOptions, TurnRecording, replay
 from aptix_pipeline.adapters.embedded import embedded_pipeline
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
@@ -42,18 +43,15 @@ from aptix_pipeline.engine import (
     DiagramFormat,
     ModelCallFinished,
     Pipeline,
-    RecordingOptions,
     StepStarted,
     Telemetry,
     ToolExecuted,
     TurnEvent,
     TurnFinished,
-    TurnRecording,
     TurnReport,
     diagram_text,
     format_for,
     pipeline_diagram,
-    replay,
 )
 from aptix_pipeline.validators import classify_request, parse_request
 

@@ -26,12 +26,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from aptix_pipeline import RecordingOptions, TurnRecording
 from aptix_pipeline.adapters.clocks import SteppingClock
 from aptix_pipeline.adapters.embedded import embedded_pipeline
 from aptix_pipeline.adapters.ids import SequentialIds
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.contracts import Caller
-from aptix_pipeline.engine import RecordingOptions, Telemetry, TurnRecording
+from aptix_pipeline.engine import Telemetry
 
 EXAMPLES = Path(__file__).resolve().parent
 CALLER = Caller(org="acme", user="ana")

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from aptix_pipeline import PipelineOptions, Ports
 from aptix_pipeline.adapters.builtin_tools import BUILTIN_TOOLS
 from aptix_pipeline.adapters.catalog_config import ConfigCatalog
 from aptix_pipeline.adapters.clocks import SteppingClock
@@ -35,7 +36,7 @@ from aptix_pipeline.contracts import (
     ToolExecutor,
     Turn,
 )
-from aptix_pipeline.engine import Listener, Pipeline, PipelineOptions, Ports, Runtime, Telemetry
+from aptix_pipeline.engine import Listener, Pipeline, Runtime, Telemetry
 from aptix_pipeline.steps import StepFunction
 
 __all__ = [

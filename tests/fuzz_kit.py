@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from aptix_pipeline import PipelineOptions, Ports, Recorder, RecordingOptions
 from aptix_pipeline.adapters.builtin_tools import BUILTIN_TOOLS
 from aptix_pipeline.adapters.catalog_config import ConfigCatalog
 from aptix_pipeline.adapters.clocks import SteppingClock
@@ -57,8 +58,8 @@ from aptix_pipeline.contracts import (
     LLMRequest,
     ToolCall,
 )
-from aptix_pipeline.engine import Pipeline, PipelineOptions, Ports, RecordingOptions
-from aptix_pipeline.engine.recording import TurnRecording
+from aptix_pipeline.engine import Pipeline
+from aptix_pipeline.engine.replay.recording import TurnRecording
 
 __all__ = [
     "CALLER",
@@ -861,9 +862,11 @@ class FuzzWorld:
         self.pipeline = Pipeline(
             ports,
             PipelineOptions(retry_wait_seconds=0, retry_max_wait_seconds=0),
-            recording=RecordingOptions(
-                redact=True, sink=self.recordings.append, config_digest="fuzz"
-            ),
+            interceptors=[
+                Recorder(
+                    RecordingOptions(redact=True, sink=self.recordings.append, config_digest="fuzz")
+                )
+            ],
         )
         done = await self.pipeline.execute({"Instruction": "hello"}, CALLER)
         pending = await self.pipeline.execute({"Instruction": TOOLS_PLEASE}, CALLER)

@@ -25,15 +25,9 @@ from engine_kit import (
 )
 from trace_scenarios import SCENARIOS, Kit, Store
 
+from aptix_pipeline import PipelineOptions, Recorder, RecordingOptions, TurnRecording
 from aptix_pipeline.contracts import LLM, Caller, PipelineStep, SessionStore, ToolExecutor
-from aptix_pipeline.engine import (
-    Pipeline,
-    PipelineOptions,
-    RecordingOptions,
-    Telemetry,
-    TurnRecording,
-    TurnReport,
-)
+from aptix_pipeline.engine import Pipeline, Telemetry, TurnReport
 from aptix_pipeline.steps import StepFunction
 
 __all__ = [
@@ -80,7 +74,12 @@ class RecordingKit(Kit):
     ) -> Pipeline:
         """``Kit.pipeline``, recording."""
         base = super().pipeline(replies, config=config, tools=tools, options=options)
-        made = Pipeline(base.ports, base.options, telemetry=self.telemetry, recording=self.options)
+        made = Pipeline(
+            base.ports,
+            base.options,
+            telemetry=self.telemetry,
+            interceptors=[Recorder(self.options)],
+        )
         self._steps[id(made)] = None
         return made
 
@@ -91,7 +90,7 @@ class RecordingKit(Kit):
             base.options,
             steps=steps,
             telemetry=self.telemetry,
-            recording=self.options,
+            interceptors=[Recorder(self.options)],
         )
         self._steps[id(made)] = steps
         return made
@@ -137,7 +136,7 @@ def recording_pipeline(
         base.options,
         steps=steps,
         telemetry=telemetry or Telemetry.off(),
-        recording=recording or RecordingOptions(),
+        interceptors=[Recorder(recording)],
     )
 
 

@@ -28,27 +28,21 @@ from replay_kit import recording_pipeline
 from span_kit import Recorded, attributes_of
 from test_http_service import ANA, ENV, READ_THEN_ANSWER, _client, _config
 
+from aptix_pipeline import PipelineOptions, RecordingOptions, TurnRecording, replay
 from aptix_pipeline.adapters.http_app import EXECUTE_PATH, create_app
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.service_config import load_service_config
-from aptix_pipeline.engine import (
-    PipelineOptions,
-    RecordingOptions,
-    Telemetry,
-    TurnRecording,
-    replay,
-)
-from aptix_pipeline.engine.deep_json import dump_json, load_json, parse_json, plain
+from aptix_pipeline.engine import Telemetry
+from aptix_pipeline.engine.deep_json import dump_json, encode_value, load_json, parse_json, plain
 from aptix_pipeline.engine.events import ToolExecutionStarted, TurnStarted
-from aptix_pipeline.engine.port_tap import encode_value
-from aptix_pipeline.engine.redaction import (
+from aptix_pipeline.engine.replay.redaction import (
     REDACTED,
     Redactor,
     redact_json_text,
     redact_request,
     redact_value,
 )
-from aptix_pipeline.engine.replay import first_difference
+from aptix_pipeline.engine.replay.replayer import first_difference
 from aptix_pipeline.engine.telemetry import SpanBuilder
 
 DEEP = 100_000
@@ -420,7 +414,7 @@ async def test_a_request_holding_an_int_past_str_limits_records_and_the_file_rea
 ) -> None:
     """A Python-value request may hold an int of thousands of digits (Python's ``str``
     refuses past 4,300): the recording is still written, and reads back equal."""
-    from aptix_pipeline.engine import TurnRecording
+    from aptix_pipeline import TurnRecording
 
     huge = 7**20_000
     pipeline = recording_pipeline(MemoryStore(), [text("hi")], recording=RecordingOptions())
@@ -441,7 +435,7 @@ async def test_a_request_text_escaping_a_lone_surrogate_records_redacted_and_rep
 ) -> None:
     """A key or value spelled ``"\\ud800"`` in request text is valid JSON; its redacted
     recording writes it back as that escape (it was lost to a UnicodeEncodeError)."""
-    from aptix_pipeline.engine import replay
+    from aptix_pipeline import replay
 
     body = '{"Instruction": "hi \\ud800", "\\ud800": "x", "WorkspaceHints": {"\\udfff": "y"}}'
     request: Any = body if form == "text" else body.encode("utf-8")

@@ -33,11 +33,11 @@ from aptix_pipeline.engine import (
     GraphvizMissingError,
     StateTrace,
     TransitionRecord,
-    TurnMachine,
     diagram_text,
     format_for,
     pipeline_diagram,
 )
+from aptix_pipeline.engine.machine import TurnMachine
 from aptix_pipeline.validators import Phase, step_rule_ids
 
 APTIX = Path(sys.executable).parent / "aptix"

@@ -25,6 +25,7 @@ from engine_kit import (
     text,
 )
 
+from aptix_pipeline import PipelineOptions
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.contracts import (
     AgentExecuteResponse,
@@ -43,7 +44,7 @@ from aptix_pipeline.contracts import (
     Turn,
     TurnStatus,
 )
-from aptix_pipeline.engine import Pipeline, PipelineOptions, TurnReport
+from aptix_pipeline.engine import Pipeline, TurnReport
 
 # --- rule ids --------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from engine_kit import (
 )
 from rulecases import rule_params
 
+from aptix_pipeline import PipelineOptions
 from aptix_pipeline.adapters.catalog_config import ConfigCatalog
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
@@ -59,7 +60,7 @@ from aptix_pipeline.contracts import (
     Turn,
     TurnStatus,
 )
-from aptix_pipeline.engine import Pipeline, PipelineOptions, TurnReport
+from aptix_pipeline.engine import Pipeline, TurnReport
 from aptix_pipeline.steps import STEP_FUNCTIONS, StepFunction, TurnScope
 from aptix_pipeline.validators import Phase
 

@@ -247,7 +247,7 @@ def test_spans_are_recorded_only_where_an_sdk_would_keep_them() -> None:
 
 
 async def test_no_span_builder_runs_without_an_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aptix_pipeline.engine import pipeline as pipeline_module
+    import aptix_pipeline.engine.pipeline as pipeline_module
 
     def refuse(*args: object) -> None:
         raise AssertionError("a span builder was made for a no-op provider")
@@ -267,7 +267,7 @@ async def test_with_content_capture_each_message_is_serialized_once_per_turn(
 
     from span_kit import Recorded
 
-    from aptix_pipeline.engine import telemetry as telemetry_module
+    import aptix_pipeline.engine.telemetry as telemetry_module
 
     made: list[str] = []
     original = telemetry_module._message_json
@@ -292,20 +292,20 @@ async def test_with_content_capture_each_message_is_serialized_once_per_turn(
 
 
 def test_events_nobody_reads_are_not_wanted() -> None:
-    from aptix_pipeline.engine.events import TraceRecorder, TurnEvents
+    from aptix_pipeline.engine.events import TraceBuilder, TurnEvents
 
     async def listener(event: TurnEvent) -> None:
         return None
 
-    alone = TurnEvents([TraceRecorder()])
+    alone = TurnEvents([TraceBuilder()])
     assert alone.wants(CheckRan)
     assert alone.wants(TransitionTaken)
     assert not alone.wants(StepStarted)
     assert not alone.wants(ModelCallStarted)
     assert not alone.wants(TurnFinished)
     heard: list[TurnEvent] = []
-    assert TurnEvents([TraceRecorder(), heard.append]).wants(StepStarted)
-    assert TurnEvents([TraceRecorder()], [listener]).wants(TurnFinished)
+    assert TurnEvents([TraceBuilder(), heard.append]).wants(StepStarted)
+    assert TurnEvents([TraceBuilder()], [listener]).wants(TurnFinished)
 
 
 async def test_the_trace_is_the_same_whether_or_not_anyone_listens() -> None:

@@ -17,14 +17,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from aptix_pipeline.engine import (
-    DiagramFormat,
-    TurnRecording,
-    assert_replays,
-    pipeline_diagram,
-    recordings_in,
-    replay,
-)
+from aptix_pipeline import TurnRecording, assert_replays, recordings_in, replay
+from aptix_pipeline.engine import DiagramFormat, pipeline_diagram
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDINGS = ROOT / "examples" / "recordings"

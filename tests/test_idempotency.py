@@ -484,8 +484,8 @@ async def test_a_stored_answer_that_does_not_parse_fails_the_call_without_raisin
 async def test_a_keyed_turn_records_its_key_and_replays(tmp_path: Path) -> None:
     from replay_kit import recording_pipeline
 
+    from aptix_pipeline import RecordingOptions, replay
     from aptix_pipeline.adapters.memory_store import MemoryStore
-    from aptix_pipeline.engine import RecordingOptions, replay
 
     for redact in (False, True):
         pipeline = recording_pipeline(

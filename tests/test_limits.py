@@ -35,6 +35,7 @@ from span_kit import Recorded, attributes_of, events_named
 from syrupy.assertion import SnapshotAssertion
 from test_state_traces import TraceJSON
 
+from aptix_pipeline import Pipeline, PipelineOptions, Recorder, replay
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.openai_llm import OpenAICompatibleLLM
 from aptix_pipeline.adapters.postgres_store import PostgresStore
@@ -55,7 +56,7 @@ from aptix_pipeline.contracts import (
     ToolCall,
     ToolInvocation,
 )
-from aptix_pipeline.engine import PipelineOptions, RecordingOptions, Runtime, replay
+from aptix_pipeline.engine import Runtime
 from aptix_pipeline.engine.telemetry import CAPTURE_CONTENT_ENV
 from aptix_pipeline.engine.trace import FaultRecord, LLMCallRecord
 
@@ -736,8 +737,8 @@ async def test_a_replay_runs_off_the_clock_whatever_deadline_was_recorded() -> N
             await asyncio.sleep(0.05)
             return LLMReply(text="slow but on time")
 
-    pipeline, _ = make_pipeline(MemoryStore(), SlowOnce(), options=_options())
-    pipeline.recording = RecordingOptions()
+    base, _ = make_pipeline(MemoryStore(), SlowOnce(), options=_options())
+    pipeline = Pipeline(base.ports, base.options, interceptors=[Recorder()])
     recording = (await pipeline.run({"Instruction": "hi"}, CALLER)).recording
     assert recording is not None
     # The same turn as if it had been recorded with a deadline far shorter than any run.

@@ -39,7 +39,7 @@ def test_wheel_holds_only_the_aptix_pipeline_package(wheel: Path) -> None:
 def test_wheel_maps_the_folders_to_subpackages(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
 
-    for subpackage in ("contracts", "validators", "steps", "engine", "adapters"):
+    for subpackage in ("contracts", "validators", "steps", "engine", "engine/replay", "adapters"):
         assert f"aptix_pipeline/{subpackage}/__init__.py" in names
     assert "aptix_pipeline/py.typed" in names
     assert not [n for n in names if n.startswith(("aptix_pipeline/tests", "tests/"))]

@@ -16,6 +16,7 @@ from typing import Protocol
 import pytest
 
 import aptix_pipeline
+import aptix_pipeline.engine.replay
 from aptix_pipeline import contracts, engine
 from aptix_pipeline.contracts import ports
 
@@ -79,7 +80,8 @@ def test_a_host_word_is_at_the_root(name: str) -> None:
 def test_root_names_are_the_subpackages_own_objects() -> None:
     assert aptix_pipeline.Pipeline is engine.Pipeline
     assert aptix_pipeline.Caller is contracts.Caller
-    assert aptix_pipeline.replay is engine.replay
+    assert aptix_pipeline.replay is engine.replay.replay
+    assert aptix_pipeline.Recorder is engine.replay.Recorder
 
 
 def test_importing_the_root_loads_no_subpackage() -> None:

@@ -32,7 +32,17 @@ from test_engine_modes_tools import THREE_MODES_CONFIG
 from test_engine_paths import CommitFailingStore, FailingModes, FlakyLLM
 from trace_scenarios import SCENARIOS
 
-from aptix_pipeline import __version__
+from aptix_pipeline import (
+    RECORDING_FORMAT,
+    PipelineOptions,
+    RecordedError,
+    Recorder,
+    RecordingOptions,
+    TurnRecording,
+    __version__,
+    replay,
+    write_recording,
+)
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.postgres_store import PostgresStore
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
@@ -50,18 +60,8 @@ from aptix_pipeline.contracts import (
     PermanentPortError,
     StoreConflictError,
 )
-from aptix_pipeline.engine import (
-    RECORDING_FORMAT,
-    Pipeline,
-    PipelineOptions,
-    RecordedError,
-    RecordingOptions,
-    Telemetry,
-    TurnRecording,
-    replay,
-    write_recording,
-)
-from aptix_pipeline.engine.redaction import REDACTED, REDACTED_BASE64
+from aptix_pipeline.engine import Pipeline, Telemetry
+from aptix_pipeline.engine.replay.redaction import REDACTED, REDACTED_BASE64
 from aptix_pipeline.steps import described
 
 NO_WAIT = PipelineOptions(retry_wait_seconds=0, retry_max_wait_seconds=0)
@@ -215,7 +215,7 @@ async def test_a_raising_port_is_recorded_with_its_exception_and_replays_it() ->
     base = recording_pipeline(MemoryStore(), [text("never")])
     pipeline = Pipeline(
         replace(base.ports, modes=FailingModes()), base.options,
-        telemetry=Telemetry.off(), recording=RecordingOptions(),
+        telemetry=Telemetry.off(), interceptors=[Recorder()],
     )  # fmt: skip
 
     report = await pipeline.run({"Instruction": "hi"}, CALLER)
@@ -271,7 +271,7 @@ async def test_a_replayed_commit_conflict_is_a_conflict() -> None:
     base = recording_pipeline(MemoryStore(), [text("lost")])
     conflicted = Pipeline(
         replace(base.ports, store=CommitFailingStore(MemoryStore(), StoreConflictError("won"))),
-        base.options, telemetry=Telemetry.off(), recording=RecordingOptions(),
+        base.options, telemetry=Telemetry.off(), interceptors=[Recorder()],
     )  # fmt: skip
     report = await conflicted.run({"Instruction": "hi"}, CALLER)
     assert report.recording is not None

@@ -31,10 +31,11 @@ from engine_kit import CALLER, call, calls, change_mode, continuation, follow_on
 from replay_kit import recording_pipeline
 from span_kit import Recorded, values_of
 
+from aptix_pipeline import RecordingOptions, TurnRecording, replay
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.contracts import ToolInvocation
-from aptix_pipeline.engine import RecordingOptions, TurnRecording, TurnReport, replay
-from aptix_pipeline.engine.redaction import REDACTED, REDACTED_BASE64
+from aptix_pipeline.engine import TurnReport
+from aptix_pipeline.engine.replay.redaction import REDACTED, REDACTED_BASE64
 
 
 def b64(text_: str) -> str:

@@ -34,17 +34,12 @@ from span_kit import Recorded
 from trace_scenarios import SCENARIOS, Store
 from typer.testing import CliRunner
 
-from aptix_pipeline.adapters.cli import app
-from aptix_pipeline.adapters.memory_store import MemoryStore
-from aptix_pipeline.contracts import ErrorCode, PipelineStep
-from aptix_pipeline.engine import (
+from aptix_pipeline import (
     Divergence,
     PortCall,
     RecordingOptions,
     ReplayDivergenceError,
     ReplayOutcome,
-    StateTrace,
-    Telemetry,
     TurnRecording,
     assert_replays,
     recordings_in,
@@ -52,6 +47,10 @@ from aptix_pipeline.engine import (
     replay_sync,
     write_recording,
 )
+from aptix_pipeline.adapters.cli import app
+from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.contracts import ErrorCode, PipelineStep
+from aptix_pipeline.engine import StateTrace, Telemetry
 from aptix_pipeline.steps import STEP_FUNCTIONS, StepFunction, TurnScope
 from aptix_pipeline.steps.prompt_content_provider_initializer import (
     prompt_content_provider_initializer,
@@ -631,7 +630,7 @@ def test_aptix_replay_spans_go_to_the_console_exporter_only_when_asked(
 def test_first_difference_names_the_first_json_path_that_differs(
     expected: Any, actual: Any, difference: tuple[str, Any, Any] | None
 ) -> None:
-    from aptix_pipeline.engine.replay import first_difference
+    from aptix_pipeline.engine.replay.replayer import first_difference
 
     found = first_difference(expected, actual)
     if difference is None:

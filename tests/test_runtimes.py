@@ -23,17 +23,9 @@ from trace_scenarios import SCENARIOS, run_scenario
 
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.contracts import ContextType, ErrorCode, PipelineContext, PipelineStep
-from aptix_pipeline.engine import (
-    RUNTIMES,
-    MachineCompileError,
-    Pipeline,
-    TransitionTaken,
-    TurnEvent,
-    TurnMachine,
-    compile_machine,
-)
-from aptix_pipeline.engine.machine import FAULT, TurnRun
-from aptix_pipeline.engine.runner import walk
+from aptix_pipeline.engine import RUNTIMES, Pipeline, TransitionTaken, TurnEvent
+from aptix_pipeline.engine.machine import FAULT, TurnMachine, TurnRun
+from aptix_pipeline.engine.runner import MachineCompileError, compile_machine, walk
 from aptix_pipeline.steps import PipelineOptions, StepFaultError, TurnScope
 
 NAMES = list(SCENARIOS)
@@ -313,8 +305,20 @@ def test_importing_the_engine_leaves_the_diagram_renderers_for_later() -> None:
         "assert 'aptix_pipeline.engine.diagram' not in sys.modules\n"
         "assert e.DiagramFormat('dot').value == 'dot'\n"
         "assert 'aptix_pipeline.engine.diagram' in sys.modules\n"
-        "from aptix_pipeline.engine import replay\n"
+        "from aptix_pipeline import replay\n"
         "assert callable(replay) and replay.__name__ == 'replay'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_runtime_imports_nothing_of_the_replay_tooling() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, aptix_pipeline.engine as e, aptix_pipeline.adapters.memory_store\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('aptix_pipeline.engine.replay'))\n"
+        "assert loaded == [], loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fake_openai_server import fake_openai_server
 
+from aptix_pipeline import PipelineOptions
 from aptix_pipeline.adapters.http_app import ApiKeyAuthenticator
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.adapters.service_config import (
@@ -26,7 +27,6 @@ from aptix_pipeline.adapters.service_config import (
 )
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.contracts import Caller
-from aptix_pipeline.engine import PipelineOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "aptix.toml"

@@ -24,7 +24,7 @@ from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.openai_llm import OpenAICompatibleLLM
 from aptix_pipeline.contracts import ErrorCode
 from aptix_pipeline.contracts.url_secrets import MASK, is_secret_name, scrub_urls
-from aptix_pipeline.engine.recording import RecordedError
+from aptix_pipeline.engine.replay.records import RecordedError
 from aptix_pipeline.steps.faults import described
 
 SECRET = "s3cr3t-Zq9"
@@ -109,7 +109,7 @@ async def _turn_with(base_url: str, caplog: pytest.LogCaptureFixture, **options:
     async with OpenAICompatibleLLM(
         model="m", base_url=base_url, api_key="sk-test", max_attempts=1, **options
     ) as llm:
-        from aptix_pipeline.engine import RecordingOptions
+        from aptix_pipeline import RecordingOptions
 
         pipeline = recording_pipeline(
             MemoryStore(),

@@ -44,6 +44,7 @@ from test_engine_paths import (
 )
 from test_engine_review_fixes import reply
 
+from aptix_pipeline import PipelineOptions
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
@@ -57,14 +58,7 @@ from aptix_pipeline.contracts import (
     StoreConflictError,
     ToolInvocation,
 )
-from aptix_pipeline.engine import (
-    Listener,
-    Pipeline,
-    PipelineOptions,
-    Runtime,
-    Telemetry,
-    TurnReport,
-)
+from aptix_pipeline.engine import Listener, Pipeline, Runtime, Telemetry, TurnReport
 from aptix_pipeline.steps import StepFunction
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Replay: re-run a recorded turn against today's code and name the first divergence.
 
 ``await replay(recording)`` runs the recorded request through a ``Pipeline`` whose
-ports answer from the recording (``engine/port_tap.py``): each call the code
+ports answer from the recording (``port_tap.py``): each call the code
 makes now must be the next recorded call — the same port and call, made during
 the same step, with the same arguments — and gets the recorded answer (or the
 recorded exception) back. Nothing real is called; no span is emitted unless
@@ -31,15 +31,18 @@ from pydantic import TypeAdapter
 from pydantic_core import to_json
 
 from aptix_pipeline.contracts import PermanentPortError, PipelineStep
+from aptix_pipeline.engine.deep_json import dump_json, encode_value
+from aptix_pipeline.engine.idempotency import RequestKeys, request_keys
+from aptix_pipeline.engine.pipeline import Pipeline
+from aptix_pipeline.engine.report import TurnReport
+from aptix_pipeline.engine.telemetry import Telemetry
 from aptix_pipeline.steps import StepFunction
 
-from .deep_json import dump_json
-from .idempotency import RequestKeys, request_keys
-from .pipeline import Pipeline, TurnReport
-from .port_tap import STORE, decode_answer, encode_value, tap_ports
-from .recording import PortCall, TurnRecording
+from .port_tap import STORE, decode_answer, tap_ports
+from .recorder import StepFollower
+from .recording import TurnRecording
+from .records import PortCall
 from .redaction import Redactor
-from .telemetry import Telemetry
 
 __all__ = [
     "Divergence",
@@ -394,11 +397,11 @@ async def replay(
         initial_mode=recording.initial_mode,
         max_depth=options.max_json_depth,
     )
-    report = await pipeline.run_tapped(
+    report = await pipeline._turn(
         request,
         recording.caller,
         initial_mode=recording.initial_mode,
-        tap=tap,
+        listeners=[StepFollower(tap)],
         answer_keys=keys.answer_keys(options.idempotency_ttl_seconds)
         if isinstance(keys, RequestKeys)
         else None,

@@ -17,12 +17,11 @@ same through the same guards.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
-from pydantic_core import to_jsonable_python
 
 from aptix_pipeline.contracts import (
     AgentContext,
@@ -38,9 +37,8 @@ from aptix_pipeline.contracts import (
     ToolInvocation,
     Turn,
 )
+from aptix_pipeline.engine.telemetry import provider_name_of
 from aptix_pipeline.steps import Ports
-
-from .deep_json import list_branch, rebuilt
 
 __all__ = [
     "PortTap",
@@ -53,8 +51,6 @@ __all__ = [
     "TappedTool",
     "TappedTransaction",
     "decode_answer",
-    "encode_value",
-    "provider_name_of",
     "tap_ports",
 ]
 
@@ -79,44 +75,6 @@ _MAYBE_CONVERSATION: TypeAdapter[ConversationContext | None] = TypeAdapter(
 _REPLY: TypeAdapter[LLMReply] = TypeAdapter(LLMReply)
 _TEXT: TypeAdapter[str] = TypeAdapter(str)
 _TIME: TypeAdapter[datetime] = TypeAdapter(datetime)
-
-
-def encode_value(value: Any) -> Any:
-    """A port argument or answer as JSON data: wire models in their DDR (PascalCase) form.
-
-    What JSON cannot hold (a host's odd object) is kept as its ``repr``: the
-    recording stays writable, and a replay then names the call as a divergence.
-    """
-    try:
-        return to_jsonable_python(value, fallback=repr)
-    except (ValueError, RecursionError):  # nested deeper than pydantic-core goes (~255 levels),
-        return _encoded_deep(value)  # or bytes that are not UTF-8 (UnicodeDecodeError)
-
-
-def _encoded_deep(value: Any) -> Any:
-    """``encode_value`` without recursion: mappings and lists walked, the rest encoded alone."""
-    return rebuilt(value, _encoded_branch, _encoded_leaf)
-
-
-def _encoded_branch(item: Any) -> tuple[Any, Iterable[tuple[Any, Any, Any]]] | None:
-    if isinstance(item, Mapping):
-        made: dict[str, Any] = {}
-        children = []
-        for key, inner in item.items():
-            name = key if isinstance(key, str) else str(encode_value(key))
-            made[name] = None
-            children.append((inner, made, name))
-        return made, children
-    if isinstance(item, list | tuple):
-        return list_branch(item)
-    return None
-
-
-def _encoded_leaf(item: Any) -> Any:
-    try:
-        return to_jsonable_python(item, fallback=repr)
-    except ValueError:  # bytes that are not UTF-8: kept as their repr
-        return repr(item)
 
 
 def decode_answer(adapter: TypeAdapter[T], data: Any) -> T:
@@ -373,12 +331,6 @@ class TappedIds:
     def new_id(self, kind: str) -> str:
         """See ``IdSource``."""
         return self._tap.call(self._target, IDS, "new_id", _TEXT, {"kind": kind})
-
-
-def provider_name_of(llm: object) -> str | None:
-    """The LLM adapter's ``provider_name`` (spans name it), when it has one."""
-    name = getattr(llm, "provider_name", None)
-    return name if isinstance(name, str) and name else None
 
 
 def tap_ports(

@@ -50,13 +50,12 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .deep_json import Pairs as _Pairs
-from .deep_json import dump_json, parse_json
+from aptix_pipeline.engine.deep_json import Pairs as _Pairs
+from aptix_pipeline.engine.deep_json import dump_json, parse_json
 
-if TYPE_CHECKING:
-    from .recording import PortCall, RecordedError
+from .records import PortCall, RecordedError
 
 __all__ = [
     "CONTENT_KEYS",

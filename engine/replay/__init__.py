@@ -1,0 +1,47 @@
+"""The replay tooling: record turns, redact recordings, replay them against today's code.
+
+It builds on the engine's runtime and the runtime never imports it (DESIGN.md
+"Layout and layers"), as Temporal keeps its replayer apart from its workers:
+
+- ``port_tap.py``: ports whose every call goes through a tap first;
+- ``records.py``: the port calls and exceptions a recording is made of;
+- ``recording.py``: ``TurnRecording``, its versioned JSON form and its files;
+- ``redaction.py``: a recording without user content, that still replays;
+- ``recorder.py``: the ``Recorder`` interceptor that records a pipeline's turns;
+- ``replayer.py``: ``replay``, which re-runs a recording and names the first divergence.
+"""
+
+from __future__ import annotations
+
+from .recorder import Recorder, RecordingOptions, config_digest
+from .recording import RECORDING_FORMAT, TurnRecording, write_recording
+from .records import PortCall, RecordedError
+from .redaction import Redactor
+from .replayer import (
+    Divergence,
+    ReplayDivergenceError,
+    ReplayOutcome,
+    assert_replays,
+    recordings_in,
+    replay,
+    replay_sync,
+)
+
+__all__ = [
+    "RECORDING_FORMAT",
+    "Divergence",
+    "PortCall",
+    "RecordedError",
+    "Recorder",
+    "RecordingOptions",
+    "Redactor",
+    "ReplayDivergenceError",
+    "ReplayOutcome",
+    "TurnRecording",
+    "assert_replays",
+    "config_digest",
+    "recordings_in",
+    "replay",
+    "replay_sync",
+    "write_recording",
+]

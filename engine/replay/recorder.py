@@ -1,0 +1,336 @@
+"""The ``Recorder``: an interceptor that records each turn of a pipeline for replay.
+
+Composed where the pipeline is assembled — ``Pipeline(ports, interceptors=[
+Recorder(RecordingOptions(...))])``, or ``embedded_pipeline(...,
+recording=RecordingOptions(...))`` — it runs each turn on ports tapped by a
+``RecordingTap`` (``port_tap.py``), follows the turn's steps through its event
+stream so each port call is named by the step that made it, and, when the turn
+has ended, makes its ``TurnRecording`` (``recording.py``), redacts it when the
+options say so, writes and hands it on, and returns it on ``TurnReport.recording``.
+
+Recording never changes a turn: the tap passes every call through unchanged, and
+a recording that cannot be made or delivered is logged and traced, never raised
+(DESIGN.md "What every part promises"; docs/RECORDING.md "When recording fails",
+docs/CONFORMANCE.md D160).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from pydantic import TypeAdapter
+
+from aptix_pipeline import __version__
+from aptix_pipeline.contracts import Caller
+from aptix_pipeline.engine.deep_json import encode_value
+from aptix_pipeline.engine.events import StepEnded, StepStarted, TurnEvent
+from aptix_pipeline.engine.interceptors import Proceed, TurnCall
+from aptix_pipeline.engine.report import TurnReport
+from aptix_pipeline.engine.telemetry import provider_name_of, recording_failed
+from aptix_pipeline.engine.trace import StateTrace
+from aptix_pipeline.steps import PipelineOptions, Ports
+
+from .port_tap import STORE, PortTap, tap_ports
+from .recording import TurnRecording, request_record, write_recording
+from .records import PortCall, RecordedError
+
+__all__ = [
+    "Recorder",
+    "RecordingOptions",
+    "RecordingTap",
+    "StepFollower",
+    "config_digest",
+    "failure_summary",
+]
+
+logger = logging.getLogger("aptix_pipeline")
+
+T = TypeVar("T")
+
+
+def config_digest(ports: Ports, options: PipelineOptions) -> str:
+    """A digest of what configures a turn besides its request: options, ports, catalogs.
+
+    Catalogs that expose a ``config_digest`` (``ConfigCatalog`` does) contribute it,
+    so two hosts with different mode or agent configuration differ here.
+    """
+    data = {
+        "options": asdict(options),
+        "server_tools": sorted(ports.tools),
+        "provider_name": provider_name_of(ports.llm),
+        "ports": {
+            name: f"{type(port).__module__}.{type(port).__qualname__}"
+            for name, port in (
+                ("store", ports.store),
+                ("llm", ports.llm),
+                ("modes", ports.modes),
+                ("agents", ports.agents),
+                ("clock", ports.clock),
+                ("ids", ports.ids),
+            )
+        },
+        "catalogs": [
+            getattr(ports.modes, "config_digest", None),
+            getattr(ports.agents, "config_digest", None),
+        ],
+    }
+    text = json.dumps(data, sort_keys=True, default=str)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingOptions:
+    """How a ``Pipeline`` records its turns.
+
+    - ``directory``: write each turn's recording there (one file per turn).
+    - ``sink``: also hand each recording to this callable (ship it elsewhere);
+      with neither, the recording is only returned on ``TurnReport.recording``.
+    - ``redact``: drop user content before anything is written or returned
+      (``engine/redaction.py``).
+    - ``config_digest``: the host's own digest of its configuration; by default
+      one is computed from the options, ports and catalogs (``config_digest``).
+    """
+
+    directory: str | Path | None = None
+    redact: bool = False
+    sink: Callable[[TurnRecording], None] | None = field(default=None, compare=False)
+    config_digest: str | None = None
+
+    async def send(self, recording: TurnRecording) -> None:
+        """Write and hand on ``recording``; raises what the directory or the sink raised.
+
+        A ``Pipeline`` calls this after the turn ended, and logs and traces a
+        failure without changing the turn's answer (docs/RECORDING.md).
+        """
+        if self.directory is not None:
+            await asyncio.to_thread(write_recording, recording, self.directory)
+        if self.sink is not None:
+            self.sink(recording)
+
+    async def deliver(self, recording: TurnRecording) -> None:
+        """``send``, a failure logged (its class and traceback, not its message), never raised."""
+        try:
+            await self.send(recording)
+        except Exception as error:
+            logger.error(
+                "the turn's recording could not be delivered: %s\n%s",
+                failure_summary(error),
+                "".join(traceback.format_tb(error.__traceback__)).rstrip(),
+            )
+
+
+def failure_summary(error: BaseException) -> str:
+    """An exception for a log line: its class, and its message only for an ``OSError``.
+
+    A file system error names the recording's directory, which is the host's; any
+    other message (a sink's, a serializer's) may quote user content.
+    """
+    if isinstance(error, OSError):
+        return f"{type(error).__name__}: {error}"
+    return type(error).__name__
+
+
+class RecordingTap:
+    """The ``PortTap`` of a recorded turn: every call goes on to the real port, logged."""
+
+    def __init__(self) -> None:
+        self.step: str | None = None
+        self.calls: list[PortCall] = []
+
+    def _log(
+        self,
+        port: str,
+        call: str,
+        args: dict[str, Any],
+        answer: Any = None,
+        error: RecordedError | None = None,
+    ) -> None:
+        self.calls.append(PortCall(len(self.calls) + 1, self.step, port, call, args, answer, error))
+
+    async def acall(
+        self,
+        target: Any,
+        port: str,
+        call: str,
+        answer: TypeAdapter[T],
+        args: Mapping[str, Any],
+        *,
+        method: str | None = None,
+    ) -> T:
+        """Call the real port and log the call with its answer or exception."""
+        encoded = {name: encode_value(value) for name, value in args.items()}
+        try:
+            value = await getattr(target, method or call)(*args.values())
+        except Exception as error:
+            self._log(port, call, encoded, error=RecordedError.of(error))
+            raise
+        self._log(port, call, encoded, encode_value(value))
+        return cast(T, value)
+
+    def call(
+        self, target: Any, port: str, call: str, answer: TypeAdapter[T], args: Mapping[str, Any]
+    ) -> T:
+        """Call the real clock or id source and log the call with its answer or exception."""
+        encoded = {name: encode_value(value) for name, value in args.items()}
+        try:
+            value = getattr(target, call)(*args.values())
+        except Exception as error:
+            self._log(port, call, encoded, error=RecordedError.of(error))
+            raise
+        self._log(port, call, encoded, encode_value(value))
+        return cast(T, value)
+
+    def begin(self, target: Any, org: str, user: str) -> Any:
+        """Begin the real transaction and log the call."""
+        try:
+            transaction = target.begin(org, user)
+        except Exception as error:
+            self._log(STORE, "begin", {"org": org, "user": user}, error=RecordedError.of(error))
+            raise
+        self._log(STORE, "begin", {"org": org, "user": user})
+        return transaction
+
+    def recording(
+        self,
+        *,
+        request: object,
+        caller: Caller,
+        initial_mode: str | None,
+        options: PipelineOptions,
+        digest: str,
+        trace: StateTrace,
+        result: dict[str, Any],
+        provider_name: str | None,
+        server_tools: Sequence[str],
+        trace_content: bool,
+        idempotency_key: str | None = None,
+    ) -> TurnRecording:
+        """The turn's recording, from what was logged and how the turn ended."""
+        return TurnRecording(
+            engine_version=__version__,
+            request=request_record(request),
+            caller={"org": caller.org, "user": caller.user},
+            initial_mode=initial_mode,
+            options=asdict(options),
+            config_digest=digest,
+            calls=tuple(self.calls),
+            trace=trace,
+            result=result,
+            provider_name=provider_name,
+            server_tools=tuple(sorted(server_tools)),
+            trace_content=trace_content,
+            idempotency_key=idempotency_key,
+        )
+
+
+class StepFollower:
+    """Tells a port tap which step is running, so each port call it sees is named by it.
+
+    A listener of the turn's event stream (``engine/events.py``) that hears only
+    ``StepStarted`` and ``StepEnded``: between a step's end and the next one's
+    start no step runs, so a call made there (the rollback of a failed turn, after
+    the machine stopped) is named by none.
+    """
+
+    __slots__ = ("tap",)
+
+    event_types = frozenset({StepStarted, StepEnded})
+
+    def __init__(self, tap: PortTap) -> None:
+        self.tap = tap
+
+    def __call__(self, event: TurnEvent) -> None:
+        kind = type(event)
+        if kind is StepStarted:
+            self.tap.step = cast(StepStarted, event).step
+        elif kind is StepEnded:
+            self.tap.step = None
+
+
+class Recorder:
+    """Records every turn of the pipeline it is composed into; see the module docstring.
+
+    A ``TurnInterceptor`` (``engine/interceptors.py``). One recorder may serve
+    many concurrent turns: each gets its own tap.
+    """
+
+    def __init__(self, options: RecordingOptions | None = None) -> None:
+        self.options = options or RecordingOptions()
+        self._digest: tuple[Ports, PipelineOptions, str] | None = None
+
+    def _config_digest(self, ports: Ports, options: PipelineOptions) -> str:
+        """The options' digest, else one computed once per pipeline configuration."""
+        if self.options.config_digest:
+            return self.options.config_digest
+        known = self._digest
+        if known is None or known[0] is not ports or known[1] is not options:
+            known = self._digest = (ports, options, config_digest(ports, options))
+        return known[2]
+
+    async def intercept(self, call: TurnCall, proceed: Proceed) -> TurnReport:
+        """Run the turn on tapped ports, then make, deliver and attach its recording."""
+        tap = RecordingTap()
+        report = await proceed(ports=tap_ports(tap, call.ports), listeners=[StepFollower(tap)])
+        # The turn has ended (committed or rolled back): nothing from here on may change
+        # its answer. A recording that cannot be made or redacted is logged and traced,
+        # and the report goes without it; one that cannot be delivered is logged and
+        # traced, and the report keeps it (docs/RECORDING.md "When recording fails", D160).
+        try:
+            assert report.trace is not None  # a turn's report always carries its trace
+            recording = tap.recording(
+                request=call.request,
+                caller=call.caller,
+                initial_mode=call.initial_mode,
+                options=call.options,
+                digest=self._config_digest(call.ports, call.options),
+                trace=report.trace,
+                result=report.result.to_wire(),
+                provider_name=provider_name_of(call.ports.llm),
+                server_tools=list(call.ports.tools),
+                trace_content=bool(call.telemetry.capture_content),
+                idempotency_key=call.idempotency_key,
+            )
+            if self.options.redact:
+                recording = recording.redact()
+        except Exception as error:
+            _recording_failed(call, report, error, "could not be made")
+            return report
+        try:
+            await self.options.send(recording)
+        except Exception as error:
+            _recording_failed(call, report, error, "could not be delivered")
+        return replace(report, recording=recording)
+
+
+def _recording_failed(call: TurnCall, report: TurnReport, error: Exception, what: str) -> None:
+    """Log and trace a recording that failed after the turn ended; the answer stands.
+
+    The log record (ERROR) names the turn, the exception's class and its
+    traceback's frames; the exception's message is left out (but for a file system
+    error's), as it may quote user content. The trace is an ``aptix.recording``
+    span with status ERROR (``engine/telemetry.py``): the turn's own span has
+    ended by then.
+    """
+    logger.error(
+        "the turn's recording %s (session %s, turn %s): %s; the turn's answer stands\n%s",
+        what,
+        report.session_id,
+        report.turn_id,
+        failure_summary(error),
+        "".join(traceback.format_tb(error.__traceback__)).rstrip(),
+    )
+    telemetry = call.telemetry
+    tracer = telemetry.tracer() if telemetry.recording_spans() else None
+    if tracer is not None:
+        try:
+            recording_failed(tracer, report.session_id, report.turn_id, error)
+        except Exception:  # a failing tracer must not fail the turn either
+            logger.exception("the failed recording could not be traced")

@@ -1,0 +1,252 @@
+"""Turn recordings: one file per turn holding everything needed to re-run it offline.
+
+A pipeline composed with a ``Recorder`` (``recorder.py``; ``embedded_pipeline(...,
+recording=RecordingOptions(...))``) taps every port of each turn (``port_tap.py``)
+and, when the turn ends, makes a ``TurnRecording``: the engine version, the request
+exactly as given, the caller, the initial mode, the engine options, a digest of the
+configuration, every port call in order with its arguments and its answer or the
+exception it raised (store reads and writes, both catalogs, the model's requests and
+replies, server tool results, clock readings, generated ids), the ``StateTrace`` and
+the result. ``replayer.py`` re-runs it against today's code (DESIGN.md "Replay").
+
+The JSON form is versioned (``RECORDING_FORMAT``) and documented in
+``docs/RECORDING.md``. ``TurnRecording.redact`` drops user content (``redaction.py``).
+Data of any depth is recorded, written and read back (``engine/deep_json.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from pydantic_core import from_json
+
+from aptix_pipeline.contracts import AgentExecuteRequest
+from aptix_pipeline.engine.deep_json import dump_json, encode_value, int_of, load_json
+from aptix_pipeline.engine.trace import StateTrace
+from aptix_pipeline.steps import PipelineOptions
+
+from .records import PortCall
+from .redaction import Redactor
+
+__all__ = ["RECORDING_FORMAT", "TurnRecording", "request_record", "write_recording"]
+
+RECORDING_FORMAT = "aptix.turn-recording/1"
+"""The version of the JSON form; a reader refuses any other."""
+
+
+def request_record(request: object) -> dict[str, Any]:
+    """The request exactly as the host gave it: a JSON value, JSON text, or raw bytes."""
+    if isinstance(request, AgentExecuteRequest):
+        return {"json": request.to_wire()}
+    if isinstance(request, str):
+        return {"text": request}
+    if isinstance(request, bytes | bytearray):
+        return {"base64": base64.b64encode(bytes(request)).decode("ascii")}
+    return {"json": encode_value(request)}
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecording:
+    """One recorded turn; see the module docstring and ``docs/RECORDING.md``.
+
+    ``request`` holds the request as given (``{"json": ...}``, ``{"text": ...}`` or
+    ``{"base64": ...}`` for bytes); ``caller`` the org and user; ``options`` the
+    ``PipelineOptions``; ``provider_name`` and ``server_tools`` what the ports
+    were (the LLM's provider, the names of the host's server tools);
+    ``trace_content`` whether the trace holds user content (content capture);
+    ``redacted`` whether user content was dropped; ``idempotency_key`` the key
+    the turn was run with (``Pipeline.run``), so a replay keeps its answer under
+    the same keys.
+    """
+
+    engine_version: str
+    request: dict[str, Any]
+    caller: dict[str, str]
+    initial_mode: str | None
+    options: dict[str, Any]
+    config_digest: str
+    calls: tuple[PortCall, ...]
+    trace: StateTrace
+    result: dict[str, Any]
+    provider_name: str | None = None
+    server_tools: tuple[str, ...] = ()
+    trace_content: bool = False
+    redacted: bool = False
+    idempotency_key: str | None = None
+
+    @property
+    def successful(self) -> bool:
+        """Whether the recorded turn produced a response."""
+        return bool(self.result.get("Successful"))
+
+    @property
+    def clock_readings(self) -> tuple[str, ...]:
+        """Every time the clock gave the turn, in order."""
+        return tuple(str(c.answer) for c in self.calls if c.port == "Clock")
+
+    @property
+    def generated_ids(self) -> tuple[str, ...]:
+        """Every id the id source gave the turn, in order."""
+        return tuple(str(c.answer) for c in self.calls if c.port == "IdSource")
+
+    def request_input(self) -> AgentExecuteRequest | Mapping[str, Any] | str | bytes:
+        """The request in the form the host gave it, to run again."""
+        if "text" in self.request:
+            return str(self.request["text"])
+        if "base64" in self.request:
+            return base64.b64decode(self.request["base64"])
+        value = self.request["json"]
+        return cast(Mapping[str, Any], value) if isinstance(value, Mapping) else value
+
+    def pipeline_options(self) -> PipelineOptions:
+        """The recorded ``PipelineOptions``."""
+        return PipelineOptions(**self.options)
+
+    def redact(self) -> TurnRecording:
+        """This recording without user content (``engine/redaction.py``); idempotent."""
+        redactor = Redactor.of(self.calls)
+        calls = tuple(
+            replace(
+                call, **redactor.port_call(call.port, call.call, call.args, call.answer, call.error)
+            )
+            for call in self.calls
+        )
+        return replace(
+            self,
+            request=redactor.request(self.request),
+            calls=calls,
+            trace=StateTrace.from_dict(redactor.value(self.trace.to_dict())),
+            result=redactor.value(self.result),
+            redacted=True,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``RECORDING_FORMAT``), keys in a fixed order."""
+        return {
+            "format": RECORDING_FORMAT,
+            "engine_version": self.engine_version,
+            "redacted": self.redacted,
+            "config_digest": self.config_digest,
+            "caller": dict(self.caller),
+            "initial_mode": self.initial_mode,
+            **({"idempotency_key": self.idempotency_key} if self.idempotency_key else {}),
+            "options": dict(self.options),
+            "provider_name": self.provider_name,
+            "server_tools": list(self.server_tools),
+            "trace_content": self.trace_content,
+            "request": self.request,
+            "calls": [call.to_dict() for call in self.calls],
+            "trace": self.trace.to_dict(),
+            "result": self.result,
+        }
+
+    def to_json(self) -> str:
+        """The JSON form as text (UTF-8, indented, one port call per block).
+
+        Data nested too deep for ``json`` (a tool result a few hundred levels deep)
+        is written compact, without recursion (``engine/deep_json.py``): indenting
+        it would cost space quadratic in its depth.
+        """
+        data = self.to_dict()
+        try:
+            text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        except (RecursionError, ValueError):  # too deep, or an int past str()'s 4,300 digits
+            text = dump_json(data) + "\n"
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (only ever inside a JSON string):
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")  # as its \\u escape
+        return text
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TurnRecording:
+        """Read the JSON form; ``ValueError`` naming what is wrong when it is not one."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a turn recording is a JSON object, not {type(data).__name__}")
+        if data.get("format") != RECORDING_FORMAT:
+            raise ValueError(
+                f"not a {RECORDING_FORMAT} recording (format {data.get('format')!r}); "
+                "this engine reads only that format"
+            )
+        try:
+            calls = tuple(PortCall.from_dict(call) for call in data["calls"])
+            caller = {"org": str(data["caller"]["org"]), "user": str(data["caller"]["user"])}
+            request = dict(data["request"])
+            if len(request) != 1 or next(iter(request)) not in ("json", "text", "base64"):
+                raise ValueError("request must hold exactly one of json, text, base64")
+            return cls(
+                engine_version=str(data["engine_version"]),
+                request=request,
+                caller=caller,
+                initial_mode=data["initial_mode"],
+                options=dict(data["options"]),
+                config_digest=str(data["config_digest"]),
+                calls=calls,
+                trace=StateTrace.from_dict(data["trace"]),
+                result=dict(data["result"]),
+                provider_name=data.get("provider_name"),
+                server_tools=tuple(data.get("server_tools", ())),
+                trace_content=bool(data.get("trace_content", False)),
+                redacted=bool(data.get("redacted", False)),
+                idempotency_key=data.get("idempotency_key"),
+            )
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"malformed turn recording: missing or bad {error}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> TurnRecording:
+        """Read a recording file; ``ValueError`` naming the file when it is not one."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+            try:  # pydantic-core's parser is the faster; json's also reads lone surrogates
+                data = from_json(text)
+            except ValueError:
+                try:
+                    data = json.loads(text, parse_int=int_of)
+                except RecursionError:  # deeper than json goes: read without recursion
+                    data = load_json(text)
+            return cls.from_dict(data)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path}: {error}") from None
+
+    def file_name(self) -> str:
+        """A name for this turn's file: when it started, and a digest of its content.
+
+        Two different turns never share a name; recording the same turn twice
+        gives the same name (and the same bytes).
+        """
+        stamp = "unknown"
+        if self.clock_readings:
+            try:
+                started = datetime.fromisoformat(self.clock_readings[0]).astimezone(UTC)
+                stamp = started.strftime("%Y%m%dT%H%M%S%fZ")
+            except ValueError:  # a host clock's odd answer: its characters, made safe
+                stamp = re.sub(r"[^0-9A-Za-z]", "", self.clock_readings[0])[:24] or stamp
+        digest = hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()[:12]
+        return f"turn-{stamp}-{digest}.json"
+
+
+def write_recording(recording: TurnRecording, directory: str | Path) -> Path:
+    """Write ``recording`` into ``directory`` (created when missing), atomically; its path."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / recording.file_name()
+    temporary = folder / f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp"
+    try:
+        temporary.write_text(recording.to_json(), encoding="utf-8")
+        os.replace(temporary, path)  # readers never see half a file
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return path
