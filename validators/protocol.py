@@ -30,6 +30,7 @@ from .rules import OK, outcome, rule
 __all__ = [
     "CONTINUATION_CONFLICT",
     "CONTINUATION_PREFIX",
+    "FOLLOW_ON_TURN_SETTLED",
     "IDEMPOTENCY_KEY_FORMAT",
     "IDEMPOTENCY_KEY_REUSED",
     "KEY_PREFIX",

@@ -3,9 +3,12 @@
 A rule id reads ``<DDR>/<section>/<PRE|POST/>requirement`` — e.g.
 ``AGN-036/4.2/PRE/session-null`` is the requirement "``ctx.Session == null``"
 of AGN-036 §4.2's PRE set; the error it produces says the requirement was broken.
-Each rule is declared once, next to the check that enforces it, and registered
-here, so the conformance table (docs/CONFORMANCE.md) can be checked against the
-code.
+Each rule is declared once, in a module of this subpackage — next to the check
+that enforces it, or in ``turn_work`` for the rules the steps and the runner
+enforce while they work — and registered here, so the conformance table
+(docs/CONFORMANCE.md) can be checked against the code. Importing any part of the
+package imports this subpackage's ``__init__`` and with it every declaring
+module, so ``all_rules()`` is the same full set whatever was imported.
 """
 
 from __future__ import annotations
