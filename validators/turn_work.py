@@ -42,12 +42,14 @@ SESSION_FOUND = rule(
     "AGN-033 §3.1, DESIGN.md Isolation",
     "SessionId must name a session of the calling org and user",
     ErrorCode.NOT_FOUND,
+    module=__name__,
 )
 TURN_FOUND = rule(
     "AGN-033/3.1/turn-in-session",
     "AGN-033 §3.1",
     "TurnId must name a turn of that session (TurnIds are scoped to their session)",
     ErrorCode.NOT_FOUND,
+    module=__name__,
 )
 
 
@@ -69,12 +71,14 @@ def _context_rules(section: str, source: str) -> ContextRules:
             f"AGN-036 §{section}",
             f"the AgentContextId {source} must name a known agent context",
             ErrorCode.NOT_FOUND,
+            module=__name__,
         ),
         conversation=rule(
             f"AGN-036/{section}/conversation-context-known",
             f"AGN-036 §{section}",
             f"the ConversationContextId {source} must name a known conversation context",
             ErrorCode.NOT_FOUND,
+            module=__name__,
         ),
     )
 
@@ -92,6 +96,7 @@ INITIAL_MODE_KNOWN = rule(
     "AGN-011 §3.1, DESIGN.md R2",
     "a new session's mode (the host's initial mode, else \"general\") must be in the Mode Catalog",
     ErrorCode.INVALID_REQUEST,
+    module=__name__,
 )
 
 
@@ -103,6 +108,7 @@ TRANSCRIPT_SIZE = rule(
     "a session's stored transcript may hold at most PipelineOptions.max_transcript_messages "
     "messages for the model; start a new session",
     ErrorCode.INVALID_REQUEST,
+    module=__name__,
 )
 
 
@@ -114,6 +120,7 @@ ROUND_LIMIT = rule(
     "the model must reach an outcome (a final answer or client tool calls) within the "
     "configured number of server-tool rounds",
     ErrorCode.PIPELINE_RULE_FAILED,
+    module=__name__,
 )
 TOOL_CALL_IDS = rule(
     "AGN-033/5.1/model-tool-call-ids",
@@ -121,6 +128,7 @@ TOOL_CALL_IDS = rule(
     "every tool call the model makes needs a non-empty ToolCallId, unique among the calls "
     "of this request and those it answers, so each result answers exactly one call",
     ErrorCode.PIPELINE_RULE_FAILED,
+    module=__name__,
 )
 SERVER_TOOL_TIMEOUT = rule(
     "DESIGN/limits/server-tool-timeout",
@@ -128,6 +136,7 @@ SERVER_TOOL_TIMEOUT = rule(
     "a server tool must answer within PipelineOptions.server_tool_timeout_seconds; one that "
     "does not fails as a tool that raised, and the model is told so",
     ErrorCode.PORT_FAILED,
+    module=__name__,
 )
 MODEL_REPLY_SIZE = rule(
     "DESIGN/limits/model-reply-size",
@@ -135,6 +144,7 @@ MODEL_REPLY_SIZE = rule(
     "a model reply may hold at most PipelineOptions.max_model_reply_chars characters (text, "
     "tool call ids, names and arguments)",
     ErrorCode.PORT_FAILED,
+    module=__name__,
 )
 
 
@@ -146,6 +156,7 @@ MODE_KNOWN = rule(
     "agent_change_mode must name a mode of the Mode Catalog; the model is told so as a "
     "tool error and the mode stays",
     ErrorCode.TOOL_CALL_INVALID,
+    module=__name__,
 )
 MODE_RESULT_VALID = rule(
     "AGN-011/5.2/mode-result-valid",
@@ -153,6 +164,7 @@ MODE_RESULT_VALID = rule(
     'the agent_change_mode result must be a JSON object with a non-empty "mode", an optional '
     'boolean "branch" and an optional text "reason"',
     ErrorCode.TOOL_CALL_INVALID,
+    module=__name__,
 )
 SEVERAL_MODE_CHANGES = rule(
     "DESIGN/R8/several-mode-changes",
@@ -160,6 +172,7 @@ SEVERAL_MODE_CHANGES = rule(
     "the model changed mode more than once in one turn; each change is persisted in order "
     "and the last one wins",
     ErrorCode.PIPELINE_RULE_FAILED,
+    module=__name__,
 )
 
 
@@ -171,4 +184,5 @@ TURN_DEADLINE = rule(
     "a turn must finish within PipelineOptions.turn_deadline_seconds; this one did not, "
     "and nothing of it was stored",
     ErrorCode.DEADLINE_EXCEEDED,
+    module=__name__,
 )
