@@ -53,8 +53,7 @@ from statemachine.contrib.diagram.model import (
 from statemachine.contrib.diagram.renderers.mermaid import MermaidRenderer, MermaidRendererConfig
 
 from aptix_pipeline.contracts import PipelineStep
-from aptix_pipeline.steps.llm_client import ROUND_LIMIT
-from aptix_pipeline.validators import Phase, step_rule_ids
+from aptix_pipeline.validators import ROUND_LIMIT, Phase, step_rule_ids
 
 from .machine import COMPLETE, FAULT, SERVER_TOOL_ROUND, TurnMachine
 from .trace import StateTrace

@@ -46,9 +46,10 @@ from aptix_pipeline.validators import (
     CONTINUATION_PREFIX,
     KEY_PREFIX,
     stored_answer_conflict,
+    text_depth_exceeds,
     validate_idempotency_key,
+    value_depth_exceeds,
 )
-from aptix_pipeline.validators.json_text import text_depth_exceeds, value_depth_exceeds
 
 __all__ = [
     "AnswerBook",

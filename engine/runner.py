@@ -41,7 +41,7 @@ from statemachine import State, StateChart
 
 from aptix_pipeline.contracts import ErrorCode, InvokeError
 from aptix_pipeline.steps import StepFaultError, described
-from aptix_pipeline.validators.rules import rule
+from aptix_pipeline.validators import TURN_DEADLINE
 
 from .events import StepEnded, StepStarted, TransitionTaken, TurnFaulted
 from .machine import FAULT, UNINTERRUPTED, TurnMachine, TurnRun
@@ -49,7 +49,6 @@ from .trace import FaultRecord, TransitionRecord
 
 __all__ = [
     "RUNTIMES",
-    "TURN_DEADLINE",
     "CompiledMachine",
     "CompiledTransition",
     "MachineCompileError",
@@ -363,12 +362,6 @@ class Walked:
     states: tuple[str, ...]
     errors: tuple[InvokeError, ...]
     faulted_step: str | None
-
-
-TURN_DEADLINE = rule(
-    "DESIGN/limits/turn-deadline", "DESIGN.md \"What every part promises\"",
-    "a turn must finish within PipelineOptions.turn_deadline_seconds; this one did not, "
-    "and nothing of it was stored", ErrorCode.DEADLINE_EXCEEDED)  # fmt: skip
 
 
 class _Walk:

@@ -6,12 +6,12 @@ client cannot switch agents mid-session.
 
 from __future__ import annotations
 
-from .agent_contexts import ContextRules, load_contexts
+from aptix_pipeline.validators import STORED_CONTEXTS_KNOWN
+
+from .agent_contexts import load_contexts
 from .scope import TurnScope
 
-__all__ = ["LOADER_RULES", "agent_context_loader"]
-
-LOADER_RULES = ContextRules("4.6", "the session stored")
+__all__ = ["agent_context_loader"]
 
 
 async def agent_context_loader(scope: TurnScope) -> None:
@@ -20,5 +20,5 @@ async def agent_context_loader(scope: TurnScope) -> None:
     if session is None:  # the §4.6 PRE guarantees a session; keep mypy and readers honest
         raise RuntimeError("AgentContextLoader needs a restored session")
     await load_contexts(
-        scope, session.agent_context_id, session.conversation_context_id, LOADER_RULES
+        scope, session.agent_context_id, session.conversation_context_id, STORED_CONTEXTS_KNOWN
     )

@@ -6,17 +6,17 @@ the ids the request names, or the catalog's defaults when it names none.
 
 from __future__ import annotations
 
-from .agent_contexts import ContextRules, load_contexts
+from aptix_pipeline.validators import REQUESTED_CONTEXTS_KNOWN
+
+from .agent_contexts import load_contexts
 from .scope import TurnScope
 
-__all__ = ["RESOLVER_RULES", "agent_context_resolver"]
-
-RESOLVER_RULES = ContextRules("4.3", "of the request")
+__all__ = ["agent_context_resolver"]
 
 
 async def agent_context_resolver(scope: TurnScope) -> None:
     """Resolve the contexts the request names (or the defaults)."""
     envelope = scope.ctx.envelope
     await load_contexts(
-        scope, envelope.agent_context_id, envelope.conversation_context_id, RESOLVER_RULES
+        scope, envelope.agent_context_id, envelope.conversation_context_id, REQUESTED_CONTEXTS_KNOWN
     )

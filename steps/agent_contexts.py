@@ -7,28 +7,13 @@ does not know faults the turn, naming the id.
 
 from __future__ import annotations
 
-from aptix_pipeline.contracts import AgentContext, ConversationContext, ErrorCode
-from aptix_pipeline.validators.core import has_text
-from aptix_pipeline.validators.rules import Rule, rule
+from aptix_pipeline.contracts import AgentContext, ConversationContext
+from aptix_pipeline.validators import ContextRules, has_text
 
 from .faults import StepFaultError, shown
 from .scope import TurnScope
 
-__all__ = ["ContextRules", "load_contexts"]
-
-
-class ContextRules:
-    """The two "known" rules of one step's section."""
-
-    def __init__(self, section: str, source: str) -> None:
-        self.agent: Rule = rule(
-            f"AGN-036/{section}/agent-context-known", f"AGN-036 §{section}",
-            f"the AgentContextId {source} must name a known agent context",
-            ErrorCode.NOT_FOUND)  # fmt: skip
-        self.conversation: Rule = rule(
-            f"AGN-036/{section}/conversation-context-known", f"AGN-036 §{section}",
-            f"the ConversationContextId {source} must name a known conversation context",
-            ErrorCode.NOT_FOUND)  # fmt: skip
+__all__ = ["load_contexts"]
 
 
 async def load_contexts(

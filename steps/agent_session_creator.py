@@ -7,19 +7,13 @@ load the same ones (§4.6).
 
 from __future__ import annotations
 
-from aptix_pipeline.contracts import DEFAULT_MODE, ErrorCode, Session, Turn, TurnStatus
-from aptix_pipeline.validators.core import has_text
-from aptix_pipeline.validators.rules import rule
+from aptix_pipeline.contracts import DEFAULT_MODE, Session, Turn, TurnStatus
+from aptix_pipeline.validators import INITIAL_MODE_KNOWN, has_text
 
 from .faults import StepFaultError, shown
 from .scope import TurnScope
 
-__all__ = ["INITIAL_MODE_KNOWN", "agent_session_creator"]
-
-INITIAL_MODE_KNOWN = rule(
-    "AGN-011/3.1/initial-mode-known", "AGN-011 §3.1, DESIGN.md R2",
-    "a new session's mode (the host's initial mode, else \"general\") must be in the Mode Catalog",
-    ErrorCode.INVALID_REQUEST)  # fmt: skip
+__all__ = ["agent_session_creator"]
 
 
 async def agent_session_creator(scope: TurnScope) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from aptix_pipeline.contracts import InvokeError
 from aptix_pipeline.contracts.url_secrets import scrub_urls
-from aptix_pipeline.validators.json_text import utf8_text
+from aptix_pipeline.validators import utf8_text
 
 __all__ = ["StepFaultError", "described", "shown"]
 

@@ -44,50 +44,29 @@ from aptix_pipeline.contracts import (
     ToolResult,
     Usage,
 )
-from aptix_pipeline.validators import ToolCallOutcome, ToolCallVerdict, check_tool_call
-from aptix_pipeline.validators.json_text import strict_json_loads, utf8_text
-from aptix_pipeline.validators.response import guard_machine_payloads
-from aptix_pipeline.validators.rules import rule
+from aptix_pipeline.validators import (
+    MODEL_REPLY_SIZE,
+    ROUND_LIMIT,
+    SERVER_TOOL_TIMEOUT,
+    TOOL_CALL_IDS,
+    ToolCallOutcome,
+    ToolCallVerdict,
+    check_tool_call,
+    guard_machine_payloads,
+    strict_json_loads,
+    utf8_text,
+)
 
 from .faults import StepFaultError, described
 from .mode_change import AGENT_CHANGE_MODE, change_mode
 from .scope import ToolCallRecord, TurnScope
 
 __all__ = [
-    "MODEL_REPLY_SIZE",
-    "ROUND_LIMIT",
-    "SERVER_TOOL_TIMEOUT",
-    "TOOL_CALL_IDS",
     "check_round_limit",
     "llm_client",
     "reply_size",
     "system_message",
 ]
-
-ROUND_LIMIT = rule(
-    "DESIGN/R5/round-limit", "DESIGN.md R5, AGN-011 §5",
-    "the model must reach an outcome (a final answer or client tool calls) within the "
-    "configured number of server-tool rounds", ErrorCode.PIPELINE_RULE_FAILED)  # fmt: skip
-
-
-TOOL_CALL_IDS = rule(
-    "AGN-033/5.1/model-tool-call-ids", "AGN-033 §5.1, §3.3",
-    "every tool call the model makes needs a non-empty ToolCallId, unique among the calls "
-    "of this request and those it answers, so each result answers exactly one call",
-    ErrorCode.PIPELINE_RULE_FAILED)  # fmt: skip
-
-
-SERVER_TOOL_TIMEOUT = rule(
-    "DESIGN/limits/server-tool-timeout", "DESIGN.md R5, AGN-011 §5",
-    "a server tool must answer within PipelineOptions.server_tool_timeout_seconds; one that "
-    "does not fails as a tool that raised, and the model is told so",
-    ErrorCode.PORT_FAILED)  # fmt: skip
-
-
-MODEL_REPLY_SIZE = rule(
-    "DESIGN/limits/model-reply-size", "AGN-036 §4.9",
-    "a model reply may hold at most PipelineOptions.max_model_reply_chars characters (text, "
-    "tool call ids, names and arguments)", ErrorCode.PORT_FAILED)  # fmt: skip
 
 
 def reply_size(reply: LLMReply) -> int:

@@ -31,8 +31,12 @@ from aptix_pipeline.contracts import (
     ToolDefinition,
     ToolInvocation,
 )
-from aptix_pipeline.validators.json_text import strict_json_loads
-from aptix_pipeline.validators.rules import rule
+from aptix_pipeline.validators import (
+    MODE_KNOWN,
+    MODE_RESULT_VALID,
+    SEVERAL_MODE_CHANGES,
+    strict_json_loads,
+)
 
 from .faults import StepFaultError, described
 from .scope import ModeChange, TurnScope
@@ -41,9 +45,6 @@ logger = logging.getLogger("aptix_pipeline")
 
 __all__ = [
     "AGENT_CHANGE_MODE",
-    "MODE_KNOWN",
-    "MODE_RESULT_VALID",
-    "SEVERAL_MODE_CHANGES",
     "change_mode",
     "change_mode_tool",
     "echo_mode_change",
@@ -51,18 +52,6 @@ __all__ = [
 
 AGENT_CHANGE_MODE = "agent_change_mode"
 
-MODE_KNOWN = rule(
-    "AGN-011/5.2/mode-known", "AGN-011 §5.2",
-    "agent_change_mode must name a mode of the Mode Catalog; the model is told so as a "
-    "tool error and the mode stays", ErrorCode.TOOL_CALL_INVALID)  # fmt: skip
-MODE_RESULT_VALID = rule(
-    "AGN-011/5.2/mode-result-valid", "AGN-011 §5.2",
-    "the agent_change_mode result must be a JSON object with a non-empty \"mode\", an optional "
-    "boolean \"branch\" and an optional text \"reason\"", ErrorCode.TOOL_CALL_INVALID)  # fmt: skip
-SEVERAL_MODE_CHANGES = rule(
-    "DESIGN/R8/several-mode-changes", "AGN-011 §5.1, DESIGN.md R8",
-    "the model changed mode more than once in one turn; each change is persisted in order "
-    "and the last one wins", ErrorCode.PIPELINE_RULE_FAILED)  # fmt: skip
 
 _PARAMETERS: dict[str, Any] = {
     "type": "object",

@@ -19,15 +19,14 @@ from aptix_pipeline.contracts import (
     ChatMessage,
     ChatRole,
     ContextType,
-    ErrorCode,
     InvokeWarning,
 )
-from aptix_pipeline.validators.rules import rule
+from aptix_pipeline.validators import TRANSCRIPT_SIZE
 
 from .faults import StepFaultError
 from .scope import TurnScope
 
-__all__ = ["TRANSCRIPT_SIZE", "prompt_content_provider_initializer", "user_message"]
+__all__ = ["prompt_content_provider_initializer", "user_message"]
 
 
 def user_message(request: AgentExecuteRequest) -> ChatMessage:
@@ -50,12 +49,6 @@ def user_message(request: AgentExecuteRequest) -> ChatMessage:
         hints = request.workspace_hints.model_dump(mode="json", by_alias=True, exclude_none=True)
         parts.append(f"[workspace] {json.dumps(hints, sort_keys=True)}")
     return ChatMessage(role=ChatRole.USER, content="\n\n".join(parts))
-
-
-TRANSCRIPT_SIZE = rule(
-    "DESIGN/limits/transcript-size", "AGN-036 §4.7",
-    "a session's stored transcript may hold at most PipelineOptions.max_transcript_messages "
-    "messages for the model; start a new session", ErrorCode.INVALID_REQUEST)  # fmt: skip
 
 
 def _within_limit(

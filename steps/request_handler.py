@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from contextlib import suppress
 
 from aptix_pipeline.contracts import AgentExecuteRequest, Envelope, InvokeError, PipelineContext
-from aptix_pipeline.validators import classify_request, parse_request
-from aptix_pipeline.validators.json_text import strict_json_loads
+from aptix_pipeline.validators import classify_request, parse_request, strict_json_loads
 
 from .faults import StepFaultError
 from .scope import TurnScope

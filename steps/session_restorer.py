@@ -15,30 +15,24 @@ import logging
 
 from aptix_pipeline.contracts import (
     ContextType,
-    ErrorCode,
     InvokeWarning,
     Session,
     Turn,
     TurnStatus,
 )
-from aptix_pipeline.validators import validate_turn_protocol
-from aptix_pipeline.validators.protocol import FOLLOW_ON_TURN_SETTLED
-from aptix_pipeline.validators.rules import rule
+from aptix_pipeline.validators import (
+    FOLLOW_ON_TURN_SETTLED,
+    SESSION_FOUND,
+    TURN_FOUND,
+    validate_turn_protocol,
+)
 
 from .faults import StepFaultError, shown
 from .scope import TurnScope
 
-__all__ = ["SESSION_FOUND", "TURN_FOUND", "session_restorer"]
+__all__ = ["session_restorer"]
 
 logger = logging.getLogger("aptix_pipeline")
-
-SESSION_FOUND = rule(
-    "AGN-033/3.1/session-found", "AGN-033 §3.1, DESIGN.md Isolation",
-    "SessionId must name a session of the calling org and user", ErrorCode.NOT_FOUND)  # fmt: skip
-TURN_FOUND = rule(
-    "AGN-033/3.1/turn-in-session", "AGN-033 §3.1",
-    "TurnId must name a turn of that session (TurnIds are scoped to their session)",
-    ErrorCode.NOT_FOUND)  # fmt: skip
 
 
 async def session_restorer(scope: TurnScope) -> None:

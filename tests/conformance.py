@@ -1,7 +1,7 @@
 """Generate and check the rule table of docs/CONFORMANCE.md.
 
 The table has one row per registered rule: id, spec section, its one-line
-message, the module that enforces it, and the tests (with their number of cases)
+message, the module that declares it, and the tests (with their number of cases)
 that show it holding and broken (from the ``rule``
 markers, see conftest.py). ``python tests/conformance.py --write`` (``make
 conformance``) rewrites the generated part; ``test_conformance.py`` fails when the
@@ -18,12 +18,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-import aptix_pipeline.engine  # noqa: F401 - registers the rules the engine's steps declare
 from aptix_pipeline.contracts import PipelineStep
-from aptix_pipeline.steps.llm_client import SERVER_TOOL_TIMEOUT
-from aptix_pipeline.steps.mode_change import SEVERAL_MODE_CHANGES
-from aptix_pipeline.steps.prompt_content_provider_initializer import TRANSCRIPT_SIZE
-from aptix_pipeline.validators import Phase, all_rules, step_rule_ids
+from aptix_pipeline.validators import (
+    MODE_KNOWN,
+    MODE_RESULT_VALID,
+    SERVER_TOOL_TIMEOUT,
+    SEVERAL_MODE_CHANGES,
+    TRANSCRIPT_SIZE,
+    Phase,
+    all_rules,
+    step_rule_ids,
+)
 from aptix_pipeline.validators.core import CORE_CHECKS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +76,9 @@ def _phase_rules(phase: Phase) -> set[str]:
     return {rule_id for step in PipelineStep for rule_id in step_rule_ids(step, phase)}
 
 
+_TOOL_CALL_RULES = {SERVER_TOOL_TIMEOUT.id, MODE_KNOWN.id, MODE_RESULT_VALID.id}
+
+
 def _observed(rule_id: str, module: str, pre: set[str], post: set[str]) -> str:
     """Where the rule's outcome shows: the legend is in "Rule outcomes in traces and spans"."""
     where = []
@@ -82,7 +90,7 @@ def _observed(rule_id: str, module: str, pre: set[str], post: set[str]) -> str:
         where.append("warning")
     elif rule_id == TRANSCRIPT_SIZE.id:  # refused: a fault; truncated: a warning
         where.append("fault, warning")
-    elif rule_id == SERVER_TOOL_TIMEOUT.id or module.endswith((".tool_calls", ".mode_change")):
+    elif rule_id in _TOOL_CALL_RULES or module.endswith(".tool_calls"):
         where.append("tool call")
     elif not where and module.endswith((".response", ".steps")):
         where.append("— (not checked in a turn: client side or API use)")
@@ -100,7 +108,7 @@ def render_table(links: Links) -> str:
         "",
         "### Every rule",
         "",
-        "| Rule id | Spec | Requirement | Enforced in | In traces and spans | Holds | Broken |",
+        "| Rule id | Spec | Requirement | Declared in | In traces and spans | Holds | Broken |",
         "|---|---|---|---|---|---|---|",
     ]
     rules = all_rules()

@@ -1,28 +1,67 @@
 """Pure, stateless, non-mutating rule checks (AGN-036 §2).
 
 Every function here returns a result and never raises for a failed rule; each
-error names a stable rule id (see ``all_rules`` and docs/CONFORMANCE.md).
+error names a stable rule id (see ``all_rules`` and docs/CONFORMANCE.md). Every
+rule is declared in a module of this subpackage, and this ``__init__`` imports them
+all, so ``all_rules()`` holds the full set whatever part of the package was
+imported; the rules the steps and the runner enforce while they work are in
+``turn_work`` and exported here.
 """
 
-from .core import validate_core
+from .core import has_text, validate_core
+from .json_text import strict_json_loads, text_depth_exceeds, utf8_text, value_depth_exceeds
 from .manifest import manifest_for, validate_tool_call_manifest
 from .protocol import (
     CONTINUATION_PREFIX,
+    FOLLOW_ON_TURN_SETTLED,
     KEY_PREFIX,
     stored_answer_conflict,
     validate_idempotency_key,
     validate_turn_protocol,
 )
 from .request import classify_request, parse_request, validate_request
-from .response import parse_response, validate_response
+from .response import guard_machine_payloads, parse_response, validate_response
 from .rules import Rule, all_rules
 from .snapshot import ContextSnapshot, snapshot_context
 from .steps import Phase, step_rule_ids, validate_post_step, validate_pre_step
 from .tool_calls import ToolCallOutcome, ToolCallVerdict, check_tool_call
+from .turn_work import (
+    INITIAL_MODE_KNOWN,
+    MODE_KNOWN,
+    MODE_RESULT_VALID,
+    MODEL_REPLY_SIZE,
+    REQUESTED_CONTEXTS_KNOWN,
+    ROUND_LIMIT,
+    SERVER_TOOL_TIMEOUT,
+    SESSION_FOUND,
+    SEVERAL_MODE_CHANGES,
+    STORED_CONTEXTS_KNOWN,
+    TOOL_CALL_IDS,
+    TRANSCRIPT_SIZE,
+    TURN_DEADLINE,
+    TURN_FOUND,
+    ContextRules,
+)
 
 __all__ = [
     "CONTINUATION_PREFIX",
+    "FOLLOW_ON_TURN_SETTLED",
+    "INITIAL_MODE_KNOWN",
     "KEY_PREFIX",
+    "MODEL_REPLY_SIZE",
+    "MODE_KNOWN",
+    "MODE_RESULT_VALID",
+    "REQUESTED_CONTEXTS_KNOWN",
+    "ROUND_LIMIT",
+    "SERVER_TOOL_TIMEOUT",
+    "SESSION_FOUND",
+    "SEVERAL_MODE_CHANGES",
+    "STORED_CONTEXTS_KNOWN",
+    "TOOL_CALL_IDS",
+    "TRANSCRIPT_SIZE",
+    "TURN_DEADLINE",
+    "TURN_FOUND",
+    "ContextRules",
     "ContextSnapshot",
     "Phase",
     "Rule",
@@ -31,12 +70,17 @@ __all__ = [
     "all_rules",
     "check_tool_call",
     "classify_request",
+    "guard_machine_payloads",
+    "has_text",
     "manifest_for",
     "parse_request",
     "parse_response",
     "snapshot_context",
     "step_rule_ids",
     "stored_answer_conflict",
+    "strict_json_loads",
+    "text_depth_exceeds",
+    "utf8_text",
     "validate_core",
     "validate_idempotency_key",
     "validate_post_step",
@@ -45,4 +89,5 @@ __all__ = [
     "validate_response",
     "validate_tool_call_manifest",
     "validate_turn_protocol",
+    "value_depth_exceeds",
 ]

@@ -57,78 +57,105 @@ TYPE_VALID = rule(
     "AGN-036 §3",
     "ctx.Type must be a valid AgentPipelineContextTypes value",
     _FAILED,
+    module=__name__,
 )
 TIME_STAMP_PRESENT = rule(
-    "AGN-036/3/time-stamp-present", "AGN-036 §3", "ctx.TimeStamp must not be empty", _FAILED
+    "AGN-036/3/time-stamp-present",
+    "AGN-036 §3",
+    "ctx.TimeStamp must not be empty",
+    _FAILED,
+    module=__name__,
 )
 CORRELATION_ID_PRESENT = rule(
-    "AGN-036/3/correlation-id-present", "AGN-036 §3", "ctx.CorrelationId must not be empty", _FAILED
+    "AGN-036/3/correlation-id-present",
+    "AGN-036 §3",
+    "ctx.CorrelationId must not be empty",
+    _FAILED,
+    module=__name__,
 )
 ORG_PRESENT = rule(
-    "AGN-036/3/org-present", "AGN-036 §3", "ctx.Envelope.Org must be present", _FAILED
+    "AGN-036/3/org-present",
+    "AGN-036 §3",
+    "ctx.Envelope.Org must be present",
+    _FAILED,
+    module=__name__,
 )
 USER_PRESENT = rule(
-    "AGN-036/3/user-present", "AGN-036 §3", "ctx.Envelope.User must be present", _FAILED
+    "AGN-036/3/user-present",
+    "AGN-036 §3",
+    "ctx.Envelope.User must be present",
+    _FAILED,
+    module=__name__,
 )
 INPUT_PRESENT = rule(
     "AGN-036/3.1/input-present",
     "AGN-036 §3.1",
     "Initial and FollowOn need Envelope.Instructions, InputArtifacts or ClipBoardImages",
     _FAILED,
+    module=__name__,
 )
 INITIAL_SESSION_ID_EMPTY = rule(
     "AGN-036/3.1/initial-session-id-empty",
     "AGN-036 §3.1",
     "Initial: Envelope.SessionId must be empty",
     _FAILED,
+    module=__name__,
 )
 INITIAL_TURN_ID_EMPTY = rule(
     "AGN-036/3.1/initial-turn-id-empty",
     "AGN-036 §3.1",
     "Initial: Envelope.TurnId must be empty",
     _FAILED,
+    module=__name__,
 )
 INITIAL_TOOL_RESULTS_EMPTY = rule(
     "AGN-036/3.1/initial-tool-results-empty",
     "AGN-036 §3.1",
     "Initial: Envelope.ToolResults must be empty",
     _FAILED,
+    module=__name__,
 )
 FOLLOW_ON_SESSION_ID_PRESENT = rule(
     "AGN-036/3.1/follow-on-session-id-present",
     "AGN-036 §3.1",
     "FollowOn: Envelope.SessionId must be present",
     _FAILED,
+    module=__name__,
 )
 FOLLOW_ON_TURN_ID_PRESENT = rule(
     "AGN-036/3.1/follow-on-turn-id-present",
     "AGN-036 §3.1",
     "FollowOn: Envelope.TurnId must be present",
     _FAILED,
+    module=__name__,
 )
 FOLLOW_ON_TOOL_RESULTS_EMPTY = rule(
     "AGN-036/3.1/follow-on-tool-results-empty",
     "AGN-036 §3.1",
     "FollowOn: Envelope.ToolResults must be empty",
     _FAILED,
+    module=__name__,
 )
 CONTINUATION_SESSION_ID_PRESENT = rule(
     "AGN-036/3.1/continuation-session-id-present",
     "AGN-036 §3.1",
     "ClientToolCallContinuation: Envelope.SessionId must be present",
     _FAILED,
+    module=__name__,
 )
 CONTINUATION_TURN_ID_PRESENT = rule(
     "AGN-036/3.1/continuation-turn-id-present",
     "AGN-036 §3.1",
     "ClientToolCallContinuation: Envelope.TurnId must be present",
     _FAILED,
+    module=__name__,
 )
 CONTINUATION_TOOL_RESULTS_PRESENT = rule(
     "AGN-036/3.1/continuation-tool-results-present",
     "AGN-036 §3.1",
     "ClientToolCallContinuation: Envelope.ToolResults must contain one or more entries",
     _FAILED,
+    module=__name__,
 )
 
 

@@ -41,40 +41,49 @@ COUNT_MATCH = rule(
     "AGN-036 §5, AGN-033 §3.3",
     "ToolCalls and ToolCallResults must have the same count",
     _MANIFEST,
+    module=__name__,
 )
 ORDER_MATCH = rule(
     "AGN-036/5/order-match",
     "AGN-036 §5, AGN-033 §3.3",
     "ToolCallResults must be in the same order as ToolCalls",
     _MANIFEST,
+    module=__name__,
 )
 ID_MATCH = rule(
     "AGN-036/5/id-match",
     "AGN-036 §5, AGN-033 §3.3",
     "each ToolCallResult must carry the ToolCallId of its ToolCall",
     _MANIFEST,
+    module=__name__,
 )
 NAME_MATCH = rule(
     "AGN-036/5/name-match",
     "AGN-036 §5",
     "each ToolCallResult must carry the Name of its ToolCall",
     _MANIFEST,
+    module=__name__,
 )
 IDS_UNIQUE = rule(
-    "AGN-036/5/ids-unique", "AGN-036 §5, AGN-033 §3.3 (decision)",
+    "AGN-036/5/ids-unique",
+    "AGN-036 §5, AGN-033 §3.3 (decision)",
     "each ToolCallId appears once among the ToolCalls and once among the ToolCallResults",
-    _MANIFEST)  # fmt: skip
+    _MANIFEST,
+    module=__name__,
+)
 RESULT_JSON_PRESENT = rule(
     "AGN-036/5/result-json-present",
     "AGN-036 §5",
     "every ToolCallResult must contain ResultJson",
     _MANIFEST,
+    module=__name__,
 )
 RESULT_JSON_VALID = rule(
     "AGN-036/5/result-json-valid",
     "AGN-036 §5 (decision)",
     "ResultJson must be well-formed JSON",
     _MANIFEST,
+    module=__name__,
 )
 
 MANIFEST_RULE_IDS: tuple[str, ...] = tuple(

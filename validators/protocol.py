@@ -30,6 +30,7 @@ from .rules import OK, outcome, rule
 __all__ = [
     "CONTINUATION_CONFLICT",
     "CONTINUATION_PREFIX",
+    "FOLLOW_ON_TURN_SETTLED",
     "IDEMPOTENCY_KEY_FORMAT",
     "IDEMPOTENCY_KEY_REUSED",
     "KEY_PREFIX",
@@ -47,27 +48,46 @@ MAX_IDEMPOTENCY_KEY_LENGTH = 255
 """The longest idempotency key, in characters (as Stripe's)."""
 
 FOLLOW_ON_TURN_SETTLED = rule(
-    "DESIGN/R10/follow-on-turn-settled", "DESIGN.md R10, AGN-033 §3.3",
+    "DESIGN/R10/follow-on-turn-settled",
+    "DESIGN.md R10, AGN-033 §3.3",
     "a follow-on request must not name a turn that still awaits client tool results; "
-    "submit the tool results first", ErrorCode.INVALID_REQUEST)  # fmt: skip
+    "submit the tool results first",
+    ErrorCode.INVALID_REQUEST,
+    module=__name__,
+)
 CONTINUATION_TURN_PENDING = rule(
-    "DESIGN/R10/continuation-turn-pending", "DESIGN.md R10, AGN-033 §3.3",
+    "DESIGN/R10/continuation-turn-pending",
+    "DESIGN.md R10, AGN-033 §3.3",
     "a tool continuation must name a turn that awaits client tool results",
-    ErrorCode.INVALID_REQUEST)  # fmt: skip
+    ErrorCode.INVALID_REQUEST,
+    module=__name__,
+)
 
 
 IDEMPOTENCY_KEY_FORMAT = rule(
-    "DESIGN/idempotency/key-format", "docs/CONFORMANCE.md D182",
+    "DESIGN/idempotency/key-format",
+    "docs/CONFORMANCE.md D182",
     f"an idempotency key is 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} visible ASCII characters "
-    "(no spaces or control characters)", ErrorCode.INVALID_REQUEST)  # fmt: skip
+    "(no spaces or control characters)",
+    ErrorCode.INVALID_REQUEST,
+    module=__name__,
+)
 IDEMPOTENCY_KEY_REUSED = rule(
-    "DESIGN/idempotency/key-reused", "docs/CONFORMANCE.md D182",
+    "DESIGN/idempotency/key-reused",
+    "docs/CONFORMANCE.md D182",
     "this idempotency key was already used for a different request; "
-    "send the same request again, or use a new key", ErrorCode.CONFLICT)  # fmt: skip
+    "send the same request again, or use a new key",
+    ErrorCode.CONFLICT,
+    module=__name__,
+)
 CONTINUATION_CONFLICT = rule(
-    "DESIGN/idempotency/continuation-conflict", "DESIGN.md R10, docs/CONFORMANCE.md D181",
+    "DESIGN/idempotency/continuation-conflict",
+    "DESIGN.md R10, docs/CONFORMANCE.md D181",
     "these tool calls of the turn were already answered with other ToolResults; "
-    "the turn kept the first answer", ErrorCode.CONFLICT)  # fmt: skip
+    "the turn kept the first answer",
+    ErrorCode.CONFLICT,
+    module=__name__,
+)
 
 
 def validate_idempotency_key(key: object) -> InvokeResult[None]:

@@ -68,18 +68,21 @@ _COUNT_CAPS = {
         "DESIGN.md limits",
         "the request holds more InputArtifacts than the engine allows",
         _INVALID,
+        module=__name__,
     ),
     "ClipboardImages": rule(
         "DESIGN/limits/clipboard-images",
         "DESIGN.md limits",
         "the request holds more ClipboardImages than the engine allows",
         _INVALID,
+        module=__name__,
     ),
     "ToolResults": rule(
         "DESIGN/limits/tool-results",
         "DESIGN.md limits",
         "the request holds more ToolResults than the engine allows",
         _INVALID,
+        module=__name__,
     ),
 }
 DEFAULT_COUNT_CAPS = {"InputArtifacts": 100, "ClipboardImages": 20, "ToolResults": 128}
@@ -88,6 +91,7 @@ ERROR_COUNT = rule(
     "DESIGN.md limits",
     "more errors were found than a result lists",
     _INVALID,
+    module=__name__,
 )
 JSON_DEPTH = rule(
     "DESIGN/limits/json-depth",
@@ -95,9 +99,14 @@ JSON_DEPTH = rule(
     "the request nests JSON arrays/objects deeper than the engine allows "
     "(checked before any other work; also for ResultJson/ArgumentsJson text)",
     _INVALID,
+    module=__name__,
 )
 ENVELOPE_OBJECT = rule(
-    "AGN-034/3/envelope-object", "AGN-034 §3", "the request must be one JSON object", _INVALID
+    "AGN-034/3/envelope-object",
+    "AGN-034 §3",
+    "the request must be one JSON object",
+    _INVALID,
+    module=__name__,
 )
 SERVER_OWNED_FIELD = rule(
     "AGN-034/3/server-owned-field",
@@ -105,30 +114,42 @@ SERVER_OWNED_FIELD = rule(
     "mode, correlation, diagnostic and provider continuation fields are server-owned and "
     "must never appear in the request",
     _INVALID,
+    module=__name__,
 )
 UNKNOWN_FIELD = rule(
     "AGN-034/3/unknown-field",
     "AGN-034 §3",
     "the field is not part of the AgentExecuteRequest contract",
     _INVALID,
+    module=__name__,
 )
 FIELD_TYPE = rule(
-    "AGN-034/3/field-type", "AGN-034 §3, §4", "the field has the wrong type", _INVALID
+    "AGN-034/3/field-type",
+    "AGN-034 §3, §4",
+    "the field has the wrong type",
+    _INVALID,
+    module=__name__,
 )
 TEXT_UTF8 = rule(
-    "AGN-034/4.1/text-utf8", "AGN-034 §4.1, §3",
-    "text must be UTF-8 encodable Unicode (no lone surrogates)", _INVALID)  # fmt: skip
+    "AGN-034/4.1/text-utf8",
+    "AGN-034 §4.1, §3",
+    "text must be UTF-8 encodable Unicode (no lone surrogates)",
+    _INVALID,
+    module=__name__,
+)
 SESSION_TURN_PAIR = rule(
     "AGN-034/3/session-turn-pair",
     "AGN-034 §3, AGN-033 §3.1, DESIGN R1",
     "SessionId and TurnId come together: both (follow-on, continuation) or neither (new session)",
     _INVALID,
+    module=__name__,
 )
 INPUT_REQUIRED = rule(
     "AGN-034/2.1/input-required",
     "AGN-034 §2.1",
     "a user turn needs at least one input: Instruction, InputArtifacts or ClipboardImages",
     _INVALID,
+    module=__name__,
 )
 TOOL_RESULTS_FORBIDDEN = rule(
     "AGN-034/2.1/tool-results-forbidden",
@@ -136,42 +157,49 @@ TOOL_RESULTS_FORBIDDEN = rule(
     "tool results may only be submitted with the SessionId and TurnId of the turn that "
     "asked for them",
     _INVALID,
+    module=__name__,
 )
 TOOL_RESULTS_REQUIRED = rule(
     "AGN-034/2.2/tool-results-required",
     "AGN-034 §2.2",
     "a tool continuation submission needs one or more ToolResults",
     _INVALID,
+    module=__name__,
 )
 INSTRUCTION_FORBIDDEN = rule(
     "AGN-034/2.2/instruction-forbidden",
     "AGN-034 §2.2",
     "a tool continuation submission must not carry an Instruction",
     _INVALID,
+    module=__name__,
 )
 INPUT_ARTIFACTS_FORBIDDEN = rule(
     "AGN-034/2.2/input-artifacts-forbidden",
     "AGN-034 §2.2, §4.2",
     "input artifacts are allowed only in user turn requests",
     _INVALID,
+    module=__name__,
 )
 CLIPBOARD_IMAGES_FORBIDDEN = rule(
     "AGN-034/2.2/clipboard-images-forbidden",
     "AGN-034 §2.2",
     "a tool continuation submission must not carry clipboard images",
     _INVALID,
+    module=__name__,
 )
 CONTEXT_INPUTS_FORBIDDEN = rule(
     "AGN-034/2.2/context-inputs-forbidden",
     "AGN-034 §2.2",
     "a tool continuation submission must not carry context inputs",
     _INVALID,
+    module=__name__,
 )
 STREAM_FORBIDDEN = rule(
     "AGN-034/2.2/stream-forbidden",
     "AGN-034 §2.2",
     "a tool continuation submission must not carry a streaming flag",
     _INVALID,
+    module=__name__,
 )
 ARTIFACT_SHAPE = rule(
     "AGN-034/4.2/artifact-shape",
@@ -179,72 +207,84 @@ ARTIFACT_SHAPE = rule(
     "an input artifact needs RelativePath, FileName, Contents and Origin (ide|user); "
     "Encoding is utf8 or base64",
     _INVALID,
+    module=__name__,
 )
 ARTIFACT_NAMES_PRESENT = rule(
     "AGN-034/4.2/artifact-names-present",
     "AGN-034 §4.2",
     "an input artifact's RelativePath and FileName must not be empty",
     _INVALID,
+    module=__name__,
 )
 RELATIVE_PATH_NOT_ABSOLUTE = rule(
     "AGN-034/4.2/relative-path-not-absolute",
     "AGN-034 §4.2",
     "RelativePath must be relative to the opened root folder; absolute paths are not permitted",
     _INVALID,
+    module=__name__,
 )
 RELATIVE_PATH_WITHIN_ROOT = rule(
     "AGN-034/4.2/relative-path-within-root",
     "AGN-034 §4.2",
     "RelativePath must not escape the root folder with '..'",
     _INVALID,
+    module=__name__,
 )
 ARTIFACT_BASE64_VALID = rule(
     "AGN-034/4.2/base64-contents-valid",
     "AGN-034 §4.2",
     "Contents must be valid base64 when Encoding is base64",
     _INVALID,
+    module=__name__,
 )
 CLIPBOARD_IMAGE_SHAPE = rule(
     "AGN-034/4.3/clipboard-image-shape",
     "AGN-034 §4.3",
     "a clipboard image needs Id, MimeType and DataBase64",
     _INVALID,
+    module=__name__,
 )
 CLIPBOARD_ID_PRESENT = rule(
     "AGN-034/4.3/clipboard-id-present",
     "AGN-034 §4.3",
     "a clipboard image's Id must not be empty",
     _INVALID,
+    module=__name__,
 )
 CLIPBOARD_MIME_IMAGE = rule(
     "AGN-034/4.3/clipboard-mime-image",
     "AGN-034 §4.3",
     "a clipboard image's MimeType must be an image type (image/...)",
     _INVALID,
+    module=__name__,
 )
 CLIPBOARD_BASE64_VALID = rule(
     "AGN-034/4.3/clipboard-data-base64-valid",
     "AGN-034 §4.3",
     "DataBase64 must be non-empty valid base64",
     _INVALID,
+    module=__name__,
 )
 RAG_CONDITION_SHAPE = rule(
     "AGN-034/4.4/rag-condition-shape",
     "AGN-034 §4.4",
     "a RAG scope condition needs Key, Operator (==, !=, contains, does_not_contain) and Values[]",
     _INVALID,
+    module=__name__,
 )
 RAG_KEY_PRESENT = rule(
     "AGN-034/4.4/rag-key-present",
     "AGN-034 §4.4",
     "a RAG scope condition's Key must not be empty",
     _INVALID,
+    module=__name__,
 )
 RAG_VALUES_PRESENT = rule(
     "AGN-034/4.4/rag-values-present",
     "AGN-034 §4.4",
     "a RAG scope condition needs at least one value",
     _INVALID,
+    module=__name__,
 )
 TOOL_RESULT_SHAPE = rule(
     "AGN-034/5/tool-result-shape",
@@ -252,6 +292,7 @@ TOOL_RESULT_SHAPE = rule(
     "a tool result needs ToolCallId (string), ExecutionMs (integer) and ResultJson or "
     "ErrorMessage (string)",
     _INVALID,
+    module=__name__,
 )
 TOOL_RESULT_RULES = ToolResultRules(
     exactly_one_outcome=rule(
@@ -259,33 +300,42 @@ TOOL_RESULT_RULES = ToolResultRules(
         "AGN-034 §5",
         "a tool result holds exactly one of ResultJson or ErrorMessage",
         _INVALID,
+        module=__name__,
     ),
     tool_call_id_present=rule(
         "AGN-034/5/tool-call-id-present",
         "AGN-034 §5",
         "a tool result's ToolCallId must not be empty",
         _INVALID,
+        module=__name__,
     ),
     tool_call_ids_unique=rule(
         "AGN-034/5/tool-call-ids-unique",
         "AGN-034 §5, AGN-033 §3.3",
         "each tool call gets exactly one result; the ToolCallId repeats",
         _INVALID,
+        module=__name__,
     ),
     execution_ms_non_negative=rule(
         "AGN-034/5/execution-ms-non-negative",
         "AGN-034 §5",
         "ExecutionMs must not be negative",
         _INVALID,
+        module=__name__,
     ),
     result_json_valid=rule(
-        "AGN-034/5/result-json-valid", "AGN-034 §5", "ResultJson must be well-formed JSON", _INVALID
+        "AGN-034/5/result-json-valid",
+        "AGN-034 §5",
+        "ResultJson must be well-formed JSON",
+        _INVALID,
+        module=__name__,
     ),
     error_message_not_blank=rule(
         "AGN-034/5/error-message-not-blank",
         "AGN-034 §5",
         "ErrorMessage must say what failed",
         _INVALID,
+        module=__name__,
     ),
 )
 

@@ -57,110 +57,137 @@ _ResponseResult = InvokeResult[AgentExecuteResponse]
 _INVALID = ErrorCode.INVALID_RESPONSE
 
 RESPONSE_SHAPE = rule(
-    "AGN-033/3/response-shape", "AGN-033 §3, §5, §6",
+    "AGN-033/3/response-shape",
+    "AGN-033 §3, §5, §6",
     "the response must be one JSON object with the AgentExecuteResponse fields and types",
-    _INVALID)  # fmt: skip
+    _INVALID,
+    module=__name__,
+)
 TEXT_UTF8 = rule(
-    "AGN-033/4.1/text-utf8", "AGN-033 §4.1",
-    "response text must be UTF-8 encodable Unicode (no lone surrogates)", _INVALID)  # fmt: skip
+    "AGN-033/4.1/text-utf8",
+    "AGN-033 §4.1",
+    "response text must be UTF-8 encodable Unicode (no lone surrogates)",
+    _INVALID,
+    module=__name__,
+)
 ABSENT_NOT_NULL = rule(
-    "AGN-033/3.5/absent-not-null", "AGN-033 §3.4, §3.5",
-    "an absent field is omitted from the JSON, never null", _INVALID)  # fmt: skip
+    "AGN-033/3.5/absent-not-null",
+    "AGN-033 §3.4, §3.5",
+    "an absent field is omitted from the JSON, never null",
+    _INVALID,
+    module=__name__,
+)
 SESSION_ID_PRESENT = rule(
     "AGN-033/3.1/session-id-present",
     "AGN-033 §3.1",
     "every successful response must include SessionId",
     _INVALID,
+    module=__name__,
 )
 TURN_ID_PRESENT = rule(
     "AGN-033/3.1/turn-id-present",
     "AGN-033 §3.1",
     "every successful response must include TurnId",
     _INVALID,
+    module=__name__,
 )
 MODE_DISPLAY_NAME_PRESENT = rule(
     "AGN-033/3.1/mode-display-name-present",
     "AGN-033 §3.1",
     "every successful response must include ModeDisplayName",
     _INVALID,
+    module=__name__,
 )
 KIND_CLOSED = rule(
     "AGN-033/3.2/kind-closed",
     "AGN-033 §3.2",
     "Kind must be 'final' or 'client_tool_continuation'",
     _INVALID,
+    module=__name__,
 )
 FINAL_PRIMARY_OUTPUT_REQUIRED = rule(
     "AGN-033/3.4/final-primary-output-required",
     "AGN-033 §2.3, §3.4",
     "a final response must include exactly one PrimaryOutputText",
     _INVALID,
+    module=__name__,
 )
 FINAL_TOOL_CALLS_FORBIDDEN = rule(
     "AGN-033/3.4/final-tool-calls-forbidden",
     "AGN-033 §3.4, §5.1",
     "a final response must not include ToolCalls, not even empty",
     _INVALID,
+    module=__name__,
 )
 FINAL_TOOL_CONTINUATION_MESSAGE_FORBIDDEN = rule(
     "AGN-033/3.4/final-tool-continuation-message-forbidden",
     "AGN-033 §3.4, §4.2",
     "a final response must not include ToolContinuationMessage",
     _INVALID,
+    module=__name__,
 )
 CONTINUATION_TOOL_CALLS_REQUIRED = rule(
     "AGN-033/3.4/continuation-tool-calls-required",
     "AGN-033 §3.4",
     "a client_tool_continuation response must include one or more ToolCalls",
     _INVALID,
+    module=__name__,
 )
 CONTINUATION_PRIMARY_OUTPUT_FORBIDDEN = rule(
     "AGN-033/3.4/continuation-primary-output-forbidden",
     "AGN-033 §2.3, §3.4",
     "a client_tool_continuation response must not include PrimaryOutputText",
     _INVALID,
+    module=__name__,
 )
 CONTINUATION_TOOL_RESULTS_FORBIDDEN = rule(
     "AGN-033/3.4/continuation-tool-results-forbidden",
     "AGN-033 §3.4, §5.3",
     "a client_tool_continuation response must not include ToolResults, not even empty",
     _INVALID,
+    module=__name__,
 )
 CONTINUATION_FILES_FORBIDDEN = rule(
     "AGN-033/3.4/continuation-files-forbidden",
     "AGN-033 §3.4, §6.2",
     "a client_tool_continuation response must not include Files, not even empty",
     _INVALID,
+    module=__name__,
 )
 CONTINUATION_USER_WARNINGS_FORBIDDEN = rule(
     "AGN-033/3.4/continuation-user-warnings-forbidden",
     "AGN-033 §3.4, §4.3",
     "a client_tool_continuation response must not include UserWarnings, not even empty",
     _INVALID,
+    module=__name__,
 )
 CONTINUATION_USAGE_FORBIDDEN = rule(
     "AGN-033/3.4/continuation-usage-forbidden",
     "AGN-033 §3.4",
     "a client_tool_continuation response must not include Usage",
     _INVALID,
+    module=__name__,
 )
 TOOL_CALL_FIELDS_PRESENT = rule(
     "AGN-033/5.1/tool-call-fields-present",
     "AGN-033 §5.1",
     "a ToolCall needs a non-empty ToolCallId and Name",
     _INVALID,
+    module=__name__,
 )
 ARGUMENTS_JSON_OBJECT = rule(
     "AGN-033/5.1/arguments-json-object",
     "AGN-033 §5.1",
     "a ToolCall's ArgumentsJson must be a JSON object",
     _INVALID,
+    module=__name__,
 )
 TOOL_CALL_IDS_UNIQUE = rule(
     "AGN-033/3.3/tool-call-ids-unique",
     "AGN-033 §3.3, §5.1",
     "ToolCalls are an exact set: each ToolCallId appears once",
     _INVALID,
+    module=__name__,
 )
 TOOL_RESULT_RULES = ToolResultRules(
     exactly_one_outcome=rule(
@@ -168,36 +195,42 @@ TOOL_RESULT_RULES = ToolResultRules(
         "AGN-033 §5.2",
         "a tool result holds exactly one of ResultJson or ErrorMessage",
         _INVALID,
+        module=__name__,
     ),
     tool_call_id_present=rule(
         "AGN-033/5.2/tool-call-id-present",
         "AGN-033 §5.2",
         "a tool result's ToolCallId must not be empty",
         _INVALID,
+        module=__name__,
     ),
     tool_call_ids_unique=rule(
         "AGN-033/5.2/tool-call-ids-unique",
         "AGN-033 §5.2",
         "each server tool call has one result; the ToolCallId repeats",
         _INVALID,
+        module=__name__,
     ),
     execution_ms_non_negative=rule(
         "AGN-033/5.2/execution-ms-non-negative",
         "AGN-033 §5.2",
         "ExecutionMs must not be negative",
         _INVALID,
+        module=__name__,
     ),
     result_json_valid=rule(
         "AGN-033/5.2/result-json-valid",
         "AGN-033 §5.2",
         "ResultJson must be well-formed JSON",
         _INVALID,
+        module=__name__,
     ),
     error_message_not_blank=rule(
         "AGN-033/5.2/error-message-not-blank",
         "AGN-033 §5.2",
         "ErrorMessage must say what failed",
         _INVALID,
+        module=__name__,
     ),
 )
 GUARDED_PAYLOAD = rule(
@@ -205,6 +238,7 @@ GUARDED_PAYLOAD = rule(
     "AGN-033 §4.1",
     "machine-consumable payloads must sit in a fenced code block with a language tag",
     _INVALID,
+    module=__name__,
 )
 NO_EMBEDDED_FILE_CONTENTS = rule(
     "AGN-033/6.1/no-embedded-file-contents",
@@ -212,18 +246,21 @@ NO_EMBEDDED_FILE_CONTENTS = rule(
     "responses must not embed file contents (base64) outside guarded code blocks; "
     "reference files through FileRef",
     _INVALID,
+    module=__name__,
 )
 FILE_REF_FIELDS_PRESENT = rule(
     "AGN-033/6.3/file-ref-fields-present",
     "AGN-033 §6.3",
     "a FileRef needs Name, MimeType, Url, SizeBytes (>= 0) and ContentHash",
     _INVALID,
+    module=__name__,
 )
 FILE_REF_URL_ABSOLUTE = rule(
     "AGN-033/6.3/file-ref-url-absolute",
     "AGN-033 §6.1, §6.3",
     "a FileRef Url must be an absolute URI that references the file, never a data: URI",
     _INVALID,
+    module=__name__,
 )
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")

@@ -3,14 +3,16 @@
 A rule id reads ``<DDR>/<section>/<PRE|POST/>requirement`` — e.g.
 ``AGN-036/4.2/PRE/session-null`` is the requirement "``ctx.Session == null``"
 of AGN-036 §4.2's PRE set; the error it produces says the requirement was broken.
-Each rule is declared once, next to the check that enforces it, and registered
-here, so the conformance table (docs/CONFORMANCE.md) can be checked against the
-code.
+Each rule is declared once, in a module of this subpackage — next to the check
+that enforces it, or in ``turn_work`` for the rules the steps and the runner
+enforce while they work — and registered here, so the conformance table
+(docs/CONFORMANCE.md) can be checked against the code. Importing any part of the
+package imports this subpackage's ``__init__`` and with it every declaring
+module, so ``all_rules()`` is the same full set whatever was imported.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -29,7 +31,7 @@ OK: InvokeResult[None] = InvokeResult[None].success()
 class Rule:
     """One validation rule: id, spec section (``AGN-036 §4.2``), one-line message, error code.
 
-    ``module`` is the module that declares and enforces it (for the conformance table).
+    ``module`` is the module that declares it (for the conformance table).
     """
 
     id: str
@@ -58,13 +60,17 @@ class Rule:
         )
 
 
-def rule(rule_id: str, section: str, message: str, code: ErrorCode) -> Rule:
-    """Declare and register a rule; ids are unique across the package."""
+def rule(rule_id: str, section: str, message: str, code: ErrorCode, *, module: str) -> Rule:
+    """Declare and register a rule; ids are unique across the package.
+
+    ``module`` is the declaring module's ``__name__``, passed by the declaration; it
+    must be a module of this subpackage, which every part of the package imports.
+    """
+    if module != __package__ and not module.startswith(f"{__package__}."):
+        # Declared elsewhere, a rule would be missing until its module was imported.
+        raise ValueError(f"rule {rule_id} must be declared in {__package__}, not {module}")
     if rule_id in _REGISTRY:
         raise ValueError(f"rule id declared twice: {rule_id}")
-    # The declaring module is the caller, or its caller for a module-local helper.
-    frame = sys._getframe(1)
-    module = str(frame.f_globals.get("__name__", ""))
     declared = Rule(rule_id, section, message, code, module)
     _REGISTRY[rule_id] = declared
     return declared

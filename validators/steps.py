@@ -68,7 +68,13 @@ class Phase(StrEnum):
 
 
 def _rule(section: str, phase: Phase, name: str, message: str) -> Rule:
-    return rule(f"AGN-036/{section}/{phase}/{name}", f"AGN-036 §{section}", message, _FAILED)
+    return rule(
+        f"AGN-036/{section}/{phase}/{name}",
+        f"AGN-036 §{section}",
+        message,
+        _FAILED,
+        module=__name__,
+    )
 
 
 _Ctx = PipelineContext
@@ -462,8 +468,12 @@ def _unchanged_errors(ctx: _Ctx, before: _Ctx | ContextSnapshot | None) -> list[
 
 
 STEP_KNOWN = rule(
-    "AGN-036/4/step-known", "AGN-036 §2.1, §4",
-    "the step must be one of the ten pipeline steps of AGN-036 §4", _FAILED)  # fmt: skip
+    "AGN-036/4/step-known",
+    "AGN-036 §2.1, §4",
+    "the step must be one of the ten pipeline steps of AGN-036 §4",
+    _FAILED,
+    module=__name__,
+)
 
 
 def _known_step(step: object) -> PipelineStep | None:

@@ -58,24 +58,28 @@ CONTAINER_WITHOUT_ARGUMENTS = rule(
     "Container design, Validation Decision Tree",
     "a container must be called with no arguments to expand it",
     _TOOL,
+    module=__name__,
 )
 ARGUMENTS_MATCH_SCHEMA = rule(
     "CPV/arguments-match-schema",
     "Container design, Validation Algorithm",
     "a tool's arguments must satisfy its JSON Schema",
     _TOOL,
+    module=__name__,
 )
 ARGUMENTS_JSON_OBJECT = rule(
     "CPV/arguments-json-object",
     "Container design, Validation Algorithm (decision)",
     "a tool's arguments must be one JSON object",
     _TOOL,
+    module=__name__,
 )
 TOOL_KNOWN = rule(
     "CPV/tool-known",
     "Container design (decision), AGN-011 §4.4",
     "the model may call only the tools advertised for this turn",
     _TOOL,
+    module=__name__,
 )
 
 GUIDANCE_FUNCTION_LIMIT = 5
