@@ -21,7 +21,15 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from aptix_pipeline.contracts.url_secrets import scrub_logger
-from aptix_pipeline.steps import ModeChange, PipelineOptions, Ports, ToolCallRecord
+from aptix_pipeline.steps import (
+    ModeChange,
+    PipelineOptions,
+    Ports,
+    RejectionKind,
+    ToolCallFate,
+    ToolCallRecord,
+    ToolCallSide,
+)
 
 from .events import (
     CheckRan,
@@ -120,6 +128,7 @@ __all__ = [
     "Ports",
     "RecordedError",
     "RecordingOptions",
+    "RejectionKind",
     "ReplayDivergenceError",
     "ReplayOutcome",
     "Runtime",
@@ -127,8 +136,10 @@ __all__ = [
     "StepEnded",
     "StepStarted",
     "Telemetry",
+    "ToolCallFate",
     "ToolCallHandled",
     "ToolCallRecord",
+    "ToolCallSide",
     "ToolExecuted",
     "ToolExecutionStarted",
     "TransitionRecord",
