@@ -38,6 +38,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from aptix_pipeline.contracts import (
+    AptixPipelineError,
     ChatMessage,
     Session,
     StoreConflictError,
@@ -72,7 +73,7 @@ _DELETE_EXPIRED: Final = (
 transactions hold (they are being replaced)."""
 
 
-class PostgresStoreError(RuntimeError):
+class PostgresStoreError(AptixPipelineError, RuntimeError):
     """The PostgreSQL store cannot serve: unreachable, refused, or already closed."""
 
 

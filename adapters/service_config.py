@@ -51,7 +51,14 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
+from aptix_pipeline.contracts import (
+    LLM,
+    AptixPipelineError,
+    Clock,
+    IdSource,
+    SessionStore,
+    ToolExecutor,
+)
 from aptix_pipeline.contracts.url_secrets import scrub_urls
 from aptix_pipeline.engine import Pipeline, PipelineOptions, RecordingOptions, Telemetry
 from aptix_pipeline.steps import MAX_IDEMPOTENCY_TTL_SECONDS, TranscriptPolicy
@@ -81,7 +88,7 @@ _SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class ConfigError(ValueError):
+class ConfigError(AptixPipelineError, ValueError):
     """The configuration is wrong; the message names the file, table and key."""
 
 

@@ -22,6 +22,7 @@ from .context import (
     Turn,
     TurnStatus,
 )
+from .errors import AptixPipelineError
 from .llm import ChatMessage, ChatRole, LLMReply, LLMRequest
 from .ports import (
     LLM,
@@ -72,6 +73,7 @@ __all__ = [
     "AgentContext",
     "AgentExecuteRequest",
     "AgentExecuteResponse",
+    "AptixPipelineError",
     "ArgumentError",
     "ArtifactEncoding",
     "ArtifactOrigin",

@@ -39,7 +39,7 @@ from typing import Any, Literal, Protocol
 
 from statemachine import State, StateChart
 
-from aptix_pipeline.contracts import ErrorCode, InvokeError
+from aptix_pipeline.contracts import AptixPipelineError, ErrorCode, InvokeError
 from aptix_pipeline.steps import StepFaultError, described
 from aptix_pipeline.validators.rules import rule
 
@@ -68,7 +68,7 @@ RUNTIMES: tuple[Runtime, ...] = ("compiled", "statechart")
 _PARAMETERS = frozenset({"model", "event", "source", "target"})
 
 
-class MachineCompileError(TypeError):
+class MachineCompileError(AptixPipelineError, TypeError):
     """The machine class uses something the compiled runner does not run; the message says what."""
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .contracts import (
         AgentExecuteRequest,
         AgentExecuteResponse,
+        AptixPipelineError,
         Caller,
         ContextType,
         InvokeError,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "AgentExecuteRequest": "contracts",
     "AgentExecuteResponse": "contracts",
+    "AptixPipelineError": "contracts",
     "Caller": "contracts",
     "ContextType": "contracts",
     "InvokeError": "contracts",
@@ -66,6 +68,7 @@ _EXPORTS = {
 __all__ = [
     "AgentExecuteRequest",
     "AgentExecuteResponse",
+    "AptixPipelineError",
     "Caller",
     "ContextType",
     "InvokeError",
