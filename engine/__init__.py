@@ -100,7 +100,9 @@ def __getattr__(name: str) -> Any:
 
 
 # The engine's log carries the traceback of a step that raised, which may quote a port's
-# URL: every record of the one engine logger passes through ScrubbingFilter (D220).
+# URL, so every logger of the package scrubs it (D220): a module logs through
+# scrubbed_logger(__name__), and the package logger itself, which engine/pipeline.py and
+# engine/recording.py still log to, gets its ScrubbingFilter here.
 scrub_logger(logging.getLogger("aptix_pipeline"))
 
 __all__ = [

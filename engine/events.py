@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypeAlias
@@ -50,6 +49,7 @@ from aptix_pipeline.contracts import (
     ToolDefinition,
     Usage,
 )
+from aptix_pipeline.contracts.url_secrets import scrubbed_logger
 from aptix_pipeline.steps import ModeChange, RejectionKind, ToolCallFate, ToolCallRecord
 
 from .trace import CheckRecord, FaultRecord, LLMCallRecord, TraceEntry, TransitionRecord
@@ -78,7 +78,7 @@ __all__ = [
     "WarningRaised",
 ]
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

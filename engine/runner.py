@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -40,6 +39,7 @@ from typing import Any, Literal, Protocol
 from statemachine import State, StateChart
 
 from aptix_pipeline.contracts import AptixPipelineError, ErrorCode, InvokeError
+from aptix_pipeline.contracts.url_secrets import scrubbed_logger
 from aptix_pipeline.steps import StepFaultError, described
 from aptix_pipeline.validators.rules import rule
 
@@ -59,7 +59,7 @@ __all__ = [
     "walk",
 ]
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 Runtime = Literal["compiled", "statechart"]
 RUNTIMES: tuple[Runtime, ...] = ("compiled", "statechart")

@@ -43,7 +43,6 @@ cost does not grow with the rounds before it.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -64,6 +63,7 @@ from opentelemetry.trace import (
 
 from aptix_pipeline import __version__
 from aptix_pipeline.contracts import ChatMessage, LLMReply, LLMRequest, PipelineContext
+from aptix_pipeline.contracts.url_secrets import scrubbed_logger
 from aptix_pipeline.steps import RejectionKind
 
 from .deep_json import dump_json
@@ -96,7 +96,7 @@ __all__ = [
     "recording_failed",
 ]
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 GENAI_SEMCONV = "OpenTelemetry GenAI semantic conventions v0.1.0 (semantic-conventions-genai)"
 """The conventions the spans follow: the first standalone GenAI release, the successor

@@ -17,7 +17,6 @@ echoes the model's arguments.
 from __future__ import annotations
 
 import json
-import logging
 from functools import lru_cache
 from typing import Any
 
@@ -31,6 +30,7 @@ from aptix_pipeline.contracts import (
     ToolDefinition,
     ToolInvocation,
 )
+from aptix_pipeline.contracts.url_secrets import scrubbed_logger
 from aptix_pipeline.validators.json_text import strict_json_loads
 from aptix_pipeline.validators.rules import rule
 
@@ -38,7 +38,7 @@ from .faults import StepFaultError, described
 from .scope import TurnScope
 from .tool_records import ModeChange, ToolCallFate
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 __all__ = [
     "AGENT_CHANGE_MODE",

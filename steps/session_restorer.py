@@ -11,8 +11,6 @@ FollowOn's SolutionContextText replaces the session's (AGN-034 §4.5).
 
 from __future__ import annotations
 
-import logging
-
 from aptix_pipeline.contracts import (
     ContextType,
     ErrorCode,
@@ -21,6 +19,7 @@ from aptix_pipeline.contracts import (
     Turn,
     TurnStatus,
 )
+from aptix_pipeline.contracts.url_secrets import scrubbed_logger
 from aptix_pipeline.validators import validate_turn_protocol
 from aptix_pipeline.validators.protocol import FOLLOW_ON_TURN_SETTLED
 from aptix_pipeline.validators.rules import rule
@@ -30,7 +29,7 @@ from .scope import TurnScope
 
 __all__ = ["SESSION_FOUND", "TURN_FOUND", "session_restorer"]
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 SESSION_FOUND = rule(
     "AGN-033/3.1/session-found", "AGN-033 §3.1, DESIGN.md Isolation",
