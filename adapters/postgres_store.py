@@ -1,4 +1,4 @@
-"""The PostgreSQL ``SessionStore``: many workers on many hosts share one database (issue 6).
+"""The PostgreSQL ``SessionStore``: many workers on many hosts share one database.
 
 - psycopg 3, async, over a ``psycopg_pool.AsyncConnectionPool``. The constructor
   needs no event loop: the pool opens on first use inside the loop (or at
@@ -80,8 +80,8 @@ class PostgresStoreError(AptixPipelineError, RuntimeError):
 def _nul_safe_columns(text: str | None) -> tuple[str | None, str | None]:
     """``(text, literal)``: the two columns that keep ``text`` (solution context, result).
 
-    PostgreSQL text cannot hold U+0000, which SQLite and memory keep (issue 13 item 6,
-    D221): such a text is stored as a JSON string literal in the second column
+    PostgreSQL text cannot hold U+0000, which SQLite and memory keep (D221): such a
+    text is stored as a JSON string literal in the second column
     (``solution_context_json``, schema version 2; ``result_json_literal``, version 3),
     every other text as itself in the first, so rows written before still read.
     """

@@ -1,4 +1,4 @@
-"""The one TOML file ``aptix run`` and ``aptix serve`` share (issue 6 "Configuration").
+"""The one TOML file ``aptix run`` and ``aptix serve`` share.
 
 It is the catalog file ``ConfigCatalog`` reads (``[[modes]]``, ``[[server_tools]]``,
 ``[[agents]]``, ``[[conversations]]``; without them the built-in catalog, minus its

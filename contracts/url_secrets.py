@@ -1,4 +1,4 @@
-"""Credentials in URLs, masked wherever a URL can surface (issue 13 item 3, decision D220).
+"""Credentials in URLs, masked wherever a URL can surface (decision D220).
 
 A model endpoint or a store URL may carry a secret: ``http://user:pw@host/v1``,
 ``https://host/v1?api-key=…``, ``postgresql://app:pw@db/aptix``. Exception text from

@@ -4,7 +4,7 @@
 few hundred levels deep, and pydantic-core refuses data nested deeper than about
 255 levels. Recordings, their redaction and replay handle what a turn saw, and a
 tool result, a model reply or a host's Python request can nest deeper than that
-(issue 13: nothing after a turn's commit may fail on it). These walks keep their
+(and nothing after a turn's commit may fail on it). These walks keep their
 own stacks, so any depth works, in time linear in the size of the data.
 
 Objects are read as ``Pairs`` (a list of ``[key, value]``), so duplicate keys

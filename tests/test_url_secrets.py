@@ -1,4 +1,4 @@
-"""Credentials in URLs are never echoed (issue 13 item 3, decision D220).
+"""Credentials in URLs are never echoed (decision D220).
 
 ``scrub_urls`` masks userinfo and secret-looking parameters in any text; these tests
 check each URL form, then each surface a URL reaches when the model endpoint cannot be
