@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from aptix_pipeline.contracts import (
     DEFAULT_MODE,
     AgentContext,
+    AptixPipelineError,
     ConversationContext,
     ModeSpec,
     ToolDefinition,
@@ -39,7 +40,7 @@ __all__ = ["CatalogError", "ConfigCatalog"]
 _RESERVED_TOOL = "agent_change_mode"
 
 
-class CatalogError(ValueError):
+class CatalogError(AptixPipelineError, ValueError):
     """The catalog configuration is wrong; the message names where."""
 
 

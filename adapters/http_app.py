@@ -1,4 +1,4 @@
-"""The HTTP front door: a FastAPI app that runs one agent turn per POST (issue 6 "HTTP service").
+"""The HTTP front door: a FastAPI app that runs one agent turn per POST.
 
 - ``POST /v1/agent/execute`` — the body is an ``AgentExecuteRequest`` (AGN-034) as
   JSON; the answer is the turn's ``InvokeResult`` JSON (AGN-033 §2.1). The raw body

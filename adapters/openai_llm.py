@@ -5,7 +5,7 @@ any server that speaks the same protocol through ``base_url``: vLLM
 (``http://host:8000/v1``), Ollama (``http://localhost:11434/v1``), llama.cpp's
 ``llama-server`` (``http://localhost:8080/v1``).
 
-Retries (issue 6): the SDK's own retries are off (``max_retries=0``); this adapter
+Retries: the SDK's own retries are off (``max_retries=0``); this adapter
 retries with tenacity, and is the only layer that does:
 
 - retried: 429, 408 and every 5xx status, timeouts and connection errors;
@@ -62,11 +62,12 @@ from aptix_pipeline.contracts import (
     LLMReply,
     LLMRequest,
     PermanentPortError,
+    ScrubbingFilter,
     ToolCall,
     ToolDefinition,
     Usage,
+    scrub_urls,
 )
-from aptix_pipeline.contracts.url_secrets import ScrubbingFilter, scrub_urls
 
 __all__ = ["DEFAULT_MAX_REPLY_BYTES", "RETRY_EVENT", "OpenAICompatibleLLM"]
 

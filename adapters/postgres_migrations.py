@@ -17,6 +17,8 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from aptix_pipeline.contracts import AptixPipelineError
+
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
@@ -116,7 +118,7 @@ SCHEMA_VERSION = MIGRATIONS[-1].version
 """The newest schema version this code knows."""
 
 
-class SchemaVersionError(RuntimeError):
+class SchemaVersionError(AptixPipelineError, RuntimeError):
     """The database's schema is newer than this code, or (without migrating) older."""
 
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL ``SessionStore``: many workers on many hosts share one database (issue 6).
+"""The PostgreSQL ``SessionStore``: many workers on many hosts share one database.
 
 - psycopg 3, async, over a ``psycopg_pool.AsyncConnectionPool``. The constructor
   needs no event loop: the pool opens on first use inside the loop (or at
@@ -38,6 +38,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from aptix_pipeline.contracts import (
+    AptixPipelineError,
     ChatMessage,
     Session,
     StoreConflictError,
@@ -72,15 +73,15 @@ _DELETE_EXPIRED: Final = (
 transactions hold (they are being replaced)."""
 
 
-class PostgresStoreError(RuntimeError):
+class PostgresStoreError(AptixPipelineError, RuntimeError):
     """The PostgreSQL store cannot serve: unreachable, refused, or already closed."""
 
 
 def _nul_safe_columns(text: str | None) -> tuple[str | None, str | None]:
     """``(text, literal)``: the two columns that keep ``text`` (solution context, result).
 
-    PostgreSQL text cannot hold U+0000, which SQLite and memory keep (issue 13 item 6,
-    D221): such a text is stored as a JSON string literal in the second column
+    PostgreSQL text cannot hold U+0000, which SQLite and memory keep (D221): such a
+    text is stored as a JSON string literal in the second column
     (``solution_context_json``, schema version 2; ``result_json_literal``, version 3),
     every other text as itself in the first, so rows written before still read.
     """

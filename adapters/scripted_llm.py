@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from aptix_pipeline.contracts import (
+    AptixPipelineError,
     LLMReply,
     LLMRequest,
     PermanentPortError,
@@ -33,7 +34,7 @@ from aptix_pipeline.contracts import (
 __all__ = ["ScriptError", "ScriptExhaustedError", "ScriptedLLM"]
 
 
-class ScriptError(ValueError):
+class ScriptError(AptixPipelineError, ValueError):
     """The script is not a list of replies in the documented shape."""
 
 

@@ -1,4 +1,4 @@
-"""The one TOML file ``aptix run`` and ``aptix serve`` share (issue 6 "Configuration").
+"""The one TOML file ``aptix run`` and ``aptix serve`` share.
 
 It is the catalog file ``ConfigCatalog`` reads (``[[modes]]``, ``[[server_tools]]``,
 ``[[agents]]``, ``[[conversations]]``; without them the built-in catalog, minus its
@@ -51,8 +51,15 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
-from aptix_pipeline.contracts.url_secrets import scrub_urls
+from aptix_pipeline.contracts import (
+    LLM,
+    AptixPipelineError,
+    Clock,
+    IdSource,
+    SessionStore,
+    ToolExecutor,
+    scrub_urls,
+)
 from aptix_pipeline.engine import Pipeline, Telemetry
 from aptix_pipeline.engine.replay import RecordingOptions
 from aptix_pipeline.steps import MAX_IDEMPOTENCY_TTL_SECONDS, PipelineOptions, TranscriptPolicy
@@ -82,7 +89,7 @@ _SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class ConfigError(ValueError):
+class ConfigError(AptixPipelineError, ValueError):
     """The configuration is wrong; the message names the file, table and key."""
 
 

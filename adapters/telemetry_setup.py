@@ -23,6 +23,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from aptix_pipeline.contracts import AptixPipelineError
+
 if TYPE_CHECKING:  # the SDK is imported only when an exporter is configured
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -32,7 +34,7 @@ __all__ = ["EXPORTERS", "TelemetrySetupError", "configure_tracing"]
 EXPORTERS = ("none", "console", "otlp")
 
 
-class TelemetrySetupError(ValueError):
+class TelemetrySetupError(AptixPipelineError, ValueError):
     """``OTEL_TRACES_EXPORTER`` names an exporter that is unknown or not installed."""
 
 

@@ -10,7 +10,7 @@ Sections, in order (``--only`` picks some, comma-separated):
 - ``tracing`` — the telemetry's cost per turn (``bench/tracing.py``);
 - ``recording`` — recording and replay per turn (``bench/recording.py``);
 - ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
-  work, beside issue 12's targets (``bench/scale.py``).
+  work, beside their targets (``bench/scale.py``).
 
 ``--json FILE`` also writes every figure to FILE, one top-level key per section.
 """

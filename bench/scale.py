@@ -1,4 +1,4 @@
-"""How the engine's cost grows with the work, against the targets of issue 12.
+"""How the engine's cost grows with the work, against its targets (the wall target below).
 
 All on the default runtime with tracing off (``turns.engine_pipeline``):
 

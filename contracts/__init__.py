@@ -22,6 +22,7 @@ from .context import (
     Turn,
     TurnStatus,
 )
+from .errors import AptixPipelineError
 from .llm import ChatMessage, ChatRole, LLMReply, LLMRequest
 from .ports import (
     LLM,
@@ -61,7 +62,7 @@ from .tools import (
     ToolResult,
     ValidationErrorResponse,
 )
-from .url_secrets import ScrubbingFilter, scrub_logger, scrub_urls
+from .url_secrets import ScrubbingFilter, scrub_logger, scrub_urls, scrubbed_logger
 from .wire import WireModel
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "AgentContext",
     "AgentExecuteRequest",
     "AgentExecuteResponse",
+    "AptixPipelineError",
     "ArgumentError",
     "ArtifactEncoding",
     "ArtifactOrigin",
@@ -127,4 +129,5 @@ __all__ = [
     "WorkspaceHints",
     "scrub_logger",
     "scrub_urls",
+    "scrubbed_logger",
 ]

@@ -34,6 +34,7 @@ from .context import (
     StoredOutcome,
     Turn,
 )
+from .errors import AptixPipelineError
 from .llm import ChatMessage, LLMReply, LLMRequest
 from .wire import WireModel
 
@@ -52,14 +53,14 @@ __all__ = [
 ]
 
 
-class PermanentPortError(Exception):
+class PermanentPortError(AptixPipelineError):
     """A port failure that trying again cannot fix (a script that ran out, a bad key).
 
     The pipeline retries other failures of the LLM port; this one faults at once.
     """
 
 
-class StoreConflictError(Exception):
+class StoreConflictError(AptixPipelineError):
     """A commit lost a race: the session changed after this turn read it.
 
     The store writes nothing of the losing turn; the pipeline answers it with the

@@ -1,4 +1,4 @@
-"""Credentials in URLs, masked wherever a URL can surface (issue 13 item 3, decision D220).
+"""Credentials in URLs, masked wherever a URL can surface (decision D220).
 
 A model endpoint or a store URL may carry a secret: ``http://user:pw@host/v1``,
 ``https://host/v1?api-key=…``, ``postgresql://app:pw@db/aptix``. Exception text from
@@ -31,6 +31,7 @@ __all__ = [
     "is_secret_name",
     "scrub_logger",
     "scrub_urls",
+    "scrubbed_logger",
 ]
 
 MASK = "***"
@@ -125,3 +126,15 @@ def scrub_logger(logger: logging.Logger) -> logging.Logger:
     if not any(isinstance(existing, ScrubbingFilter) for existing in logger.filters):
         logger.addFilter(ScrubbingFilter())
     return logger
+
+
+def scrubbed_logger(name: str) -> logging.Logger:
+    """The logger called ``name``, with a ``ScrubbingFilter``: each module of the package
+    logs through ``scrubbed_logger(__name__)``.
+
+    A logger's filters see only the records logged to that logger, not those its
+    children hand up to it, so a filter on the ``aptix_pipeline`` logger would miss
+    every record of ``aptix_pipeline.engine.runner``; each module's own logger carries
+    one instead. Handlers stay the host's: nothing is added to them.
+    """
+    return scrub_logger(logging.getLogger(name))

@@ -19,11 +19,8 @@ bring in python-statemachine's renderers.
 
 from __future__ import annotations
 
-import logging
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
-
-from aptix_pipeline.contracts import scrub_logger
 
 from .events import (
     CheckRan,
@@ -81,10 +78,6 @@ if not TYPE_CHECKING:
         globals()[name] = value
         return value
 
-
-# The engine's log carries the traceback of a step that raised, which may quote a port's
-# URL: every record of the one engine logger passes through ScrubbingFilter (D220).
-scrub_logger(logging.getLogger("aptix_pipeline"))
 
 __all__ = [
     "RUNTIMES",

@@ -52,7 +52,7 @@ from statemachine.contrib.diagram.model import (
 )
 from statemachine.contrib.diagram.renderers.mermaid import MermaidRenderer, MermaidRendererConfig
 
-from aptix_pipeline.contracts import PipelineStep
+from aptix_pipeline.contracts import AptixPipelineError, PipelineStep
 from aptix_pipeline.validators import ROUND_LIMIT, Phase, step_rule_ids
 
 from .machine import COMPLETE, FAULT, SERVER_TOOL_ROUND, TurnMachine
@@ -105,7 +105,7 @@ def format_for(path: Path) -> DiagramFormat:
         ) from None
 
 
-class DiagramError(Exception):
+class DiagramError(AptixPipelineError):
     """The diagram could not be drawn (Graphviz failed; its message says why)."""
 
 

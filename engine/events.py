@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypeAlias
@@ -49,8 +48,9 @@ from aptix_pipeline.contracts import (
     ToolCall,
     ToolDefinition,
     Usage,
+    scrubbed_logger,
 )
-from aptix_pipeline.steps import ModeChange, ToolCallRecord
+from aptix_pipeline.steps import ModeChange, RejectionKind, ToolCallFate, ToolCallRecord
 
 from .trace import CheckRecord, FaultRecord, LLMCallRecord, TraceEntry, TransitionRecord
 
@@ -78,7 +78,7 @@ __all__ = [
     "WarningRaised",
 ]
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +208,7 @@ class ToolExecuted(TurnEvent):
 
     tool_call_id: str
     name: str
-    outcome: str | None
+    outcome: ToolCallFate | None
     failed: bool
     result_json: str | None = None
 
@@ -217,14 +217,13 @@ class ToolExecuted(TurnEvent):
 class ToolCallHandled(TurnEvent):
     """What became of one of the model's tool calls (sent to the client, executed, refused).
 
-    ``rejection_kind`` says why a call was refused: ``unknown_tool``,
-    ``container_invocation`` or ``argument_validation``.
+    ``rejection_kind`` says why a call was refused.
     """
 
     trace_entry: ClassVar[str] = "record"
 
     record: ToolCallRecord
-    rejection_kind: str | None = None
+    rejection_kind: RejectionKind | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,7 +521,7 @@ class _ToolRun:
             tool.description or None,
         )
         self.arguments = arguments if reporter.capture_content else None
-        self.outcome: str | None = None
+        self.outcome: ToolCallFate | None = None
         self.failed = False
         self.result_json: str | None = None
 
@@ -542,7 +541,7 @@ class _ToolRun:
             ToolExecuted(reporter.run_id, self.call_id, self.name, self.outcome, self.failed, shown)
         )
 
-    def finished(self, outcome: str, result_json: str, error: str | None) -> None:
+    def finished(self, outcome: ToolCallFate, result_json: str, error: str | None) -> None:
         self.outcome, self.result_json, self.failed = outcome, result_json, error is not None
 
 
@@ -573,7 +572,9 @@ class StepReporter:
         """One server-side tool execution: ``ToolExecutionStarted``, then ``ToolExecuted``."""
         return _ToolRun(self, call, tool, arguments)
 
-    def tool_call(self, record: ToolCallRecord, rejection_kind: str | None = None) -> None:
+    def tool_call(
+        self, record: ToolCallRecord, rejection_kind: RejectionKind | None = None
+    ) -> None:
         """What became of one of the model's tool calls."""
         self.emit(ToolCallHandled(self.run_id, record, rejection_kind))
 

@@ -44,14 +44,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from statemachine import State, StateChart
 
-from aptix_pipeline.contracts import ContextType, PipelineStep
+from aptix_pipeline.contracts import ContextType, PipelineStep, scrubbed_logger
 from aptix_pipeline.steps import (
     STEP_FUNCTIONS,
     StepFaultError,
@@ -81,7 +80,7 @@ __all__ = [
     "TurnRun",
 ]
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 SERVER_TOOL_ROUND = "server_tool_round"
 COMPLETE = "complete"

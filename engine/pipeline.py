@@ -21,7 +21,6 @@ scope and events, so many turns run concurrently in one event loop.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -35,6 +34,7 @@ from aptix_pipeline.contracts import (
     InvokeResult,
     PipelineContext,
     PipelineStep,
+    scrubbed_logger,
 )
 from aptix_pipeline.steps import (
     STEP_FUNCTIONS,
@@ -71,7 +71,7 @@ from .trace import CheckRecord, StateTrace, TransitionRecord
 
 __all__ = ["Pipeline"]
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 
 def _caller(caller: object) -> Caller:

@@ -32,14 +32,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from statemachine import State, StateChart
 
-from aptix_pipeline.contracts import ErrorCode, InvokeError
+from aptix_pipeline.contracts import AptixPipelineError, ErrorCode, InvokeError, scrubbed_logger
 from aptix_pipeline.steps import StepFaultError, described
 from aptix_pipeline.validators import TURN_DEADLINE
 
@@ -58,7 +57,7 @@ __all__ = [
     "walk",
 ]
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 Runtime = Literal["compiled", "statechart"]
 RUNTIMES: tuple[Runtime, ...] = ("compiled", "statechart")
@@ -67,7 +66,7 @@ RUNTIMES: tuple[Runtime, ...] = ("compiled", "statechart")
 _PARAMETERS = frozenset({"model", "event", "source", "target"})
 
 
-class MachineCompileError(TypeError):
+class MachineCompileError(AptixPipelineError, TypeError):
     """The machine class uses something the compiled runner does not run; the message says what."""
 
 

@@ -43,7 +43,6 @@ cost does not grow with the rounds before it.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -63,7 +62,14 @@ from opentelemetry.trace import (
 )
 
 from aptix_pipeline import __version__
-from aptix_pipeline.contracts import ChatMessage, LLMReply, LLMRequest, PipelineContext
+from aptix_pipeline.contracts import (
+    ChatMessage,
+    LLMReply,
+    LLMRequest,
+    PipelineContext,
+    scrubbed_logger,
+)
+from aptix_pipeline.steps import RejectionKind
 
 from .deep_json import dump_json, encode_value
 from .events import (
@@ -95,7 +101,7 @@ __all__ = [
     "recording_failed",
 ]
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 GENAI_SEMCONV = "OpenTelemetry GenAI semantic conventions v0.1.0 (semantic-conventions-genai)"
 """The conventions the spans follow: the first standalone GenAI release, the successor
@@ -530,12 +536,13 @@ class SpanBuilder:
         self._tool = None
         span = opened.span
         if event.outcome is not None:
-            span.set_attribute("aptix.tool.outcome", event.outcome)
+            outcome = event.outcome.value  # span attributes hold plain strings
+            span.set_attribute("aptix.tool.outcome", outcome)
             if event.result_json is not None:
                 span.set_attribute("gen_ai.tool.call.result", event.result_json)
             if event.failed:
-                span.set_attribute(ERROR_TYPE, event.outcome)
-                span.set_status(Status(StatusCode.ERROR, event.outcome))
+                span.set_attribute(ERROR_TYPE, outcome)
+                span.set_status(Status(StatusCode.ERROR, outcome))
         opened.close()
 
     def _tool_call(self, event: ToolCallHandled) -> None:
@@ -545,11 +552,7 @@ class SpanBuilder:
         span = self._current()
         if span is None:
             return
-        name = {
-            None: "aptix.rule.failed",  # a server tool's own refusal (agent_change_mode)
-            "container_invocation": "aptix.tool.container_invocation_error",
-            "argument_validation": "aptix.tool.argument_validation_error",
-        }.get(kind, "aptix.tool.unknown")
+        name = _REJECTION_EVENTS.get(kind, "aptix.tool.unknown")
         attributes: dict[str, Any] = {
             "gen_ai.tool.name": record.name,
             "gen_ai.tool.call.id": record.tool_call_id,
@@ -583,6 +586,14 @@ class SpanBuilder:
             attributes["aptix.rule.id"] = warning.rule_id
         span.add_event("aptix.warning", attributes)
 
+
+_REJECTION_EVENTS: dict[RejectionKind | None, str] = {
+    None: "aptix.rule.failed",  # a server tool's own refusal (agent_change_mode)
+    RejectionKind.CONTAINER_INVOCATION: "aptix.tool.container_invocation_error",
+    RejectionKind.ARGUMENT_VALIDATION: "aptix.tool.argument_validation_error",
+    RejectionKind.UNKNOWN_TOOL: "aptix.tool.unknown",
+}
+"""The span event of a refused call (or of a server tool's own refusal), by its kind."""
 
 _SPAN_HANDLERS: dict[type[TurnEvent], Callable[[SpanBuilder, Any], None]] = {
     TurnStarted: SpanBuilder._turn_started,

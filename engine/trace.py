@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aptix_pipeline.contracts import InvokeWarning
-from aptix_pipeline.steps import ModeChange, ToolCallRecord
+from aptix_pipeline.steps import ModeChange, ToolCallFate, ToolCallRecord, ToolCallSide
 
 __all__ = [
     "TRACE_FORMAT",
@@ -223,7 +223,11 @@ def entry_from_dict(data: Mapping[str, Any]) -> TraceEntry:
         )
     if kind == "tool_call":
         return ToolCallRecord(
-            data["id"], data["name"], data["side"], data["outcome"], data["rule_id"]
+            data["id"],
+            data["name"],
+            ToolCallSide(data["side"]),
+            ToolCallFate(data["outcome"]),
+            data["rule_id"],
         )
     if kind == "mode_change":
         return ModeChange(

@@ -29,14 +29,13 @@ from .scope import (
     MAX_IDEMPOTENCY_TTL_SECONDS,
     TRANSCRIPT_POLICIES,
     AnswerKeys,
-    ModeChange,
     PipelineOptions,
     Ports,
-    ToolCallRecord,
     TranscriptPolicy,
     TurnScope,
 )
 from .session_restorer import session_restorer
+from .tool_records import ModeChange, RejectionKind, ToolCallFate, ToolCallRecord, ToolCallSide
 
 __all__ = [
     "AGENT_CHANGE_MODE",
@@ -47,9 +46,12 @@ __all__ = [
     "ModeChange",
     "PipelineOptions",
     "Ports",
+    "RejectionKind",
     "StepFaultError",
     "StepFunction",
+    "ToolCallFate",
     "ToolCallRecord",
+    "ToolCallSide",
     "TranscriptPolicy",
     "TurnScope",
     "check_round_limit",

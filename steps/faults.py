@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aptix_pipeline.contracts import InvokeError
-from aptix_pipeline.contracts.url_secrets import scrub_urls
+from aptix_pipeline.contracts import AptixPipelineError, InvokeError, scrub_urls
 from aptix_pipeline.validators import utf8_text
 
 __all__ = ["StepFaultError", "described", "shown"]
 
 
-class StepFaultError(Exception):
+class StepFaultError(AptixPipelineError):
     """The turn cannot go on; ``errors`` say why, each naming its rule or field."""
 
     def __init__(self, errors: Iterable[InvokeError]) -> None:

@@ -59,7 +59,8 @@ from aptix_pipeline.validators import (
 
 from .faults import StepFaultError, described
 from .mode_change import AGENT_CHANGE_MODE, change_mode
-from .scope import ToolCallRecord, TurnScope
+from .scope import TurnScope
+from .tool_records import RejectionKind, ToolCallFate, ToolCallRecord, ToolCallSide
 
 __all__ = [
     "check_round_limit",
@@ -233,7 +234,9 @@ def _remember(scope: TurnScope, message: ChatMessage) -> None:
     scope.new_messages.append(message)
 
 
-def _record(scope: TurnScope, record: ToolCallRecord, rejection_kind: str | None = None) -> None:
+def _record(
+    scope: TurnScope, record: ToolCallRecord, rejection_kind: RejectionKind | None = None
+) -> None:
     scope.tool_calls.append(record)
     scope.observer.tool_call(record, rejection_kind)
 
@@ -243,7 +246,7 @@ def _answer(
     call: ToolCall,
     content: str,
     record: ToolCallRecord,
-    rejection_kind: str | None = None,
+    rejection_kind: RejectionKind | None = None,
 ) -> None:
     _remember(
         scope,
@@ -254,13 +257,13 @@ def _answer(
     _record(scope, record, rejection_kind)
 
 
-def _rejection_kind(tool: ToolDefinition | None, verdict: ToolCallVerdict) -> str:
+def _rejection_kind(tool: ToolDefinition | None, verdict: ToolCallVerdict) -> RejectionKind:
     """Why a call was refused, for traces and span events (the container design's errors)."""
     if tool is None:
-        return "unknown_tool"
+        return RejectionKind.UNKNOWN_TOOL
     if isinstance(verdict.rejection, ContainerInvocationErrorResponse):
-        return "container_invocation"
-    return "argument_validation"
+        return RejectionKind.CONTAINER_INVOCATION
+    return RejectionKind.ARGUMENT_VALIDATION
 
 
 def _result_json(text: object) -> str:
@@ -284,13 +287,14 @@ async def _run_server_tool(
 ) -> None:
     clock = scope.ports.clock
     started = clock.now()
-    outcome, content, error, rule_id = "executed", "", None, None
+    outcome: ToolCallFate = ToolCallFate.EXECUTED
+    content, error, rule_id = "", None, None
     limit: asyncio.Timeout | None = None
     with scope.observer.tool_execution(call, tool, arguments) as observation:
         try:
             if tool.name == AGENT_CHANGE_MODE:
                 content, outcome, rule_id = await change_mode(scope, call, arguments)
-                if outcome == "mode_refused":  # a refusal is a failed tool call (D30)
+                if outcome is ToolCallFate.MODE_REFUSED:  # a refusal is a failed tool call (D30)
                     error = content
             else:
                 executor = scope.ports.tools.get(tool.name)
@@ -303,7 +307,7 @@ async def _run_server_tool(
         except StepFaultError:
             raise
         except Exception as failure:
-            outcome, error = "failed", described(failure)
+            outcome, error = ToolCallFate.FAILED, described(failure)
             if isinstance(failure, TimeoutError) and limit is not None and limit.expired():
                 rule_id = SERVER_TOOL_TIMEOUT.id  # our timeout, not one the tool raised
                 error = (
@@ -321,7 +325,7 @@ async def _run_server_tool(
             error_message=error,
         )
     )
-    record = ToolCallRecord(call.tool_call_id, call.name, "server", outcome, rule_id)
+    record = ToolCallRecord(call.tool_call_id, call.name, ToolCallSide.SERVER, outcome, rule_id)
     _answer(scope, call, content, record)
 
 
@@ -352,13 +356,15 @@ def _goes_to_client(scope: TurnScope, call: ToolCall) -> bool:
 async def _handle_call(scope: TurnScope, call: ToolCall) -> ToolCall | None:
     """Answer one call here, or return it when it is for the client."""
     tool, verdict = _decide(scope, call)
-    side = tool.executes_on if tool is not None else "unknown"
+    side = ToolCallSide(tool.executes_on) if tool is not None else ToolCallSide.UNKNOWN
     if tool is None or not verdict.allowed:
         _answer(
             scope,
             call,
             verdict.rejection_json(),
-            ToolCallRecord(call.tool_call_id, call.name, side, "rejected", verdict.rule_id),
+            ToolCallRecord(
+                call.tool_call_id, call.name, side, ToolCallFate.REJECTED, verdict.rule_id
+            ),
             _rejection_kind(tool, verdict),
         )
         return None
@@ -374,12 +380,14 @@ async def _handle_call(scope: TurnScope, call: ToolCall) -> ToolCall | None:
                 "message": f"{tool.name} expanded. Functions: {', '.join(members)}",
             }
         )
-        _answer(
-            scope, call, content, ToolCallRecord(call.tool_call_id, call.name, side, "expanded")
-        )
+        record = ToolCallRecord(call.tool_call_id, call.name, side, ToolCallFate.EXPANDED)
+        _answer(scope, call, content, record)
         return None
     if tool.executes_on == "client":
-        _record(scope, ToolCallRecord(call.tool_call_id, call.name, "client", "client"))
+        _record(
+            scope,
+            ToolCallRecord(call.tool_call_id, call.name, ToolCallSide.CLIENT, ToolCallFate.CLIENT),
+        )
         if not isinstance(_json_or_none(call.arguments_json), dict):
             # Blank or null arguments mean none: sent as the JSON object AGN-033 §5.1 needs.
             return call.model_copy(update={"arguments_json": json.dumps(verdict.arguments)})

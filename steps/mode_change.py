@@ -17,7 +17,6 @@ echoes the model's arguments.
 from __future__ import annotations
 
 import json
-import logging
 from functools import lru_cache
 from typing import Any
 
@@ -30,6 +29,7 @@ from aptix_pipeline.contracts import (
     ToolCall,
     ToolDefinition,
     ToolInvocation,
+    scrubbed_logger,
 )
 from aptix_pipeline.validators import (
     MODE_KNOWN,
@@ -39,9 +39,10 @@ from aptix_pipeline.validators import (
 )
 
 from .faults import StepFaultError, described
-from .scope import ModeChange, TurnScope
+from .scope import TurnScope
+from .tool_records import ModeChange, ToolCallFate
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 __all__ = [
     "AGENT_CHANGE_MODE",
@@ -121,12 +122,12 @@ def _error(rule_id: str, message: str, **detail: Any) -> str:
 
 async def change_mode(
     scope: TurnScope, call: ToolCall, arguments: dict[str, Any]
-) -> tuple[str, str, str | None]:
+) -> tuple[str, ToolCallFate, str | None]:
     """Run one ``agent_change_mode`` call.
 
-    Returns the tool result the model will see, the outcome — ``mode_changed``,
-    ``mode_unchanged`` (already in that mode: not a transition, nothing recorded)
-    or ``mode_refused`` (an unknown mode or a malformed result) — and the id of the
+    Returns the tool result the model will see, the outcome — ``MODE_CHANGED``,
+    ``MODE_UNCHANGED`` (already in that mode: not a transition, nothing recorded)
+    or ``MODE_REFUSED`` (an unknown mode or a malformed result) — and the id of the
     rule a refusal broke (for the trace and spans).
 
     An executor that raises propagates (the caller tells the model, like any failed
@@ -141,8 +142,8 @@ async def change_mode(
     if parsed is None:
         return (
             _error(MODE_RESULT_VALID.id, MODE_RESULT_VALID.message),
-            "mode_refused",
-            (MODE_RESULT_VALID.id),
+            ToolCallFate.MODE_REFUSED,
+            MODE_RESULT_VALID.id,
         )
     mode, branch, reason = parsed
     spec = await scope.ports.modes.get_mode(mode)
@@ -155,7 +156,7 @@ async def change_mode(
                 mode=mode,
                 available_modes=available,
             ),
-            "mode_refused",
+            ToolCallFate.MODE_REFUSED,
             MODE_KNOWN.id,
         )
     previous = ctx.mode
@@ -205,4 +206,5 @@ async def change_mode(
             "reason": reason,
         }
     )
-    return result, "mode_changed" if mode != previous else "mode_unchanged", None
+    outcome = ToolCallFate.MODE_CHANGED if mode != previous else ToolCallFate.MODE_UNCHANGED
+    return result, outcome, None

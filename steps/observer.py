@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from aptix_pipeline.contracts import (
     InvokeWarning,
@@ -23,8 +23,7 @@ from aptix_pipeline.contracts import (
     ToolDefinition,
 )
 
-if TYPE_CHECKING:
-    from .scope import ModeChange, ToolCallRecord
+from .tool_records import ModeChange, RejectionKind, ToolCallFate, ToolCallRecord
 
 __all__ = ["LLMCallObservation", "NullObserver", "ToolObservation", "TurnObserver"]
 
@@ -44,7 +43,7 @@ class LLMCallObservation(Protocol):
 class ToolObservation(Protocol):
     """One server-side tool execution in progress."""
 
-    def finished(self, outcome: str, result_json: str, error: str | None) -> None:
+    def finished(self, outcome: ToolCallFate, result_json: str, error: str | None) -> None:
         """The tool ran: its outcome (``ToolCallRecord.outcome``), result and error text."""
         ...
 
@@ -66,9 +65,11 @@ class TurnObserver(Protocol):
         """Around one server-side tool execution (AGN-011 §5, DESIGN.md R5)."""
         ...
 
-    def tool_call(self, record: ToolCallRecord, rejection_kind: str | None = None) -> None:
+    def tool_call(
+        self, record: ToolCallRecord, rejection_kind: RejectionKind | None = None
+    ) -> None:
         """What became of one tool call of the model; ``rejection_kind`` says why it was
-        refused: ``unknown_tool``, ``container_invocation`` or ``argument_validation``."""
+        refused."""
         ...
 
     def mode_changed(self, change: ModeChange) -> None:
@@ -87,7 +88,7 @@ class _NullCall:
     def replied(self, reply: LLMReply, attempts: int) -> None:
         return None
 
-    def finished(self, outcome: str, result_json: str, error: str | None) -> None:
+    def finished(self, outcome: ToolCallFate, result_json: str, error: str | None) -> None:
         return None
 
 
@@ -109,7 +110,9 @@ class NullObserver:
         """Nothing to observe."""
         yield _NULL_CALL
 
-    def tool_call(self, record: ToolCallRecord, rejection_kind: str | None = None) -> None:
+    def tool_call(
+        self, record: ToolCallRecord, rejection_kind: RejectionKind | None = None
+    ) -> None:
         """Nothing to observe."""
 
     def mode_changed(self, change: ModeChange) -> None:

@@ -35,15 +35,14 @@ from aptix_pipeline.contracts import (
 )
 
 from .observer import NullObserver, TurnObserver
+from .tool_records import ModeChange, ToolCallRecord
 
 __all__ = [
     "MAX_IDEMPOTENCY_TTL_SECONDS",
     "TRANSCRIPT_POLICIES",
     "AnswerKeys",
-    "ModeChange",
     "PipelineOptions",
     "Ports",
-    "ToolCallRecord",
     "TranscriptPolicy",
     "TurnScope",
 ]
@@ -181,33 +180,6 @@ class AnswerKeys:
     keys: tuple[str, ...]
     request_digest: str
     ttl_seconds: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class ModeChange:
-    """One successful ``agent_change_mode`` call (AGN-011 §5, DESIGN.md R7, R8)."""
-
-    tool_call_id: str
-    previous_mode: str
-    new_mode: str
-    reason: str | None
-    branch: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallRecord:
-    """What became of one tool call the model made.
-
-    ``outcome`` is ``client`` (sent to the client), ``executed`` (a server tool
-    ran), ``failed`` (it raised), ``expanded`` (a container), ``rejected`` (the
-    container design's checks refused it) or ``mode_changed`` / ``mode_refused``.
-    """
-
-    tool_call_id: str
-    name: str
-    side: str
-    outcome: str
-    rule_id: str | None = None
 
 
 @dataclass(slots=True)

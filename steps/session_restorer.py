@@ -11,14 +11,13 @@ FollowOn's SolutionContextText replaces the session's (AGN-034 §4.5).
 
 from __future__ import annotations
 
-import logging
-
 from aptix_pipeline.contracts import (
     ContextType,
     InvokeWarning,
     Session,
     Turn,
     TurnStatus,
+    scrubbed_logger,
 )
 from aptix_pipeline.validators import (
     FOLLOW_ON_TURN_SETTLED,
@@ -32,7 +31,7 @@ from .scope import TurnScope
 
 __all__ = ["session_restorer"]
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 
 async def session_restorer(scope: TurnScope) -> None:

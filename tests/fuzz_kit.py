@@ -1,7 +1,7 @@
 """Fuzzing ``Pipeline.execute``: mutated requests and the invariants every answer keeps.
 
 Shared by the bounded hypothesis fuzz of ``make test`` (tests/test_fuzz_pipeline.py)
-and the 100,000-request run of ``make fuzz`` (tests/fuzz_run.py); issue 13 item 11.
+and the 100,000-request run of ``make fuzz`` (tests/fuzz_run.py).
 
 A ``FuzzWorld`` is a pipeline on one store (memory or a SQLite file) that records
 every turn with redaction on (``RecordingOptions(redact=True)``, delivered in
@@ -439,7 +439,7 @@ def _unknown_key(rng: random.Random, data: dict[str, Any], state: MutationState)
     target = rng.choice(_dicts(data) or [data])
     name = rng.choice(("Extra", "x", "", " ", "instruction ", "__proto__", "$ref", "a.b"))
     if rng.random() < 0.3:
-        name = rng.choice(WEIRD_TEXT) + name  # the {"\ud800": 1} of issue 13 item 2
+        name = rng.choice(WEIRD_TEXT) + name  # e.g. {"\ud800": 1}: a key with no UTF-8 form
     target[name] = _garbage(rng, state)
     return data
 
@@ -492,7 +492,7 @@ def _huge_string(rng: random.Random, data: dict[str, Any], state: MutationState)
 
 def _huge_list(rng: random.Random, data: dict[str, Any], state: MutationState) -> Any:
     count = rng.choice((100, 1_000, state.huge // 100))
-    if rng.random() < 0.3:  # many unknown keys (issue 13 item 7)
+    if rng.random() < 0.3:  # many unknown keys: the answer must stay bounded
         for n in range(count):
             data[f"k{n}"] = n
         return data

@@ -1,4 +1,4 @@
-"""Killing a worker during turns leaves a sound SQLite file (issue 13 item 11).
+"""Killing a worker during turns leaves a sound SQLite file.
 
 A child process runs turns on one SQLite file in a loop — an Initial, a FollowOn
 that changes the mode, a FollowOn that leaves client tool calls pending, and their

@@ -1,10 +1,10 @@
-"""A bounded fuzz of ``Pipeline.execute`` with recording and redaction on (issue 13 item 11).
+"""A bounded fuzz of ``Pipeline.execute`` with recording and redaction on.
 
 Mutated valid requests of all three kinds (tests/fuzz_kit.py), on the memory store
 and on a SQLite file: whatever the input, ``execute`` returns, its result
 serializes, a refused request stores nothing and the turn's recording serializes.
 ``make fuzz`` runs 100,000 of the same mutations (tests/fuzz_run.py); the cases
-below the fuzz are the failures issue 13 names, each checked the same way.
+below the fuzz are known hard inputs, each checked the same way.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def test_fuzzed_requests_keep_the_invariants(world: tuple[FuzzWorld, Any]) -> No
         assert tally.by_kind[kind]["refused"] > 0, tally.report()
 
 
-# --- the failures issue 13 names, each on both stores ---------------------------------------
+# --- known hard inputs, each on both stores ------------------------------------------------
 
 
 def _continuation(result_json: Any) -> dict[str, Any]:
@@ -116,14 +116,14 @@ def _nested(depth: int) -> Any:
 
 
 KNOWN: dict[str, tuple[str, Any]] = {
-    # item 1: JSON nested 400 deep, redacted in the recording
+    # JSON nested 400 deep, redacted in the recording
     "deep-json-text-in-instruction": ("initial", {"Instruction": Deep(400, "list").text()}),
     "deep-json-text-in-result-json": ("continuation", _continuation(Deep(400, "object").text())),
     "deep-json-request-text": (
         "initial",
         '{"Instruction": "hi", "X": ' + Deep(400, "list").text() + "}",
     ),
-    # item 2: a key that cannot be encoded
+    # a key that cannot be encoded
     "lone-surrogate-key": ("initial", {"\ud800": 1, "Instruction": "hi"}),
     "lone-surrogate-key-in-json-text": ("initial", '{"\\ud800": 1, "Instruction": "hi"}'),
     "lone-surrogate-in-instruction": ("initial", {"Instruction": "hi \udc80"}),
@@ -134,12 +134,13 @@ KNOWN: dict[str, tuple[str, Any]] = {
         {"Instruction": "hi", "WorkspaceHints": {"WorkspaceId": "\ud800"}},
     ),
     "invalid-utf8-bytes": ("initial", b'{"Instruction": "\xed\xa0\x80", "\xff": 1}'),
-    # item 6: NUL and other edge Unicode
+    # NUL and other edge Unicode
     "nul-in-solution-context": ("initial", {"Instruction": "hi", "SolutionContextText": "a\x00b"}),
     "nul-in-result-json": ("continuation", _continuation('{"k": "\\u0000"}')),
-    # item 7: many unknown keys (a bounded answer is item 7's own test; here: it serializes)
+    # many unknown keys (tests/test_wire_limits.py checks the answer is bounded; here: it
+    # serializes)
     "many-unknown-keys": ("initial", {"Instruction": "hi", **{f"k{n}": n for n in range(5_000)}}),
-    # item 10: a Python dict nested 1,000 deep in an enum field
+    # a Python dict nested 1,000 deep in an enum field
     "deep-dict-in-enum-field": (
         "initial",
         {
@@ -152,7 +153,7 @@ KNOWN: dict[str, tuple[str, Any]] = {
     "huge-int-value": ("initial", {"Instruction": "hi", "Extra": 10**5000}),
     "nan-value": ("initial", {"Instruction": "hi", "Stream": math.nan}),
 }
-"""Inputs issue 13 (and this fuzz) found failing, by name: (kind, request)."""
+"""Inputs that are hard to keep the invariants on, by name: (kind, request)."""
 
 
 @pytest.mark.parametrize("name", list(KNOWN))

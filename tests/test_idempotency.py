@@ -412,7 +412,7 @@ async def test_the_loser_of_a_race_between_processes_answers_with_the_winners_an
 ) -> None:
     """Two pipelines (two processes' worth: each its own SQLite store on one file) run the
     same continuation at once; both call the model, one commits, and the other's commit
-    conflicts: it answers with the stored answer of the winner (issue 13 item 4)."""
+    conflicts: it answers with the stored answer of the winner."""
     from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 
     path = tmp_path / "shared.db"

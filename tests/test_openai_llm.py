@@ -2,7 +2,7 @@
 
 The official ``openai`` SDK sends every request over a socket to
 ``fake_openai_server``; the tests check what arrived on the wire, how the reply
-maps to an ``LLMReply``, and how each fault is retried or not (issue 6). Waits are
+maps to an ``LLMReply``, and how each fault is retried or not. Waits are
 recorded rather than slept, except where a test measures real time.
 """
 

@@ -1,4 +1,4 @@
-"""Every InvokeResult serializes, whatever the input (issue 13 item 2; D141)."""
+"""Every InvokeResult serializes, whatever the input (D141)."""
 
 from __future__ import annotations
 

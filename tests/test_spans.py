@@ -1,6 +1,6 @@
 """OpenTelemetry spans of a turn, read back from the SDK's ``InMemorySpanExporter``.
 
-Issue 4 / DESIGN.md "Observability without leaks": one ``invoke_agent {agent}``
+DESIGN.md "Observability without leaks": one ``invoke_agent {agent}``
 root per turn, a ``step {name}`` child per transition, ``chat {model}`` per model
 call under its ``step llm_client``, ``execute_tool {tool}`` per server-side tool
 execution; GenAI semantic-convention attributes; events for failed rules, mode

@@ -1,4 +1,4 @@
-"""Every store keeps every string exactly (issue 13 item 6, decision D221).
+"""Every store keeps every string exactly (decision D221).
 
 NUL, astral characters, combining marks, noncharacters, line and paragraph
 separators, bidi marks, long strings, backslashes, quotes and a literal ``\\u0000``

@@ -1,4 +1,4 @@
-"""Credentials in URLs are never echoed (issue 13 item 3, decision D220).
+"""Credentials in URLs are never echoed (decision D220).
 
 ``scrub_urls`` masks userinfo and secret-looking parameters in any text; these tests
 check each URL form, then each surface a URL reaches when the model endpoint cannot be
@@ -265,3 +265,64 @@ async def test_a_raising_steps_logged_traceback_never_echoes_url_credentials(
     assert SECRET not in logged
     assert SECRET not in caplog.text
     assert SECRET not in result.to_json()
+
+
+def _package_loggers() -> dict[str, logging.Logger]:
+    """Every logger a module of the package logs through (a module-level ``Logger``)."""
+    import importlib
+    import pkgutil
+
+    import aptix_pipeline
+
+    found: dict[str, logging.Logger] = {}
+    for info in pkgutil.walk_packages(aptix_pipeline.__path__, "aptix_pipeline."):
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if isinstance(value, logging.Logger) and value.name.startswith("aptix_pipeline"):
+                found[value.name] = value
+    return found
+
+
+def test_every_logger_of_the_package_scrubs_its_records() -> None:
+    """A logger's filter sees only its own records, not its children's: each has one."""
+    from aptix_pipeline.contracts.url_secrets import ScrubbingFilter
+
+    loggers = _package_loggers()
+
+    assert "aptix_pipeline.engine.runner" in loggers
+    unscrubbed = [
+        name
+        for name, logger in loggers.items()
+        if not any(isinstance(f, ScrubbingFilter) for f in logger.filters)
+    ]
+    assert unscrubbed == []
+
+
+def test_a_module_loggers_record_reaches_the_hosts_handler_scrubbed() -> None:
+    """The host's handler sits on a parent logger; the record it gets is already masked."""
+    from aptix_pipeline.engine import runner
+
+    class Keep(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(self.format(record))
+
+    url = f"http://ana:{SECRET}@models.local/v1?api-key={SECRET}"
+    kept, parent = Keep(), logging.getLogger("aptix_pipeline")
+    parent.addHandler(kept)
+    try:
+        try:
+            raise ConnectionError(f"cannot reach {url}")
+        except ConnectionError:
+            runner.logger.error("step %s raised on %s", "reasoner", url, exc_info=True)
+    finally:
+        parent.removeHandler(kept)
+
+    assert runner.logger.name == "aptix_pipeline.engine.runner"
+    [line] = kept.lines
+    assert "ConnectionError" in line
+    assert MASK in line
+    assert SECRET not in line

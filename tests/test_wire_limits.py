@@ -1,4 +1,4 @@
-"""Wire safety (issue 13 items 1, 2, 10): depth refused first, results serialize."""
+"""Wire safety: nesting depth is refused first, error counts are capped, results serialize."""
 
 from __future__ import annotations
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -29,7 +28,7 @@ from typing import Any, TypeVar, cast
 from pydantic import TypeAdapter
 
 from aptix_pipeline import __version__
-from aptix_pipeline.contracts import Caller
+from aptix_pipeline.contracts import Caller, scrubbed_logger
 from aptix_pipeline.engine.deep_json import encode_value
 from aptix_pipeline.engine.events import StepEnded, StepStarted, TurnEvent
 from aptix_pipeline.engine.interceptors import Proceed, TurnCall
@@ -51,7 +50,7 @@ __all__ = [
     "failure_summary",
 ]
 
-logger = logging.getLogger("aptix_pipeline")
+logger = scrubbed_logger(__name__)
 
 T = TypeVar("T")
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter
 from pydantic_core import to_json
 
-from aptix_pipeline.contracts import PermanentPortError, PipelineStep
+from aptix_pipeline.contracts import AptixPipelineError, PermanentPortError, PipelineStep
 from aptix_pipeline.engine.deep_json import dump_json, encode_value
 from aptix_pipeline.engine.idempotency import RequestKeys, request_keys
 from aptix_pipeline.engine.pipeline import Pipeline
@@ -308,7 +308,7 @@ class ReplayOutcome:
         return lines
 
 
-class ReplayDivergenceError(AssertionError):
+class ReplayDivergenceError(AptixPipelineError, AssertionError):
     """A recorded turn does not replay (``assert_replays``); the message names the divergence."""
 
     def __init__(self, outcome: ReplayOutcome) -> None:
