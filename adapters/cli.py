@@ -338,7 +338,7 @@ def diagram(
     ] = None,
 ) -> None:
     """Draw the pipeline state machine (its steps, guards and exit hooks)."""
-    from aptix_pipeline.engine.diagram import (
+    from aptix_pipeline.engine import (
         DiagramError,
         DiagramFormat,
         format_for,
@@ -403,8 +403,7 @@ def replay(
     import asyncio
     from dataclasses import replace
 
-    from aptix_pipeline.engine import Telemetry
-    from aptix_pipeline.engine.diagram import DiagramError, format_for, pipeline_diagram
+    from aptix_pipeline.engine import DiagramError, Telemetry, format_for, pipeline_diagram
     from aptix_pipeline.engine.replay import TurnRecording, recordings_in
     from aptix_pipeline.engine.replay import replay as replay_turn
 
