@@ -179,8 +179,9 @@ class ToolDefinition(WireModel):
 
 _JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _TEXT_KEYWORDS = frozenset({"title", "description", "format", "$comment"})
-_COUNT_KEYWORDS = frozenset({"minLength", "maxLength", "minItems", "maxItems", "minProperties",
-                             "maxProperties"})  # fmt: skip
+_COUNT_KEYWORDS = frozenset(
+    {"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"}
+)
 _NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 _ANY_KEYWORDS = frozenset({"default", "const"})
 

@@ -177,11 +177,14 @@ def _edge(source: str, target: str, event: str, transition: object) -> _Edge:
         lines += [f"PRE: {', '.join(pre_ids)}"] if pre_ids else ["PRE: N/A"]
         lines += [f"POST: {', '.join(post_ids)}"] if post_ids else ["POST: N/A"]
         return _Edge(
-            source, event, target, condition,
+            source,
+            event,
+            target,
+            condition,
             section if pre_ids else None,
             f"POST {section}" if post_ids else None,
             "\n".join(lines),
-        )  # fmt: skip
+        )
     if event == SERVER_TOOL_ROUND:
         pre = "R5" if validators else None
         tooltip = f"{event}: another model call (DESIGN.md R5)\nPRE: {ROUND_LIMIT.id}"
@@ -333,10 +336,23 @@ def _dot(path: _Path | None) -> str:
     title = "TurnMachine: one agent turn (AGN-036 §4)"
     if path is not None:
         title = f"{title}\npath: {path.caption}"
-    graph = {"label": title, "labelloc": "t", "fontname": _FONT, "fontsize": "14",
-             "rankdir": "TB", "nodesep": "0.5", "ranksep": "0.5"}  # fmt: skip
-    node = {"shape": "box", "style": "rounded,filled", "fillcolor": "#ffffff", "color": _INK,
-            "fontname": _FONT, "fontsize": "11"}  # fmt: skip
+    graph = {
+        "label": title,
+        "labelloc": "t",
+        "fontname": _FONT,
+        "fontsize": "14",
+        "rankdir": "TB",
+        "nodesep": "0.5",
+        "ranksep": "0.5",
+    }
+    node = {
+        "shape": "box",
+        "style": "rounded,filled",
+        "fillcolor": "#ffffff",
+        "color": _INK,
+        "fontname": _FONT,
+        "fontsize": "11",
+    }
     edge_style = {"fontname": _FONT, "fontsize": "9", "color": _INK, "fontcolor": _INK}
     start = {"shape": "point", "width": "0.15", "label": "", "fillcolor": _INK}
     lines = [
@@ -355,8 +371,12 @@ def _dot(path: _Path | None) -> str:
             initial = state.id
         if path is not None:
             if state.id == "faulted" and path.faulted:
-                attributes |= {"fillcolor": "#ffebe9", "color": _RED, "fontcolor": _RED,
-                               "penwidth": "2.5"}  # fmt: skip
+                attributes |= {
+                    "fillcolor": "#ffebe9",
+                    "color": _RED,
+                    "fontcolor": _RED,
+                    "penwidth": "2.5",
+                }
             elif state.id in path.visited:
                 attributes |= {"fillcolor": "#ddf4ff", "color": _BLUE, "penwidth": "2.5"}
             else:

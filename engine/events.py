@@ -284,10 +284,22 @@ class TurnFinished(TurnEvent):
 
 
 _EVENT_TYPES: tuple[type[TurnEvent], ...] = (
-    TurnStarted, StepStarted, CheckRan, TransitionTaken, StepEnded, ModelCallStarted,
-    ModelCallRetried, ModelCallFinished, ToolExecutionStarted, ToolExecuted, ToolCallHandled,
-    ModeChanged, WarningRaised, TurnFaulted, TurnFinished,
-)  # fmt: skip
+    TurnStarted,
+    StepStarted,
+    CheckRan,
+    TransitionTaken,
+    StepEnded,
+    ModelCallStarted,
+    ModelCallRetried,
+    ModelCallFinished,
+    ToolExecutionStarted,
+    ToolExecuted,
+    ToolCallHandled,
+    ModeChanged,
+    WarningRaised,
+    TurnFaulted,
+    TurnFinished,
+)
 """Every event type a turn emits."""
 
 EventSink: TypeAlias = Callable[[TurnEvent], None]
@@ -415,8 +427,15 @@ class _ModelCall:
     """
 
     __slots__ = (
-        "_attempts", "_reporter", "_request", "_round", "_tools", "failure", "reply", "retries",
-    )  # fmt: skip
+        "_attempts",
+        "_reporter",
+        "_request",
+        "_round",
+        "_tools",
+        "failure",
+        "reply",
+        "retries",
+    )
 
     def __init__(self, reporter: StepReporter, request: LLMRequest, round_: int) -> None:
         self._reporter: StepReporter | None = reporter
@@ -435,10 +454,15 @@ class _ModelCall:
         if reporter.model_call_started:
             reporter.emit(
                 ModelCallStarted(
-                    reporter.run_id, self._round, request.mode, request.model, self._tools,
-                    len(request.messages), request if reporter.capture_content else None,
+                    reporter.run_id,
+                    self._round,
+                    request.mode,
+                    request.model,
+                    self._tools,
+                    len(request.messages),
+                    request if reporter.capture_content else None,
                 )
-            )  # fmt: skip
+            )
         return self
 
     def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
@@ -509,7 +533,7 @@ class _ToolRun:
         "name",
         "outcome",
         "result_json",
-    )  # fmt: skip
+    )
 
     def __init__(
         self, reporter: StepReporter, call: ToolCall, tool: ToolDefinition, arguments: Any

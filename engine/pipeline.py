@@ -516,6 +516,9 @@ class Pipeline:
                 transitions.append(entry)
             elif isinstance(entry, CheckRecord):
                 checks.append(entry)
+        response_type = None
+        if ctx is not None and ctx.response_type is not None and not errors:
+            response_type = str(ctx.response_type)
         trace = StateTrace(
             context_type=str(ctx.type) if ctx is not None else None,
             outcome="faulted" if errors else "done",
@@ -524,12 +527,11 @@ class Pipeline:
             session_id=session_id,
             turn_id=turn_id,
             mode=ctx.mode if ctx is not None else None,
-            response_type=str(ctx.response_type) if ctx and ctx.response_type and not errors
-            else None,
+            response_type=response_type,
             error_codes=tuple(str(error.code) for error in result.errors),
             faulted_step=faulted_step,
             warnings=tuple(warning.code for warning in warnings),
-        )  # fmt: skip
+        )
         return TurnReport(
             result=result,
             context_type=ctx.type if ctx is not None else None,

@@ -367,9 +367,16 @@ class _Walk:
     """One walk's position and outcome, kept across the deadline's scope (``walk``)."""
 
     __slots__ = (
-        "compiled", "cursor", "errors", "event", "faulted_step", "in_step", "model", "source",
+        "compiled",
+        "cursor",
+        "errors",
+        "event",
+        "faulted_step",
+        "in_step",
+        "model",
+        "source",
         "states",
-    )  # fmt: skip
+    )
 
     def __init__(self, model: TurnRun, compiled: CompiledMachine, cursor: _Cursor) -> None:
         self.model, self.compiled, self.cursor = model, compiled, cursor

@@ -166,9 +166,11 @@ class Telemetry:
         if not self.spans:
             return None
         return trace.get_tracer(
-            "aptix_pipeline", __version__, tracer_provider=self.tracer_provider,
+            "aptix_pipeline",
+            __version__,
+            tracer_provider=self.tracer_provider,
             schema_url=SCHEMA_URL,
-        )  # fmt: skip
+        )
 
 
 # --- attribute names (GenAI conventions, and ours under aptix.*) ----------------------
@@ -183,13 +185,24 @@ def _message_json(message: ChatMessage) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
     if message.content:
         if message.role == "tool":
-            parts.append({"type": "tool_call_response", "id": message.tool_call_id,
-                          "response": message.content})  # fmt: skip
+            parts.append(
+                {
+                    "type": "tool_call_response",
+                    "id": message.tool_call_id,
+                    "response": message.content,
+                }
+            )
         else:
             parts.append({"type": "text", "content": message.content})
     for call in message.tool_calls or ():
-        parts.append({"type": "tool_call", "id": call.tool_call_id, "name": call.name,
-                      "arguments": call.arguments_json})  # fmt: skip
+        parts.append(
+            {
+                "type": "tool_call",
+                "id": call.tool_call_id,
+                "name": call.name,
+                "arguments": call.arguments_json,
+            }
+        )
     return {"role": str(message.role), "parts": parts}
 
 
@@ -198,8 +211,14 @@ def _output_json(reply: LLMReply) -> str:
     if reply.text:
         parts.append({"type": "text", "content": reply.text})
     for call in reply.tool_calls:
-        parts.append({"type": "tool_call", "id": call.tool_call_id, "name": call.name,
-                      "arguments": call.arguments_json})  # fmt: skip
+        parts.append(
+            {
+                "type": "tool_call",
+                "id": call.tool_call_id,
+                "name": call.name,
+                "arguments": call.arguments_json,
+            }
+        )
     message = {"role": "assistant", "parts": parts, "finish_reason": reply.finish_reason or ""}
     return json.dumps([message])
 
@@ -211,21 +230,37 @@ def _turn_content(ctx: PipelineContext, attributes: dict[str, Any]) -> None:
     if envelope.instructions:
         parts.append({"type": "text", "content": envelope.instructions})
     for artifact in envelope.input_artifacts or ():
-        parts.append({"type": "file", "name": artifact.relative_path,
-                      "mime_type": artifact.mime_type,
-                      "content": artifact.contents})  # fmt: skip
+        parts.append(
+            {
+                "type": "file",
+                "name": artifact.relative_path,
+                "mime_type": artifact.mime_type,
+                "content": artifact.contents,
+            }
+        )
     for image in envelope.clip_board_images or ():
-        parts.append({"type": "blob", "modality": "image", "mime_type": image.mime_type,
-                      "content": image.data_base64})  # fmt: skip
+        parts.append(
+            {
+                "type": "blob",
+                "modality": "image",
+                "mime_type": image.mime_type,
+                "content": image.data_base64,
+            }
+        )
     if parts:
         attributes["gen_ai.input.messages"] = json.dumps([{"role": "user", "parts": parts}])
     response = ctx.response
     text = response.primary_output_text if response is not None else None
     if text:
         attributes["gen_ai.output.messages"] = json.dumps(
-            [{"role": "assistant", "finish_reason": "stop",
-              "parts": [{"type": "text", "content": text}]}]
-        )  # fmt: skip
+            [
+                {
+                    "role": "assistant",
+                    "finish_reason": "stop",
+                    "parts": [{"type": "text", "content": text}],
+                }
+            ]
+        )
 
 
 class _Open:
@@ -252,10 +287,19 @@ class SpanBuilder:
     """
 
     __slots__ = (
-        "_chat", "_messages", "_step", "_step_attributes", "_step_failed_rules",
-        "_tool", "_tool_definitions", "_turn", "_usage", "capture_content", "provider_name",
+        "_chat",
+        "_messages",
+        "_step",
+        "_step_attributes",
+        "_step_failed_rules",
+        "_tool",
+        "_tool_definitions",
+        "_turn",
+        "_usage",
+        "capture_content",
+        "provider_name",
         "tracer",
-    )  # fmt: skip
+    )
 
     def __init__(self, tracer: Tracer, capture_content: bool, provider_name: str) -> None:
         self.tracer, self.capture_content, self.provider_name = (
@@ -416,9 +460,12 @@ class SpanBuilder:
         for rule_id in record.failed:
             span.add_event(
                 "aptix.rule.failed",
-                {"aptix.rule.id": rule_id, "aptix.step.name": record.step,
-                 "aptix.check.phase": record.phase},
-            )  # fmt: skip
+                {
+                    "aptix.rule.id": rule_id,
+                    "aptix.step.name": record.step,
+                    "aptix.check.phase": record.phase,
+                },
+            )
 
     def _fault(self, event: TurnFaulted) -> None:
         if self._step is None:
@@ -430,8 +477,9 @@ class SpanBuilder:
         span.set_status(Status(StatusCode.ERROR, ", ".join(record.error_codes)))
         for rule_id in record.rule_ids:
             if rule_id not in self._step_failed_rules:  # a step's own rule, not a guard's
-                span.add_event("aptix.rule.failed", {"aptix.rule.id": rule_id,
-                                                     "aptix.step.name": record.step})  # fmt: skip
+                span.add_event(
+                    "aptix.rule.failed", {"aptix.rule.id": rule_id, "aptix.step.name": record.step}
+                )
 
     # --- model calls -----------------------------------------------------------------
 
@@ -451,8 +499,9 @@ class SpanBuilder:
 
     def _chat_content(self, request: LLMRequest, attributes: dict[str, Any]) -> None:
         """The conversation, as the conventions want it, from per-message JSON kept per turn."""
-        system = [{"type": "text", "content": m.content} for m in request.messages
-                  if m.role == "system"]  # fmt: skip
+        system = [
+            {"type": "text", "content": m.content} for m in request.messages if m.role == "system"
+        ]
         texts = []
         for message in request.messages:
             if message.role == "system":
@@ -467,9 +516,16 @@ class SpanBuilder:
         key = tuple(id(tool) for tool in request.tools)
         if self._tool_definitions is None or self._tool_definitions[0] != key:
             definitions = json.dumps(
-                [{"type": "function", "name": t.name, "description": t.description,
-                  "parameters": t.parameters} for t in request.tools]
-            )  # fmt: skip
+                [
+                    {
+                        "type": "function",
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    }
+                    for t in request.tools
+                ]
+            )
             self._tool_definitions = (key, definitions)
         attributes["gen_ai.tool.definitions"] = self._tool_definitions[1]
 
@@ -478,9 +534,12 @@ class SpanBuilder:
             return
         self._chat.span.add_event(
             "aptix.llm.retry",
-            {"aptix.llm.attempt": event.attempt, ERROR_TYPE: event.error_type,
-             "aptix.llm.retry_wait_seconds": event.wait_seconds},
-        )  # fmt: skip
+            {
+                "aptix.llm.attempt": event.attempt,
+                ERROR_TYPE: event.error_type,
+                "aptix.llm.retry_wait_seconds": event.wait_seconds,
+            },
+        )
 
     def _chat_finished(self, event: ModelCallFinished) -> None:
         call = event.call

@@ -125,8 +125,7 @@ TraceEntry = (
 def entry_to_dict(entry: TraceEntry) -> dict[str, Any]:
     """One entry as JSON: a ``kind`` and its fields."""
     if isinstance(entry, TransitionRecord):
-        return {"kind": "transition", "step": entry.event, "from": entry.source,
-                "to": entry.target}  # fmt: skip
+        return {"kind": "transition", "step": entry.event, "from": entry.source, "to": entry.target}
     if isinstance(entry, CheckRecord):
         return {
             "kind": "guard" if entry.phase == "PRE" else "exit_hook",

@@ -90,10 +90,16 @@ def _check_tool_call_ids(scope: TurnScope, calls: list[ToolCall]) -> None:
         elif call.tool_call_id in seen:
             problem = "repeats an earlier call's id"
         if problem:
-            raise StepFaultError([TOOL_CALL_IDS.error(
-                f"the call to {call.name!r} (#{index + 1} of the reply) {problem}",
-                field=f"ToolCalls[{index}].ToolCallId", tool_call_id=call.tool_call_id,
-                tool_name=call.name)])  # fmt: skip
+            raise StepFaultError(
+                [
+                    TOOL_CALL_IDS.error(
+                        f"the call to {call.name!r} (#{index + 1} of the reply) {problem}",
+                        field=f"ToolCalls[{index}].ToolCallId",
+                        tool_call_id=call.tool_call_id,
+                        tool_name=call.name,
+                    )
+                ]
+            )
         seen.add(call.tool_call_id)
 
 

@@ -176,10 +176,15 @@ async def change_mode(
             ctx.session = await scope.transaction.set_session_mode(session.id, entry)
         except Exception as error:
             detail = described(error)
-            raise StepFaultError([InvokeError(
-                code=ErrorCode.PORT_FAILED, field="SessionStore",
-                message=f"the session store could not set the mode: {detail}",
-            )]) from error  # fmt: skip
+            raise StepFaultError(
+                [
+                    InvokeError(
+                        code=ErrorCode.PORT_FAILED,
+                        field="SessionStore",
+                        message=f"the session store could not set the mode: {detail}",
+                    )
+                ]
+            ) from error
         ctx.mode = mode
         change = ModeChange(call.tool_call_id, previous, mode, reason, branch)
         scope.mode_changes.append(change)

@@ -55,10 +55,15 @@ async def session_restorer(scope: TurnScope) -> None:
     else:
         pending = await tx.find_pending_turn(session_id)
         if pending is not None:  # R10 for the session: its open call set must be answered first
-            raise StepFaultError([FOLLOW_ON_TURN_SETTLED.error(
-                f"turn {pending.id!r} of this session awaits "
-                f"{[call.tool_call_id for call in pending.pending_tool_calls]}",
-                field="TurnId")])  # fmt: skip
+            raise StepFaultError(
+                [
+                    FOLLOW_ON_TURN_SETTLED.error(
+                        f"turn {pending.id!r} of this session awaits "
+                        f"{[call.tool_call_id for call in pending.pending_tool_calls]}",
+                        field="TurnId",
+                    )
+                ]
+            )
         if ctx.envelope.solution_context_text is not None:  # AGN-034 §4.5: session-latched
             session = await tx.set_solution_context(session.id, ctx.envelope.solution_context_text)
         turn = Turn(
@@ -80,17 +85,25 @@ def _warn_about_ignored_inputs(scope: TurnScope, session: Session) -> None:
     ignored = []
     if scope.initial_mode is not None and scope.initial_mode != session.mode:
         # AGN-011 §3.3: a mismatched mode is overwritten by the persisted one, with a warning.
-        ignored.append(("mode_mismatch", f"initial mode {scope.initial_mode!r} ignored: the "
-                        f"session is in {session.mode!r}"))  # fmt: skip
+        ignored.append(
+            (
+                "mode_mismatch",
+                f"initial mode {scope.initial_mode!r} ignored: the session is in {session.mode!r}",
+            )
+        )
     envelope = scope.ctx.envelope
     for field, asked, kept in (
         ("AgentContextId", envelope.agent_context_id, session.agent_context_id),
-        ("ConversationContextId", envelope.conversation_context_id,
-         session.conversation_context_id),
-    ):  # fmt: skip
+        (
+            "ConversationContextId",
+            envelope.conversation_context_id,
+            session.conversation_context_id,
+        ),
+    ):
         if asked is not None and asked.strip() and asked != kept:
-            ignored.append(("context_id_ignored", f"{field} {asked!r} ignored: the session "
-                            f"runs in {kept!r}"))  # fmt: skip
+            ignored.append(
+                ("context_id_ignored", f"{field} {asked!r} ignored: the session runs in {kept!r}")
+            )
     for code, message in ignored:
         logger.warning("session %s: %s", session.id, message)
         scope.warn(InvokeWarning(code=code, message=message))

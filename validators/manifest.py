@@ -116,17 +116,23 @@ def _pairing_errors(
         unanswered = [call for call in calls if call.tool_call_id not in result_ids]
         unknown = [result for result in results if result.tool_call_id not in call_ids]
         errors.extend(
-            COUNT_MATCH.error(f"{summary}; no result for {call.tool_call_id!r} ({call.name})",
-                              field="ToolCallResults", tool_call_id=call.tool_call_id,
-                              tool_name=call.name)
+            COUNT_MATCH.error(
+                f"{summary}; no result for {call.tool_call_id!r} ({call.name})",
+                field="ToolCallResults",
+                tool_call_id=call.tool_call_id,
+                tool_name=call.name,
+            )
             for call in unanswered
-        )  # fmt: skip
+        )
         errors.extend(
-            COUNT_MATCH.error(f"{summary}; the result {result.tool_call_id!r} answers no call",
-                              field="ToolCallResults", tool_call_id=result.tool_call_id,
-                              tool_name=result.name)
+            COUNT_MATCH.error(
+                f"{summary}; the result {result.tool_call_id!r} answers no call",
+                field="ToolCallResults",
+                tool_call_id=result.tool_call_id,
+                tool_name=result.name,
+            )
             for result in unknown
-        )  # fmt: skip
+        )
         if not unanswered and not unknown:
             errors.append(COUNT_MATCH.error(summary, field="ToolCallResults"))
     for index, (call, result) in enumerate(zip(calls, results, strict=False)):
@@ -167,9 +173,13 @@ def _unique_id_errors(
         seen: set[str] = set()
         for index, tool_call_id in enumerate(ids):
             if tool_call_id in seen:
-                errors.append(IDS_UNIQUE.error(
-                    f"{tool_call_id!r} repeats", field=f"{field}[{index}].ToolCallId",
-                    tool_call_id=tool_call_id))  # fmt: skip
+                errors.append(
+                    IDS_UNIQUE.error(
+                        f"{tool_call_id!r} repeats",
+                        field=f"{field}[{index}].ToolCallId",
+                        tool_call_id=tool_call_id,
+                    )
+                )
             seen.add(tool_call_id)
     return errors
 

@@ -499,8 +499,12 @@ def _file_errors(response: AgentExecuteResponse) -> list[InvokeError]:
     errors: list[InvokeError] = []
     for index, file in enumerate(response.files or ()):
         at = f"Files[{index}]"
-        required = {"Name": file.name, "MimeType": file.mime_type, "Url": file.url,
-                    "ContentHash": file.content_hash}  # fmt: skip
+        required = {
+            "Name": file.name,
+            "MimeType": file.mime_type,
+            "Url": file.url,
+            "ContentHash": file.content_hash,
+        }
         blank = [name for name, value in required.items() if not has_text(value)]
         if file.size_bytes < 0:
             blank.append("SizeBytes")

@@ -224,9 +224,11 @@ def _response_agreement(ctx: _Ctx, response: AgentExecuteResponse) -> list[tuple
     pairs = [
         ("SessionId", ctx.session is not None and response.session_id == ctx.session.id),
         ("TurnId", ctx.turn is not None and response.turn_id == ctx.turn.id),
-        ("Kind", ctx.response_type is not None
-         and _KIND_FOR.get(ctx.response_type) == response.kind),
-    ]  # fmt: skip
+        (
+            "Kind",
+            ctx.response_type is not None and _KIND_FOR.get(ctx.response_type) == response.kind,
+        ),
+    ]
     payload = ctx.response_payload
     if response.kind == ResponseKind.FINAL and payload is not None:
         pairs += [
@@ -239,9 +241,11 @@ def _response_agreement(ctx: _Ctx, response: AgentExecuteResponse) -> list[tuple
     if response.kind == ResponseKind.CLIENT_TOOL_CONTINUATION:
         pairs += [
             ("ToolCalls", response.tool_calls == ctx.client_tool_calls),
-            ("ToolContinuationMessage",
-             response.tool_continuation_message == ctx.tool_continuation_message),
-        ]  # fmt: skip
+            (
+                "ToolContinuationMessage",
+                response.tool_continuation_message == ctx.tool_continuation_message,
+            ),
+        ]
     return pairs
 
 
