@@ -35,7 +35,8 @@ and the Typer ``app`` (``cli_app.py``) are built on first use (``main()``, or
 ``cli_serve``, ``cli_diagram``, ``cli_replay``) and imports what it needs when it
 runs: ``aptix --version`` answers before anything else is imported, and no command
 loads FastAPI, the OpenAI SDK, psycopg or the OpenTelemetry SDK unless it uses them
-(tests/test_startup.py).
+(tests/test_startup.py). Typer renders help text as rich markup, so the commands
+write a literal ``[`` in their help as ``\\[`` (tests/test_cli_help.py).
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = ["run"]
 
-# The options.
+# The options. Typer renders help text as rich markup, where "[model]" would be a
+# style tag: a literal "[" is written "\\[".
 _Request: TypeAlias = Annotated[
     Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="Request JSON file.")
 ]
@@ -39,13 +40,13 @@ _LlmScript: TypeAlias = Annotated[
         dir_okay=False,
         readable=True,
         help="ScriptedLLM replies for this turn (README: 'Scripted model'); "
-        "default: the config's [model].",
+        "default: the config's \\[model].",
     ),
 ]
 _Store: TypeAlias = Annotated[
     str | None,
     typer.Option(
-        help="Session store: sqlite:PATH or memory; default: the config's [store], "
+        help="Session store: sqlite:PATH or memory; default: the config's \\[store], "
         "else sqlite:aptix.db."
     ),
 ]
@@ -57,7 +58,7 @@ _Config: TypeAlias = Annotated[
         exists=True,
         dir_okay=False,
         readable=True,
-        help="Configuration TOML: catalog tables, [model], [store], [engine] (README).",
+        help="Configuration TOML: catalog tables, \\[model], \\[store], \\[engine] (README).",
     ),
 ]
 _InitialMode: TypeAlias = Annotated[
@@ -78,7 +79,7 @@ _Record: TypeAlias = Annotated[
         "--record",
         file_okay=False,
         help="Record the turn into this folder, one file per turn, for `aptix replay`; "
-        "default: the config's [recording].",
+        "default: the config's \\[recording].",
     ),
 ]
 _Redact: TypeAlias = Annotated[

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["serve"]
 
 
+# Typer renders help text as rich markup: a literal "[" is written "\\[".
 def serve(
     config: Annotated[
         Path,
@@ -28,16 +29,16 @@ def serve(
             exists=True, dir_okay=False, readable=True, help="Configuration TOML (README)."
         ),
     ],
-    host: Annotated[str | None, typer.Option(help="Interface; default [server].host.")] = None,
-    port: Annotated[int | None, typer.Option(help="TCP port; default [server].port.")] = None,
+    host: Annotated[str | None, typer.Option(help="Interface; default \\[server].host.")] = None,
+    port: Annotated[int | None, typer.Option(help="TCP port; default \\[server].port.")] = None,
     workers: Annotated[
-        int | None, typer.Option(min=1, help="Worker processes; default [server].workers.")
+        int | None, typer.Option(min=1, help="Worker processes; default \\[server].workers.")
     ] = None,
     access_log: Annotated[
         bool | None,
         typer.Option(
             "--access-log/--no-access-log",
-            help="Log a line per request (uvicorn); default [server].access_log, off.",
+            help="Log a line per request (uvicorn); default \\[server].access_log, off.",
         ),
     ] = None,
 ) -> None:
