@@ -1,0 +1,52 @@
+"""The Typer app of the ``aptix`` command: its ``--version`` option and its commands.
+
+``cli.py`` builds it on first use. Each command lives in its own module
+(``cli_validate``, ``cli_run``, ``cli_serve``, ``cli_diagram``, ``cli_replay``),
+which imports Typer and the standard library only: building the app (``aptix
+--help``) loads no engine, and each command imports what it uses when it runs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from aptix_pipeline import __version__
+
+from .cli_diagram import diagram
+from .cli_replay import replay
+from .cli_run import run
+from .cli_serve import serve
+from .cli_validate import validate
+
+__all__ = ["build_app"]
+
+
+def _version(show: bool) -> None:
+    """``--version``: print the version and stop before any command runs."""
+    if show:
+        typer.echo(f"aptix-pipeline {__version__}")
+        raise typer.Exit()
+
+
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    """Run and inspect Aptix agent turns."""
+
+
+def build_app() -> typer.Typer:
+    """The Typer app: the root options, then the commands in the order ``--help`` lists them."""
+    built = typer.Typer(
+        name="aptix",
+        help="Run and inspect Aptix agent turns as a formal state machine.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+    built.callback()(_root)
+    for command in (validate, run, serve, diagram, replay):
+        built.command()(command)
+    return built

@@ -1,0 +1,148 @@
+"""``POST /v1/agent/execute``: one agent turn per request, answered with its ``InvokeResult``.
+
+The raw body goes to ``Pipeline.run``, so the engine's own rule ids and messages
+answer a malformed request, never a framework's validation error. The status
+follows the result (``http_status``). An ``Idempotency-Key`` header goes to the
+engine as ``idempotency_key``; an answer stored by an earlier copy of the request
+carries ``Idempotent-Replayed: true`` (docs/CONFORMANCE.md D181-D185).
+
+Failures the engine never sees answer ``{"error": ..., "message": ...}``: no key or
+a wrong one (401), a body over the limit (413, refused from ``Content-Length``
+before any of it is read, and counted while it streams), an app not yet started
+(503).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
+
+from aptix_pipeline.contracts import AgentExecuteResponse, ErrorCode, InvokeResult
+from aptix_pipeline.engine import Pipeline, TurnReport
+
+from .http_auth import Authenticator, authenticated_caller
+
+__all__ = [
+    "EXECUTE_PATH",
+    "IDEMPOTENCY_KEY_HEADER",
+    "REPLAYED_HEADER",
+    "ServiceState",
+    "http_status",
+    "problem",
+    "run_turn",
+]
+
+EXECUTE_PATH = "/v1/agent/execute"
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+"""The request header naming a retryable request (Stripe's), scoped to the caller."""
+REPLAYED_HEADER = "Idempotent-Replayed"
+"""The response header (``true``) of an answer stored by an earlier copy of the request."""
+
+_STATUS: Mapping[ErrorCode, int] = {
+    ErrorCode.INVALID_REQUEST: 400,
+    ErrorCode.TOOL_CALL_MANIFEST_INVALID: 400,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.PORT_FAILED: 502,
+    ErrorCode.DEADLINE_EXCEEDED: 504,
+}
+
+
+def http_status(result: InvokeResult[AgentExecuteResponse]) -> int:
+    """The HTTP status of a turn's result (docs/CONFORMANCE.md D82).
+
+    200 when Successful; otherwise by the first error's code: ``invalid_request``
+    and ``tool_call_manifest_invalid`` 400, ``not_found`` 404, ``conflict`` 409,
+    ``port_failed`` (the model or store failed) 502, ``deadline_exceeded`` (the turn
+    ran past ``turn_deadline_seconds``) 504, anything else 500. The body
+    is the ``InvokeResult`` either way.
+    """
+    if result.successful:
+        return 200
+    return _STATUS.get(result.errors[0].code, 500)
+
+
+@dataclass(slots=True)
+class ServiceState:
+    """What the routes share: the pipeline (``None`` until the app has started, and
+    again once it stops), who may call, and the largest body accepted."""
+
+    pipeline: Pipeline | None
+    authenticator: Authenticator
+    max_body_bytes: int
+
+
+class _TooLargeError(Exception):
+    """The body holds (or declares) more than the service accepts."""
+
+
+def problem(status: int, error: str, message: str, **headers: str) -> JSONResponse:
+    """An answer to a request the engine never saw: ``{"error": ..., "message": ...}``."""
+    return JSONResponse({"error": error, "message": message}, status_code=status, headers=headers)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing more than ``limit`` bytes (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise _TooLargeError
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _TooLargeError
+    return bytes(body)
+
+
+def _idempotency_key(request: Request) -> str | None:
+    """The ``Idempotency-Key`` header as sent; ``None`` when there is none.
+
+    A key given twice is passed joined as HTTP joins repeated fields (``a, b``) and
+    an empty one as it is: the engine refuses both with ``DESIGN/idempotency/key-format``
+    (a key holds no spaces, and is never empty), so no copy is silently preferred.
+    """
+    values = request.headers.getlist(IDEMPOTENCY_KEY_HEADER)
+    return ", ".join(values) if values else None
+
+
+def _answer(report: TurnReport) -> Response:
+    """The turn's ``InvokeResult`` as the response, its status by ``http_status``."""
+    result = report.result
+    return Response(
+        result.to_json(),
+        status_code=http_status(result),
+        media_type="application/json",
+        headers={REPLAYED_HEADER: "true"} if report.replayed else None,
+    )
+
+
+async def run_turn(service: ServiceState, request: Request) -> Response:
+    """``POST /v1/agent/execute``: authenticate, read the body, run the turn, answer."""
+    caller = await authenticated_caller(service.authenticator, request.headers)
+    if caller is None:
+        return problem(
+            401,
+            "unauthorized",
+            "send an API key: Authorization: Bearer KEY or X-API-Key: KEY",
+            **{"WWW-Authenticate": "Bearer"},
+        )
+    try:
+        body = await _read_body(request, service.max_body_bytes)
+    except _TooLargeError:
+        return problem(
+            413,
+            "body_too_large",
+            f"the request body may hold at most {service.max_body_bytes} bytes",
+        )
+    except ClientDisconnect:  # gone mid-body, or cut off by the read timeout: nobody to answer
+        return Response(status_code=408)
+    pipeline = service.pipeline
+    if pipeline is None:
+        return problem(503, "not_ready", "the service is starting or stopping")
+    # The raw body: parsed once, by the engine.
+    report = await pipeline.run(body, caller, idempotency_key=_idempotency_key(request))
+    return _answer(report)
