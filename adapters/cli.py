@@ -119,7 +119,7 @@ def run(
             exists=True,
             dir_okay=False,
             readable=True,
-            help="ScriptedLLM replies for this turn (README: 'Scripted model'); "
+            help="ScriptedLLM replies for this turn (docs/MODELS.md: 'Scripted model'); "
             "default: the config's [model].",
         ),
     ] = None,
@@ -138,7 +138,8 @@ def run(
             exists=True,
             dir_okay=False,
             readable=True,
-            help="Configuration TOML: catalog tables, [model], [store], [engine] (README).",
+            help="Configuration TOML: catalog tables, [model], [store], [engine] "
+            "(docs/CONFIGURATION.md).",
         ),
     ] = None,
     initial_mode: Annotated[
@@ -272,7 +273,10 @@ def serve(
     config: Annotated[
         Path,
         typer.Option(
-            exists=True, dir_okay=False, readable=True, help="Configuration TOML (README)."
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="Configuration TOML (docs/CONFIGURATION.md).",
         ),
     ],
     host: Annotated[str | None, typer.Option(help="Interface; default [server].host.")] = None,
