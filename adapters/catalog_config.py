@@ -1,6 +1,6 @@
 """The Mode Catalog and Agent Catalog from a TOML file, with a built-in default.
 
-One file configures both ports (README "Configuration"):
+One file configures both ports (docs/CONFIGURATION.md "The catalog"):
 
 - ``[[modes]]`` — ``name``, ``display_name`` and ``server_tools`` (names of
   ``[[server_tools]]`` entries). A mode ``"general"`` must exist: it is every new

@@ -25,7 +25,7 @@
   codes: 0 drawn, 2 for a usage error (unknown suffix, svg/png to a terminal,
   Graphviz missing).
 - ``aptix replay FILE|DIR... [--diagram OUT] [--spans]`` re-runs recorded turns
-  (``engine/replay.py``) with ports answering from the recording, prints each
+  (``engine/replay/replayer.py``) with ports answering from the recording, prints each
   trace and names the first divergence. ``--diagram`` draws the recorded turn's
   path. Exit codes: 0 every recording replays, 1 one diverges, 2 usage error.
 

@@ -1,6 +1,6 @@
 """``aptix replay FILE|DIR... [--diagram OUT] [--spans]``: recorded turns re-run.
 
-Each recording is re-run (``engine/replay.py``) with the ports answering from it;
+Each recording is re-run (``engine/replay/replayer.py``) with the ports answering from it;
 the command prints each trace and names the first divergence. ``--diagram`` draws
 the recorded turn's path. Exit codes: 0 every recording replays, 1 one diverges,
 2 for a usage error.

@@ -39,7 +39,7 @@ _LlmScript: TypeAlias = Annotated[
         exists=True,
         dir_okay=False,
         readable=True,
-        help="ScriptedLLM replies for this turn (README: 'Scripted model'); "
+        help="ScriptedLLM replies for this turn (docs/MODELS.md: 'Scripted model'); "
         "default: the config's \\[model].",
     ),
 ]
@@ -58,7 +58,8 @@ _Config: TypeAlias = Annotated[
         exists=True,
         dir_okay=False,
         readable=True,
-        help="Configuration TOML: catalog tables, \\[model], \\[store], \\[engine] (README).",
+        help="Configuration TOML: catalog tables, \\[model], \\[store], \\[engine] "
+        "(docs/CONFIGURATION.md).",
     ),
 ]
 _InitialMode: TypeAlias = Annotated[

@@ -26,7 +26,10 @@ def serve(
     config: Annotated[
         Path,
         typer.Option(
-            exists=True, dir_okay=False, readable=True, help="Configuration TOML (README)."
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="Configuration TOML (docs/CONFIGURATION.md).",
         ),
     ],
     host: Annotated[str | None, typer.Option(help="Interface; default \\[server].host.")] = None,

@@ -3,7 +3,7 @@
 uvicorn times out only an idle keep-alive connection (``timeout_keep_alive``); a
 client that opens a connection and sends nothing, half a header, or half a body
 holds it, and a task waiting on it, for as long as it likes. Here a client has
-``read_timeout_seconds`` (``[server]``, README "Configuration file" → Limits) to
+``read_timeout_seconds`` (``[server]``, docs/CONFIGURATION.md "Limits") to
 send one whole request — its headers and its body — counted from the moment the
 connection opens, or from a request's first byte on a kept-alive connection. When
 the time is up and no response has begun, the client gets ``408 Request Timeout``

@@ -445,7 +445,7 @@ class OpenAICompatibleLLM:
             base_url=base_url,
             timeout=self._timeout,
             max_retries=0,  # tenacity here is the only retry layer
-            # A reply body is read up to max_reply_bytes, never more (README "Limits").
+            # A reply body is read up to max_reply_bytes, never more (docs/CONFIGURATION.md).
             http_client=openai.DefaultAsyncHttpxClient(
                 timeout=self._timeout, transport=_BoundedTransport(max_reply_bytes)
             ),

@@ -26,7 +26,7 @@ its own, each optional:
   ``max_json_depth``, ``max_errors``, ``max_input_artifacts``, ``max_clipboard_images``,
   ``max_tool_results``), and ``idempotency_ttl_seconds``, how long a committed turn's
   answer is kept for retries (0 keeps it for good).
-- ``[recording]`` — record every turn for replay (``engine/recording.py``):
+- ``[recording]`` — record every turn for replay (``engine/replay/recording.py``):
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
 
@@ -155,7 +155,7 @@ class _Engine(_Table):
     llm_attempts: int = Field(default=3, ge=1)
     retry_wait_seconds: float = Field(default=0.2, ge=0)
     retry_max_wait_seconds: float = Field(default=2.0, ge=0)
-    # Limits (README "Configuration file" → Limits); 0 seconds turns a time limit off.
+    # Limits (docs/CONFIGURATION.md "Limits"); 0 seconds turns a time limit off.
     turn_deadline_seconds: float = Field(default=300.0, ge=0, allow_inf_nan=False)
     server_tool_timeout_seconds: float = Field(default=30.0, ge=0, allow_inf_nan=False)
     max_model_reply_chars: int = Field(default=1_000_000, ge=1)

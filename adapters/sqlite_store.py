@@ -18,7 +18,7 @@
   ``OUTCOME_SWEEP`` expired ones, so the table does not grow without bound;
   ``purge_outcomes`` removes all of them.
 
-Durability (``synchronous``, README "Configuration"): ``"normal"`` (the default)
+Durability (``synchronous``, docs/STORES.md "SQLite durability"): ``"normal"`` (the default)
 is WAL with ``PRAGMA synchronous = NORMAL``: a commit writes the turn to the WAL
 file without waiting for the disk, so a turn the store acknowledged survives a
 crash of the process (``kill -9`` included), but a power loss or an OS crash

@@ -202,7 +202,7 @@ def rebuilt(value: Any, branch: Branch, leaf: Callable[[Any], Any] = lambda item
     """``value`` copied without recursion: ``branch`` makes each container, ``leaf`` the rest.
 
     The one walk behind ``as_pairs``, ``plain`` and the recording tap's deep encoder
-    (``engine/port_tap.py``): a stack of ``(value, holder, slot)``, each value written
+    (``engine/replay/port_tap.py``): a stack of ``(value, holder, slot)``, each value written
     into ``holder[slot]``, so any depth costs heap, not stack.
     """
     root: list[Any] = [None]

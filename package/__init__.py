@@ -151,14 +151,17 @@ if TYPE_CHECKING:
         write_recording,
     )
     from .steps import (
+        STEP_FUNCTIONS,
         ModeChange,
         PipelineOptions,
         Ports,
         RejectionKind,
         StepFaultError,
+        StepFunction,
         ToolCallFate,
         ToolCallRecord,
         ToolCallSide,
+        TurnScope,
     )
     from .validators import (
         Rule,
@@ -187,6 +190,9 @@ _EXPORTS: dict[str, str] = {
     "PipelineOptions": "steps",
     "Ports": "steps",
     # Running a turn
+    "STEP_FUNCTIONS": "steps",
+    "StepFunction": "steps",
+    "TurnScope": "steps",
     "ModeChange": "steps",
     "ToolCallRecord": "steps",
     "ToolCallFate": "steps",
@@ -328,6 +334,7 @@ __all__ = [
     "DEFAULT_MODE",
     "LLM",
     "RECORDING_FORMAT",
+    "STEP_FUNCTIONS",
     "AgentCatalog",
     "AgentContext",
     "AgentExecuteRequest",
@@ -407,6 +414,7 @@ __all__ = [
     "StateTrace",
     "StepEnded",
     "StepFaultError",
+    "StepFunction",
     "StepStarted",
     "SteppingClock",
     "StoreConflictError",
@@ -434,6 +442,7 @@ __all__ = [
     "TurnInterceptor",
     "TurnRecording",
     "TurnReport",
+    "TurnScope",
     "TurnStarted",
     "TurnStatus",
     "Usage",

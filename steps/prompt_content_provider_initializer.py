@@ -54,7 +54,7 @@ def user_message(request: AgentExecuteRequest) -> ChatMessage:
 def _within_limit(
     scope: TurnScope, session_id: str, history: list[ChatMessage]
 ) -> list[ChatMessage]:
-    """The stored history the model is sent, by ``transcript_policy`` (README "Limits").
+    """The stored history the model is sent, by ``transcript_policy`` (docs/CONFIGURATION.md).
 
     ``truncate`` leaves out the oldest messages, and then any tool results left at the
     front without the assistant message that called them, so what is sent still pairs

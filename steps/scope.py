@@ -83,7 +83,7 @@ class PipelineOptions:
     - ``retry_wait_seconds`` / ``retry_max_wait_seconds``: exponential back-off
       between those tries.
 
-    Limits (README "Configuration file", docs/CONFORMANCE.md D200-D219):
+    Limits (docs/CONFIGURATION.md "Limits", docs/CONFORMANCE.md D200-D219):
 
     - ``turn_deadline_seconds``: the most one turn may take, commit excepted; past
       it the turn faults with ``deadline_exceeded`` (``DESIGN/limits/turn-deadline``)

@@ -606,14 +606,14 @@ def test_an_empty_script_or_a_blank_call_id_is_refused(script: str, message: str
         ScriptedLLM.from_json(script)
 
 
-README_TOML = re.compile(r"```toml\n(.*?)```", re.S)
+CATALOG_TOML = re.compile(r"```toml\n(.*?)```", re.S)
 
 
-def test_the_readme_catalog_example_loads() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    [example] = README_TOML.findall(readme)
+def test_the_documented_catalog_example_loads() -> None:
+    page = Path(__file__).resolve().parent.parent / "docs" / "CONFIGURATION.md"
+    [example] = CATALOG_TOML.findall(page.read_text(encoding="utf-8"))
 
-    catalog = ConfigCatalog.from_toml(example, source="README.md")
+    catalog = ConfigCatalog.from_toml(example, source="docs/CONFIGURATION.md")
 
     assert asyncio.run(catalog.get_mode("general")) is not None
 

@@ -50,7 +50,7 @@ def _written_help(name: str) -> str:
             [
                 "default: the config's [model].",
                 "default: the config's [store], else sqlite:aptix.db.",
-                "catalog tables, [model], [store], [engine] (README).",
+                "catalog tables, [model], [store], [engine] (docs/CONFIGURATION.md).",
                 "default: the config's [recording].",
             ],
         ),

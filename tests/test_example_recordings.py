@@ -1,7 +1,8 @@
 """The example recordings (``examples/recordings/``) replay, and are what the code records now.
 
 They are also the pattern a host follows to run its own folder of production
-recordings as a regression suite (README "Record in production, replay on a laptop").
+recordings as a regression suite (docs/RECORDING.md "A folder of recordings as a
+regression suite").
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def _svg_texts(svg: bytes) -> list[str]:
     return [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
 
 
-def test_the_readme_path_picture_shows_the_faulted_example_turn() -> None:
+def test_the_recording_page_path_picture_shows_the_faulted_example_turn() -> None:
     if shutil.which("dot") is None:
         if os.environ.get("CI"):
             pytest.fail("Graphviz's dot is missing under CI (make graphviz installs it)")
@@ -102,4 +103,5 @@ def test_the_readme_path_picture_shows_the_faulted_example_turn() -> None:
     assert _svg_texts(committed) == _svg_texts(pipeline_diagram(DiagramFormat.SVG, path=trace)), (
         "diagrams/example-faulted-turn.svg is stale: run make diagrams"
     )
-    assert "diagrams/example-faulted-turn.svg" in (ROOT / "README.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "RECORDING.md").read_text(encoding="utf-8")
+    assert "](../diagrams/example-faulted-turn.svg)" in page

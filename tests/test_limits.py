@@ -1,5 +1,5 @@
 """The engine's limits: the turn deadline, the server tool timeout, the model reply size
-and the transcript size (``PipelineOptions``, README "Configuration file" → Limits).
+and the transcript size (``PipelineOptions``, docs/CONFIGURATION.md "Limits").
 
 Deadlines run on real time (asyncio), so the tests set tiny ones and make the slow
 part wait on an event that never comes: they assert what happened (the error code,

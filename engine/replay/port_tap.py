@@ -3,9 +3,9 @@
 ``tap_ports(tap, ports)`` wraps each port of a turn (the store and its
 transaction, both catalogs, the LLM, every server tool, the clock and the id
 source) so that each call reaches ``tap`` as *(port, call, arguments)* before
-anything else happens. A ``RecordingTap`` (``engine/recording.py``) passes the
+anything else happens. A ``RecordingTap`` (``recorder.py``) passes the
 call on to the real port and writes down its answer; a ``ReplayTap``
-(``engine/replay.py``) never calls a real port: it checks the call against the
+(``replayer.py``) never calls a real port: it checks the call against the
 recording and answers what the real port answered then (DESIGN.md "Replay").
 
 Arguments and answers travel as JSON (the ports' wire models in their DDR

@@ -93,7 +93,7 @@ class RecordingOptions:
     - ``sink``: also hand each recording to this callable (ship it elsewhere);
       with neither, the recording is only returned on ``TurnReport.recording``.
     - ``redact``: drop user content before anything is written or returned
-      (``engine/redaction.py``).
+      (``engine/replay/redaction.py``).
     - ``config_digest``: the host's own digest of its configuration; by default
       one is computed from the options, ports and catalogs (``config_digest``).
     """

@@ -113,7 +113,7 @@ class TurnRecording:
         return PipelineOptions(**self.options)
 
     def redact(self) -> TurnRecording:
-        """This recording without user content (``engine/redaction.py``); idempotent."""
+        """This recording without user content (``engine/replay/redaction.py``); idempotent."""
         redactor = Redactor.of(self.calls)
         calls = tuple(
             replace(
