@@ -8,8 +8,9 @@ FastAPI, typer) is needed only by a host that uses that adapter.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aptix_pipeline.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .builtin_tools import BUILTIN_TOOLS
@@ -89,14 +90,4 @@ __all__ = [
 
 # Hidden from type checkers, which see the imports above: a misspelt name is an error.
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(import_module(f".{module}", __name__), name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_EXPORTS})
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

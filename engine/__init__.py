@@ -19,8 +19,9 @@ bring in python-statemachine's renderers.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aptix_pipeline.lazy import lazy_exports
 
 from .events import (
     CheckRan,
@@ -69,14 +70,7 @@ _LAZY = {
 
 # Hidden from type checkers, which see the imports above: a misspelt name is an error.
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __all__ = [

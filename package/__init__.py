@@ -20,8 +20,9 @@ The subpackages (DESIGN.md "Layout and layers") are the implementation:
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -473,14 +474,4 @@ __all__ = [
 
 # Hidden from type checkers, which see the imports above: a misspelt name is an error.
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        subpackage = _EXPORTS.get(name)
-        if subpackage is None:
-            raise AttributeError(f"module 'aptix_pipeline' has no attribute {name!r}")
-        value = getattr(import_module(f".{subpackage}", __name__), name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_EXPORTS})
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
