@@ -42,7 +42,6 @@ write a literal ``[`` in their help as ``\\[`` (tests/test_cli_help.py).
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from aptix_pipeline import __version__
@@ -53,16 +52,6 @@ if TYPE_CHECKING:
     app: typer.Typer  # built on first use: __getattr__
 
 __all__ = ["app", "main"]
-
-
-class _Format(StrEnum):
-    """``aptix diagram --format``: the values of ``engine.diagram.DiagramFormat``, which
-    the CLI cannot import without the engine (tests/test_startup.py keeps them equal)."""
-
-    MERMAID = "mermaid"
-    DOT = "dot"
-    SVG = "svg"
-    PNG = "png"
 
 
 def _build_app() -> typer.Typer:

@@ -10,22 +10,31 @@ terminal, Graphviz missing).
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .cli import _Format
-
 if TYPE_CHECKING:
     from aptix_pipeline.engine import DiagramFormat
 
-__all__ = ["diagram"]
+__all__ = ["DiagramChoice", "diagram"]
+
+
+class DiagramChoice(StrEnum):
+    """``aptix diagram --format``: the values of ``engine.diagram.DiagramFormat``, which
+    the CLI cannot import without the engine (tests/test_startup.py keeps them equal)."""
+
+    MERMAID = "mermaid"
+    DOT = "dot"
+    SVG = "svg"
+    PNG = "png"
 
 
 def diagram(
     fmt_choice: Annotated[
-        _Format | None,
+        DiagramChoice | None,
         typer.Option(
             "--format", help="mermaid, dot, svg or png; default: from --out's suffix, else mermaid."
         ),
@@ -62,7 +71,7 @@ def _binary(fmt: DiagramFormat) -> bool:
     return fmt in (DiagramFormat.SVG, DiagramFormat.PNG)
 
 
-def _diagram_format(fmt_choice: _Format | None, out: Path | None) -> DiagramFormat:
+def _diagram_format(fmt_choice: DiagramChoice | None, out: Path | None) -> DiagramFormat:
     """``--format``, else the one ``--out``'s suffix names, else mermaid; a binary format
     to a terminal is refused."""
     from aptix_pipeline.engine import DiagramFormat, format_for

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from aptix_pipeline import __version__
-from aptix_pipeline.adapters import cli
+from aptix_pipeline.adapters import cli, cli_diagram
 from aptix_pipeline.engine.diagram import DiagramFormat
 
 # Extras a command loads only when it uses them.
@@ -115,7 +115,7 @@ def test_aptix_run_loads_no_extra_and_no_jsonschema_on_the_built_in_catalog(
 
 
 def test_the_cli_diagram_formats_are_the_engines() -> None:
-    choices = [choice.value for choice in cli._Format]
+    choices = [choice.value for choice in cli_diagram.DiagramChoice]
 
     assert choices == [fmt.value for fmt in DiagramFormat]
 
