@@ -78,10 +78,23 @@ def serving(config: Path, extra: Sequence[str] = ()) -> Iterator[tuple[str, int]
     log = config.parent / "serve.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(APTIX), "serve", "--config", str(config), "--host", "127.0.0.1",
-             "--port", str(port), "--workers", "1", *extra],
-            stdout=out, stderr=subprocess.STDOUT, cwd=config.parent,
-        )  # fmt: skip
+            [
+                str(APTIX),
+                "serve",
+                "--config",
+                str(config),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+                *extra,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=config.parent,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30

@@ -45,8 +45,15 @@ from aptix_pipeline.validators import (
 )
 
 SECTIONS = (
-    "validators", "turns", "tracing", "recording", "concurrency", "transcript", "replay", "cli",
-)  # fmt: skip
+    "validators",
+    "turns",
+    "tracing",
+    "recording",
+    "concurrency",
+    "transcript",
+    "replay",
+    "cli",
+)
 
 
 def _per_call_us(stmt: object, number: int = 2000) -> float:
@@ -74,13 +81,19 @@ def validators() -> dict[str, float]:
     rows = [
         ("baseline: deep copy of the context", baseline),
         ("validate_core", _per_call_us(lambda: validate_core(ctx))),
-        ("validate_pre_step(llm_client) incl. manifest",
-         _per_call_us(lambda: validate_pre_step(ctx, PipelineStep.LLM_CLIENT))),
-        (f"PRE+POST of all {len(path)} steps, continuation path",
-         _per_call_us(whole_path, number=200)),
-        ("parse_request (continuation JSON)",
-         _per_call_us(lambda: parse_request(request_data(kind)))),
-    ]  # fmt: skip
+        (
+            "validate_pre_step(llm_client) incl. manifest",
+            _per_call_us(lambda: validate_pre_step(ctx, PipelineStep.LLM_CLIENT)),
+        ),
+        (
+            f"PRE+POST of all {len(path)} steps, continuation path",
+            _per_call_us(whole_path, number=200),
+        ),
+        (
+            "parse_request (continuation JSON)",
+            _per_call_us(lambda: parse_request(request_data(kind))),
+        ),
+    ]
     print("validators (µs per call; x = ratio to the baseline)")
     print(f"{'what':<52}{'µs/call':>10}{'x baseline':>12}")
     for label, micros in rows:
@@ -112,8 +125,11 @@ def turns() -> dict[str, Any]:
         ("engine/lg", "engine", "langgraph"),
         ("sc/plain", "statechart", "plain"),
     )
-    print(f"{'path':<30}" + "".join(f"{n:>11}" for n in names)
-          + "".join(f"{r[0]:>13}" for r in ratios))  # fmt: skip
+    print(
+        f"{'path':<30}"
+        + "".join(f"{n:>11}" for n in names)
+        + "".join(f"{r[0]:>13}" for r in ratios)
+    )
     for table in ("best", "median"):
         if table == "median":
             print("  median of rounds:")
@@ -138,8 +154,11 @@ def tracing() -> dict[str, Any]:
     """Telemetry cost per turn."""
     print("telemetry cost per turn, memory store (µs per turn; x = ratio to tracing off)")
     settings = ("off", "no-op", "sdk", "sdk+content")
-    print(f"{'workload':<34}" + "".join(f"{name:>13}" for name in settings)
-          + "".join(f"{'x ' + name:>15}" for name in settings[1:]))  # fmt: skip
+    print(
+        f"{'workload':<34}"
+        + "".join(f"{name:>13}" for name in settings)
+        + "".join(f"{'x ' + name:>15}" for name in settings[1:])
+    )
     result = {}
     for workload, costs in tracing_rows():
         cells = "".join(f"{costs[name]:>13.0f}" for name in settings)
@@ -168,15 +187,19 @@ def concurrency() -> dict[str, Any]:
     rows = concurrency_rows()
     count = int(rows["memory"]["turns"] or 0)
     print(f"{count:,} concurrent Initial turns, model awaits 50 ms, tracing off")
-    print(f"{'store':<10}{'wall s':>9}{'target s':>10}{'wall/tgt':>10}{'CPU µs/turn':>13}"
-          f"{'alone µs':>10}{'CPU ratio':>11}{'hot µs':>9}{'x hot':>7}"
-          f"{'peak KB/turn':>14}{'held KB/turn':>14}")  # fmt: skip
+    print(
+        f"{'store':<10}{'wall s':>9}{'target s':>10}{'wall/tgt':>10}{'CPU µs/turn':>13}"
+        f"{'alone µs':>10}{'CPU ratio':>11}{'hot µs':>9}{'x hot':>7}"
+        f"{'peak KB/turn':>14}{'held KB/turn':>14}"
+    )
     for store, row in rows.items():
-        print(f"{store:<10}{row['wall_s']:>9.2f}{row['target_wall_s']:>10.2f}"
-              f"{row['wall_ratio']:>10.2f}{row['cpu_us_per_turn']:>13.0f}"
-              f"{row['alone_cpu_us_per_turn']:>10.0f}{row['cpu_ratio']:>11.2f}"
-              f"{row['hot_cpu_us_per_turn']:>9.0f}{row['cpu_ratio_hot']:>7.2f}"
-              f"{_kb(row['peak_kb_per_turn']):>14}{_kb(row['held_kb_per_turn']):>14}")  # fmt: skip
+        print(
+            f"{store:<10}{row['wall_s']:>9.2f}{row['target_wall_s']:>10.2f}"
+            f"{row['wall_ratio']:>10.2f}{row['cpu_us_per_turn']:>13.0f}"
+            f"{row['alone_cpu_us_per_turn']:>10.0f}{row['cpu_ratio']:>11.2f}"
+            f"{row['hot_cpu_us_per_turn']:>9.0f}{row['cpu_ratio_hot']:>7.2f}"
+            f"{_kb(row['peak_kb_per_turn']):>14}{_kb(row['held_kb_per_turn']):>14}"
+        )
     print(
         "  targets: CPU ratio ≤ 1.1; wall ≤ 1.2 x (50 ms + turns x CPU alone), i.e."
         " wall/tgt ≤ 1; peak ≤ 40 KB per turn in flight"
@@ -208,8 +231,10 @@ def replay() -> dict[str, float]:
         f"replay in process, {rates['recordings']:.0f} recordings (Initial asking for a client"
         " tool, its continuation, a follow-on)"
     )
-    for key, label in (("objects_per_s", "from TurnRecording objects"),
-                       ("files_per_s", "from files")):  # fmt: skip
+    for key, label in (
+        ("objects_per_s", "from TurnRecording objects"),
+        ("files_per_s", "from files"),
+    ):
         print(
             f"  {label:<30}{rates[key]:>8.0f} recordings/s"
             f"  (target ≥ 1000: {_mark(rates[key] >= 1000)})"
@@ -247,8 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the chosen sections, print their tables, write ``--json`` when asked."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
-    parser.add_argument("--only", metavar="SECTIONS",
-                        help=f"comma-separated, of: {','.join(SECTIONS)}")  # fmt: skip
+    parser.add_argument(
+        "--only", metavar="SECTIONS", help=f"comma-separated, of: {','.join(SECTIONS)}"
+    )
     args = parser.parse_args(argv)
     chosen = list(SECTIONS)
     if args.only:

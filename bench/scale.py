@@ -272,8 +272,16 @@ def cli_costs(runs: int = 5) -> dict[str, dict[str, float]]:
         request, script = Path(folder) / "request.json", Path(folder) / "script.json"
         request.write_text(json.dumps({"Instruction": "hi"}), encoding="utf-8")
         script.write_text(json.dumps([{"text": "done"}]), encoding="utf-8")
-        run = [str(aptix), "run", str(request), "--llm-script", str(script),
-               "--store", f"sqlite:{Path(folder) / 'aptix.db'}", "--compact"]  # fmt: skip
+        run = [
+            str(aptix),
+            "run",
+            str(request),
+            "--llm-script",
+            str(script),
+            "--store",
+            f"sqlite:{Path(folder) / 'aptix.db'}",
+            "--compact",
+        ]
         _timed(run, folder, 1)  # makes the database, warms the file cache
         return {
             "version": _timed([str(aptix), "--version"], folder, runs),

@@ -65,8 +65,14 @@ def bench_pipeline(
 ) -> Pipeline:
     """The benchmarks' pipeline: memory store, built-in catalog, ``replies`` in a loop."""
     catalog = ConfigCatalog.default()
-    ports = Ports(store=MemoryStore(), llm=ReplayingLLM(replies), modes=catalog, agents=catalog,
-                  clock=SystemClock(), ids=RandomIds())  # fmt: skip
+    ports = Ports(
+        store=MemoryStore(),
+        llm=ReplayingLLM(replies),
+        modes=catalog,
+        agents=catalog,
+        clock=SystemClock(),
+        ids=RandomIds(),
+    )
     interceptors = [Recorder(recording)] if recording is not None else []
     return Pipeline(ports, PipelineOptions(), telemetry=telemetry, interceptors=interceptors)
 

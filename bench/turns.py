@@ -70,17 +70,35 @@ __all__ = [
 CALLER = Caller(org="acme", user="ana")
 S = PipelineStep
 PATHS: dict[ContextType, tuple[PipelineStep, ...]] = {
-    ContextType.INITIAL: (S.REQUEST_HANDLER, S.AGENT_CONTEXT_RESOLVER, S.AGENT_SESSION_CREATOR,
-                          S.PROMPT_CONTENT_PROVIDER_INITIALIZER, S.REASONER, S.LLM_CLIENT,
-                          S.RESPONSE_BUILDER),
-    ContextType.FOLLOW_ON: (S.REQUEST_HANDLER, S.SESSION_RESTORER, S.AGENT_CONTEXT_LOADER,
-                            S.PROMPT_CONTENT_PROVIDER_INITIALIZER, S.REASONER, S.LLM_CLIENT,
-                            S.RESPONSE_BUILDER),
+    ContextType.INITIAL: (
+        S.REQUEST_HANDLER,
+        S.AGENT_CONTEXT_RESOLVER,
+        S.AGENT_SESSION_CREATOR,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+        S.REASONER,
+        S.LLM_CLIENT,
+        S.RESPONSE_BUILDER,
+    ),
+    ContextType.FOLLOW_ON: (
+        S.REQUEST_HANDLER,
+        S.SESSION_RESTORER,
+        S.AGENT_CONTEXT_LOADER,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+        S.REASONER,
+        S.LLM_CLIENT,
+        S.RESPONSE_BUILDER,
+    ),
     ContextType.CLIENT_TOOL_CALL_CONTINUATION: (
-        S.REQUEST_HANDLER, S.SESSION_RESTORER, S.CLIENT_TOOL_CONTINUATION_RESOLVER,
-        S.AGENT_CONTEXT_LOADER, S.PROMPT_CONTENT_PROVIDER_INITIALIZER, S.REASONER, S.LLM_CLIENT,
-        S.RESPONSE_BUILDER),
-}  # fmt: skip
+        S.REQUEST_HANDLER,
+        S.SESSION_RESTORER,
+        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
+        S.AGENT_CONTEXT_LOADER,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+        S.REASONER,
+        S.LLM_CLIENT,
+        S.RESPONSE_BUILDER,
+    ),
+}
 CLIENT_CALL = LLMReply(
     tool_calls=[ToolCall(tool_call_id="c1", name="read_file", arguments_json='{"path": "a.py"}')]
 )
@@ -104,8 +122,14 @@ class FixedLLM:
 def bench_ports(llm: LLM, store: SessionStore | None = None) -> Ports:
     """The benchmarks' ports: ``store`` (a new memory store by default), the built-in catalog."""
     catalog = ConfigCatalog.default()
-    return Ports(store=store or MemoryStore(), llm=llm, modes=catalog, agents=catalog,
-                 clock=SystemClock(), ids=RandomIds())  # fmt: skip
+    return Ports(
+        store=store or MemoryStore(),
+        llm=llm,
+        modes=catalog,
+        agents=catalog,
+        clock=SystemClock(),
+        ids=RandomIds(),
+    )
 
 
 def engine_pipeline(ports: Ports, runtime: str = "compiled", **kwargs: Any) -> Pipeline:
@@ -166,8 +190,11 @@ async def _setup(pipeline: Pipeline, llm: FixedLLM, kind: ContextType) -> dict[s
     assert response is not None, first.errors
     llm.reply = FINAL
     if kind is ContextType.FOLLOW_ON:
-        return {"SessionId": response.session_id, "TurnId": response.turn_id,
-                "Instruction": "again"}  # fmt: skip
+        return {
+            "SessionId": response.session_id,
+            "TurnId": response.turn_id,
+            "Instruction": "again",
+        }
     results = [{"ToolCallId": "c1", "ExecutionMs": 1, "ResultJson": "{}"}]
     return {"SessionId": response.session_id, "TurnId": response.turn_id, "ToolResults": results}
 

@@ -61,8 +61,11 @@ async def record_session() -> dict[str, TurnRecording]:
     def continuation(tool_call_id: str) -> dict[str, Any]:
         assert response is not None
         result = {"ToolCallId": tool_call_id, "ExecutionMs": 4, "ResultJson": contents}
-        return {"SessionId": response.session_id, "TurnId": response.turn_id,
-                "ToolResults": [result]}  # fmt: skip
+        return {
+            "SessionId": response.session_id,
+            "TurnId": response.turn_id,
+            "ToolResults": [result],
+        }
 
     faulted = await pipeline.execute(continuation("call_unknown"), CALLER)
     if faulted.successful:
