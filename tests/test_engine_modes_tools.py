@@ -1,19 +1,28 @@
 """Engine scenarios: mode (AGN-011), the turn's tools (container design) and continuations.
 
-Every scenario runs through the public API (``Pipeline.run`` / ``Pipeline.execute``)
-on both stores, with a scripted model whose ``requests`` show what the model was
-given. Tests that show a rule holding or broken carry its ``rule`` marker.
+The mode a turn runs in (a host's initial mode, the persisted mode of a restored
+session and the warning when they differ), the tools merged before the loop,
+``agent_change_mode`` (several changes and R8's warning, refused changes, the
+``branch`` flag of R7), container expansion and argument checks, client calls
+and their arguments, the model's tool-call ids (AGN-033 §5.1), server tools that
+fail, mixed replies (R5), and continuations (a final answer reports the whole
+turn's usage and server tools). Every scenario runs through the public API
+(``Pipeline.run`` / ``Pipeline.execute``) on both stores, with a scripted model
+whose ``requests`` show what the model was given. Tests that show a rule holding
+or broken carry its ``rule`` marker.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from engine_kit import (
     CALLER,
+    NOTHING_STORED,
+    assert_refused,
     call,
     calls,
     change_mode,
@@ -22,13 +31,18 @@ from engine_kit import (
     make_pipeline,
     ok,
     scripted,
+    session_of,
+    start,
+    stored,
     text,
+    tool_messages,
+    warning_codes,
 )
 
+from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
+from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.contracts import (
-    AgentExecuteResponse,
-    ChatMessage,
     ChatRole,
     ErrorCode,
     LLMReply,
@@ -39,16 +53,21 @@ from aptix_pipeline.contracts import (
     Session,
     SessionStore,
     SessionTransaction,
+    ToolCall,
     ToolInvocation,
     Turn,
     TurnStatus,
 )
-from aptix_pipeline.engine import Pipeline, PipelineOptions, TurnReport
+from aptix_pipeline.engine import PipelineOptions, TurnReport
+from aptix_pipeline.validators.json_text import strict_json_loads
+
+Store = MemoryStore | SQLiteStore
 
 # --- rule ids --------------------------------------------------------------------------
 
 INITIAL_MODE_KNOWN = "AGN-011/3.1/initial-mode-known"
 MODE_KNOWN = "AGN-011/5.2/mode-known"
+TOOL_CALL_IDS = "AGN-033/5.1/model-tool-call-ids"
 MODE_RESULT_VALID = "AGN-011/5.2/mode-result-valid"
 SEVERAL_MODE_CHANGES = "DESIGN/R8/several-mode-changes"
 ROUND_LIMIT = "DESIGN/R5/round-limit"
@@ -214,11 +233,6 @@ def names(request: LLMRequest) -> list[str]:
     return [tool.name for tool in request.tools]
 
 
-def tool_messages(request: LLMRequest) -> list[ChatMessage]:
-    """The tool messages the model saw in one call, in order."""
-    return [message for message in request.messages if message.role is ChatRole.TOOL]
-
-
 def tool_answer(request: LLMRequest, call_id: str) -> Any:
     """The JSON content of the one tool message answering ``call_id``."""
     found = [m for m in tool_messages(request) if m.tool_call_id == call_id]
@@ -256,13 +270,6 @@ async def stored_turn(store: SessionStore, session_id: str, turn_id: str) -> Tur
         await tx.rollback()
 
 
-async def session_of(store: SessionStore, session_id: str) -> Session:
-    """The committed session, which must exist."""
-    session = await stored_session(store, session_id)
-    assert session is not None, f"no session {session_id!r}"
-    return session
-
-
 def rule_ids_of(report: TurnReport) -> tuple[str, ...]:
     """The rule ids of the errors that stopped the turn."""
     return report.result.rule_ids
@@ -271,14 +278,6 @@ def rule_ids_of(report: TurnReport) -> tuple[str, ...]:
 def warning_rules(report: TurnReport) -> list[str | None]:
     """The rule ids of the result's warnings."""
     return [warning.rule_id for warning in report.result.warnings]
-
-
-async def start(
-    pipeline: Pipeline, instruction: str = "hello", *, initial_mode: str | None = None
-) -> tuple[TurnReport, AgentExecuteResponse]:
-    """An Initial turn that must succeed."""
-    report = await pipeline.run({"Instruction": instruction}, CALLER, initial_mode=initial_mode)
-    return report, ok(report.result)
 
 
 class FailingLLM:
@@ -379,6 +378,50 @@ async def test_follow_on_takes_the_persisted_mode_not_the_hosts(store: SessionSt
     assert report.mode == "review"
     assert scripted(llm).requests[1].mode == "review"
     assert "review_checklist" in names(scripted(llm).requests[1])
+
+
+async def test_follow_on_with_another_initial_mode_warns_and_keeps_the_sessions_mode(
+    store: Store,
+) -> None:
+    pipeline, llm = make_pipeline(store, [text("one"), text("two")])
+    _, first = await start(pipeline)
+
+    report = await pipeline.run(follow_on(first), CALLER, initial_mode="review")
+
+    response = ok(report.result)
+    assert warning_codes(report) == ["mode_mismatch"]
+    assert "review" in report.result.warnings[0].message
+    assert report.mode == "general"
+    assert response.mode_display_name == "General"
+    assert scripted(llm).requests[1].mode == "general"
+    assert (await session_of(store)).mode == "general"
+
+
+async def test_follow_on_with_the_sessions_own_mode_does_not_warn(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [text("one"), text("two")])
+    _, first = await start(pipeline)
+
+    report = await pipeline.run(follow_on(first), CALLER, initial_mode="general")
+
+    assert ok(report.result).mode_display_name == "General"
+    assert warning_codes(report) == []
+
+
+@pytest.mark.rule(INITIAL_MODE_KNOWN, "broken")
+@pytest.mark.parametrize("initial_mode", [5, ["review"], True], ids=["int", "list", "bool"])
+async def test_a_non_string_initial_mode_is_refused_without_raising(
+    store: Store, initial_mode: object
+) -> None:
+    pipeline, llm = make_pipeline(store, [text("hi")])
+
+    report = await pipeline.run(
+        {"Instruction": "hello"}, CALLER, initial_mode=cast(Any, initial_mode)
+    )
+
+    assert_refused(report, INITIAL_MODE_KNOWN, "agent_session_creator")
+    assert [e.field for e in report.result.errors] == ["initial_mode"]
+    assert scripted(llm).requests == []
+    assert await stored(store) == NOTHING_STORED
 
 
 # === AGN-011 §4: tools merged before the loop ============================================
@@ -587,6 +630,53 @@ async def test_several_mode_changes_are_all_recorded_and_the_last_wins(
     assert scripted(llm).requests[-1].mode == "docs"
 
 
+@pytest.mark.parametrize("answers", [True, False], ids=["succeeds", "faults"])
+async def test_several_mode_changes_warn_only_when_the_turn_succeeds(
+    store: Store, answers: bool
+) -> None:
+    script = [
+        calls(change_mode("m1", "review")),
+        calls(change_mode("m2", "general")),
+        *([text("back")] if answers else []),
+    ]
+    pipeline, _ = make_pipeline(store, script)
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    assert report.successful is answers
+    assert ("several_mode_changes" in warning_codes(report)) is answers
+    if answers:
+        assert [(m.previous_mode, m.new_mode) for m in report.mode_changes] == [
+            ("general", "review"),
+            ("review", "general"),
+        ]
+    else:
+        assert report.mode_changes == ()
+        assert await stored(store) == NOTHING_STORED
+
+
+async def test_several_mode_changes_across_the_requests_of_one_turn_warn(store: Store) -> None:
+    pipeline, _ = make_pipeline(
+        store,
+        [
+            calls(change_mode("m1", "review"), call("c1", "read_file", {"path": "a.py"})),
+            calls(change_mode("m2", "general")),
+            text("done"),
+        ],
+    )
+    first, pending = await start(pipeline)
+
+    report = await pipeline.run(continuation(pending), CALLER)
+
+    assert "several_mode_changes" not in warning_codes(first)
+    assert "several_mode_changes" in warning_codes(report)
+    history = (await session_of(store)).mode_history
+    assert [(e.previous_mode, e.new_mode) for e in history] == [
+        ("general", "review"),
+        ("review", "general"),
+    ]
+
+
 @pytest.mark.rule(MODE_KNOWN, "broken")
 async def test_change_to_an_unknown_mode_is_told_to_the_model_and_the_mode_stays(
     store: SessionStore,
@@ -608,6 +698,25 @@ async def test_change_to_an_unknown_mode_is_told_to_the_model_and_the_mode_stays
     ]
     session = await session_of(store, response.session_id)
     assert (session.mode, session.mode_history) == ("general", [])
+
+
+@pytest.mark.rule(MODE_KNOWN, "broken")
+async def test_a_refused_mode_change_is_an_error_message_in_tool_results(store: Store) -> None:
+    pipeline, llm = make_pipeline(
+        store, [calls(change_mode("m1", "astrology")), text("staying in general")]
+    )
+
+    report, response = await start(pipeline)
+
+    assert response.mode_display_name == "General"
+    assert report.mode_changes == ()
+    assert report.branch is None
+    [result] = [r for r in response.tool_results or [] if r.tool_call_id == "m1"]
+    assert result.result_json is None
+    assert result.error_message
+    assert "astrology" in result.error_message
+    [message] = tool_messages(scripted(llm).requests[1], "m1")
+    assert strict_json_loads(message.content)["rule_id"] == MODE_KNOWN
 
 
 MALFORMED_MODE_RESULTS = {
@@ -708,6 +817,57 @@ async def test_turn_without_mode_change_has_no_branch(store: SessionStore) -> No
 
     report, _ = await start(pipeline)
 
+    assert report.branch is None
+    assert report.mode_changes == ()
+
+
+async def test_branch_of_a_same_mode_change_is_reported_without_a_mode_change(
+    store: Store,
+) -> None:
+    pipeline, _ = make_pipeline(
+        store, [calls(change_mode("m1", "general", branch=True)), text("staying")]
+    )
+
+    report, response = await start(pipeline)
+
+    assert report.branch is True
+    assert report.mode_changes == ()
+    assert report.mode == "general"
+    assert [(c.name, c.outcome) for c in report.tool_calls] == [
+        ("agent_change_mode", "mode_unchanged")
+    ]
+    assert response.mode_display_name == "General"
+    assert (await session_of(store)).mode_history == []
+
+
+@pytest.mark.parametrize("branch", [True, False])
+async def test_branch_of_the_last_successful_mode_change_is_reported(
+    store: Store, branch: bool
+) -> None:
+    pipeline, _ = make_pipeline(
+        store, [calls(change_mode("m1", "review", branch=branch)), text("switched")]
+    )
+
+    report, _ = await start(pipeline)
+
+    assert report.branch is branch
+    assert [(m.new_mode, m.branch) for m in report.mode_changes] == [("review", branch)]
+
+
+async def test_a_turn_without_mode_change_has_no_branch(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [text("hi")])
+
+    report, _ = await start(pipeline)
+
+    assert report.branch is None
+
+
+async def test_a_failed_turn_reports_no_branch(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [calls(change_mode("m1", "general", branch=True))])
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    assert not report.successful
     assert report.branch is None
     assert report.mode_changes == ()
 
@@ -981,6 +1141,40 @@ async def test_valid_client_tool_call_goes_to_the_client(store: SessionStore) ->
     ]
 
 
+@pytest.mark.parametrize("arguments", ["", "null", "   "], ids=["empty", "null", "blank"])
+async def test_client_call_without_arguments_is_emitted_with_an_empty_object(
+    store: Store, arguments: str
+) -> None:
+    pipeline, _ = make_pipeline(store, [calls(call("c1", "run_tests", arguments)), text("ran")])
+
+    report, pending = await start(pipeline)
+
+    assert report.successful
+    assert pending.kind is ResponseKind.CLIENT_TOOL_CONTINUATION
+    assert [(c.tool_call_id, c.name, c.arguments_json) for c in pending.tool_calls or []] == [
+        ("c1", "run_tests", "{}")
+    ]
+    turn = await store.read_turn(CALLER.org, CALLER.user, pending.session_id, pending.turn_id)
+    assert turn is not None
+    assert [c.arguments_json for c in turn.pending_tool_calls] == ["{}"]
+    assert ok(await pipeline.execute(continuation(pending), CALLER)).primary_output_text == "ran"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"pattern":   "test_*"}', "{}", "{ }", '{"pattern": "caf\\u00e9"}'],
+    ids=["spaced", "empty-object", "spaced-empty-object", "escaped"],
+)
+async def test_client_call_with_arguments_keeps_their_exact_text(
+    store: Store, arguments: str
+) -> None:
+    pipeline, _ = make_pipeline(store, [calls(call("c1", "run_tests", arguments))])
+
+    _, pending = await start(pipeline)
+
+    assert [c.arguments_json for c in pending.tool_calls or []] == [arguments]
+
+
 # === server tools that fail ================================================================
 
 
@@ -1055,6 +1249,114 @@ async def test_server_tool_rounds_are_bounded(
         assert rule_ids_of(report) == (ROUND_LIMIT,)
         assert len(scripted(llm).requests) == 2
         assert await stored_session(store, "session-1") is None
+
+
+# === model tool-call ids (AGN-033 §5.1) ===============================================
+
+
+def reply(*tool_calls: tuple[str, str, str]) -> LLMReply:
+    """A model reply with tool calls given as (id, name, arguments JSON); ids may be empty."""
+    return LLMReply(
+        tool_calls=[ToolCall(tool_call_id=i, name=n, arguments_json=a) for i, n, a in tool_calls],
+        finish_reason="tool_calls",
+    )
+
+
+READ = '{"path": "a.py"}'
+NO_ARGS = "{}"
+
+BAD_IDS = {
+    "empty": ([reply(("", "read_file", READ))], "general", "ToolCalls[0].ToolCallId", "read_file"),
+    "blank": ([reply(("  ", "read_file", READ))], "general", "ToolCalls[0].ToolCallId",
+              "read_file"),
+    "empty-second": ([reply(("c1", "read_file", READ), ("", "run_tests", NO_ARGS))], "general",
+                     "ToolCalls[1].ToolCallId", "run_tests"),
+    "client+client": ([reply(("c1", "read_file", READ), ("c1", "run_tests", NO_ARGS))],
+                      "general", "ToolCalls[1].ToolCallId", "run_tests"),
+    "server+server": ([reply(("k1", "review_checklist", NO_ARGS),
+                             ("k1", "review_checklist", NO_ARGS))],
+                      "review", "ToolCalls[1].ToolCallId", "review_checklist"),
+    "server+client": ([reply(("k1", "review_checklist", NO_ARGS), ("k1", "read_file", READ))],
+                      "review", "ToolCalls[1].ToolCallId", "read_file"),
+    "client+server": ([reply(("k1", "read_file", READ), ("k1", "review_checklist", NO_ARGS))],
+                      "review", "ToolCalls[1].ToolCallId", "review_checklist"),
+    "earlier-round": ([reply(("x1", "Math", NO_ARGS)), reply(("x1", "Add", '{"a": 1, "b": 2}'))],
+                      "general", "ToolCalls[0].ToolCallId", "Add"),
+    "earlier-round-server-then-client": (
+        [reply(("k1", "review_checklist", NO_ARGS)), reply(("k1", "read_file", READ))],
+        "review", "ToolCalls[0].ToolCallId", "read_file"),
+}  # fmt: skip
+
+
+@pytest.mark.rule(TOOL_CALL_IDS, "broken")
+@pytest.mark.parametrize(
+    ("replies", "mode", "field", "tool_name"), BAD_IDS.values(), ids=BAD_IDS.keys()
+)
+async def test_model_tool_calls_with_empty_or_repeated_ids_fault_and_store_nothing(
+    store: Store, replies: list[LLMReply], mode: str, field: str, tool_name: str
+) -> None:
+    ran: list[str] = []
+
+    async def checklist(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+        ran.append(invocation.tool_call_id)
+        return "{}"
+
+    llm = ScriptedLLM([*replies, LLMReply(text="never")])
+    pipeline, _ = make_pipeline(store, llm, tools={"review_checklist": checklist})
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER, initial_mode=mode)
+
+    assert_refused(report, TOOL_CALL_IDS, "llm_client")
+    [error] = report.result.errors
+    assert error.code is ErrorCode.PIPELINE_RULE_FAILED
+    assert error.field == field
+    assert error.tool_name == tool_name
+    assert llm.remaining == 1
+    assert await stored(store) == NOTHING_STORED
+    # a reply is checked before any of its calls runs: a repeated id in one reply runs nothing
+    if len(replies) == 1:
+        assert ran == []
+
+
+@pytest.mark.rule(TOOL_CALL_IDS, "broken")
+async def test_a_continuation_reply_reusing_an_answered_call_id_faults(store: Store) -> None:
+    llm = ScriptedLLM([reply(("c1", "read_file", READ)), reply(("c1", "read_file", READ))])
+    pipeline, _ = make_pipeline(store, llm)
+    _, pending = await start(pipeline)
+
+    report = await pipeline.run(continuation(pending), CALLER)
+
+    assert_refused(report, TOOL_CALL_IDS, "llm_client")
+    assert report.result.errors[0].tool_call_id == "c1"
+    tx = store.begin(CALLER.org, CALLER.user)
+    turn = await tx.load_turn(pending.session_id, pending.turn_id)
+    await tx.rollback()
+    assert turn is not None  # nothing changed: the turn still awaits c1
+    assert turn.status is TurnStatus.AWAITING_CLIENT_TOOLS
+    assert [call.tool_call_id for call in turn.pending_tool_calls] == ["c1"]
+
+
+@pytest.mark.rule(TOOL_CALL_IDS, "holds")
+async def test_model_tool_calls_with_distinct_ids_across_rounds_succeed(store: Store) -> None:
+    ran: list[str] = []
+
+    async def checklist(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+        ran.append(invocation.tool_call_id)
+        return "{}"
+
+    llm = ScriptedLLM(
+        [
+            reply(("k1", "review_checklist", NO_ARGS), ("k2", "review_checklist", NO_ARGS)),
+            reply(("k3", "review_checklist", NO_ARGS), ("c1", "read_file", READ)),
+        ]
+    )
+    pipeline, _ = make_pipeline(store, llm, tools={"review_checklist": checklist})
+
+    _, response = await start(pipeline, initial_mode="review")
+
+    assert ran == ["k1", "k2", "k3"]
+    assert response.kind is ResponseKind.CLIENT_TOOL_CONTINUATION
+    assert [c.tool_call_id for c in response.tool_calls or []] == ["c1"]
 
 
 # === R5: a reply mixing server and client calls ===========================================
@@ -1189,6 +1491,42 @@ async def test_client_tool_failure_is_shown_to_the_model_as_an_error(
     assert tool_answer(scripted(llm).requests[1], "c1") == {"error": "gone.py: no such file"}
     assert response.kind is ResponseKind.FINAL
     assert response.primary_output_text == "file is missing"
+
+
+async def test_a_final_answer_reports_the_whole_turns_usage_and_server_tools(
+    store: Store,
+) -> None:
+    pipeline, _ = make_pipeline(
+        store,
+        [
+            {**calls(call("k1", "Math"), call("c1", "read_file", {"path": "a.py"})),
+             "usage": {"input_tokens": 10, "output_tokens": 2}},
+            {**text("done"), "usage": {"input_tokens": 20, "output_tokens": 3}},
+        ],
+    )  # fmt: skip
+    _, pending = await start(pipeline)
+
+    final = ok(await pipeline.execute(continuation(pending), CALLER))
+
+    assert final.usage is not None
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (30, 5)
+    assert final.usage.total_tokens == 35
+    assert [r.tool_call_id for r in final.tool_results or []] == []  # an expansion is no tool run
+
+
+async def test_a_final_answer_carries_server_results_from_before_the_client_round_trip(
+    store: Store,
+) -> None:
+    pipeline, _ = make_pipeline(
+        store,
+        [calls(call("k1", "review_checklist"), call("c1", "read_file", {"path": "a.py"})),
+         text("done")],
+    )  # fmt: skip
+    _, pending = await start(pipeline, initial_mode="review")
+
+    final = ok(await pipeline.execute(continuation(pending), CALLER))
+
+    assert [r.tool_call_id for r in final.tool_results or []] == ["k1"]
 
 
 def _result(call_id: str) -> dict[str, Any]:

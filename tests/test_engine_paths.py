@@ -1,11 +1,15 @@
 """Scenario tests of the engine through its public API: ``Pipeline.run`` / ``execute``.
 
-The three paths of DESIGN.md "The machine" (state by state), every step's PRE and
-POST rules broken by a misbehaving step, raising steps, a failing commit, the
-request and identity front door (R1, AGN-036 §3), the pending-turn protocol (R10),
-isolation (AGN-033 §3.1), the server-tool round limit (R5), LLM port failures and
-concurrency. Every scenario runs on the memory store and on a SQLite file (the
-``store`` fixture), and every failing turn is checked to have persisted nothing.
+The three paths of DESIGN.md "The machine" (state by state) and the guards and
+exit hooks a report lists, every step's PRE and POST rules broken by a misbehaving
+step, the agent and conversation contexts (a restored session keeps its own, with a
+warning), raising steps, a failing commit, stores and catalogs that raise, the
+request and identity front door (R1, AGN-036 §3, errors quoting client values only
+in part), the pending-turn protocol (R10, for the whole session), isolation
+(AGN-033 §3.1), the server-tool round limit (R5), LLM port failures and
+cancellation, and concurrency. Every scenario runs on the memory store and on a
+SQLite file (the ``store`` fixture), and every failing turn is checked to have
+persisted nothing.
 """
 
 from __future__ import annotations
@@ -24,13 +28,22 @@ from engine_kit import (
     NOTHING_STORED,
     OTHER_ORG,
     OTHER_USER,
+    READ_A,
     StoreView,
+    assert_refused,
+    call,
+    calls,
     continuation,
     follow_on,
     make_pipeline,
     ok,
     scripted,
+    session_of,
+    start,
     stored,
+    system_text,
+    text,
+    warning_codes,
 )
 from rulecases import rule_params
 
@@ -546,6 +559,21 @@ async def test_follow_on_after_a_continuation_opens_the_next_turn(store: Store) 
     assert (response.session_id, response.turn_id) == ("session-1", "turn-2")
 
 
+async def test_the_report_lists_every_guard_and_exit_hook_and_the_warnings(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [text("hi")])
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    data = report.to_dict()
+    assert [(c["step"], c["phase"]) for c in data["checks"]][:2] == [
+        ("request_handler", "POST"),
+        ("agent_context_resolver", "PRE"),
+    ]
+    assert all(c["failed"] == [] for c in data["checks"])
+    assert "AGN-036/3/org-present" in data["checks"][0]["rule_ids"]
+    assert data["warnings"] == []
+
+
 # --- 2. every step's PRE and POST rules, broken by a misbehaving step ------------------
 
 
@@ -633,6 +661,28 @@ async def test_tool_results_that_do_not_match_the_pending_calls_fault_and_change
     assert report.llm_calls == 0
     assert await stored(store) == before
     assert ok(await pipeline.execute(continuation(pending), CALLER)).turn_id == pending.turn_id
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"ToolCallId": "c1", "ExecutionMs": 1, "ResultJson": "{}", "ErrorMessage": "x"},
+        {"ToolCallId": "c1", "ExecutionMs": 1},
+        {"ToolCallId": "c1", "ExecutionMs": 1, "ResultJson": "{not json"},
+    ],
+    ids=["both", "neither", "bad-json"],
+)
+async def test_a_refused_tool_result_names_the_pending_calls_tool(
+    store: Store, result: dict[str, Any]
+) -> None:
+    pipeline, _ = make_pipeline(store, [calls(call("c1", "read_file", {"path": "a.py"}))])
+    _, pending = await start(pipeline)
+
+    report = await pipeline.run(continuation(pending, result), CALLER)
+
+    assert not report.successful
+    [error] = report.result.errors
+    assert (error.tool_call_id, error.tool_name) == ("c1", "read_file")
 
 
 async def test_a_failed_tool_reaches_the_model_as_an_error_payload(store: Store) -> None:
@@ -750,6 +800,76 @@ async def test_a_session_whose_context_left_the_catalog_faults_at_the_loader(
     await assert_nothing_changed(store, prepared, before)
 
 
+TWO_AGENTS_CONFIG = """
+[[modes]]
+name = "general"
+display_name = "General"
+
+[[modes]]
+name = "review"
+display_name = "Code Review"
+
+[[agents]]
+id = "assistant"
+name = "Aptix assistant"
+default = true
+model = "scripted"
+system_prompt = "You are the first assistant."
+
+[[agents]]
+id = "other"
+name = "Other assistant"
+model = "scripted"
+system_prompt = "You are the other assistant."
+
+[[conversations]]
+id = "workspace"
+name = "Workspace conversation"
+default = true
+instructions = "Workspace instructions."
+
+[[conversations]]
+id = "elsewhere"
+name = "Another conversation"
+instructions = "Elsewhere instructions."
+"""
+
+
+@pytest.mark.parametrize(
+    ("field", "asked", "warned"),
+    [
+        ("AgentContextId", "other", True),
+        ("AgentContextId", "assistant", False),
+        ("ConversationContextId", "elsewhere", True),
+        ("ConversationContextId", "workspace", False),
+    ],
+    ids=["agent-other", "agent-same", "conversation-other", "conversation-same"],
+)
+async def test_follow_on_naming_another_context_id_warns_and_keeps_the_sessions(
+    store: Store, field: str, asked: str, warned: bool
+) -> None:
+    pipeline, llm = make_pipeline(store, [text("one"), text("two")], config=TWO_AGENTS_CONFIG)
+    _, first = await start(pipeline)
+
+    report = await pipeline.run({**follow_on(first), field: asked}, CALLER)
+
+    ok(report.result)
+    assert warning_codes(report) == (["context_id_ignored"] if warned else [])
+    if warned:
+        assert field in report.result.warnings[0].message
+        assert asked in report.result.warnings[0].message
+    prompt = system_text(scripted(llm).requests[1])
+    assert "You are the first assistant." in prompt
+    assert "Workspace instructions." in prompt
+    assert "other assistant" not in prompt
+    assert "Elsewhere" not in prompt
+    session = await session_of(store)
+    assert (session.agent_context_id, session.conversation_context_id) == (
+        "assistant",
+        "workspace",
+    )
+
+
 # --- 3. a raising step, a failing commit -----------------------------------------------
 
 RAISING_PATH = {
@@ -852,16 +972,22 @@ async def test_a_failing_commit_faults_the_turn_and_rolls_back(
 
 
 class ReadFailingStore:
-    """A store whose transactions fail to read sessions (a database that went away)."""
+    """A store whose transactions fail to read sessions (a database that went away), or
+    whose ``begin`` fails, with ``error``."""
 
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
+    def __init__(
+        self, inner: Store, error: Exception | None = None, *, at_begin: bool = False
+    ) -> None:
+        self.inner, self.at_begin = inner, at_begin
+        self.error = error or OSError("database is unavailable")
 
     def begin(self, org: str, user: str) -> SessionTransaction:
+        if self.at_begin:
+            raise self.error
         tx = self.inner.begin(org, user)
 
         async def load_session(session_id: str) -> Session | None:
-            raise OSError("database is unavailable")
+            raise self.error
 
         tx.load_session = load_session  # type: ignore[method-assign]
         return tx
@@ -879,6 +1005,25 @@ async def test_a_failing_store_read_is_a_port_failure_naming_the_call(store: Sto
     assert (error.code, error.field) == (ErrorCode.PORT_FAILED, "SessionStore")
     assert "load_session" in error.message
     assert "database is unavailable" in error.message
+
+
+@pytest.mark.parametrize(
+    ("error", "at_begin"),
+    [(KeyError("s"), False), (ValueError("bad row"), False), (OSError("no disk"), True)],
+    ids=["KeyError", "ValueError", "begin"],
+)
+async def test_any_store_exception_is_a_port_failure(
+    store: Store, error: Exception, at_begin: bool
+) -> None:
+    first, _ = make_pipeline(store, [text("hi")])
+    done = ok(await first.execute({"Instruction": "hello"}, CALLER))
+    pipeline, _ = make_pipeline(ReadFailingStore(store, error, at_begin=at_begin), [text("x")])
+
+    report = await pipeline.run(follow_on(done), CALLER)
+
+    [failure] = report.result.errors
+    assert (failure.code, failure.field) == (ErrorCode.PORT_FAILED, "SessionStore")
+    assert type(error).__name__ in failure.message
 
 
 class FailingModes:
@@ -989,7 +1134,20 @@ async def test_a_request_may_be_a_mapping_json_text_json_bytes_or_a_model(
     assert llm.requests[0].messages[-1].content == "Explain a.py."
 
 
+async def test_an_error_quotes_a_huge_id_only_in_part(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [text("x")])
+    huge = "s" * 100_000
+
+    report = await pipeline.run({"SessionId": huge, "TurnId": "t", "Instruction": "hi"}, CALLER)
+
+    [error] = report.result.errors
+    assert error.rule_id == "AGN-033/3.1/session-found"
+    assert len(error.message) < 300
+
+
 # --- 5. R10: the pending-turn protocol --------------------------------------------------
+
+FOLLOW_ON_SETTLED = "DESIGN/R10/follow-on-turn-settled"
 
 
 @pytest.mark.rule("DESIGN/R10/follow-on-turn-settled", "broken")
@@ -1053,6 +1211,52 @@ async def test_a_continuation_of_other_calls_of_a_settled_turn_is_refused(store:
     assert_faulted(report, "session_restorer")
     assert report.result.rule_ids == ("DESIGN/R10/continuation-turn-pending",)
     assert await stored(store) == before
+
+
+@pytest.mark.rule(FOLLOW_ON_SETTLED, "broken")
+async def test_follow_on_naming_a_completed_turn_is_refused_while_another_turn_awaits_tools(
+    store: Store,
+) -> None:
+    pipeline, llm = make_pipeline(
+        store, [text("first"), calls(READ_A), text("read it"), text("after")]
+    )
+    _, first = await start(pipeline)
+    pending = ok(await pipeline.execute(follow_on(first), CALLER))
+    assert pending.kind is ResponseKind.CLIENT_TOOL_CONTINUATION
+    assert (first.turn_id, pending.turn_id) == ("turn-1", "turn-2")
+    before = await stored(store)
+
+    report = await pipeline.run(follow_on(first, "never mind"), CALLER)
+
+    assert_refused(report, FOLLOW_ON_SETTLED, "session_restorer")
+    [error] = report.result.errors
+    assert error.code is ErrorCode.INVALID_REQUEST
+    assert "turn-2" in error.message
+    assert "c1" in error.message
+    assert error.field == "TurnId"
+    assert await stored(store) == before
+    assert len(scripted(llm).requests) == 2  # the model was not called
+
+    resumed = ok(await pipeline.execute(continuation(pending), CALLER))
+    assert (resumed.kind, resumed.turn_id) == (ResponseKind.FINAL, "turn-2")
+    after = ok(await pipeline.execute(follow_on(first, "never mind"), CALLER))
+
+    assert after.kind is ResponseKind.FINAL
+    assert after.primary_output_text == "after"
+    assert after.turn_id not in {"turn-1", "turn-2"}
+
+
+@pytest.mark.rule(FOLLOW_ON_SETTLED, "holds")
+async def test_a_pending_turn_of_another_session_does_not_block_a_follow_on(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [text("one"), calls(READ_A), text("two")])
+    _, first = await start(pipeline)
+    _, other = await start(pipeline)
+    assert other.kind is ResponseKind.CLIENT_TOOL_CONTINUATION
+    assert other.session_id != first.session_id
+
+    response = ok(await pipeline.execute(follow_on(first), CALLER))
+
+    assert (response.session_id, response.primary_output_text) == (first.session_id, "two")
 
 
 # --- 6. isolation ----------------------------------------------------------------------
@@ -1274,6 +1478,27 @@ async def test_an_empty_reply_without_tool_calls_has_no_outcome_and_faults(
 
     assert_faulted(report, "llm_client")
     assert report.result.rule_ids == ("AGN-036/4.9/POST/exactly-one-outcome",)
+    assert await stored(store) == NOTHING_STORED
+
+
+async def test_cancelling_a_turn_stops_the_model_call_without_retrying(store: Store) -> None:
+    calls: list[float] = []
+
+    class SlowLLM:
+        async def complete(self, request: LLMRequest) -> LLMReply:
+            calls.append(asyncio.get_running_loop().time())
+            await asyncio.sleep(5)
+            return LLMReply(text="late")
+
+    pipeline, _ = make_pipeline(store, SlowLLM())
+    task = asyncio.create_task(pipeline.execute({"Instruction": "hello"}, CALLER))
+    await asyncio.sleep(0.05)
+
+    task.cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, timeout=1)
+    assert len(calls) == 1
     assert await stored(store) == NOTHING_STORED
 
 
