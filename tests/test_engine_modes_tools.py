@@ -316,6 +316,7 @@ class ModeStoreDown:
 # === AGN-011 §3: the mode a turn runs in ==================================================
 
 
+@pytest.mark.decision("R2")
 @pytest.mark.rule(INITIAL_MODE_KNOWN, "holds")
 @pytest.mark.parametrize("initial_mode", [None, "", "   "], ids=["none", "empty", "blank"])
 async def test_new_session_starts_in_general(store: SessionStore, initial_mode: str | None) -> None:
@@ -329,6 +330,7 @@ async def test_new_session_starts_in_general(store: SessionStore, initial_mode: 
     assert (await session_of(store, response.session_id)).mode == "general"
 
 
+@pytest.mark.decision("R2")
 @pytest.mark.rule(INITIAL_MODE_KNOWN, "holds")
 async def test_host_initial_mode_starts_the_session_in_that_mode(store: SessionStore) -> None:
     pipeline, llm = make_pipeline(store, [text("hi")])
@@ -344,6 +346,7 @@ async def test_host_initial_mode_starts_the_session_in_that_mode(store: SessionS
     assert (await session_of(store, response.session_id)).mode == "review"
 
 
+@pytest.mark.decision("R2")
 @pytest.mark.rule(INITIAL_MODE_KNOWN, "broken")
 async def test_unknown_initial_mode_faults_and_stores_nothing(store: SessionStore) -> None:
     pipeline, llm = make_pipeline(store, [text("hi")])
@@ -367,6 +370,7 @@ async def test_request_naming_a_mode_is_refused_and_stores_nothing(store: Sessio
     assert await stored_session(store, "session-1") is None
 
 
+@pytest.mark.decision("R2")
 async def test_follow_on_takes_the_persisted_mode_not_the_hosts(store: SessionStore) -> None:
     pipeline, llm = make_pipeline(store, [text("one"), text("two")])
     _, first = await start(pipeline, initial_mode="review")
@@ -380,6 +384,7 @@ async def test_follow_on_takes_the_persisted_mode_not_the_hosts(store: SessionSt
     assert "review_checklist" in names(scripted(llm).requests[1])
 
 
+@pytest.mark.decision("D43")
 async def test_follow_on_with_another_initial_mode_warns_and_keeps_the_sessions_mode(
     store: Store,
 ) -> None:
@@ -397,6 +402,7 @@ async def test_follow_on_with_another_initial_mode_warns_and_keeps_the_sessions_
     assert (await session_of(store)).mode == "general"
 
 
+@pytest.mark.decision("D43")
 async def test_follow_on_with_the_sessions_own_mode_does_not_warn(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [text("one"), text("two")])
     _, first = await start(pipeline)
@@ -427,6 +433,7 @@ async def test_a_non_string_initial_mode_is_refused_without_raising(
 # === AGN-011 §4: tools merged before the loop ============================================
 
 
+@pytest.mark.decision("D33")
 async def test_first_model_call_gets_client_tools_mode_tools_and_the_mode_tool(
     store: SessionStore,
 ) -> None:
@@ -444,6 +451,7 @@ async def test_first_model_call_gets_client_tools_mode_tools_and_the_mode_tool(
     assert "Multiply" not in by_name
 
 
+@pytest.mark.decision("D33")
 @pytest.mark.parametrize("mode", ["general", "quiet"])
 async def test_mode_without_server_tools_still_has_the_mode_tool(
     store: SessionStore, mode: str
@@ -455,6 +463,7 @@ async def test_mode_without_server_tools_still_has_the_mode_tool(
     assert names(scripted(llm).requests[0]) == ["read_file", "run_tests", "agent_change_mode"]
 
 
+@pytest.mark.decision("D33")
 async def test_server_tool_named_like_a_client_tool_is_left_out_with_a_warning(
     store: SessionStore,
 ) -> None:
@@ -484,6 +493,7 @@ async def test_server_tool_named_like_a_client_tool_is_left_out_with_a_warning(
 # === AGN-011 §5: agent_change_mode ========================================================
 
 
+@pytest.mark.decision("R6", "R9")
 @pytest.mark.rule(MODE_KNOWN, "holds")
 @pytest.mark.rule(MODE_RESULT_VALID, "holds")
 @pytest.mark.rule(SEVERAL_MODE_CHANGES, "holds")
@@ -542,6 +552,7 @@ async def test_mode_change_applies_now_with_tools_frozen_and_persists(
     assert next_report.mode_changes == ()
 
 
+@pytest.mark.decision("R9")
 async def test_mode_change_keeps_the_turns_tools_across_a_continuation(
     store: SessionStore,
 ) -> None:
@@ -564,6 +575,7 @@ async def test_mode_change_keeps_the_turns_tools_across_a_continuation(
     assert response.mode_display_name == "Code Review"
 
 
+@pytest.mark.decision("D45")
 async def test_mode_change_on_a_continuation_is_recorded_for_that_turn(
     store: SessionStore,
 ) -> None:
@@ -605,6 +617,7 @@ THREE_MODE_SCRIPTS = {
 }
 
 
+@pytest.mark.decision("R8")
 @pytest.mark.rule(SEVERAL_MODE_CHANGES, "broken")
 @pytest.mark.parametrize("script", THREE_MODE_SCRIPTS.values(), ids=THREE_MODE_SCRIPTS.keys())
 async def test_several_mode_changes_are_all_recorded_and_the_last_wins(
@@ -630,6 +643,7 @@ async def test_several_mode_changes_are_all_recorded_and_the_last_wins(
     assert scripted(llm).requests[-1].mode == "docs"
 
 
+@pytest.mark.decision("D43", "R8")
 @pytest.mark.parametrize("answers", [True, False], ids=["succeeds", "faults"])
 async def test_several_mode_changes_warn_only_when_the_turn_succeeds(
     store: Store, answers: bool
@@ -655,6 +669,7 @@ async def test_several_mode_changes_warn_only_when_the_turn_succeeds(
         assert await stored(store) == NOTHING_STORED
 
 
+@pytest.mark.decision("D45", "R8")
 async def test_several_mode_changes_across_the_requests_of_one_turn_warn(store: Store) -> None:
     pipeline, _ = make_pipeline(
         store,
@@ -677,6 +692,7 @@ async def test_several_mode_changes_across_the_requests_of_one_turn_warn(store: 
     ]
 
 
+@pytest.mark.decision("D29")
 @pytest.mark.rule(MODE_KNOWN, "broken")
 async def test_change_to_an_unknown_mode_is_told_to_the_model_and_the_mode_stays(
     store: SessionStore,
@@ -700,6 +716,7 @@ async def test_change_to_an_unknown_mode_is_told_to_the_model_and_the_mode_stays
     assert (session.mode, session.mode_history) == ("general", [])
 
 
+@pytest.mark.decision("D29")
 @pytest.mark.rule(MODE_KNOWN, "broken")
 async def test_a_refused_mode_change_is_an_error_message_in_tool_results(store: Store) -> None:
     pipeline, llm = make_pipeline(
@@ -729,6 +746,7 @@ MALFORMED_MODE_RESULTS = {
 }
 
 
+@pytest.mark.decision("D29")
 @pytest.mark.rule(MODE_RESULT_VALID, "broken")
 @pytest.mark.parametrize(
     "result", MALFORMED_MODE_RESULTS.values(), ids=MALFORMED_MODE_RESULTS.keys()
@@ -755,6 +773,7 @@ async def test_malformed_mode_change_result_is_told_to_the_model(
     assert (await session_of(store, response.session_id)).mode_history == []
 
 
+@pytest.mark.decision("D29")
 async def test_host_mode_tool_result_decides_the_mode(store: SessionStore) -> None:
     seen: list[ToolInvocation] = []
 
@@ -777,6 +796,7 @@ async def test_host_mode_tool_result_decides_the_mode(store: SessionStore) -> No
     ]
 
 
+@pytest.mark.decision("D29")
 async def test_change_to_the_current_mode_records_no_transition(store: SessionStore) -> None:
     pipeline, llm = make_pipeline(store, [calls(change_mode("m1", "general")), text("ok")])
 
@@ -791,6 +811,7 @@ async def test_change_to_the_current_mode_records_no_transition(store: SessionSt
     assert (await session_of(store, response.session_id)).mode_history == []
 
 
+@pytest.mark.decision("R7")
 @pytest.mark.parametrize(("branch", "expected"), [(True, True), (False, False), (None, False)])
 async def test_branch_flag_is_surfaced_to_the_host_not_the_response(
     store: SessionStore, branch: bool | None, expected: bool
@@ -812,6 +833,7 @@ async def test_branch_flag_is_surfaced_to_the_host_not_the_response(
     assert entry.branch is expected
 
 
+@pytest.mark.decision("R7")
 async def test_turn_without_mode_change_has_no_branch(store: SessionStore) -> None:
     pipeline, _ = make_pipeline(store, [text("ok")])
 
@@ -821,6 +843,7 @@ async def test_turn_without_mode_change_has_no_branch(store: SessionStore) -> No
     assert report.mode_changes == ()
 
 
+@pytest.mark.decision("D43")
 async def test_branch_of_a_same_mode_change_is_reported_without_a_mode_change(
     store: Store,
 ) -> None:
@@ -840,6 +863,7 @@ async def test_branch_of_a_same_mode_change_is_reported_without_a_mode_change(
     assert (await session_of(store)).mode_history == []
 
 
+@pytest.mark.decision("R7")
 @pytest.mark.parametrize("branch", [True, False])
 async def test_branch_of_the_last_successful_mode_change_is_reported(
     store: Store, branch: bool
@@ -854,6 +878,7 @@ async def test_branch_of_the_last_successful_mode_change_is_reported(
     assert [(m.new_mode, m.branch) for m in report.mode_changes] == [("review", branch)]
 
 
+@pytest.mark.decision("R7")
 async def test_a_turn_without_mode_change_has_no_branch(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [text("hi")])
 
@@ -862,6 +887,7 @@ async def test_a_turn_without_mode_change_has_no_branch(store: Store) -> None:
     assert report.branch is None
 
 
+@pytest.mark.decision("D43", "R7")
 async def test_a_failed_turn_reports_no_branch(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [calls(change_mode("m1", "general", branch=True))])
 
@@ -872,6 +898,7 @@ async def test_a_failed_turn_reports_no_branch(store: Store) -> None:
     assert report.mode_changes == ()
 
 
+@pytest.mark.decision("D26")
 async def test_mode_change_in_a_turn_that_faults_is_not_persisted(store: SessionStore) -> None:
     llm = FailingLLM(
         [text("one"), calls(change_mode("m1", "review")), text("three")],
@@ -942,6 +969,7 @@ async def test_initial_turn_with_mode_change_then_exhausted_script_stores_no_ses
 # === container design: expansion and checks ==============================================
 
 
+@pytest.mark.decision("D30", "R9")
 @pytest.mark.rule(CONTAINER, "holds")
 @pytest.mark.rule(KNOWN, "holds")
 @pytest.mark.rule(SCHEMA, "holds")
@@ -980,6 +1008,7 @@ async def test_container_expands_then_member_runs_server_side(
     assert add_results[0].execution_ms >= 0
 
 
+@pytest.mark.decision("R9")
 async def test_expanded_container_stays_expanded_across_a_continuation(
     store: SessionStore,
 ) -> None:
@@ -1025,6 +1054,7 @@ async def test_container_called_with_arguments_gets_the_container_error(
     ]
 
 
+@pytest.mark.decision("D18")
 @pytest.mark.rule(CONTAINER, "broken")
 async def test_container_error_guidance_names_only_the_first_five_functions(
     store: SessionStore,
@@ -1042,6 +1072,7 @@ async def test_container_error_guidance_names_only_the_first_five_functions(
     assert "SolveQuadratic" not in error["retry_guidance"]
 
 
+@pytest.mark.decision("D30")
 @pytest.mark.rule(KNOWN, "broken")
 @pytest.mark.parametrize("name", ["Add", "delete_everything", "review_checklist"])
 async def test_call_of_a_tool_not_advertised_is_a_validation_error(
@@ -1080,6 +1111,7 @@ INVALID_READ_FILE_ARGUMENTS = {
 }
 
 
+@pytest.mark.decision("D30")
 @pytest.mark.rule(SCHEMA, "broken")
 @pytest.mark.parametrize(
     ("arguments", "prop", "code"),
@@ -1104,6 +1136,7 @@ async def test_invalid_client_tool_arguments_go_back_to_the_model_not_the_client
     assert response.tool_calls is None
 
 
+@pytest.mark.decision("D19")
 @pytest.mark.rule(JSON_OBJECT, "broken")
 @pytest.mark.parametrize(
     ("arguments", "code"),
@@ -1141,6 +1174,7 @@ async def test_valid_client_tool_call_goes_to_the_client(store: SessionStore) ->
     ]
 
 
+@pytest.mark.decision("D39")
 @pytest.mark.parametrize("arguments", ["", "null", "   "], ids=["empty", "null", "blank"])
 async def test_client_call_without_arguments_is_emitted_with_an_empty_object(
     store: Store, arguments: str
@@ -1160,6 +1194,7 @@ async def test_client_call_without_arguments_is_emitted_with_an_empty_object(
     assert ok(await pipeline.execute(continuation(pending), CALLER)).primary_output_text == "ran"
 
 
+@pytest.mark.decision("D39")
 @pytest.mark.parametrize(
     "arguments",
     ['{"pattern":   "test_*"}', "{}", "{ }", '{"pattern": "caf\\u00e9"}'],
@@ -1178,6 +1213,7 @@ async def test_client_call_with_arguments_keeps_their_exact_text(
 # === server tools that fail ================================================================
 
 
+@pytest.mark.decision("D30")
 async def test_raising_server_tool_is_an_error_for_the_model_not_a_fault(
     store: SessionStore,
 ) -> None:
@@ -1203,6 +1239,7 @@ async def test_raising_server_tool_is_an_error_for_the_model_not_a_fault(
     assert "adder on fire" in (results[0].error_message or "")
 
 
+@pytest.mark.decision("D30")
 async def test_server_tool_without_executor_is_an_error_for_the_model(
     store: SessionStore,
 ) -> None:
@@ -1288,6 +1325,7 @@ BAD_IDS = {
 }  # fmt: skip
 
 
+@pytest.mark.decision("D41")
 @pytest.mark.rule(TOOL_CALL_IDS, "broken")
 @pytest.mark.parametrize(
     ("replies", "mode", "field", "tool_name"), BAD_IDS.values(), ids=BAD_IDS.keys()
@@ -1318,6 +1356,7 @@ async def test_model_tool_calls_with_empty_or_repeated_ids_fault_and_store_nothi
         assert ran == []
 
 
+@pytest.mark.decision("D41")
 @pytest.mark.rule(TOOL_CALL_IDS, "broken")
 async def test_a_continuation_reply_reusing_an_answered_call_id_faults(store: Store) -> None:
     llm = ScriptedLLM([reply(("c1", "read_file", READ)), reply(("c1", "read_file", READ))])
@@ -1336,6 +1375,7 @@ async def test_a_continuation_reply_reusing_an_answered_call_id_faults(store: St
     assert [call.tool_call_id for call in turn.pending_tool_calls] == ["c1"]
 
 
+@pytest.mark.decision("D41")
 @pytest.mark.rule(TOOL_CALL_IDS, "holds")
 async def test_model_tool_calls_with_distinct_ids_across_rounds_succeed(store: Store) -> None:
     ran: list[str] = []
@@ -1362,6 +1402,7 @@ async def test_model_tool_calls_with_distinct_ids_across_rounds_succeed(store: S
 # === R5: a reply mixing server and client calls ===========================================
 
 
+@pytest.mark.decision("R5")
 @pytest.mark.parametrize("server_first", [True, False], ids=["server first", "client first"])
 async def test_mixed_reply_runs_server_calls_and_emits_only_client_calls(
     store: SessionStore, server_first: bool
@@ -1470,6 +1511,7 @@ async def test_continuations_feed_results_in_manifest_order_until_final(
     assert (turn.status, turn.pending_tool_calls) == (TurnStatus.COMPLETED, [])
 
 
+@pytest.mark.decision("R3")
 async def test_client_tool_failure_is_shown_to_the_model_as_an_error(
     store: SessionStore,
 ) -> None:
@@ -1493,6 +1535,7 @@ async def test_client_tool_failure_is_shown_to_the_model_as_an_error(
     assert response.primary_output_text == "file is missing"
 
 
+@pytest.mark.decision("D31")
 async def test_a_final_answer_reports_the_whole_turns_usage_and_server_tools(
     store: Store,
 ) -> None:
@@ -1514,6 +1557,7 @@ async def test_a_final_answer_reports_the_whole_turns_usage_and_server_tools(
     assert [r.tool_call_id for r in final.tool_results or []] == []  # an expansion is no tool run
 
 
+@pytest.mark.decision("D31")
 async def test_a_final_answer_carries_server_results_from_before_the_client_round_trip(
     store: Store,
 ) -> None:

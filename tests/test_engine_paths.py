@@ -421,6 +421,7 @@ POST_BREAKAGES = [
 # --- 1. the three paths ----------------------------------------------------------------
 
 
+@pytest.mark.decision("D27", "R1")
 @pytest.mark.rule("AGN-036/4.3/PRE/session-null", "holds")
 @pytest.mark.rule("AGN-036/4.3/agent-context-known", "holds")
 @pytest.mark.rule("AGN-036/4.3/conversation-context-known", "holds")
@@ -453,6 +454,7 @@ async def test_initial_turn_walks_the_initial_path_and_opens_session_1_turn_1(
     assert turns[0].status is TurnStatus.COMPLETED
 
 
+@pytest.mark.decision("D27", "R5")
 async def test_server_tool_rounds_loop_from_llm_answered_back_to_reasoning(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [EXPAND_MATH, ADD, FINAL])
 
@@ -484,6 +486,7 @@ async def test_server_tool_rounds_loop_from_llm_answered_back_to_reasoning(store
     assert [json.loads(r.result_json or "null") for r in response.tool_results] == [{"result": 3}]
 
 
+@pytest.mark.decision("R4")
 @pytest.mark.rule("AGN-036/4.2/POST/turn-id-new", "holds")
 @pytest.mark.rule("AGN-033/3.1/session-found", "holds")
 @pytest.mark.rule("AGN-033/3.1/turn-in-session", "holds")
@@ -512,6 +515,7 @@ async def test_follow_on_opens_a_new_turn_in_the_same_session(store: Store) -> N
     assert [m.role for m in transcript] == [ChatRole.USER, ChatRole.ASSISTANT] * 2
 
 
+@pytest.mark.decision("R4")
 @pytest.mark.rule("AGN-036/4.4/POST/turn-id-matches-envelope", "holds")
 @pytest.mark.rule("AGN-036/4.4/POST/tool-call-manifest-valid", "holds")
 async def test_continuation_resumes_the_pending_turn_and_keeps_its_turn_id(store: Store) -> None:
@@ -599,6 +603,7 @@ async def test_a_broken_pre_rule_faults_before_the_step_runs_and_persists_nothin
     await assert_nothing_changed(store, prepared, before)
 
 
+@pytest.mark.decision("D26")
 @pytest.mark.parametrize("case", rule_params(POST_BREAKAGES, "broken", "kind"))
 async def test_a_broken_post_rule_faults_before_any_later_step_and_persists_nothing(
     store: Store, case: Breakage
@@ -619,6 +624,7 @@ async def test_a_broken_post_rule_faults_before_any_later_step_and_persists_noth
     await assert_nothing_changed(store, prepared, before)
 
 
+@pytest.mark.decision("D27")
 @pytest.mark.parametrize(
     ("script", "caller", "expected"),
     [
@@ -663,6 +669,7 @@ async def test_tool_results_that_do_not_match_the_pending_calls_fault_and_change
     assert ok(await pipeline.execute(continuation(pending), CALLER)).turn_id == pending.turn_id
 
 
+@pytest.mark.decision("D46")
 @pytest.mark.parametrize(
     "result",
     [
@@ -685,6 +692,7 @@ async def test_a_refused_tool_result_names_the_pending_calls_tool(
     assert (error.tool_call_id, error.tool_name) == ("c1", "read_file")
 
 
+@pytest.mark.decision("R3")
 async def test_a_failed_tool_reaches_the_model_as_an_error_payload(store: Store) -> None:
     pipeline, llm = make_pipeline(store, [READ_FILE, FINAL])
     pending = ok(await pipeline.execute(INITIAL_REQUEST, CALLER))
@@ -700,6 +708,7 @@ async def test_a_failed_tool_reaches_the_model_as_an_error_payload(store: Store)
     assert json.loads(tool_message.content) == {"error": "no such file"}
 
 
+@pytest.mark.decision("D26")
 async def test_a_mode_change_of_a_failed_turn_is_not_persisted(store: Store) -> None:
     change = {
         "tool_calls": [
@@ -748,6 +757,7 @@ async def test_an_initial_turn_naming_known_contexts_records_them_on_the_session
     assert (session.agent_context_id, session.conversation_context_id) == ("assistant", "workspace")
 
 
+@pytest.mark.decision("D28")
 @pytest.mark.parametrize(
     ("field", "rule_id"),
     [
@@ -835,6 +845,7 @@ instructions = "Elsewhere instructions."
 """
 
 
+@pytest.mark.decision("D43")
 @pytest.mark.parametrize(
     ("field", "asked", "warned"),
     [
@@ -897,6 +908,7 @@ def raising_after(step: PipelineStep) -> StepFunction:
     return raising
 
 
+@pytest.mark.decision("D28")
 @pytest.mark.parametrize("step", list(PipelineStep), ids=str)
 async def test_a_raising_step_faults_the_turn_as_internal_and_persists_nothing(
     store: Store, step: PipelineStep
@@ -947,6 +959,7 @@ class CommitFailingStore:
         return tx
 
 
+@pytest.mark.decision("D26", "D27")
 @pytest.mark.parametrize(
     ("error", "code"),
     [
@@ -993,6 +1006,7 @@ class ReadFailingStore:
         return tx
 
 
+@pytest.mark.decision("D28")
 async def test_a_failing_store_read_is_a_port_failure_naming_the_call(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [FINAL])
     first = ok(await pipeline.execute(INITIAL_REQUEST, CALLER))
@@ -1007,6 +1021,7 @@ async def test_a_failing_store_read_is_a_port_failure_naming_the_call(store: Sto
     assert "database is unavailable" in error.message
 
 
+@pytest.mark.decision("D28")
 @pytest.mark.parametrize(
     ("error", "at_begin"),
     [(KeyError("s"), False), (ValueError("bad row"), False), (OSError("no disk"), True)],
@@ -1036,6 +1051,7 @@ class FailingModes:
         raise ConnectionError("catalog service unreachable")
 
 
+@pytest.mark.decision("D28")
 async def test_a_failing_catalog_is_a_port_failure_and_stores_nothing(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [FINAL])
     broken = Pipeline(replace(pipeline.ports, modes=FailingModes()), pipeline.options)
@@ -1050,6 +1066,7 @@ async def test_a_failing_catalog_is_a_port_failure_and_stores_nothing(store: Sto
 # --- 4. R1 and bad requests ------------------------------------------------------------
 
 
+@pytest.mark.decision("R1")
 @pytest.mark.rule("AGN-034/3/session-turn-pair", "broken")
 @pytest.mark.parametrize(
     "request_data",
@@ -1134,6 +1151,7 @@ async def test_a_request_may_be_a_mapping_json_text_json_bytes_or_a_model(
     assert llm.requests[0].messages[-1].content == "Explain a.py."
 
 
+@pytest.mark.decision("D46", "D142")
 async def test_an_error_quotes_a_huge_id_only_in_part(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [text("x")])
     huge = "s" * 100_000
@@ -1150,6 +1168,7 @@ async def test_an_error_quotes_a_huge_id_only_in_part(store: Store) -> None:
 FOLLOW_ON_SETTLED = "DESIGN/R10/follow-on-turn-settled"
 
 
+@pytest.mark.decision("R10")
 @pytest.mark.rule("DESIGN/R10/follow-on-turn-settled", "broken")
 async def test_follow_on_naming_a_turn_that_awaits_tool_results_is_refused(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [READ_FILE, FINAL, FINAL])
@@ -1167,6 +1186,7 @@ async def test_follow_on_naming_a_turn_that_awaits_tool_results_is_refused(store
     assert (settled.session_id, settled.turn_id) == (pending.session_id, pending.turn_id)
 
 
+@pytest.mark.decision("R10")
 @pytest.mark.rule("DESIGN/R10/continuation-turn-pending", "broken")
 async def test_continuation_naming_a_completed_turn_is_refused(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [FINAL, FINAL])
@@ -1198,6 +1218,7 @@ async def test_a_continuation_sent_twice_gets_the_first_answer_again(store: Stor
     assert await stored(store) == before
 
 
+@pytest.mark.decision("D181", "R10")
 @pytest.mark.rule("DESIGN/R10/continuation-turn-pending", "broken")
 async def test_a_continuation_of_other_calls_of_a_settled_turn_is_refused(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [READ_FILE, FINAL, FINAL])
@@ -1213,6 +1234,7 @@ async def test_a_continuation_of_other_calls_of_a_settled_turn_is_refused(store:
     assert await stored(store) == before
 
 
+@pytest.mark.decision("D37", "R10")
 @pytest.mark.rule(FOLLOW_ON_SETTLED, "broken")
 async def test_follow_on_naming_a_completed_turn_is_refused_while_another_turn_awaits_tools(
     store: Store,
@@ -1246,6 +1268,7 @@ async def test_follow_on_naming_a_completed_turn_is_refused_while_another_turn_a
     assert after.turn_id not in {"turn-1", "turn-2"}
 
 
+@pytest.mark.decision("D37", "R10")
 @pytest.mark.rule(FOLLOW_ON_SETTLED, "holds")
 async def test_a_pending_turn_of_another_session_does_not_block_a_follow_on(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [text("one"), calls(READ_A), text("two")])
@@ -1262,6 +1285,7 @@ async def test_a_pending_turn_of_another_session_does_not_block_a_follow_on(stor
 # --- 6. isolation ----------------------------------------------------------------------
 
 
+@pytest.mark.decision("D28")
 @pytest.mark.rule("AGN-033/3.1/session-found", "broken")
 @pytest.mark.parametrize("other", [OTHER_ORG, OTHER_USER], ids=["other-org", "other-user"])
 @pytest.mark.parametrize("kind", [FOLLOW_ON, CONTINUATION], ids=str)
@@ -1351,6 +1375,7 @@ def server_calls(tool: str, count: int) -> list[dict[str, Any]]:
 ROUND_TOOLS = [("review", "review_checklist"), ("general", "Math")]
 
 
+@pytest.mark.decision("R5")
 @pytest.mark.rule("DESIGN/R5/round-limit", "holds")
 @pytest.mark.parametrize(("mode", "tool"), ROUND_TOOLS, ids=["review_checklist", "Math-Add"])
 async def test_exactly_max_server_tool_rounds_then_an_answer_succeeds(
@@ -1367,6 +1392,7 @@ async def test_exactly_max_server_tool_rounds_then_an_answer_succeeds(
     assert report.states[-1] == "done"
 
 
+@pytest.mark.decision("R5")
 @pytest.mark.rule("DESIGN/R5/round-limit", "broken")
 @pytest.mark.parametrize(("mode", "tool"), ROUND_TOOLS, ids=["review_checklist", "Math-Add"])
 async def test_a_model_that_keeps_calling_server_tools_faults_past_the_round_limit(
@@ -1418,6 +1444,7 @@ class CountingLLM:
         return await self.inner.complete(request)
 
 
+@pytest.mark.decision("D34")
 async def test_an_llm_that_fails_twice_then_answers_succeeds_on_the_third_attempt(
     store: Store,
 ) -> None:
@@ -1433,6 +1460,7 @@ async def test_an_llm_that_fails_twice_then_answers_succeeds_on_the_third_attemp
     assert report.states == INITIAL_STATES
 
 
+@pytest.mark.decision("D28", "D34")
 @pytest.mark.parametrize("attempts", [1, 3, 5])
 async def test_an_llm_that_always_fails_faults_as_port_failed_after_every_attempt(
     store: Store, attempts: int
@@ -1452,6 +1480,7 @@ async def test_an_llm_that_always_fails_faults_as_port_failed_after_every_attemp
     assert await stored(store) == NOTHING_STORED
 
 
+@pytest.mark.decision("D34")
 async def test_a_script_that_runs_out_faults_at_once_without_retrying(store: Store) -> None:
     llm = CountingLLM(ScriptedLLM([]))
     pipeline, _ = make_pipeline(store, llm)
@@ -1467,6 +1496,7 @@ async def test_a_script_that_runs_out_faults_at_once_without_retrying(store: Sto
     assert await stored(store) == NOTHING_STORED
 
 
+@pytest.mark.decision("D32")
 @pytest.mark.rule("AGN-036/4.9/POST/exactly-one-outcome", "broken")
 @pytest.mark.parametrize("text", ["", "   \n"], ids=["empty", "blank"])
 async def test_an_empty_reply_without_tool_calls_has_no_outcome_and_faults(
@@ -1481,6 +1511,7 @@ async def test_an_empty_reply_without_tool_calls_has_no_outcome_and_faults(
     assert await stored(store) == NOTHING_STORED
 
 
+@pytest.mark.decision("D34")
 async def test_cancelling_a_turn_stops_the_model_call_without_retrying(store: Store) -> None:
     calls: list[float] = []
 
@@ -1545,6 +1576,7 @@ class BarrierLLM:
         return await self.inner.complete(request)
 
 
+@pytest.mark.decision("D28", "D35")
 async def test_two_concurrent_continuations_of_one_pending_turn_one_wins_one_conflicts(
     store: Store,
 ) -> None:
@@ -1619,6 +1651,7 @@ async def test_run_sync_inside_a_running_event_loop_raises_and_runs_nothing(
 ORG, USER = "AGN-036/3/org-present", "AGN-036/3/user-present"
 
 
+@pytest.mark.decision("D36")
 @pytest.mark.parametrize(
     ("caller", "rule_id"),
     [
@@ -1644,6 +1677,7 @@ async def test_a_caller_mapping_without_org_or_user_is_refused_and_never_raises(
     assert await stored(store) == NOTHING_STORED
 
 
+@pytest.mark.decision("D36")
 async def test_a_caller_mapping_with_wire_names_is_accepted(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [FINAL])
 

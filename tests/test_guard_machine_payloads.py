@@ -32,6 +32,8 @@ from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.contracts import AgentExecuteResponse, ResponseKind
 from aptix_pipeline.validators.response import guard_machine_payloads, validate_response
 
+pytestmark = pytest.mark.decision("D42")
+
 Store = MemoryStore | SQLiteStore
 
 GUARDED_PAYLOAD = "AGN-033/4.1/guarded-payload"
@@ -255,6 +257,7 @@ async def test_embedded_file_contents_in_the_models_text_still_fail(
     assert await stored(store) == NOTHING_STORED
 
 
+@pytest.mark.decision("D31")
 @pytest.mark.parametrize(
     ("message", "expected"),
     [

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from engine_kit import CALLER, call, calls, make_pipeline, ok, scripted, text, tool_messages
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -32,6 +33,7 @@ _values: st.SearchStrategy[Any] = st.recursive(
 )
 
 
+@pytest.mark.decision("D141")
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_text, _values, max_size=6) | _values)
 def test_parse_results_always_serialize(data: Any) -> None:
@@ -39,6 +41,7 @@ def test_parse_results_always_serialize(data: Any) -> None:
     parse_response(data).to_json().encode("utf-8")
 
 
+@pytest.mark.decision("D141")
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=64) | _text)
 def test_parse_results_of_any_text_serialize(data: bytes | str) -> None:
@@ -55,6 +58,7 @@ class SurrogateLLM:
         raise RuntimeError("model down \ud800")
 
 
+@pytest.mark.decision("D47")
 async def test_a_port_error_with_a_lone_surrogate_still_serializes(store: Store) -> None:
     pipeline, _ = make_pipeline(store, SurrogateLLM())
 
@@ -67,6 +71,7 @@ async def test_a_port_error_with_a_lone_surrogate_still_serializes(store: Store)
     assert json.dumps(report.to_dict())
 
 
+@pytest.mark.decision("D47")
 async def test_a_tool_name_with_a_lone_surrogate_is_refused_to_the_model(store: Store) -> None:
     pipeline, llm = make_pipeline(store, [calls(call("a", "x\ud800")), text("ok")])
 

@@ -45,6 +45,7 @@ def checklist_turn(store: Store, executor: Any, answer: str) -> tuple[Pipeline, 
     )
 
 
+@pytest.mark.decision("D40")
 @pytest.mark.parametrize("answer", ["Infinity", '{"x": NaN}', "-Infinity", "[1, NaN]"])
 async def test_server_tool_text_that_is_not_strict_json_is_quoted(
     store: Store, answer: str
@@ -68,6 +69,7 @@ async def test_server_tool_text_that_is_not_strict_json_is_quoted(
     assert [(c.name, c.outcome) for c in report.tool_calls] == [("review_checklist", "executed")]
 
 
+@pytest.mark.decision("D40")
 async def test_server_tool_text_that_is_strict_json_is_kept_as_is(store: Store) -> None:
     answer = '{"x":  1.5, "y": [true, null]}'
 
@@ -82,6 +84,7 @@ async def test_server_tool_text_that_is_strict_json_is_kept_as_is(store: Store) 
     assert [r.result_json for r in response.tool_results or []] == [answer]
 
 
+@pytest.mark.decision("D40")
 @pytest.mark.parametrize(
     "value",
     [{"x": float("inf")}, {"x": float("nan")}, [float("-inf")]],
@@ -108,6 +111,7 @@ async def test_server_tool_value_that_cannot_be_strict_json_is_a_tool_failure(
     assert [(c.name, c.outcome) for c in report.tool_calls] == [("review_checklist", "failed")]
 
 
+@pytest.mark.decision("D40")
 async def test_adding_two_huge_numbers_gives_strict_json_not_infinity(store: Store) -> None:
     pipeline, llm = make_pipeline(
         store,
@@ -129,6 +133,7 @@ async def test_adding_two_huge_numbers_gives_strict_json_not_infinity(store: Sto
     assert "Infinity" in strict_json_loads(added[0].result_json)  # the executor's text, quoted
 
 
+@pytest.mark.decision("D47")
 async def test_server_tool_text_with_a_lone_surrogate_is_escaped(store: Store) -> None:
     async def broken(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
         raise ValueError("bad \udcff")
@@ -143,6 +148,7 @@ async def test_server_tool_text_with_a_lone_surrogate_is_escaped(store: Store) -
     assert json.loads(report.result.to_json())["Successful"] is True
 
 
+@pytest.mark.decision("D47")
 async def test_server_tool_json_with_a_lone_surrogate_is_escaped(store: Store) -> None:
     async def odd(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
         return '{"text": "\ud800"}'

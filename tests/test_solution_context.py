@@ -8,6 +8,7 @@ nothing. Every scenario runs on the memory store and on a SQLite file.
 
 from __future__ import annotations
 
+import pytest
 from engine_kit import (
     CALLER,
     READ_A,
@@ -30,6 +31,7 @@ from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 Store = MemoryStore | SQLiteStore
 
 
+@pytest.mark.decision("D38")
 async def test_follow_on_solution_context_replaces_the_sessions_and_is_kept_afterwards(
     store: Store,
 ) -> None:
@@ -55,6 +57,7 @@ async def test_follow_on_solution_context_replaces_the_sessions_and_is_kept_afte
     assert (await session_of(store)).solution_context_text == "CTX-B"
 
 
+@pytest.mark.decision("D38")
 async def test_a_continuation_sees_the_solution_context_its_follow_on_set(store: Store) -> None:
     pipeline, llm = make_pipeline(store, [text("a"), calls(READ_A), text("b")])
     _, first = await start(pipeline, {"Instruction": "hi", "SolutionContextText": "CTX-A"})
@@ -69,6 +72,7 @@ async def test_a_continuation_sees_the_solution_context_its_follow_on_set(store:
     assert "CTX-A" not in resumed
 
 
+@pytest.mark.decision("D38")
 async def test_a_failed_follow_on_leaves_the_solution_context_as_it_was(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [text("a")])  # the FollowOn finds the script empty
     _, first = await start(pipeline, {"Instruction": "hi", "SolutionContextText": "CTX-A"})

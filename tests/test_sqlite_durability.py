@@ -1,4 +1,4 @@
-"""The SQLite store's durability setting (issue 12 "The HTTP worker", README "Configuration").
+"""The SQLite store's durability setting (README "Configuration").
 
 WAL with ``synchronous=NORMAL`` by default, ``FULL`` as an option in the store URL
 (``sqlite:PATH?synchronous=full``) or ``[store].synchronous``; a bad value is

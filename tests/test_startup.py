@@ -1,4 +1,4 @@
-"""Start-up (issue 12): the CLI imports only what a command uses.
+"""Start-up: the CLI imports only what a command uses.
 
 Behavioural, not timed: each case runs in a fresh interpreter and reports which
 modules ended up in ``sys.modules``. ``make bench`` reports the wall times.

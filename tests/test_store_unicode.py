@@ -1,4 +1,4 @@
-"""Every store keeps every string exactly (issue 13 item 6, decision D221).
+"""Every store keeps every string exactly (decision D221).
 
 NUL, astral characters, combining marks, noncharacters, line and paragraph
 separators, bidi marks, long strings, backslashes, quotes and a literal ``\\u0000``
@@ -16,6 +16,8 @@ from engine_kit import ALL_STORE_KINDS, CALLER, make_pipeline, open_store_of_kin
 from test_stores import ORG, USER, entry, make_session, make_turn, snapshot
 
 from aptix_pipeline.contracts import ChatMessage, ChatRole, SessionStore, ToolCall
+
+pytestmark = pytest.mark.decision("D221")
 
 EDGES = {
     "nul": "a\x00b\x00",
@@ -104,6 +106,7 @@ async def test_a_full_turn_keeps_the_solution_context_and_the_reply_exactly(
     assert [m.content for m in llm.requests[-1].messages[1:3]] == [text, text]
 
 
+@pytest.mark.decision("D47")
 async def test_a_model_reply_holding_a_lone_surrogate_is_escaped_alike_on_every_store(
     store: SessionStore,
 ) -> None:
