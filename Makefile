@@ -99,6 +99,9 @@ fuzz: install
 schemas: install
 	$(PY) -m aptix_pipeline.contracts.schemas docs/schemas
 
+# docs/CONFORMANCE.md's rule table (from the code and the tests' rule markers) and its
+# decision tables (from docs/decisions.toml and the tests' decision markers);
+# tests/test_conformance.py fails when they are stale.
 conformance: install
 	$(PY) tests/conformance.py --write
 

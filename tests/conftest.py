@@ -1,30 +1,44 @@
-"""Shared pytest wiring: the ``rule`` marker that links tests to rule ids.
+"""Shared pytest wiring: the ``rule`` and ``decision`` markers that link tests to ids.
 
 ``@pytest.mark.rule("AGN-036/4.2/PRE/session-null", "broken")`` says the test shows
-the rule failing; ``"holds"`` says it shows the rule satisfied. The conformance
-table (docs/CONFORMANCE.md) is generated from these markers by
-``tests/conformance.py``; ``--rule-map FILE`` writes the map at collection time.
+the rule failing; ``"holds"`` says it shows the rule satisfied.
+``@pytest.mark.decision("D26")`` (one or more ids) says the test checks that decision
+or DESIGN.md resolution of docs/decisions.toml. The conformance tables
+(docs/CONFORMANCE.md) are generated from these markers by ``tests/conformance.py``;
+``--rule-map FILE`` and ``--decision-map FILE`` write the maps at collection time.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 OUTCOMES = ("holds", "broken")
+DECISION_ID = re.compile(r"[DR][1-9][0-9]*")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--rule-map", default=None, help="write the rule id → tests map to this JSON file"
     )
+    parser.addoption(
+        "--decision-map",
+        default=None,
+        help="write the decision id → tests map to this JSON file",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "rule(rule_id, outcome): the test shows the rule 'holds' or is 'broken'"
+    )
+    config.addinivalue_line(
+        "markers",
+        "decision(*ids): the test checks these decisions (D26) or resolutions (R10) "
+        "of docs/decisions.toml",
     )
 
 
@@ -37,6 +51,27 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             if outcome not in OUTCOMES:
                 raise pytest.UsageError(f"{item.nodeid}: rule outcome must be one of {OUTCOMES}")
             links.setdefault(rule_id, {}).setdefault(outcome, []).append(item.nodeid)
+    if target:
+        Path(target).write_text(json.dumps(links, indent=1, sort_keys=True), encoding="utf-8")
+    _map_decisions(session, config)
+
+
+def _map_decisions(session: pytest.Session, config: pytest.Config) -> None:
+    """Check every ``decision`` marker's ids; write decision id → test node ids if asked."""
+    links: dict[str, list[str]] = {}
+    for item in session.items:
+        for marker in item.iter_markers("decision"):
+            if not marker.args or not all(
+                isinstance(i, str) and DECISION_ID.fullmatch(i) for i in marker.args
+            ):
+                raise pytest.UsageError(
+                    f"{item.nodeid}: decision ids look like 'D26' or 'R10', not {marker.args!r}"
+                )
+            for decision_id in marker.args:
+                nodes = links.setdefault(decision_id, [])
+                if item.nodeid not in nodes:  # a module's and a function's marker may repeat one
+                    nodes.append(item.nodeid)
+    target = config.getoption("--decision-map")
     if target:
         Path(target).write_text(json.dumps(links, indent=1, sort_keys=True), encoding="utf-8")
 

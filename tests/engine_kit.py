@@ -1,4 +1,5 @@
-"""Helpers for engine scenario tests: a pipeline on either store, and request builders.
+"""Helpers for engine scenario tests: a pipeline on either store, request builders, and
+readers of what a turn did, what the model was given and what the store holds.
 
 Every scenario runs on both stores (``store`` fixture: the in-memory store and the
 SQLite store on a real file). Clock and ids are deterministic (SteppingClock,
@@ -29,14 +30,16 @@ from aptix_pipeline.contracts import (
     AgentExecuteResponse,
     Caller,
     ChatMessage,
+    ChatRole,
     InvokeResult,
+    LLMRequest,
     PipelineStep,
     Session,
     SessionStore,
     ToolExecutor,
     Turn,
 )
-from aptix_pipeline.engine import Listener, Pipeline, Runtime, Telemetry
+from aptix_pipeline.engine import Listener, Pipeline, Runtime, Telemetry, TurnReport
 from aptix_pipeline.steps import StepFunction
 
 __all__ = [
@@ -45,8 +48,10 @@ __all__ = [
     "NOTHING_STORED",
     "OTHER_ORG",
     "OTHER_USER",
+    "READ_A",
     "STORE_KINDS",
     "StoreView",
+    "assert_refused",
     "call",
     "calls",
     "change_mode",
@@ -58,8 +63,13 @@ __all__ = [
     "ok",
     "open_store_of_kind",
     "scripted",
+    "session_of",
+    "start",
     "stored",
+    "system_text",
     "text",
+    "tool_messages",
+    "warning_codes",
 ]
 
 CALLER = Caller(org="acme", user="ana")
@@ -159,6 +169,33 @@ def ok(result: InvokeResult[AgentExecuteResponse]) -> AgentExecuteResponse:
     return result.result
 
 
+async def start(
+    pipeline: Pipeline,
+    request: str | Mapping[str, Any] = "hello",
+    *,
+    initial_mode: str | None = None,
+) -> tuple[TurnReport, AgentExecuteResponse]:
+    """An Initial turn of ``CALLER`` that must succeed: ``request`` is its instruction or the
+    whole wire request."""
+    data = {"Instruction": request} if isinstance(request, str) else dict(request)
+    report = await pipeline.run(data, CALLER, initial_mode=initial_mode)
+    return report, ok(report.result)
+
+
+def assert_refused(report: TurnReport, rule_id: str, faulted_step: str) -> None:
+    """The turn faulted at ``faulted_step`` on ``rule_id`` alone and returned no response."""
+    assert not report.successful
+    assert report.result.result is None
+    assert report.states[-1] == "faulted"
+    assert report.faulted_step == faulted_step
+    assert report.result.rule_ids == (rule_id,)
+
+
+def warning_codes(report: TurnReport) -> list[str]:
+    """The codes of the result's warnings, in order."""
+    return [warning.code for warning in report.result.warnings]
+
+
 def follow_on(response: AgentExecuteResponse, instruction: str = "next") -> dict[str, Any]:
     """A FollowOn request after ``response``."""
     return {
@@ -225,10 +262,34 @@ def change_mode(call_id: str, mode: str, reason: str = "the user asked", **more:
     return call(call_id, "agent_change_mode", {"mode": mode, "reason": reason, **more})
 
 
+READ_A = call("c1", "read_file", {"path": "a.py"})
+"""A client tool call: ``read_file`` of ``a.py``, id ``c1``."""
+
+
 def scripted(llm: ScriptedLLM | None) -> ScriptedLLM:
     """The scripted model ``make_pipeline`` returned."""
     assert llm is not None
     return llm
+
+
+# --- what the model was given ---------------------------------------------------------------
+
+
+def system_text(request: LLMRequest) -> str:
+    """The system message the model was given in one call."""
+    first = request.messages[0]
+    assert first.role is ChatRole.SYSTEM
+    return first.content
+
+
+def tool_messages(request: LLMRequest, call_id: str | None = None) -> list[ChatMessage]:
+    """The tool messages the model saw in one call, in order; only those answering
+    ``call_id`` when it is given."""
+    return [
+        m
+        for m in request.messages
+        if m.role is ChatRole.TOOL and (call_id is None or m.tool_call_id == call_id)
+    ]
 
 
 # --- what the store holds -------------------------------------------------------------------
@@ -249,3 +310,14 @@ async def stored(
 
 NOTHING_STORED: StoreView = (None, (None,) * 5, ())
 """``stored`` of a store where the turn left nothing."""
+
+
+async def session_of(store: SessionStore, session_id: str = "session-1") -> Session:
+    """The committed session as a transaction of ``CALLER`` loads it; it must exist."""
+    tx = store.begin(CALLER.org, CALLER.user)
+    try:
+        session = await tx.load_session(session_id)
+    finally:
+        await tx.rollback()
+    assert session is not None, f"no session {session_id!r}"
+    return session

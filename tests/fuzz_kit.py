@@ -1,7 +1,7 @@
 """Fuzzing ``Pipeline.execute``: mutated requests and the invariants every answer keeps.
 
 Shared by the bounded hypothesis fuzz of ``make test`` (tests/test_fuzz_pipeline.py)
-and the 100,000-request run of ``make fuzz`` (tests/fuzz_run.py).
+and the 100,000-request run of ``make fuzz`` (tests/fuzz_run.py); D240-D242.
 
 A ``FuzzWorld`` is a pipeline on one store (memory or a SQLite file) that records
 every turn with redaction on (``RecordingOptions(redact=True)``, delivered in

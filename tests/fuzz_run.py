@@ -1,4 +1,4 @@
-"""``make fuzz``: at least 100,000 mutated requests through ``Pipeline.execute``.
+"""``make fuzz``: at least 100,000 mutated requests through ``Pipeline.execute`` (D240-D242).
 
 Usage: ``python tests/fuzz_run.py [--requests N] [--workers W] [--seed S] [--huge CHARS]``
 and ``--only INDEX`` to run one request again and print it.

@@ -3,7 +3,8 @@
 Every rule table (core, steps, manifest, request, response, tool calls) holds
 small frozen dataclasses with a ``rule_id`` and a ``variant``; ``rule_params``
 gives each the id ``<rule id>|<variant>[|<more>]`` and the ``rule`` marker that
-links it into docs/CONFORMANCE.md.
+links it into docs/CONFORMANCE.md, and, for a case with ``decisions`` (ids of
+docs/decisions.toml), the ``decision`` marker too.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class RuleCase(Protocol):
 def rule_params(
     cases: Sequence[RuleCase], outcome: Literal["holds", "broken"], *id_fields: str
 ) -> list[Any]:
-    """``pytest.param`` per case, marked ``rule(case.rule_id, outcome)``.
+    """``pytest.param`` per case, marked ``rule(case.rule_id, outcome)``, and
+    ``decision(*case.decisions)`` when the case has decisions.
 
     ``id_fields`` name further case attributes to append to the test id.
     """
@@ -35,7 +37,15 @@ def rule_params(
         pytest.param(
             case,
             id="|".join([case.rule_id, case.variant, *(str(getattr(case, f)) for f in id_fields)]),
-            marks=pytest.mark.rule(case.rule_id, outcome),
+            marks=_marks(case, outcome),
         )
         for case in cases
     ]
+
+
+def _marks(case: RuleCase, outcome: Literal["holds", "broken"]) -> list[pytest.MarkDecorator]:
+    marks = [pytest.mark.rule(case.rule_id, outcome)]
+    decisions: tuple[str, ...] = getattr(case, "decisions", ())
+    if decisions:
+        marks.append(pytest.mark.decision(*decisions))
+    return marks

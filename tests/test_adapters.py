@@ -640,6 +640,7 @@ id = "c"
 """
 
 
+@pytest.mark.decision("D44")
 @pytest.mark.parametrize(
     ("modes", "names", "container", "message"),
     [

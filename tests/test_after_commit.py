@@ -73,6 +73,7 @@ def depth_of(value: Any) -> int:
 # === 1. every walk takes any depth ==============================================================
 
 
+@pytest.mark.decision("D161")
 def test_deep_json_reads_and_writes_any_depth_back_to_the_same_text() -> None:
     source = '{"a":' + nested_text(DEEP, '{"b":[true,null,-1500.0,"xé"]}') + "}"
 
@@ -80,6 +81,7 @@ def test_deep_json_reads_and_writes_any_depth_back_to_the_same_text() -> None:
     assert depth_of(load_json(source)["a"]) == DEEP
 
 
+@pytest.mark.decision("D161")
 @pytest.mark.parametrize(
     "source",
     ['{"a": 1, "a": 2}', " [1, 2.5, -0, 1e3, true, false, null] ", '"\\ud800"', '{"k": {}}', "[]"],
@@ -88,6 +90,7 @@ def test_deep_json_reads_what_json_reads(source: str) -> None:
     assert load_json(source) == json.loads(source)
 
 
+@pytest.mark.decision("D161")
 @pytest.mark.parametrize(
     "source",
     ["", "[", "[1,]", '{"a":1,}', "01", '"\x01"', "1 2", '{"a" 1}', "NaN", "[Infinity]", "{1:2}"],
@@ -97,6 +100,7 @@ def test_deep_json_refuses_what_is_not_rfc_8259_json(source: str) -> None:
         parse_json(source)
 
 
+@pytest.mark.decision("D161")
 def test_json_text_is_redacted_at_any_depth_keeping_its_shape() -> None:
     redacted = redact_json_text('{"card": ' + nested_text(DEEP, '"4111 1111"') + "}")
 
@@ -107,6 +111,7 @@ def test_json_text_is_redacted_at_any_depth_keeping_its_shape() -> None:
     assert redact_json_text(redacted) == redacted
 
 
+@pytest.mark.decision("D161")
 def test_recorded_values_are_redacted_at_any_depth() -> None:
     data = {"calls": nested(DEEP, {"Content": "secret", "ResultJson": nested_text(DEEP, "7")})}
 
@@ -120,6 +125,7 @@ def test_recorded_values_are_redacted_at_any_depth() -> None:
     assert bottom["ResultJson"] == nested_text(DEEP, "0")
 
 
+@pytest.mark.decision("D161")
 @pytest.mark.parametrize("form", ["json", "text", "base64"])
 def test_a_request_of_any_depth_is_redacted_in_each_form(form: str) -> None:
     deep_request = '{"Instruction": "secret", "Extra": ' + nested_text(DEEP, '"secret"') + "}"
@@ -137,6 +143,7 @@ def test_a_request_of_any_depth_is_redacted_in_each_form(form: str) -> None:
     assert dump_json(redact_request(redacted)) == dumped
 
 
+@pytest.mark.decision("D161")
 def test_the_recording_tap_encodes_data_deeper_than_pydantic_core_goes() -> None:
     value = {"a": nested(DEEP, {"b": (1, "x")})}
 
@@ -146,6 +153,7 @@ def test_the_recording_tap_encodes_data_deeper_than_pydantic_core_goes() -> None
     assert dump_json(encoded) == '{"a":' + nested_text(DEEP, '{"b":[1,"x"]}') + "}"
 
 
+@pytest.mark.decision("D161")
 def test_a_replay_compares_values_of_any_depth() -> None:
     left, right = nested(DEEP, 1), nested(DEEP, 2)
 
@@ -193,6 +201,7 @@ async def test_a_continuation_with_a_deep_result_answers_as_without_recording(
     assert answers[0] == answers[1]
 
 
+@pytest.mark.decision("D160")
 async def test_over_http_a_deep_continuation_recorded_redacted_gets_its_answer(
     tmp_path: Path,
 ) -> None:
@@ -246,6 +255,7 @@ async def deep_tool(arguments: dict[str, Any], invocation: Any) -> str:
     return '{"card": ' + nested_text(DEEP, "4111111111111111") + "}"
 
 
+@pytest.mark.decision("D161")
 async def test_a_server_tool_result_nested_100k_deep_is_recorded_redacted_and_replays(
     tmp_path: Path,
 ) -> None:
@@ -268,6 +278,7 @@ async def test_a_server_tool_result_nested_100k_deep_is_recorded_redacted_and_re
     assert outcome.ok, outcome.divergence.describe() if outcome.divergence else ""
 
 
+@pytest.mark.decision("D161")
 @pytest.mark.parametrize("depth", [300, DEEP])
 async def test_a_model_reply_with_deep_arguments_is_recorded_and_replays(depth: int) -> None:
     arguments = '{"card": ' + nested_text(depth, "4111111111111111") + "}"
@@ -286,6 +297,7 @@ async def test_a_model_reply_with_deep_arguments_is_recorded_and_replays(depth: 
     assert outcome.ok, outcome.divergence.describe() if outcome.divergence else ""
 
 
+@pytest.mark.decision("D161")
 async def test_a_python_request_too_deep_for_json_is_written_compact_and_loads_back(
     tmp_path: Path,
 ) -> None:
@@ -316,6 +328,7 @@ def failing_sink(recording: TurnRecording) -> None:
     raise ValueError(SECRET)
 
 
+@pytest.mark.decision("D160")
 @pytest.mark.parametrize("where", ["made", "delivered"])
 async def test_a_recording_that_fails_is_logged_and_traced_and_changes_no_answer(
     where: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
@@ -345,6 +358,7 @@ async def test_a_recording_that_fails_is_logged_and_traced_and_changes_no_answer
     assert SECRET not in json.dumps(attributes_of(span)) + str(span.status.description)
 
 
+@pytest.mark.decision("D160")
 async def test_a_failing_delivery_is_logged_once_by_the_options_alone_too(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -362,6 +376,7 @@ async def test_a_failing_delivery_is_logged_once_by_the_options_alone_too(
         await options.send(recording)
 
 
+@pytest.mark.decision("D165")
 def test_the_redactor_of_a_recording_knows_its_tools_schemas() -> None:
     properties = {"amount": {"minimum": 5}, "kind": {"enum": ["card"]}}
     schema = {"type": "object", "properties": properties}
@@ -373,6 +388,7 @@ def test_the_redactor_of_a_recording_knows_its_tools_schemas() -> None:
     assert json.loads(redacted["ArgumentsJson"]) == {"amount": 5, "kind": "card", "k1": REDACTED}
 
 
+@pytest.mark.decision("D161")
 def test_content_captured_tool_arguments_of_any_depth_go_on_the_tool_span() -> None:
     spans = Recorded()
     builder = SpanBuilder(spans.provider.get_tracer("test"), True, "aptix")
@@ -429,6 +445,7 @@ async def test_a_request_holding_an_int_past_str_limits_records_and_the_file_rea
     assert loaded.to_json() == report.recording.to_json()
 
 
+@pytest.mark.decision("D164")
 @pytest.mark.parametrize("form", ["text", "bytes"])
 async def test_a_request_text_escaping_a_lone_surrogate_records_redacted_and_replays(
     form: str,

@@ -1,4 +1,10 @@
-"""``aptix run``: one turn per process; a session chains across processes on one SQLite file."""
+"""``aptix run``: one turn per process; a session chains across processes on one SQLite file.
+
+A turn that fails exits 1 with its unsuccessful result; what the command cannot
+use — a bad script or option, a catalog that is broken or not UTF-8, a SQLite store
+that is a directory or not a database — is a usage error: exit 2, a message, no
+traceback, nothing written.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +34,11 @@ def _run(
          *args],
         capture_output=True, text=True, check=False, cwd=tmp,
     )  # fmt: skip
+
+
+def _run_hi(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``aptix run`` on a one-line Initial request with a one-reply script."""
+    return _run(tmp, {"Instruction": "hi"}, [{"text": "hello"}], *args)
 
 
 def _result(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -161,3 +172,53 @@ def test_a_custom_catalog_and_initial_mode_are_used(tmp_path: Path) -> None:
 
     assert run.returncode == 0, run.stderr
     assert _result(run)["Result"]["ModeDisplayName"] == "Planning"
+
+
+def test_aptix_run_on_a_directory_as_sqlite_store_is_a_usage_error(tmp_path: Path) -> None:
+    directory = tmp_path / "store-dir"
+    directory.mkdir()
+
+    run = _run_hi(tmp_path, "--store", f"sqlite:{directory}")
+
+    assert run.returncode == 2
+    assert run.stderr.startswith("aptix run: ")
+    assert "Traceback" not in run.stderr
+    assert run.stdout == ""
+    assert list(directory.iterdir()) == []
+
+
+def test_aptix_run_on_a_file_that_is_not_a_database_is_a_usage_error(tmp_path: Path) -> None:
+    junk = tmp_path / "notes.db"
+    content = b"these are my notes, not a database\n" * 64
+    junk.write_bytes(content)
+
+    run = _run_hi(tmp_path, "--store", f"sqlite:{junk}")
+
+    assert run.returncode == 2
+    assert run.stderr.startswith("aptix run: ")
+    assert "not a database" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stdout == ""
+    assert junk.read_bytes() == content
+
+
+def test_aptix_run_with_a_non_utf8_config_is_a_usage_error_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "latin1-catalog.toml"
+    config.write_bytes('[[modes]]\nname = "général"\n'.encode("latin-1"))
+
+    run = _run_hi(tmp_path, "--config", str(config), "--store", "memory")
+
+    assert run.returncode == 2
+    assert "latin1-catalog.toml" in run.stderr
+    assert "UTF-8" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stdout == ""
+
+
+def test_a_sqlite_store_that_works_still_runs(tmp_path: Path) -> None:
+    run = _run_hi(tmp_path, "--store", f"sqlite:{tmp_path / 'fine.db'}")
+
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["Result"]["PrimaryOutputText"] == "hello"

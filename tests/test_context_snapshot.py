@@ -29,6 +29,7 @@ UNCHANGED = "AGN-036/4.10/POST/context-unchanged"
 KINDS = list(PATHS)
 
 
+@pytest.mark.decision("D12")
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_snapshot_passes_when_only_the_response_changed(kind: ContextType) -> None:
     ctx = context_before(RB, kind)
@@ -40,6 +41,7 @@ def test_a_snapshot_passes_when_only_the_response_changed(kind: ContextType) -> 
     assert result.successful, result.errors
 
 
+@pytest.mark.decision("D12")
 def test_a_snapshot_names_reassigned_fields_by_their_wire_names() -> None:
     ctx = context_before(RB, ContextType.FOLLOW_ON)
     snapshot = snapshot_context(ctx)
@@ -97,6 +99,7 @@ IN_PLACE: list[tuple[ContextType, Callable[[PipelineContext], None], str]] = [
 ]
 
 
+@pytest.mark.decision("D12")
 @pytest.mark.parametrize(
     ("kind", "change", "field"), IN_PLACE, ids=[change.__name__ for _, change, _ in IN_PLACE]
 )

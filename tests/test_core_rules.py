@@ -27,6 +27,7 @@ class CoreCase:
     kind: ContextType
     change: Callable[[PipelineContext], None]
     field: str | None = None
+    decisions: tuple[str, ...] = ()
 
 
 def _set(path: str, value: object) -> Callable[[PipelineContext], None]:
@@ -55,16 +56,17 @@ BROKEN = [
     CoreCase("AGN-036/3/time-stamp-present", "none", FOLLOW_ON, _set("time_stamp", None)),
     CoreCase("AGN-036/3/correlation-id-present", "empty", INITIAL, _set("correlation_id", "")),
     CoreCase("AGN-036/3/correlation-id-present", "blank", CONTINUATION,
-             _set("correlation_id", "  ")),
+             _set("correlation_id", "  "), decisions=("D1",)),
     CoreCase("AGN-036/3/org-present", "none", INITIAL, _set("envelope.org", None),
              "Envelope.Org"),
-    CoreCase("AGN-036/3/org-present", "empty", FOLLOW_ON, _set("envelope.org", "")),
+    CoreCase("AGN-036/3/org-present", "empty", FOLLOW_ON, _set("envelope.org", ""),
+             decisions=("D1",)),
     CoreCase("AGN-036/3/user-present", "none", CONTINUATION, _set("envelope.user", None),
              "Envelope.User"),
     CoreCase("AGN-036/3.1/input-present", "initial-nothing", INITIAL,
              _set("envelope.instructions", None), "Envelope.Instructions"),
     CoreCase("AGN-036/3.1/input-present", "follow-on-blank", FOLLOW_ON,
-             _set("envelope.instructions", "   ")),
+             _set("envelope.instructions", "   "), decisions=("D2",)),
     CoreCase("AGN-036/3.1/input-present", "empty-lists", INITIAL,
              _only_empty_inputs),
     CoreCase("AGN-036/3.1/initial-session-id-empty", "set", INITIAL,
@@ -76,7 +78,7 @@ BROKEN = [
     CoreCase("AGN-036/3.1/follow-on-session-id-present", "none", FOLLOW_ON,
              _set("envelope.session_id", None), "Envelope.SessionId"),
     CoreCase("AGN-036/3.1/follow-on-session-id-present", "empty", FOLLOW_ON,
-             _set("envelope.session_id", "")),
+             _set("envelope.session_id", ""), decisions=("D1",)),
     CoreCase("AGN-036/3.1/follow-on-turn-id-present", "none", FOLLOW_ON,
              _set("envelope.turn_id", None), "Envelope.TurnId"),
     CoreCase("AGN-036/3.1/follow-on-tool-results-empty", "one", FOLLOW_ON,
@@ -103,11 +105,11 @@ HOLDS = [
     CoreCase("AGN-036/3.1/input-present", "not-needed-on-continuation", CONTINUATION, _keep),
     CoreCase("AGN-036/3.1/initial-session-id-empty", "absent", INITIAL, _keep),
     CoreCase("AGN-036/3.1/initial-session-id-empty", "empty-string", INITIAL,
-             _set("envelope.session_id", "")),
+             _set("envelope.session_id", ""), decisions=("D1",)),
     CoreCase("AGN-036/3.1/initial-turn-id-empty", "absent", INITIAL, _keep),
     CoreCase("AGN-036/3.1/initial-tool-results-empty", "absent", INITIAL, _keep),
     CoreCase("AGN-036/3.1/initial-tool-results-empty", "empty-list", INITIAL,
-             _set("envelope.tool_results", [])),
+             _set("envelope.tool_results", []), decisions=("D4",)),
     CoreCase("AGN-036/3.1/follow-on-session-id-present", "set", FOLLOW_ON, _keep),
     CoreCase("AGN-036/3.1/follow-on-turn-id-present", "set", FOLLOW_ON, _keep),
     CoreCase("AGN-036/3.1/follow-on-tool-results-empty", "absent", FOLLOW_ON, _keep),
@@ -176,6 +178,7 @@ def test_every_broken_rule_is_reported_at_once() -> None:
     )
 
 
+@pytest.mark.decision("R2")
 def test_r2_a_new_session_defaults_to_the_general_mode() -> None:
     # AGN-011 §3.1, DESIGN R2: the mode lives on the context, never on the wire request.
     from aptix_pipeline.contracts import DEFAULT_MODE, AgentExecuteRequest

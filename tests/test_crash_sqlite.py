@@ -1,4 +1,4 @@
-"""Killing a worker during turns leaves a sound SQLite file.
+"""Killing a worker during turns leaves a sound SQLite file (D243).
 
 A child process runs turns on one SQLite file in a loop — an Initial, a FollowOn
 that changes the mode, a FollowOn that leaves client tool calls pending, and their
@@ -28,10 +28,13 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_sqlite_durability import _pragma
 
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.contracts import ChatMessage, ModeHistoryEntry, Turn, TurnStatus
+
+pytestmark = pytest.mark.decision("D243")
 
 KILLS = 8
 COMPLETED, AWAITING = TurnStatus.COMPLETED.value, TurnStatus.AWAITING_CLIENT_TOOLS.value
@@ -225,6 +228,7 @@ def _history_errors(
     return errors
 
 
+@pytest.mark.decision("D186")
 def test_killed_workers_leave_every_acknowledged_turn_and_no_half_written_one(
     tmp_path: Path,
 ) -> None:

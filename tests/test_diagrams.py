@@ -125,6 +125,7 @@ def mermaid_classes(mermaid: str) -> dict[str, list[str]]:
 # --- the picture of the machine --------------------------------------------------------------
 
 
+@pytest.mark.decision("D101")
 def test_every_state_and_transition_of_the_machine_is_drawn_in_both_formats() -> None:
     mermaid, dot = diagram_text(DiagramFormat.MERMAID), diagram_text(DiagramFormat.DOT)
 
@@ -149,6 +150,7 @@ def test_every_state_and_transition_of_the_machine_is_drawn_in_both_formats() ->
             assert dot_nodes(dot)[state.id]["peripheries"] == "2"
 
 
+@pytest.mark.decision("D100")
 @pytest.mark.parametrize(
     ("source", "event", "target", "cond"), STEP_EDGES, ids=[f"{e[0]}-{e[1]}" for e in STEP_EDGES]
 )
@@ -200,6 +202,7 @@ def test_the_round_loop_commit_and_fault_edges() -> None:
     assert all(value.get("style") != "dashed" for key, value in dot.items() if key[1] != "fault")
 
 
+@pytest.mark.decision("D106")
 def test_the_committed_diagrams_and_the_readme_picture_are_current() -> None:
     for path, expected in expected_files().items():
         assert path.is_file(), f"{path} is missing: run make diagrams"
@@ -222,6 +225,7 @@ sys.stdout.buffer.write(pipeline_diagram(sys.argv[1], path=trace))
 """
 
 
+@pytest.mark.decision("D101")
 @pytest.mark.parametrize("fmt", ["mermaid", "dot"])
 def test_two_processes_draw_the_same_bytes(fmt: str) -> None:
     trace_file = SNAPSHOTS / "test_scenario_trace[round_limit].json"
@@ -354,6 +358,7 @@ def numbers(label: str) -> str:
     return label.split(" ")[0] if label.startswith("#") else ""
 
 
+@pytest.mark.decision("D102", "D103")
 async def test_an_initial_turn_is_drawn_in_order_in_blue() -> None:
     trace = await trace_of("initial_final_answer")
 
@@ -377,6 +382,7 @@ async def test_an_initial_turn_is_drawn_in_order_in_blue() -> None:
     assert "path: Initial turn, 8 transitions, done" in dot
 
 
+@pytest.mark.decision("D102")
 async def test_a_continuation_with_a_server_tool_round_numbers_the_loop() -> None:
     trace = await continuation_with_a_server_tool_round()
 
@@ -398,6 +404,7 @@ async def test_a_continuation_with_a_server_tool_round_numbers_the_loop() -> Non
     assert "agent_context_resolved" not in mermaid_classes(mermaid)["visited"]
 
 
+@pytest.mark.decision("D102")
 async def test_a_failed_guard_draws_the_step_that_was_not_taken_in_red() -> None:
     trace = await trace_of("pre_guard_fails")  # §4.2 PRE fails on a FollowOn
 
@@ -419,6 +426,7 @@ async def test_a_failed_guard_draws_the_step_that_was_not_taken_in_red() -> None
     assert mermaid_classes(mermaid) == {"visited": ["received", "validated"], "fault": ["faulted"]}
 
 
+@pytest.mark.decision("D102")
 async def test_a_failed_exit_hook_draws_the_taken_step_in_red() -> None:
     trace = await trace_of("post_exit_hook_fails")  # §4.3 POST fails
 
@@ -434,6 +442,7 @@ async def test_a_failed_exit_hook_draws_the_taken_step_in_red() -> None:
     )
 
 
+@pytest.mark.decision("D102")
 async def test_a_round_limit_fault_reds_the_llm_client_leaving_reasoning() -> None:
     trace = await trace_of("round_limit")
 
@@ -460,6 +469,7 @@ async def test_every_turn_of_every_scenario_draws(name: str) -> None:
         assert ("fault" in mermaid_classes(mermaid)) is (trace.outcome == "faulted")
 
 
+@pytest.mark.decision("D104")
 async def test_a_path_with_an_unknown_state_is_refused_naming_it() -> None:
     trace = await trace_of("initial_final_answer")
     older = dataclasses.replace(trace, states=(*trace.states[:-1], "archived"))
@@ -469,6 +479,7 @@ async def test_a_path_with_an_unknown_state_is_refused_naming_it() -> None:
             pipeline_diagram(fmt, path=older)
 
 
+@pytest.mark.decision("D104")
 async def test_a_path_with_an_unknown_transition_is_refused_naming_it() -> None:
     trace = await trace_of("initial_final_answer")
     entries = (*trace.entries, TransitionRecord("teleport", "received", "done"))
@@ -492,12 +503,14 @@ def test_cli_prints_a_text_format(fmt: str) -> None:
     assert run.stdout == pipeline_diagram(fmt)
 
 
+@pytest.mark.decision("D105")
 def test_cli_prints_mermaid_by_default() -> None:
     run = aptix("diagram")
 
     assert (run.returncode, run.stdout) == (0, pipeline_diagram("mermaid"))
 
 
+@pytest.mark.decision("D105")
 @pytest.mark.parametrize("name", ["out.mmd", "out.dot", "out.gv", "out.svg", "out.png"])
 def test_cli_infers_the_format_from_the_out_suffix(name: str, tmp_path: Path) -> None:
     if name.endswith((".svg", ".png")):
@@ -511,6 +524,7 @@ def test_cli_infers_the_format_from_the_out_suffix(name: str, tmp_path: Path) ->
     assert out.read_bytes() == pipeline_diagram(format_for(out))
 
 
+@pytest.mark.decision("D105")
 def test_cli_writes_a_markdown_file_as_a_mermaid_block(tmp_path: Path) -> None:
     out = tmp_path / "pipeline.md"
 
@@ -519,6 +533,7 @@ def test_cli_writes_a_markdown_file_as_a_mermaid_block(tmp_path: Path) -> None:
     assert readme_block(out.read_text(encoding="utf-8")) == diagram_text("mermaid")
 
 
+@pytest.mark.decision("D105")
 def test_cli_format_wins_over_the_suffix(tmp_path: Path) -> None:
     out = tmp_path / "picture.txt"
 
@@ -528,6 +543,7 @@ def test_cli_format_wins_over_the_suffix(tmp_path: Path) -> None:
     assert out.read_bytes() == pipeline_diagram("dot")
 
 
+@pytest.mark.decision("D105")
 def test_cli_refuses_an_unknown_suffix(tmp_path: Path) -> None:
     out = tmp_path / "picture.txt"
 
@@ -546,6 +562,7 @@ def test_cli_refuses_an_unknown_format() -> None:
     assert b"jpeg" in run.stderr
 
 
+@pytest.mark.decision("D105")
 def test_cli_writes_png_to_a_pipe() -> None:
     need_dot()
 
@@ -555,6 +572,7 @@ def test_cli_writes_png_to_a_pipe() -> None:
     assert run.stdout.startswith(PNG_MAGIC)
 
 
+@pytest.mark.decision("D105")
 def test_cli_refuses_binary_output_to_a_terminal() -> None:
     controller, terminal = pty.openpty()
     try:
@@ -570,6 +588,7 @@ def test_cli_refuses_binary_output_to_a_terminal() -> None:
     assert b"give --out FILE" in run.stderr
 
 
+@pytest.mark.decision("D105")
 def test_cli_without_dot_exits_2_with_the_install_hint(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(tmp_path)}
 

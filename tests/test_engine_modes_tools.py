@@ -1,19 +1,28 @@
 """Engine scenarios: mode (AGN-011), the turn's tools (container design) and continuations.
 
-Every scenario runs through the public API (``Pipeline.run`` / ``Pipeline.execute``)
-on both stores, with a scripted model whose ``requests`` show what the model was
-given. Tests that show a rule holding or broken carry its ``rule`` marker.
+The mode a turn runs in (a host's initial mode, the persisted mode of a restored
+session and the warning when they differ), the tools merged before the loop,
+``agent_change_mode`` (several changes and R8's warning, refused changes, the
+``branch`` flag of R7), container expansion and argument checks, client calls
+and their arguments, the model's tool-call ids (AGN-033 §5.1), server tools that
+fail, mixed replies (R5), and continuations (a final answer reports the whole
+turn's usage and server tools). Every scenario runs through the public API
+(``Pipeline.run`` / ``Pipeline.execute``) on both stores, with a scripted model
+whose ``requests`` show what the model was given. Tests that show a rule holding
+or broken carry its ``rule`` marker.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from engine_kit import (
     CALLER,
+    NOTHING_STORED,
+    assert_refused,
     call,
     calls,
     change_mode,
@@ -22,14 +31,19 @@ from engine_kit import (
     make_pipeline,
     ok,
     scripted,
+    session_of,
+    start,
+    stored,
     text,
+    tool_messages,
+    warning_codes,
 )
 
 from aptix_pipeline import PipelineOptions
+from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
+from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.contracts import (
-    AgentExecuteResponse,
-    ChatMessage,
     ChatRole,
     ErrorCode,
     LLMReply,
@@ -40,16 +54,21 @@ from aptix_pipeline.contracts import (
     Session,
     SessionStore,
     SessionTransaction,
+    ToolCall,
     ToolInvocation,
     Turn,
     TurnStatus,
 )
-from aptix_pipeline.engine import Pipeline, TurnReport
+from aptix_pipeline.engine import TurnReport
+from aptix_pipeline.validators.json_text import strict_json_loads
+
+Store = MemoryStore | SQLiteStore
 
 # --- rule ids --------------------------------------------------------------------------
 
 INITIAL_MODE_KNOWN = "AGN-011/3.1/initial-mode-known"
 MODE_KNOWN = "AGN-011/5.2/mode-known"
+TOOL_CALL_IDS = "AGN-033/5.1/model-tool-call-ids"
 MODE_RESULT_VALID = "AGN-011/5.2/mode-result-valid"
 SEVERAL_MODE_CHANGES = "DESIGN/R8/several-mode-changes"
 ROUND_LIMIT = "DESIGN/R5/round-limit"
@@ -215,11 +234,6 @@ def names(request: LLMRequest) -> list[str]:
     return [tool.name for tool in request.tools]
 
 
-def tool_messages(request: LLMRequest) -> list[ChatMessage]:
-    """The tool messages the model saw in one call, in order."""
-    return [message for message in request.messages if message.role is ChatRole.TOOL]
-
-
 def tool_answer(request: LLMRequest, call_id: str) -> Any:
     """The JSON content of the one tool message answering ``call_id``."""
     found = [m for m in tool_messages(request) if m.tool_call_id == call_id]
@@ -257,13 +271,6 @@ async def stored_turn(store: SessionStore, session_id: str, turn_id: str) -> Tur
         await tx.rollback()
 
 
-async def session_of(store: SessionStore, session_id: str) -> Session:
-    """The committed session, which must exist."""
-    session = await stored_session(store, session_id)
-    assert session is not None, f"no session {session_id!r}"
-    return session
-
-
 def rule_ids_of(report: TurnReport) -> tuple[str, ...]:
     """The rule ids of the errors that stopped the turn."""
     return report.result.rule_ids
@@ -272,14 +279,6 @@ def rule_ids_of(report: TurnReport) -> tuple[str, ...]:
 def warning_rules(report: TurnReport) -> list[str | None]:
     """The rule ids of the result's warnings."""
     return [warning.rule_id for warning in report.result.warnings]
-
-
-async def start(
-    pipeline: Pipeline, instruction: str = "hello", *, initial_mode: str | None = None
-) -> tuple[TurnReport, AgentExecuteResponse]:
-    """An Initial turn that must succeed."""
-    report = await pipeline.run({"Instruction": instruction}, CALLER, initial_mode=initial_mode)
-    return report, ok(report.result)
 
 
 class FailingLLM:
@@ -318,6 +317,7 @@ class ModeStoreDown:
 # === AGN-011 §3: the mode a turn runs in ==================================================
 
 
+@pytest.mark.decision("R2")
 @pytest.mark.rule(INITIAL_MODE_KNOWN, "holds")
 @pytest.mark.parametrize("initial_mode", [None, "", "   "], ids=["none", "empty", "blank"])
 async def test_new_session_starts_in_general(store: SessionStore, initial_mode: str | None) -> None:
@@ -331,6 +331,7 @@ async def test_new_session_starts_in_general(store: SessionStore, initial_mode: 
     assert (await session_of(store, response.session_id)).mode == "general"
 
 
+@pytest.mark.decision("R2")
 @pytest.mark.rule(INITIAL_MODE_KNOWN, "holds")
 async def test_host_initial_mode_starts_the_session_in_that_mode(store: SessionStore) -> None:
     pipeline, llm = make_pipeline(store, [text("hi")])
@@ -346,6 +347,7 @@ async def test_host_initial_mode_starts_the_session_in_that_mode(store: SessionS
     assert (await session_of(store, response.session_id)).mode == "review"
 
 
+@pytest.mark.decision("R2")
 @pytest.mark.rule(INITIAL_MODE_KNOWN, "broken")
 async def test_unknown_initial_mode_faults_and_stores_nothing(store: SessionStore) -> None:
     pipeline, llm = make_pipeline(store, [text("hi")])
@@ -369,6 +371,7 @@ async def test_request_naming_a_mode_is_refused_and_stores_nothing(store: Sessio
     assert await stored_session(store, "session-1") is None
 
 
+@pytest.mark.decision("R2")
 async def test_follow_on_takes_the_persisted_mode_not_the_hosts(store: SessionStore) -> None:
     pipeline, llm = make_pipeline(store, [text("one"), text("two")])
     _, first = await start(pipeline, initial_mode="review")
@@ -382,9 +385,56 @@ async def test_follow_on_takes_the_persisted_mode_not_the_hosts(store: SessionSt
     assert "review_checklist" in names(scripted(llm).requests[1])
 
 
+@pytest.mark.decision("D43")
+async def test_follow_on_with_another_initial_mode_warns_and_keeps_the_sessions_mode(
+    store: Store,
+) -> None:
+    pipeline, llm = make_pipeline(store, [text("one"), text("two")])
+    _, first = await start(pipeline)
+
+    report = await pipeline.run(follow_on(first), CALLER, initial_mode="review")
+
+    response = ok(report.result)
+    assert warning_codes(report) == ["mode_mismatch"]
+    assert "review" in report.result.warnings[0].message
+    assert report.mode == "general"
+    assert response.mode_display_name == "General"
+    assert scripted(llm).requests[1].mode == "general"
+    assert (await session_of(store)).mode == "general"
+
+
+@pytest.mark.decision("D43")
+async def test_follow_on_with_the_sessions_own_mode_does_not_warn(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [text("one"), text("two")])
+    _, first = await start(pipeline)
+
+    report = await pipeline.run(follow_on(first), CALLER, initial_mode="general")
+
+    assert ok(report.result).mode_display_name == "General"
+    assert warning_codes(report) == []
+
+
+@pytest.mark.rule(INITIAL_MODE_KNOWN, "broken")
+@pytest.mark.parametrize("initial_mode", [5, ["review"], True], ids=["int", "list", "bool"])
+async def test_a_non_string_initial_mode_is_refused_without_raising(
+    store: Store, initial_mode: object
+) -> None:
+    pipeline, llm = make_pipeline(store, [text("hi")])
+
+    report = await pipeline.run(
+        {"Instruction": "hello"}, CALLER, initial_mode=cast(Any, initial_mode)
+    )
+
+    assert_refused(report, INITIAL_MODE_KNOWN, "agent_session_creator")
+    assert [e.field for e in report.result.errors] == ["initial_mode"]
+    assert scripted(llm).requests == []
+    assert await stored(store) == NOTHING_STORED
+
+
 # === AGN-011 §4: tools merged before the loop ============================================
 
 
+@pytest.mark.decision("D33")
 async def test_first_model_call_gets_client_tools_mode_tools_and_the_mode_tool(
     store: SessionStore,
 ) -> None:
@@ -402,6 +452,7 @@ async def test_first_model_call_gets_client_tools_mode_tools_and_the_mode_tool(
     assert "Multiply" not in by_name
 
 
+@pytest.mark.decision("D33")
 @pytest.mark.parametrize("mode", ["general", "quiet"])
 async def test_mode_without_server_tools_still_has_the_mode_tool(
     store: SessionStore, mode: str
@@ -413,6 +464,7 @@ async def test_mode_without_server_tools_still_has_the_mode_tool(
     assert names(scripted(llm).requests[0]) == ["read_file", "run_tests", "agent_change_mode"]
 
 
+@pytest.mark.decision("D33")
 async def test_server_tool_named_like_a_client_tool_is_left_out_with_a_warning(
     store: SessionStore,
 ) -> None:
@@ -442,6 +494,7 @@ async def test_server_tool_named_like_a_client_tool_is_left_out_with_a_warning(
 # === AGN-011 §5: agent_change_mode ========================================================
 
 
+@pytest.mark.decision("R6", "R9")
 @pytest.mark.rule(MODE_KNOWN, "holds")
 @pytest.mark.rule(MODE_RESULT_VALID, "holds")
 @pytest.mark.rule(SEVERAL_MODE_CHANGES, "holds")
@@ -500,6 +553,7 @@ async def test_mode_change_applies_now_with_tools_frozen_and_persists(
     assert next_report.mode_changes == ()
 
 
+@pytest.mark.decision("R9")
 async def test_mode_change_keeps_the_turns_tools_across_a_continuation(
     store: SessionStore,
 ) -> None:
@@ -522,6 +576,7 @@ async def test_mode_change_keeps_the_turns_tools_across_a_continuation(
     assert response.mode_display_name == "Code Review"
 
 
+@pytest.mark.decision("D45")
 async def test_mode_change_on_a_continuation_is_recorded_for_that_turn(
     store: SessionStore,
 ) -> None:
@@ -563,6 +618,7 @@ THREE_MODE_SCRIPTS = {
 }
 
 
+@pytest.mark.decision("R8")
 @pytest.mark.rule(SEVERAL_MODE_CHANGES, "broken")
 @pytest.mark.parametrize("script", THREE_MODE_SCRIPTS.values(), ids=THREE_MODE_SCRIPTS.keys())
 async def test_several_mode_changes_are_all_recorded_and_the_last_wins(
@@ -588,6 +644,56 @@ async def test_several_mode_changes_are_all_recorded_and_the_last_wins(
     assert scripted(llm).requests[-1].mode == "docs"
 
 
+@pytest.mark.decision("D43", "R8")
+@pytest.mark.parametrize("answers", [True, False], ids=["succeeds", "faults"])
+async def test_several_mode_changes_warn_only_when_the_turn_succeeds(
+    store: Store, answers: bool
+) -> None:
+    script = [
+        calls(change_mode("m1", "review")),
+        calls(change_mode("m2", "general")),
+        *([text("back")] if answers else []),
+    ]
+    pipeline, _ = make_pipeline(store, script)
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    assert report.successful is answers
+    assert ("several_mode_changes" in warning_codes(report)) is answers
+    if answers:
+        assert [(m.previous_mode, m.new_mode) for m in report.mode_changes] == [
+            ("general", "review"),
+            ("review", "general"),
+        ]
+    else:
+        assert report.mode_changes == ()
+        assert await stored(store) == NOTHING_STORED
+
+
+@pytest.mark.decision("D45", "R8")
+async def test_several_mode_changes_across_the_requests_of_one_turn_warn(store: Store) -> None:
+    pipeline, _ = make_pipeline(
+        store,
+        [
+            calls(change_mode("m1", "review"), call("c1", "read_file", {"path": "a.py"})),
+            calls(change_mode("m2", "general")),
+            text("done"),
+        ],
+    )
+    first, pending = await start(pipeline)
+
+    report = await pipeline.run(continuation(pending), CALLER)
+
+    assert "several_mode_changes" not in warning_codes(first)
+    assert "several_mode_changes" in warning_codes(report)
+    history = (await session_of(store)).mode_history
+    assert [(e.previous_mode, e.new_mode) for e in history] == [
+        ("general", "review"),
+        ("review", "general"),
+    ]
+
+
+@pytest.mark.decision("D29")
 @pytest.mark.rule(MODE_KNOWN, "broken")
 async def test_change_to_an_unknown_mode_is_told_to_the_model_and_the_mode_stays(
     store: SessionStore,
@@ -611,6 +717,26 @@ async def test_change_to_an_unknown_mode_is_told_to_the_model_and_the_mode_stays
     assert (session.mode, session.mode_history) == ("general", [])
 
 
+@pytest.mark.decision("D29")
+@pytest.mark.rule(MODE_KNOWN, "broken")
+async def test_a_refused_mode_change_is_an_error_message_in_tool_results(store: Store) -> None:
+    pipeline, llm = make_pipeline(
+        store, [calls(change_mode("m1", "astrology")), text("staying in general")]
+    )
+
+    report, response = await start(pipeline)
+
+    assert response.mode_display_name == "General"
+    assert report.mode_changes == ()
+    assert report.branch is None
+    [result] = [r for r in response.tool_results or [] if r.tool_call_id == "m1"]
+    assert result.result_json is None
+    assert result.error_message
+    assert "astrology" in result.error_message
+    [message] = tool_messages(scripted(llm).requests[1], "m1")
+    assert strict_json_loads(message.content)["rule_id"] == MODE_KNOWN
+
+
 MALFORMED_MODE_RESULTS = {
     "not json": "{mode: review",
     "not an object": '["review"]',
@@ -621,6 +747,7 @@ MALFORMED_MODE_RESULTS = {
 }
 
 
+@pytest.mark.decision("D29")
 @pytest.mark.rule(MODE_RESULT_VALID, "broken")
 @pytest.mark.parametrize(
     "result", MALFORMED_MODE_RESULTS.values(), ids=MALFORMED_MODE_RESULTS.keys()
@@ -647,6 +774,7 @@ async def test_malformed_mode_change_result_is_told_to_the_model(
     assert (await session_of(store, response.session_id)).mode_history == []
 
 
+@pytest.mark.decision("D29")
 async def test_host_mode_tool_result_decides_the_mode(store: SessionStore) -> None:
     seen: list[ToolInvocation] = []
 
@@ -669,6 +797,7 @@ async def test_host_mode_tool_result_decides_the_mode(store: SessionStore) -> No
     ]
 
 
+@pytest.mark.decision("D29")
 async def test_change_to_the_current_mode_records_no_transition(store: SessionStore) -> None:
     pipeline, llm = make_pipeline(store, [calls(change_mode("m1", "general")), text("ok")])
 
@@ -683,6 +812,7 @@ async def test_change_to_the_current_mode_records_no_transition(store: SessionSt
     assert (await session_of(store, response.session_id)).mode_history == []
 
 
+@pytest.mark.decision("R7")
 @pytest.mark.parametrize(("branch", "expected"), [(True, True), (False, False), (None, False)])
 async def test_branch_flag_is_surfaced_to_the_host_not_the_response(
     store: SessionStore, branch: bool | None, expected: bool
@@ -704,6 +834,7 @@ async def test_branch_flag_is_surfaced_to_the_host_not_the_response(
     assert entry.branch is expected
 
 
+@pytest.mark.decision("R7")
 async def test_turn_without_mode_change_has_no_branch(store: SessionStore) -> None:
     pipeline, _ = make_pipeline(store, [text("ok")])
 
@@ -713,6 +844,62 @@ async def test_turn_without_mode_change_has_no_branch(store: SessionStore) -> No
     assert report.mode_changes == ()
 
 
+@pytest.mark.decision("D43")
+async def test_branch_of_a_same_mode_change_is_reported_without_a_mode_change(
+    store: Store,
+) -> None:
+    pipeline, _ = make_pipeline(
+        store, [calls(change_mode("m1", "general", branch=True)), text("staying")]
+    )
+
+    report, response = await start(pipeline)
+
+    assert report.branch is True
+    assert report.mode_changes == ()
+    assert report.mode == "general"
+    assert [(c.name, c.outcome) for c in report.tool_calls] == [
+        ("agent_change_mode", "mode_unchanged")
+    ]
+    assert response.mode_display_name == "General"
+    assert (await session_of(store)).mode_history == []
+
+
+@pytest.mark.decision("R7")
+@pytest.mark.parametrize("branch", [True, False])
+async def test_branch_of_the_last_successful_mode_change_is_reported(
+    store: Store, branch: bool
+) -> None:
+    pipeline, _ = make_pipeline(
+        store, [calls(change_mode("m1", "review", branch=branch)), text("switched")]
+    )
+
+    report, _ = await start(pipeline)
+
+    assert report.branch is branch
+    assert [(m.new_mode, m.branch) for m in report.mode_changes] == [("review", branch)]
+
+
+@pytest.mark.decision("R7")
+async def test_a_turn_without_mode_change_has_no_branch(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [text("hi")])
+
+    report, _ = await start(pipeline)
+
+    assert report.branch is None
+
+
+@pytest.mark.decision("D43", "R7")
+async def test_a_failed_turn_reports_no_branch(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [calls(change_mode("m1", "general", branch=True))])
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    assert not report.successful
+    assert report.branch is None
+    assert report.mode_changes == ()
+
+
+@pytest.mark.decision("D26")
 async def test_mode_change_in_a_turn_that_faults_is_not_persisted(store: SessionStore) -> None:
     llm = FailingLLM(
         [text("one"), calls(change_mode("m1", "review")), text("three")],
@@ -783,6 +970,7 @@ async def test_initial_turn_with_mode_change_then_exhausted_script_stores_no_ses
 # === container design: expansion and checks ==============================================
 
 
+@pytest.mark.decision("D30", "R9")
 @pytest.mark.rule(CONTAINER, "holds")
 @pytest.mark.rule(KNOWN, "holds")
 @pytest.mark.rule(SCHEMA, "holds")
@@ -821,6 +1009,7 @@ async def test_container_expands_then_member_runs_server_side(
     assert add_results[0].execution_ms >= 0
 
 
+@pytest.mark.decision("R9")
 async def test_expanded_container_stays_expanded_across_a_continuation(
     store: SessionStore,
 ) -> None:
@@ -866,6 +1055,7 @@ async def test_container_called_with_arguments_gets_the_container_error(
     ]
 
 
+@pytest.mark.decision("D18")
 @pytest.mark.rule(CONTAINER, "broken")
 async def test_container_error_guidance_names_only_the_first_five_functions(
     store: SessionStore,
@@ -883,6 +1073,7 @@ async def test_container_error_guidance_names_only_the_first_five_functions(
     assert "SolveQuadratic" not in error["retry_guidance"]
 
 
+@pytest.mark.decision("D30")
 @pytest.mark.rule(KNOWN, "broken")
 @pytest.mark.parametrize("name", ["Add", "delete_everything", "review_checklist"])
 async def test_call_of_a_tool_not_advertised_is_a_validation_error(
@@ -921,6 +1112,7 @@ INVALID_READ_FILE_ARGUMENTS = {
 }
 
 
+@pytest.mark.decision("D30")
 @pytest.mark.rule(SCHEMA, "broken")
 @pytest.mark.parametrize(
     ("arguments", "prop", "code"),
@@ -945,6 +1137,7 @@ async def test_invalid_client_tool_arguments_go_back_to_the_model_not_the_client
     assert response.tool_calls is None
 
 
+@pytest.mark.decision("D19")
 @pytest.mark.rule(JSON_OBJECT, "broken")
 @pytest.mark.parametrize(
     ("arguments", "code"),
@@ -982,9 +1175,46 @@ async def test_valid_client_tool_call_goes_to_the_client(store: SessionStore) ->
     ]
 
 
+@pytest.mark.decision("D39")
+@pytest.mark.parametrize("arguments", ["", "null", "   "], ids=["empty", "null", "blank"])
+async def test_client_call_without_arguments_is_emitted_with_an_empty_object(
+    store: Store, arguments: str
+) -> None:
+    pipeline, _ = make_pipeline(store, [calls(call("c1", "run_tests", arguments)), text("ran")])
+
+    report, pending = await start(pipeline)
+
+    assert report.successful
+    assert pending.kind is ResponseKind.CLIENT_TOOL_CONTINUATION
+    assert [(c.tool_call_id, c.name, c.arguments_json) for c in pending.tool_calls or []] == [
+        ("c1", "run_tests", "{}")
+    ]
+    turn = await store.read_turn(CALLER.org, CALLER.user, pending.session_id, pending.turn_id)
+    assert turn is not None
+    assert [c.arguments_json for c in turn.pending_tool_calls] == ["{}"]
+    assert ok(await pipeline.execute(continuation(pending), CALLER)).primary_output_text == "ran"
+
+
+@pytest.mark.decision("D39")
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"pattern":   "test_*"}', "{}", "{ }", '{"pattern": "caf\\u00e9"}'],
+    ids=["spaced", "empty-object", "spaced-empty-object", "escaped"],
+)
+async def test_client_call_with_arguments_keeps_their_exact_text(
+    store: Store, arguments: str
+) -> None:
+    pipeline, _ = make_pipeline(store, [calls(call("c1", "run_tests", arguments))])
+
+    _, pending = await start(pipeline)
+
+    assert [c.arguments_json for c in pending.tool_calls or []] == [arguments]
+
+
 # === server tools that fail ================================================================
 
 
+@pytest.mark.decision("D30")
 async def test_raising_server_tool_is_an_error_for_the_model_not_a_fault(
     store: SessionStore,
 ) -> None:
@@ -1010,6 +1240,7 @@ async def test_raising_server_tool_is_an_error_for_the_model_not_a_fault(
     assert "adder on fire" in (results[0].error_message or "")
 
 
+@pytest.mark.decision("D30")
 async def test_server_tool_without_executor_is_an_error_for_the_model(
     store: SessionStore,
 ) -> None:
@@ -1058,9 +1289,121 @@ async def test_server_tool_rounds_are_bounded(
         assert await stored_session(store, "session-1") is None
 
 
+# === model tool-call ids (AGN-033 §5.1) ===============================================
+
+
+def reply(*tool_calls: tuple[str, str, str]) -> LLMReply:
+    """A model reply with tool calls given as (id, name, arguments JSON); ids may be empty."""
+    return LLMReply(
+        tool_calls=[ToolCall(tool_call_id=i, name=n, arguments_json=a) for i, n, a in tool_calls],
+        finish_reason="tool_calls",
+    )
+
+
+READ = '{"path": "a.py"}'
+NO_ARGS = "{}"
+
+BAD_IDS = {
+    "empty": ([reply(("", "read_file", READ))], "general", "ToolCalls[0].ToolCallId", "read_file"),
+    "blank": ([reply(("  ", "read_file", READ))], "general", "ToolCalls[0].ToolCallId",
+              "read_file"),
+    "empty-second": ([reply(("c1", "read_file", READ), ("", "run_tests", NO_ARGS))], "general",
+                     "ToolCalls[1].ToolCallId", "run_tests"),
+    "client+client": ([reply(("c1", "read_file", READ), ("c1", "run_tests", NO_ARGS))],
+                      "general", "ToolCalls[1].ToolCallId", "run_tests"),
+    "server+server": ([reply(("k1", "review_checklist", NO_ARGS),
+                             ("k1", "review_checklist", NO_ARGS))],
+                      "review", "ToolCalls[1].ToolCallId", "review_checklist"),
+    "server+client": ([reply(("k1", "review_checklist", NO_ARGS), ("k1", "read_file", READ))],
+                      "review", "ToolCalls[1].ToolCallId", "read_file"),
+    "client+server": ([reply(("k1", "read_file", READ), ("k1", "review_checklist", NO_ARGS))],
+                      "review", "ToolCalls[1].ToolCallId", "review_checklist"),
+    "earlier-round": ([reply(("x1", "Math", NO_ARGS)), reply(("x1", "Add", '{"a": 1, "b": 2}'))],
+                      "general", "ToolCalls[0].ToolCallId", "Add"),
+    "earlier-round-server-then-client": (
+        [reply(("k1", "review_checklist", NO_ARGS)), reply(("k1", "read_file", READ))],
+        "review", "ToolCalls[0].ToolCallId", "read_file"),
+}  # fmt: skip
+
+
+@pytest.mark.decision("D41")
+@pytest.mark.rule(TOOL_CALL_IDS, "broken")
+@pytest.mark.parametrize(
+    ("replies", "mode", "field", "tool_name"), BAD_IDS.values(), ids=BAD_IDS.keys()
+)
+async def test_model_tool_calls_with_empty_or_repeated_ids_fault_and_store_nothing(
+    store: Store, replies: list[LLMReply], mode: str, field: str, tool_name: str
+) -> None:
+    ran: list[str] = []
+
+    async def checklist(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+        ran.append(invocation.tool_call_id)
+        return "{}"
+
+    llm = ScriptedLLM([*replies, LLMReply(text="never")])
+    pipeline, _ = make_pipeline(store, llm, tools={"review_checklist": checklist})
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER, initial_mode=mode)
+
+    assert_refused(report, TOOL_CALL_IDS, "llm_client")
+    [error] = report.result.errors
+    assert error.code is ErrorCode.PIPELINE_RULE_FAILED
+    assert error.field == field
+    assert error.tool_name == tool_name
+    assert llm.remaining == 1
+    assert await stored(store) == NOTHING_STORED
+    # a reply is checked before any of its calls runs: a repeated id in one reply runs nothing
+    if len(replies) == 1:
+        assert ran == []
+
+
+@pytest.mark.decision("D41")
+@pytest.mark.rule(TOOL_CALL_IDS, "broken")
+async def test_a_continuation_reply_reusing_an_answered_call_id_faults(store: Store) -> None:
+    llm = ScriptedLLM([reply(("c1", "read_file", READ)), reply(("c1", "read_file", READ))])
+    pipeline, _ = make_pipeline(store, llm)
+    _, pending = await start(pipeline)
+
+    report = await pipeline.run(continuation(pending), CALLER)
+
+    assert_refused(report, TOOL_CALL_IDS, "llm_client")
+    assert report.result.errors[0].tool_call_id == "c1"
+    tx = store.begin(CALLER.org, CALLER.user)
+    turn = await tx.load_turn(pending.session_id, pending.turn_id)
+    await tx.rollback()
+    assert turn is not None  # nothing changed: the turn still awaits c1
+    assert turn.status is TurnStatus.AWAITING_CLIENT_TOOLS
+    assert [call.tool_call_id for call in turn.pending_tool_calls] == ["c1"]
+
+
+@pytest.mark.decision("D41")
+@pytest.mark.rule(TOOL_CALL_IDS, "holds")
+async def test_model_tool_calls_with_distinct_ids_across_rounds_succeed(store: Store) -> None:
+    ran: list[str] = []
+
+    async def checklist(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+        ran.append(invocation.tool_call_id)
+        return "{}"
+
+    llm = ScriptedLLM(
+        [
+            reply(("k1", "review_checklist", NO_ARGS), ("k2", "review_checklist", NO_ARGS)),
+            reply(("k3", "review_checklist", NO_ARGS), ("c1", "read_file", READ)),
+        ]
+    )
+    pipeline, _ = make_pipeline(store, llm, tools={"review_checklist": checklist})
+
+    _, response = await start(pipeline, initial_mode="review")
+
+    assert ran == ["k1", "k2", "k3"]
+    assert response.kind is ResponseKind.CLIENT_TOOL_CONTINUATION
+    assert [c.tool_call_id for c in response.tool_calls or []] == ["c1"]
+
+
 # === R5: a reply mixing server and client calls ===========================================
 
 
+@pytest.mark.decision("R5")
 @pytest.mark.parametrize("server_first", [True, False], ids=["server first", "client first"])
 async def test_mixed_reply_runs_server_calls_and_emits_only_client_calls(
     store: SessionStore, server_first: bool
@@ -1169,6 +1512,7 @@ async def test_continuations_feed_results_in_manifest_order_until_final(
     assert (turn.status, turn.pending_tool_calls) == (TurnStatus.COMPLETED, [])
 
 
+@pytest.mark.decision("R3")
 async def test_client_tool_failure_is_shown_to_the_model_as_an_error(
     store: SessionStore,
 ) -> None:
@@ -1190,6 +1534,44 @@ async def test_client_tool_failure_is_shown_to_the_model_as_an_error(
     assert tool_answer(scripted(llm).requests[1], "c1") == {"error": "gone.py: no such file"}
     assert response.kind is ResponseKind.FINAL
     assert response.primary_output_text == "file is missing"
+
+
+@pytest.mark.decision("D31")
+async def test_a_final_answer_reports_the_whole_turns_usage_and_server_tools(
+    store: Store,
+) -> None:
+    pipeline, _ = make_pipeline(
+        store,
+        [
+            {**calls(call("k1", "Math"), call("c1", "read_file", {"path": "a.py"})),
+             "usage": {"input_tokens": 10, "output_tokens": 2}},
+            {**text("done"), "usage": {"input_tokens": 20, "output_tokens": 3}},
+        ],
+    )  # fmt: skip
+    _, pending = await start(pipeline)
+
+    final = ok(await pipeline.execute(continuation(pending), CALLER))
+
+    assert final.usage is not None
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (30, 5)
+    assert final.usage.total_tokens == 35
+    assert [r.tool_call_id for r in final.tool_results or []] == []  # an expansion is no tool run
+
+
+@pytest.mark.decision("D31")
+async def test_a_final_answer_carries_server_results_from_before_the_client_round_trip(
+    store: Store,
+) -> None:
+    pipeline, _ = make_pipeline(
+        store,
+        [calls(call("k1", "review_checklist"), call("c1", "read_file", {"path": "a.py"})),
+         text("done")],
+    )  # fmt: skip
+    _, pending = await start(pipeline, initial_mode="review")
+
+    final = ok(await pipeline.execute(continuation(pending), CALLER))
+
+    assert [r.tool_call_id for r in final.tool_results or []] == ["k1"]
 
 
 def _result(call_id: str) -> dict[str, Any]:

@@ -1,11 +1,15 @@
 """Scenario tests of the engine through its public API: ``Pipeline.run`` / ``execute``.
 
-The three paths of DESIGN.md "The machine" (state by state), every step's PRE and
-POST rules broken by a misbehaving step, raising steps, a failing commit, the
-request and identity front door (R1, AGN-036 §3), the pending-turn protocol (R10),
-isolation (AGN-033 §3.1), the server-tool round limit (R5), LLM port failures and
-concurrency. Every scenario runs on the memory store and on a SQLite file (the
-``store`` fixture), and every failing turn is checked to have persisted nothing.
+The three paths of DESIGN.md "The machine" (state by state) and the guards and
+exit hooks a report lists, every step's PRE and POST rules broken by a misbehaving
+step, the agent and conversation contexts (a restored session keeps its own, with a
+warning), raising steps, a failing commit, stores and catalogs that raise, the
+request and identity front door (R1, AGN-036 §3, errors quoting client values only
+in part), the pending-turn protocol (R10, for the whole session), isolation
+(AGN-033 §3.1), the server-tool round limit (R5), LLM port failures and
+cancellation, and concurrency. Every scenario runs on the memory store and on a
+SQLite file (the ``store`` fixture), and every failing turn is checked to have
+persisted nothing.
 """
 
 from __future__ import annotations
@@ -24,13 +28,22 @@ from engine_kit import (
     NOTHING_STORED,
     OTHER_ORG,
     OTHER_USER,
+    READ_A,
     StoreView,
+    assert_refused,
+    call,
+    calls,
     continuation,
     follow_on,
     make_pipeline,
     ok,
     scripted,
+    session_of,
+    start,
     stored,
+    system_text,
+    text,
+    warning_codes,
 )
 from rulecases import rule_params
 
@@ -409,6 +422,7 @@ POST_BREAKAGES = [
 # --- 1. the three paths ----------------------------------------------------------------
 
 
+@pytest.mark.decision("D27", "R1")
 @pytest.mark.rule("AGN-036/4.3/PRE/session-null", "holds")
 @pytest.mark.rule("AGN-036/4.3/agent-context-known", "holds")
 @pytest.mark.rule("AGN-036/4.3/conversation-context-known", "holds")
@@ -441,6 +455,7 @@ async def test_initial_turn_walks_the_initial_path_and_opens_session_1_turn_1(
     assert turns[0].status is TurnStatus.COMPLETED
 
 
+@pytest.mark.decision("D27", "R5")
 async def test_server_tool_rounds_loop_from_llm_answered_back_to_reasoning(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [EXPAND_MATH, ADD, FINAL])
 
@@ -472,6 +487,7 @@ async def test_server_tool_rounds_loop_from_llm_answered_back_to_reasoning(store
     assert [json.loads(r.result_json or "null") for r in response.tool_results] == [{"result": 3}]
 
 
+@pytest.mark.decision("R4")
 @pytest.mark.rule("AGN-036/4.2/POST/turn-id-new", "holds")
 @pytest.mark.rule("AGN-033/3.1/session-found", "holds")
 @pytest.mark.rule("AGN-033/3.1/turn-in-session", "holds")
@@ -500,6 +516,7 @@ async def test_follow_on_opens_a_new_turn_in_the_same_session(store: Store) -> N
     assert [m.role for m in transcript] == [ChatRole.USER, ChatRole.ASSISTANT] * 2
 
 
+@pytest.mark.decision("R4")
 @pytest.mark.rule("AGN-036/4.4/POST/turn-id-matches-envelope", "holds")
 @pytest.mark.rule("AGN-036/4.4/POST/tool-call-manifest-valid", "holds")
 async def test_continuation_resumes_the_pending_turn_and_keeps_its_turn_id(store: Store) -> None:
@@ -547,6 +564,21 @@ async def test_follow_on_after_a_continuation_opens_the_next_turn(store: Store) 
     assert (response.session_id, response.turn_id) == ("session-1", "turn-2")
 
 
+async def test_the_report_lists_every_guard_and_exit_hook_and_the_warnings(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [text("hi")])
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    data = report.to_dict()
+    assert [(c["step"], c["phase"]) for c in data["checks"]][:2] == [
+        ("request_handler", "POST"),
+        ("agent_context_resolver", "PRE"),
+    ]
+    assert all(c["failed"] == [] for c in data["checks"])
+    assert "AGN-036/3/org-present" in data["checks"][0]["rule_ids"]
+    assert data["warnings"] == []
+
+
 # --- 2. every step's PRE and POST rules, broken by a misbehaving step ------------------
 
 
@@ -572,6 +604,7 @@ async def test_a_broken_pre_rule_faults_before_the_step_runs_and_persists_nothin
     await assert_nothing_changed(store, prepared, before)
 
 
+@pytest.mark.decision("D26")
 @pytest.mark.parametrize("case", rule_params(POST_BREAKAGES, "broken", "kind"))
 async def test_a_broken_post_rule_faults_before_any_later_step_and_persists_nothing(
     store: Store, case: Breakage
@@ -592,6 +625,7 @@ async def test_a_broken_post_rule_faults_before_any_later_step_and_persists_noth
     await assert_nothing_changed(store, prepared, before)
 
 
+@pytest.mark.decision("D27")
 @pytest.mark.parametrize(
     ("script", "caller", "expected"),
     [
@@ -636,6 +670,30 @@ async def test_tool_results_that_do_not_match_the_pending_calls_fault_and_change
     assert ok(await pipeline.execute(continuation(pending), CALLER)).turn_id == pending.turn_id
 
 
+@pytest.mark.decision("D46")
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"ToolCallId": "c1", "ExecutionMs": 1, "ResultJson": "{}", "ErrorMessage": "x"},
+        {"ToolCallId": "c1", "ExecutionMs": 1},
+        {"ToolCallId": "c1", "ExecutionMs": 1, "ResultJson": "{not json"},
+    ],
+    ids=["both", "neither", "bad-json"],
+)
+async def test_a_refused_tool_result_names_the_pending_calls_tool(
+    store: Store, result: dict[str, Any]
+) -> None:
+    pipeline, _ = make_pipeline(store, [calls(call("c1", "read_file", {"path": "a.py"}))])
+    _, pending = await start(pipeline)
+
+    report = await pipeline.run(continuation(pending, result), CALLER)
+
+    assert not report.successful
+    [error] = report.result.errors
+    assert (error.tool_call_id, error.tool_name) == ("c1", "read_file")
+
+
+@pytest.mark.decision("R3")
 async def test_a_failed_tool_reaches_the_model_as_an_error_payload(store: Store) -> None:
     pipeline, llm = make_pipeline(store, [READ_FILE, FINAL])
     pending = ok(await pipeline.execute(INITIAL_REQUEST, CALLER))
@@ -651,6 +709,7 @@ async def test_a_failed_tool_reaches_the_model_as_an_error_payload(store: Store)
     assert json.loads(tool_message.content) == {"error": "no such file"}
 
 
+@pytest.mark.decision("D26")
 async def test_a_mode_change_of_a_failed_turn_is_not_persisted(store: Store) -> None:
     change = {
         "tool_calls": [
@@ -699,6 +758,7 @@ async def test_an_initial_turn_naming_known_contexts_records_them_on_the_session
     assert (session.agent_context_id, session.conversation_context_id) == ("assistant", "workspace")
 
 
+@pytest.mark.decision("D28")
 @pytest.mark.parametrize(
     ("field", "rule_id"),
     [
@@ -751,6 +811,77 @@ async def test_a_session_whose_context_left_the_catalog_faults_at_the_loader(
     await assert_nothing_changed(store, prepared, before)
 
 
+TWO_AGENTS_CONFIG = """
+[[modes]]
+name = "general"
+display_name = "General"
+
+[[modes]]
+name = "review"
+display_name = "Code Review"
+
+[[agents]]
+id = "assistant"
+name = "Aptix assistant"
+default = true
+model = "scripted"
+system_prompt = "You are the first assistant."
+
+[[agents]]
+id = "other"
+name = "Other assistant"
+model = "scripted"
+system_prompt = "You are the other assistant."
+
+[[conversations]]
+id = "workspace"
+name = "Workspace conversation"
+default = true
+instructions = "Workspace instructions."
+
+[[conversations]]
+id = "elsewhere"
+name = "Another conversation"
+instructions = "Elsewhere instructions."
+"""
+
+
+@pytest.mark.decision("D43")
+@pytest.mark.parametrize(
+    ("field", "asked", "warned"),
+    [
+        ("AgentContextId", "other", True),
+        ("AgentContextId", "assistant", False),
+        ("ConversationContextId", "elsewhere", True),
+        ("ConversationContextId", "workspace", False),
+    ],
+    ids=["agent-other", "agent-same", "conversation-other", "conversation-same"],
+)
+async def test_follow_on_naming_another_context_id_warns_and_keeps_the_sessions(
+    store: Store, field: str, asked: str, warned: bool
+) -> None:
+    pipeline, llm = make_pipeline(store, [text("one"), text("two")], config=TWO_AGENTS_CONFIG)
+    _, first = await start(pipeline)
+
+    report = await pipeline.run({**follow_on(first), field: asked}, CALLER)
+
+    ok(report.result)
+    assert warning_codes(report) == (["context_id_ignored"] if warned else [])
+    if warned:
+        assert field in report.result.warnings[0].message
+        assert asked in report.result.warnings[0].message
+    prompt = system_text(scripted(llm).requests[1])
+    assert "You are the first assistant." in prompt
+    assert "Workspace instructions." in prompt
+    assert "other assistant" not in prompt
+    assert "Elsewhere" not in prompt
+    session = await session_of(store)
+    assert (session.agent_context_id, session.conversation_context_id) == (
+        "assistant",
+        "workspace",
+    )
+
+
 # --- 3. a raising step, a failing commit -----------------------------------------------
 
 RAISING_PATH = {
@@ -778,6 +909,7 @@ def raising_after(step: PipelineStep) -> StepFunction:
     return raising
 
 
+@pytest.mark.decision("D28")
 @pytest.mark.parametrize("step", list(PipelineStep), ids=str)
 async def test_a_raising_step_faults_the_turn_as_internal_and_persists_nothing(
     store: Store, step: PipelineStep
@@ -828,6 +960,7 @@ class CommitFailingStore:
         return tx
 
 
+@pytest.mark.decision("D26", "D27")
 @pytest.mark.parametrize(
     ("error", "code"),
     [
@@ -853,21 +986,28 @@ async def test_a_failing_commit_faults_the_turn_and_rolls_back(
 
 
 class ReadFailingStore:
-    """A store whose transactions fail to read sessions (a database that went away)."""
+    """A store whose transactions fail to read sessions (a database that went away), or
+    whose ``begin`` fails, with ``error``."""
 
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
+    def __init__(
+        self, inner: Store, error: Exception | None = None, *, at_begin: bool = False
+    ) -> None:
+        self.inner, self.at_begin = inner, at_begin
+        self.error = error or OSError("database is unavailable")
 
     def begin(self, org: str, user: str) -> SessionTransaction:
+        if self.at_begin:
+            raise self.error
         tx = self.inner.begin(org, user)
 
         async def load_session(session_id: str) -> Session | None:
-            raise OSError("database is unavailable")
+            raise self.error
 
         tx.load_session = load_session  # type: ignore[method-assign]
         return tx
 
 
+@pytest.mark.decision("D28")
 async def test_a_failing_store_read_is_a_port_failure_naming_the_call(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [FINAL])
     first = ok(await pipeline.execute(INITIAL_REQUEST, CALLER))
@@ -882,6 +1022,26 @@ async def test_a_failing_store_read_is_a_port_failure_naming_the_call(store: Sto
     assert "database is unavailable" in error.message
 
 
+@pytest.mark.decision("D28")
+@pytest.mark.parametrize(
+    ("error", "at_begin"),
+    [(KeyError("s"), False), (ValueError("bad row"), False), (OSError("no disk"), True)],
+    ids=["KeyError", "ValueError", "begin"],
+)
+async def test_any_store_exception_is_a_port_failure(
+    store: Store, error: Exception, at_begin: bool
+) -> None:
+    first, _ = make_pipeline(store, [text("hi")])
+    done = ok(await first.execute({"Instruction": "hello"}, CALLER))
+    pipeline, _ = make_pipeline(ReadFailingStore(store, error, at_begin=at_begin), [text("x")])
+
+    report = await pipeline.run(follow_on(done), CALLER)
+
+    [failure] = report.result.errors
+    assert (failure.code, failure.field) == (ErrorCode.PORT_FAILED, "SessionStore")
+    assert type(error).__name__ in failure.message
+
+
 class FailingModes:
     """A Mode Catalog that is down."""
 
@@ -892,6 +1052,7 @@ class FailingModes:
         raise ConnectionError("catalog service unreachable")
 
 
+@pytest.mark.decision("D28")
 async def test_a_failing_catalog_is_a_port_failure_and_stores_nothing(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [FINAL])
     broken = Pipeline(replace(pipeline.ports, modes=FailingModes()), pipeline.options)
@@ -906,6 +1067,7 @@ async def test_a_failing_catalog_is_a_port_failure_and_stores_nothing(store: Sto
 # --- 4. R1 and bad requests ------------------------------------------------------------
 
 
+@pytest.mark.decision("R1")
 @pytest.mark.rule("AGN-034/3/session-turn-pair", "broken")
 @pytest.mark.parametrize(
     "request_data",
@@ -990,9 +1152,24 @@ async def test_a_request_may_be_a_mapping_json_text_json_bytes_or_a_model(
     assert llm.requests[0].messages[-1].content == "Explain a.py."
 
 
+@pytest.mark.decision("D46", "D142")
+async def test_an_error_quotes_a_huge_id_only_in_part(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [text("x")])
+    huge = "s" * 100_000
+
+    report = await pipeline.run({"SessionId": huge, "TurnId": "t", "Instruction": "hi"}, CALLER)
+
+    [error] = report.result.errors
+    assert error.rule_id == "AGN-033/3.1/session-found"
+    assert len(error.message) < 300
+
+
 # --- 5. R10: the pending-turn protocol --------------------------------------------------
 
+FOLLOW_ON_SETTLED = "DESIGN/R10/follow-on-turn-settled"
 
+
+@pytest.mark.decision("R10")
 @pytest.mark.rule("DESIGN/R10/follow-on-turn-settled", "broken")
 async def test_follow_on_naming_a_turn_that_awaits_tool_results_is_refused(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [READ_FILE, FINAL, FINAL])
@@ -1010,6 +1187,7 @@ async def test_follow_on_naming_a_turn_that_awaits_tool_results_is_refused(store
     assert (settled.session_id, settled.turn_id) == (pending.session_id, pending.turn_id)
 
 
+@pytest.mark.decision("R10")
 @pytest.mark.rule("DESIGN/R10/continuation-turn-pending", "broken")
 async def test_continuation_naming_a_completed_turn_is_refused(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [FINAL, FINAL])
@@ -1041,6 +1219,7 @@ async def test_a_continuation_sent_twice_gets_the_first_answer_again(store: Stor
     assert await stored(store) == before
 
 
+@pytest.mark.decision("D181", "R10")
 @pytest.mark.rule("DESIGN/R10/continuation-turn-pending", "broken")
 async def test_a_continuation_of_other_calls_of_a_settled_turn_is_refused(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [READ_FILE, FINAL, FINAL])
@@ -1056,9 +1235,58 @@ async def test_a_continuation_of_other_calls_of_a_settled_turn_is_refused(store:
     assert await stored(store) == before
 
 
+@pytest.mark.decision("D37", "R10")
+@pytest.mark.rule(FOLLOW_ON_SETTLED, "broken")
+async def test_follow_on_naming_a_completed_turn_is_refused_while_another_turn_awaits_tools(
+    store: Store,
+) -> None:
+    pipeline, llm = make_pipeline(
+        store, [text("first"), calls(READ_A), text("read it"), text("after")]
+    )
+    _, first = await start(pipeline)
+    pending = ok(await pipeline.execute(follow_on(first), CALLER))
+    assert pending.kind is ResponseKind.CLIENT_TOOL_CONTINUATION
+    assert (first.turn_id, pending.turn_id) == ("turn-1", "turn-2")
+    before = await stored(store)
+
+    report = await pipeline.run(follow_on(first, "never mind"), CALLER)
+
+    assert_refused(report, FOLLOW_ON_SETTLED, "session_restorer")
+    [error] = report.result.errors
+    assert error.code is ErrorCode.INVALID_REQUEST
+    assert "turn-2" in error.message
+    assert "c1" in error.message
+    assert error.field == "TurnId"
+    assert await stored(store) == before
+    assert len(scripted(llm).requests) == 2  # the model was not called
+
+    resumed = ok(await pipeline.execute(continuation(pending), CALLER))
+    assert (resumed.kind, resumed.turn_id) == (ResponseKind.FINAL, "turn-2")
+    after = ok(await pipeline.execute(follow_on(first, "never mind"), CALLER))
+
+    assert after.kind is ResponseKind.FINAL
+    assert after.primary_output_text == "after"
+    assert after.turn_id not in {"turn-1", "turn-2"}
+
+
+@pytest.mark.decision("D37", "R10")
+@pytest.mark.rule(FOLLOW_ON_SETTLED, "holds")
+async def test_a_pending_turn_of_another_session_does_not_block_a_follow_on(store: Store) -> None:
+    pipeline, _ = make_pipeline(store, [text("one"), calls(READ_A), text("two")])
+    _, first = await start(pipeline)
+    _, other = await start(pipeline)
+    assert other.kind is ResponseKind.CLIENT_TOOL_CONTINUATION
+    assert other.session_id != first.session_id
+
+    response = ok(await pipeline.execute(follow_on(first), CALLER))
+
+    assert (response.session_id, response.primary_output_text) == (first.session_id, "two")
+
+
 # --- 6. isolation ----------------------------------------------------------------------
 
 
+@pytest.mark.decision("D28")
 @pytest.mark.rule("AGN-033/3.1/session-found", "broken")
 @pytest.mark.parametrize("other", [OTHER_ORG, OTHER_USER], ids=["other-org", "other-user"])
 @pytest.mark.parametrize("kind", [FOLLOW_ON, CONTINUATION], ids=str)
@@ -1148,6 +1376,7 @@ def server_calls(tool: str, count: int) -> list[dict[str, Any]]:
 ROUND_TOOLS = [("review", "review_checklist"), ("general", "Math")]
 
 
+@pytest.mark.decision("R5")
 @pytest.mark.rule("DESIGN/R5/round-limit", "holds")
 @pytest.mark.parametrize(("mode", "tool"), ROUND_TOOLS, ids=["review_checklist", "Math-Add"])
 async def test_exactly_max_server_tool_rounds_then_an_answer_succeeds(
@@ -1164,6 +1393,7 @@ async def test_exactly_max_server_tool_rounds_then_an_answer_succeeds(
     assert report.states[-1] == "done"
 
 
+@pytest.mark.decision("R5")
 @pytest.mark.rule("DESIGN/R5/round-limit", "broken")
 @pytest.mark.parametrize(("mode", "tool"), ROUND_TOOLS, ids=["review_checklist", "Math-Add"])
 async def test_a_model_that_keeps_calling_server_tools_faults_past_the_round_limit(
@@ -1215,6 +1445,7 @@ class CountingLLM:
         return await self.inner.complete(request)
 
 
+@pytest.mark.decision("D34")
 async def test_an_llm_that_fails_twice_then_answers_succeeds_on_the_third_attempt(
     store: Store,
 ) -> None:
@@ -1230,6 +1461,7 @@ async def test_an_llm_that_fails_twice_then_answers_succeeds_on_the_third_attemp
     assert report.states == INITIAL_STATES
 
 
+@pytest.mark.decision("D28", "D34")
 @pytest.mark.parametrize("attempts", [1, 3, 5])
 async def test_an_llm_that_always_fails_faults_as_port_failed_after_every_attempt(
     store: Store, attempts: int
@@ -1249,6 +1481,7 @@ async def test_an_llm_that_always_fails_faults_as_port_failed_after_every_attemp
     assert await stored(store) == NOTHING_STORED
 
 
+@pytest.mark.decision("D34")
 async def test_a_script_that_runs_out_faults_at_once_without_retrying(store: Store) -> None:
     llm = CountingLLM(ScriptedLLM([]))
     pipeline, _ = make_pipeline(store, llm)
@@ -1264,6 +1497,7 @@ async def test_a_script_that_runs_out_faults_at_once_without_retrying(store: Sto
     assert await stored(store) == NOTHING_STORED
 
 
+@pytest.mark.decision("D32")
 @pytest.mark.rule("AGN-036/4.9/POST/exactly-one-outcome", "broken")
 @pytest.mark.parametrize("text", ["", "   \n"], ids=["empty", "blank"])
 async def test_an_empty_reply_without_tool_calls_has_no_outcome_and_faults(
@@ -1275,6 +1509,28 @@ async def test_an_empty_reply_without_tool_calls_has_no_outcome_and_faults(
 
     assert_faulted(report, "llm_client")
     assert report.result.rule_ids == ("AGN-036/4.9/POST/exactly-one-outcome",)
+    assert await stored(store) == NOTHING_STORED
+
+
+@pytest.mark.decision("D34")
+async def test_cancelling_a_turn_stops_the_model_call_without_retrying(store: Store) -> None:
+    calls: list[float] = []
+
+    class SlowLLM:
+        async def complete(self, request: LLMRequest) -> LLMReply:
+            calls.append(asyncio.get_running_loop().time())
+            await asyncio.sleep(5)
+            return LLMReply(text="late")
+
+    pipeline, _ = make_pipeline(store, SlowLLM())
+    task = asyncio.create_task(pipeline.execute({"Instruction": "hello"}, CALLER))
+    await asyncio.sleep(0.05)
+
+    task.cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, timeout=1)
+    assert len(calls) == 1
     assert await stored(store) == NOTHING_STORED
 
 
@@ -1321,6 +1577,7 @@ class BarrierLLM:
         return await self.inner.complete(request)
 
 
+@pytest.mark.decision("D28", "D35")
 async def test_two_concurrent_continuations_of_one_pending_turn_one_wins_one_conflicts(
     store: Store,
 ) -> None:
@@ -1395,6 +1652,7 @@ async def test_run_sync_inside_a_running_event_loop_raises_and_runs_nothing(
 ORG, USER = "AGN-036/3/org-present", "AGN-036/3/user-present"
 
 
+@pytest.mark.decision("D36")
 @pytest.mark.parametrize(
     ("caller", "rule_id"),
     [
@@ -1420,6 +1678,7 @@ async def test_a_caller_mapping_without_org_or_user_is_refused_and_never_raises(
     assert await stored(store) == NOTHING_STORED
 
 
+@pytest.mark.decision("D36")
 async def test_a_caller_mapping_with_wire_names_is_accepted(store: Store) -> None:
     pipeline, _ = make_pipeline(store, [FINAL])
 

@@ -71,6 +71,7 @@ def _by_turn(events: list[TurnEvent]) -> list[list[TurnEvent]]:
     return list(turns.values())
 
 
+@pytest.mark.decision("D49", "D130")
 @pytest.mark.parametrize("name", NAMES)
 async def test_a_listener_hears_what_the_trace_records_in_the_same_order(name: str) -> None:
     heard: list[TurnEvent] = []
@@ -92,6 +93,7 @@ async def test_a_listener_hears_what_the_trace_records_in_the_same_order(name: s
         assert taken == [t.event for t in report.transitions if t.event != "fault"]
 
 
+@pytest.mark.decision("D130")
 async def test_step_events_frame_each_transition() -> None:
     heard: list[TurnEvent] = []
     pipeline, _ = make_pipeline(MemoryStore(), [{"text": "hi"}], listeners=[heard.append])
@@ -107,6 +109,7 @@ async def test_step_events_frame_each_transition() -> None:
     assert (ended.state, ended.taken, ended.context_type) == ("validated", True, "Initial")
 
 
+@pytest.mark.decision("D131")
 async def test_an_async_listener_hears_every_event_in_order_before_the_turn_returns() -> None:
     plain: list[TurnEvent] = []
     awaited: list[TurnEvent] = []
@@ -132,6 +135,7 @@ class Callable:
         self.heard.append(event)
 
 
+@pytest.mark.decision("D131")
 async def test_a_listener_object_with_an_async_call_is_awaited() -> None:
     listener = Callable()
     pipeline, _ = make_pipeline(MemoryStore(), [{"text": "hi"}], listeners=[listener])
@@ -139,6 +143,7 @@ async def test_a_listener_object_with_an_async_call_is_awaited() -> None:
     assert isinstance(listener.heard[-1], TurnFinished)
 
 
+@pytest.mark.decision("D131")
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_a_raising_listener_is_logged_and_changes_nothing(
     kind: str, caplog: pytest.LogCaptureFixture
@@ -169,12 +174,14 @@ async def test_a_raising_listener_is_logged_and_changes_nothing(
     assert any("TurnFinished" in r.getMessage() for r in failures)
 
 
+@pytest.mark.decision("D131")
 def test_a_listener_that_is_not_callable_is_refused() -> None:
     pipeline, _ = make_pipeline(MemoryStore())
     with pytest.raises(TypeError, match="a listener is a callable"):
         Pipeline(pipeline.ports, listeners=["print"])  # type: ignore[list-item]
 
 
+@pytest.mark.decision("D130")
 async def test_events_are_frozen() -> None:
     heard: list[TurnEvent] = []
     pipeline, _ = make_pipeline(MemoryStore(), [{"text": "hi"}], listeners=[heard.append])
@@ -184,6 +191,7 @@ async def test_events_are_frozen() -> None:
             event.run_id = 0  # type: ignore[misc]
 
 
+@pytest.mark.decision("D130")
 async def test_concurrent_turns_have_their_own_run_ids() -> None:
     heard: list[TurnEvent] = []
     pipeline, _ = make_pipeline(MemoryStore(), [{"text": "a"}, {"text": "b"}, {"text": "c"}],
@@ -210,6 +218,7 @@ def _planted(events: list[TurnEvent]) -> set[str]:
     return {name for name, value in CONTENT.items() if value in texts}
 
 
+@pytest.mark.decision("D132")
 async def test_events_hold_no_user_content_without_capture() -> None:
     heard: list[TurnEvent] = []
     await run_scenario("content_everywhere", MemoryStore(), OFF, listeners=[heard.append])
@@ -223,6 +232,7 @@ async def test_events_hold_no_user_content_without_capture() -> None:
     assert all(e.context is None for e in heard if isinstance(e, TurnFinished))
 
 
+@pytest.mark.decision("D132")
 async def test_events_carry_user_content_with_capture() -> None:
     heard: list[TurnEvent] = []
     telemetry = Telemetry(spans=False, capture_content=True)
@@ -258,6 +268,7 @@ async def test_no_span_builder_runs_without_an_sdk(monkeypatch: pytest.MonkeyPat
     assert report.successful
 
 
+@pytest.mark.decision("D133")
 async def test_with_content_capture_each_message_is_serialized_once_per_turn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

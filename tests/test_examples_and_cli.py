@@ -97,6 +97,7 @@ def test_demo_runs_a_three_turn_session_and_checks_every_example() -> None:
     assert f"3 valid, 5 refused, {len(EXAMPLES)} requests" in run.stdout
 
 
+@pytest.mark.decision("D141")
 def test_validate_of_a_lone_surrogate_key_prints_the_result_not_a_traceback(
     tmp_path: Path,
 ) -> None:

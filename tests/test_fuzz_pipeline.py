@@ -1,10 +1,11 @@
-"""A bounded fuzz of ``Pipeline.execute`` with recording and redaction on.
+"""A bounded fuzz of ``Pipeline.execute`` with recording and redaction on (D240-D242).
 
 Mutated valid requests of all three kinds (tests/fuzz_kit.py), on the memory store
 and on a SQLite file: whatever the input, ``execute`` returns, its result
 serializes, a refused request stores nothing and the turn's recording serializes.
 ``make fuzz`` runs 100,000 of the same mutations (tests/fuzz_run.py); the cases
-below the fuzz are known hard inputs, each checked the same way.
+below the fuzz are known hard inputs (deep JSON, lone surrogates, invalid UTF-8, NUL,
+many unknown keys, deep Python data), each checked the same way.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from aptix_pipeline.contracts import (
 )
 from aptix_pipeline.engine import Pipeline
 
+pytestmark = pytest.mark.decision("D240")
+
 EXAMPLES = 1_500
 """Fuzzed requests per store kind in ``make test`` (``make fuzz`` runs 100,000)."""
 
@@ -71,6 +74,7 @@ _ANY_TEXT = st.one_of(
 )
 
 
+@pytest.mark.decision("D241", "D242")
 def test_fuzzed_requests_keep_the_invariants(world: tuple[FuzzWorld, Any]) -> None:
     tally = Tally()
     fuzz_world, _ = world
@@ -156,6 +160,7 @@ KNOWN: dict[str, tuple[str, Any]] = {
 """Inputs that are hard to keep the invariants on, by name: (kind, request)."""
 
 
+@pytest.mark.decision("D241")
 @pytest.mark.parametrize("name", list(KNOWN))
 def test_known_hard_inputs_keep_the_invariants(world: tuple[FuzzWorld, Any], name: str) -> None:
     kind, request = KNOWN[name]
@@ -184,6 +189,7 @@ def _case() -> Case:
     return Case("initial", "dict", {"Instruction": "hi"}, CALLER)
 
 
+@pytest.mark.decision("D240")
 def test_the_checks_see_a_crash_an_unserializable_result_and_a_stored_refusal(
     world: tuple[FuzzWorld, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -210,6 +216,7 @@ def test_the_checks_see_a_crash_an_unserializable_result_and_a_stored_refusal(
     assert set(seen) <= set(INVARIANTS)
 
 
+@pytest.mark.decision("D242")
 def test_a_seed_makes_the_same_case_again() -> None:
     base = Base("session-1", "turn-1", "session-2", "turn-2", ("call-1", "call-2"))
     first = [make_case(k, base, random.Random(f"7:{n}")).describe() for n, k in enumerate(KINDS)]

@@ -4,16 +4,37 @@ The function is what the engine applies to the model's text so that the response
 POST (``AGN-033/4.1/guarded-payload``) holds instead of failing the turn. The table
 says what it does to each kind of Markdown; the properties say that its output never
 breaks the rule it exists for, and that guarding guarded text changes nothing.
+Through a turn (on the memory store and a SQLite file), a final answer and a
+continuation's ``ToolContinuationMessage`` are guarded alike, and embedded file
+contents (AGN-033 §6.1), which cannot be repaired, still fault the turn.
 """
 
 from __future__ import annotations
 
 import pytest
+from engine_kit import (
+    CALLER,
+    NOTHING_STORED,
+    READ_A,
+    assert_refused,
+    calls,
+    make_pipeline,
+    ok,
+    start,
+    stored,
+    text,
+)
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from aptix_pipeline.contracts import AgentExecuteResponse
+from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.adapters.sqlite_store import SQLiteStore
+from aptix_pipeline.contracts import AgentExecuteResponse, ResponseKind
 from aptix_pipeline.validators.response import guard_machine_payloads, validate_response
+
+pytestmark = pytest.mark.decision("D42")
+
+Store = MemoryStore | SQLiteStore
 
 GUARDED_PAYLOAD = "AGN-033/4.1/guarded-payload"
 
@@ -158,3 +179,100 @@ def test_guarding_is_idempotent(text: str) -> None:
     once = guard_machine_payloads(text)
 
     assert guard_machine_payloads(once) == once
+
+
+# --- through a turn: the engine guards the model's text ---------------------------------
+
+EMBEDDED_FILE = "AGN-033/6.1/no-embedded-file-contents"
+
+FENCED_TEXTS = {
+    "whole-object": ('{"a": 1}', '```json\n{"a": 1}\n```'),
+    "array-of-objects": ('[{"a": 1}, {"b": 2}]', '```json\n[{"a": 1}, {"b": 2}]\n```'),
+    "untagged-fence": ('```\n{"a": 1}\n```', '```json\n{"a": 1}\n```'),
+    "paragraph-between-prose": (
+        'Here it is:\n\n{"a": 1}\n\nThat is all.',
+        'Here it is:\n\n```json\n{"a": 1}\n```\n\nThat is all.',
+    ),
+}
+
+UNCHANGED_TEXTS = {
+    "prose": "All done. Nothing to add.",
+    "prose-list": "[1, 2]",
+    "prose-with-braces": "Use {a: 1} in the config.",
+    "tagged-json-fence": '```json\n{"a": 1}\n```',
+    "tagged-code-fence": '```python\nprint({"a": 1})\n```',
+    "untagged-code-fence": "```\nprint(1)\n```",
+}
+
+
+@pytest.mark.parametrize(("answer", "expected"), FENCED_TEXTS.values(), ids=FENCED_TEXTS.keys())
+async def test_unguarded_json_in_a_final_answer_is_fenced_as_json(
+    store: Store, answer: str, expected: str
+) -> None:
+    pipeline, _ = make_pipeline(store, [text(answer)])
+
+    report, response = await start(pipeline)
+
+    assert report.states[-1] == "done"
+    assert response.kind is ResponseKind.FINAL
+    assert response.primary_output_text == expected
+
+
+@pytest.mark.parametrize("answer", UNCHANGED_TEXTS.values(), ids=UNCHANGED_TEXTS.keys())
+async def test_prose_and_guarded_fences_in_a_final_answer_stay_byte_identical(
+    store: Store, answer: str
+) -> None:
+    pipeline, _ = make_pipeline(store, [text(answer)])
+
+    _, response = await start(pipeline)
+
+    assert response.primary_output_text == answer
+
+
+async def test_json_after_an_unclosed_fence_does_not_fail_the_turn(store: Store) -> None:
+    # A model cut off mid-answer leaves its fence open; the validator reads what follows
+    # as prose, so the guard must leave nothing there that the guarded-payload rule refuses.
+    pipeline, _ = make_pipeline(store, [text('```\n{"a": 1}')])
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    assert report.successful, report.result.rule_ids
+    assert '{"a": 1}' in (ok(report.result).primary_output_text or "")
+
+
+@pytest.mark.rule(EMBEDDED_FILE, "broken")
+@pytest.mark.parametrize("with_calls", [False, True], ids=["final", "continuation"])
+async def test_embedded_file_contents_in_the_models_text_still_fail(
+    store: Store, with_calls: bool
+) -> None:
+    blob = "See data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    answer = calls(READ_A, text=blob) if with_calls else text(blob)
+    pipeline, _ = make_pipeline(store, [answer])
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    assert_refused(report, EMBEDDED_FILE, "response_builder")
+    field = "ToolContinuationMessage" if with_calls else "PrimaryOutputText"
+    assert [e.field for e in report.result.errors] == [field]
+    assert await stored(store) == NOTHING_STORED
+
+
+@pytest.mark.decision("D31")
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        *FENCED_TEXTS.values(),
+        *((unchanged, unchanged) for unchanged in UNCHANGED_TEXTS.values()),
+    ],
+    ids=[*FENCED_TEXTS.keys(), *UNCHANGED_TEXTS.keys()],
+)
+async def test_tool_continuation_message_is_guarded_like_a_final_answer(
+    store: Store, message: str, expected: str
+) -> None:
+    pipeline, _ = make_pipeline(store, [calls(READ_A, text=message)])
+
+    _, response = await start(pipeline)
+
+    assert response.kind is ResponseKind.CLIENT_TOOL_CONTINUATION
+    assert response.tool_continuation_message == expected
+    assert [c.tool_call_id for c in response.tool_calls or []] == ["c1"]

@@ -96,6 +96,7 @@ def _rule_ids(answer: httpx.Response) -> list[str]:
 # --- Initial and FollowOn turns with a key ----------------------------------------------------
 
 
+@pytest.mark.decision("D182")
 @pytest.mark.rule("DESIGN/idempotency/key-reused", "holds")
 @pytest.mark.rule("DESIGN/idempotency/key-format", "holds")
 def test_an_initial_turn_retried_with_its_key_gets_the_stored_answer(
@@ -119,6 +120,7 @@ def test_an_initial_turn_retried_with_its_key_gets_the_stored_answer(
     assert len(llm.requests) == 1
 
 
+@pytest.mark.decision("D182")
 @pytest.mark.rule("DESIGN/idempotency/key-reused", "broken")
 def test_the_same_key_with_another_body_is_409_naming_the_key(
     store: MemoryStore | SQLiteStore,
@@ -137,6 +139,7 @@ def test_the_same_key_with_another_body_is_409_naming_the_key(
     assert len(llm.requests) == 1
 
 
+@pytest.mark.decision("D182")
 @pytest.mark.parametrize(
     "key",
     [("k" * 256).encode(), b"two words", "clé".encode(), "ключ".encode(), b"", b"a\tb"],
@@ -162,6 +165,7 @@ def test_a_malformed_key_is_400_naming_the_header_and_nothing_runs(
     assert (store.begun, llm.requests) == (0, [])  # no store read, no model call, no write
 
 
+@pytest.mark.decision("D182")
 @pytest.mark.rule("DESIGN/idempotency/key-format", "broken")
 def test_a_key_sent_twice_is_400_whatever_the_copies(tmp_path: Path) -> None:
     app, llm, store = _host_app(tmp_path)
@@ -176,6 +180,7 @@ def test_a_key_sent_twice_is_400_whatever_the_copies(tmp_path: Path) -> None:
     assert (store.begun, llm.requests) == (0, [])
 
 
+@pytest.mark.decision("D182")
 @pytest.mark.parametrize("key", ["!", "~" * 255, "550e8400-e29b-41d4-a716-446655440000"])
 @pytest.mark.rule("DESIGN/idempotency/key-format", "holds")
 def test_keys_of_visible_ascii_from_1_to_255_characters_are_taken(tmp_path: Path, key: str) -> None:
@@ -188,6 +193,7 @@ def test_keys_of_visible_ascii_from_1_to_255_characters_are_taken(tmp_path: Path
     assert len(llm.requests) == 1
 
 
+@pytest.mark.decision("D182")
 def test_a_key_belongs_to_its_caller(store: MemoryStore | SQLiteStore) -> None:
     replies = [{"text": "for ana"}, {"text": "for bob"}, {"text": "bob again"}]
     with _served(store, replies) as (client, llm):
@@ -205,6 +211,7 @@ def test_a_key_belongs_to_its_caller(store: MemoryStore | SQLiteStore) -> None:
     assert len(llm.requests) == 2
 
 
+@pytest.mark.decision("D182")
 def test_a_follow_on_retried_with_its_key_runs_once(store: MemoryStore | SQLiteStore) -> None:
     replies = [{"text": "first"}, {"text": "follow-on"}, {"text": "never"}]
     with _served(store, replies) as (client, llm):
@@ -237,6 +244,7 @@ class _FailingOnceLLM:
         return await self.inner.complete(request)
 
 
+@pytest.mark.decision("D182")
 def test_a_key_whose_turn_failed_runs_again(tmp_path: Path) -> None:
     llm = _FailingOnceLLM([{"text": "recovered"}])
     keys = [ApiKey(org="acme", user="ana", sha256=hashlib.sha256(ANA_KEY.encode()).digest())]
@@ -257,6 +265,7 @@ def test_a_key_whose_turn_failed_runs_again(tmp_path: Path) -> None:
 # --- continuations: idempotent without a key --------------------------------------------------
 
 
+@pytest.mark.decision("D181")
 @pytest.mark.rule("DESIGN/idempotency/continuation-conflict", "holds")
 def test_a_continuation_resubmitted_after_success_gets_the_stored_answer(
     store: MemoryStore | SQLiteStore,
@@ -275,6 +284,7 @@ def test_a_continuation_resubmitted_after_success_gets_the_stored_answer(
     assert len(llm.requests) == 2  # the initial turn and the continuation, once
 
 
+@pytest.mark.decision("D181")
 @pytest.mark.rule("DESIGN/idempotency/continuation-conflict", "broken")
 def test_the_same_continuation_with_other_results_is_409_naming_the_turn(
     store: MemoryStore | SQLiteStore,
@@ -297,6 +307,7 @@ def test_the_same_continuation_with_other_results_is_409_naming_the_turn(
 # --- the OpenAPI document -----------------------------------------------------------------------
 
 
+@pytest.mark.decision("D182")
 def test_openapi_documents_the_key_and_the_replay_header(tmp_path: Path) -> None:
     app, _, _ = _host_app(tmp_path)
 
@@ -317,6 +328,7 @@ def test_openapi_documents_the_key_and_the_replay_header(tmp_path: Path) -> None
 # --- across processes, and from the command line ---------------------------------------------
 
 
+@pytest.mark.decision("D184")
 def test_a_continuation_raced_on_two_servers_gets_the_winners_answer_from_both(
     tmp_path: Path,
 ) -> None:
@@ -357,6 +369,7 @@ def test_a_continuation_raced_on_two_servers_gets_the_winners_answer_from_both(
     assert [answer.headers.get(REPLAYED_HEADER) for answer in answers].count("true") == 1
 
 
+@pytest.mark.decision("D182")
 def test_aptix_run_with_an_idempotency_key_prints_the_stored_answer_on_a_re_run(
     tmp_path: Path,
 ) -> None:

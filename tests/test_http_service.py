@@ -164,6 +164,7 @@ async def test_initial_continuation_and_follow_on_over_http(tmp_path: Path) -> N
     assert _sessions(tmp_path / "aptix.db") == 1
 
 
+@pytest.mark.decision("D81")
 @pytest.mark.parametrize(
     "headers",
     [
@@ -191,6 +192,7 @@ async def test_no_key_or_a_wrong_key_is_401_and_nothing_runs(
     assert _sessions(tmp_path / "host.db") == 0
 
 
+@pytest.mark.decision("D81")
 async def test_the_key_maps_to_the_caller_and_sessions_stay_the_callers(tmp_path: Path) -> None:
     app = create_app(load_service_config(_config(tmp_path, READ_THEN_ANSWER), env=ENV))
 
@@ -205,6 +207,7 @@ async def test_the_key_maps_to_the_caller_and_sessions_stay_the_callers(tmp_path
     assert [e["RuleId"] for e in as_bob.json()["Errors"]] == ["AGN-033/3.1/session-found"]
 
 
+@pytest.mark.decision("D82")
 @pytest.mark.parametrize(
     ("body", "rule_id"),
     [
@@ -233,6 +236,7 @@ async def test_a_malformed_body_gets_the_engines_invoke_result(
     assert llm.requests == []
 
 
+@pytest.mark.decision("D84")
 async def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(tmp_path: Path) -> None:
     app, llm, store = _host_app(tmp_path)
     padded = json.dumps({"Instruction": "x" * 5000}).encode()
@@ -251,6 +255,7 @@ async def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(tmp_pat
     assert (store.begun, llm.requests) == (0, [])
 
 
+@pytest.mark.decision("D84")
 async def test_a_body_at_the_limit_is_accepted(tmp_path: Path) -> None:
     app, _, _ = _host_app(tmp_path)
     body = json.dumps({"Instruction": "x"}).encode()
@@ -263,6 +268,7 @@ async def test_a_body_at_the_limit_is_accepted(tmp_path: Path) -> None:
     assert answer.status_code == 200, answer.text
 
 
+@pytest.mark.decision("D82")
 async def test_a_failing_model_is_502_with_the_invoke_result(tmp_path: Path) -> None:
     app = create_app(load_service_config(_config(tmp_path, [{"text": "only"}]), env=ENV))
 
@@ -275,6 +281,7 @@ async def test_a_failing_model_is_502_with_the_invoke_result(tmp_path: Path) -> 
     assert _sessions(tmp_path / "aptix.db") == 1  # the failed turn stored nothing
 
 
+@pytest.mark.decision("D82")
 async def test_a_follow_on_while_tool_results_are_pending_is_400(tmp_path: Path) -> None:
     app = create_app(load_service_config(_config(tmp_path, READ_THEN_ANSWER), env=ENV))
 
@@ -292,6 +299,7 @@ def _error(code: ErrorCode) -> InvokeResult[AgentExecuteResponse]:
     return InvokeResult[AgentExecuteResponse].failure([InvokeError(code=code, message="m")])
 
 
+@pytest.mark.decision("D82")
 @pytest.mark.parametrize(
     ("code", "status"),
     [
@@ -310,10 +318,12 @@ def test_the_status_follows_the_first_errors_code(code: ErrorCode, status: int) 
     assert http_status(_error(code)) == status
 
 
+@pytest.mark.decision("D82")
 def test_a_successful_result_is_200() -> None:
     assert http_status(InvokeResult[AgentExecuteResponse].success(None)) == 200
 
 
+@pytest.mark.decision("D86")
 async def test_a_pluggable_async_authenticator_decides_the_caller(tmp_path: Path) -> None:
     class HeaderAuthenticator:
         async def authenticate(self, headers: Mapping[str, str]) -> Caller | None:
@@ -335,6 +345,7 @@ async def test_a_pluggable_async_authenticator_decides_the_caller(tmp_path: Path
         assert db.execute("SELECT org, user FROM sessions").fetchall() == [("proxy", "zoe")]
 
 
+@pytest.mark.decision("D87")
 async def test_openapi_documents_the_path_with_the_wire_schemas(tmp_path: Path) -> None:
     app, _, _ = _host_app(tmp_path)
 
@@ -360,6 +371,7 @@ async def test_openapi_documents_the_path_with_the_wire_schemas(tmp_path: Path) 
     assert set(refs) <= set(schemas)  # every reference resolves
 
 
+@pytest.mark.decision("D85")
 async def test_health_answers_once_the_store_is_open(tmp_path: Path) -> None:
     app = create_app(load_service_config(_config(tmp_path, [{"text": "only"}]), env=ENV))
     transport = httpx.ASGITransport(app=app)
@@ -410,6 +422,7 @@ async def test_the_execute_path_answers_the_same_with_and_without_the_fast_path(
     assert (method.status_code, other.status_code) == (405, 404)
 
 
+@pytest.mark.decision("D85")
 def test_create_app_reads_the_config_named_by_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -425,6 +438,7 @@ def test_create_app_reads_the_config_named_by_the_environment(
     assert EXECUTE_PATH in {getattr(route, "path", None) for route in app.routes}
 
 
+@pytest.mark.decision("D85")
 def test_create_app_on_a_host_pipeline_needs_an_authenticator() -> None:
     pipeline = embedded_pipeline(llm=ScriptedLLM([]))
 
@@ -475,6 +489,7 @@ def _serve(config: Path, env: Mapping[str, str], *args: str) -> Iterator[tuple[s
             process.wait(timeout=5)
 
 
+@pytest.mark.decision("D84")
 def test_aptix_serve_answers_a_session_with_the_scripted_model_on_sqlite(tmp_path: Path) -> None:
     config = _config(tmp_path, READ_THEN_ANSWER, more="[server]\nmax_body_bytes = 2048\n")
 
@@ -530,6 +545,7 @@ def test_aptix_serve_exports_each_requests_spans_as_otel_variables_say(tmp_path:
     assert first.json()["Result"]["SessionId"] in output  # gen_ai.conversation.id
 
 
+@pytest.mark.decision("D83")
 def test_aptix_serve_with_the_openai_compatible_adapter(tmp_path: Path) -> None:
     replies: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "app.py"}}]},
@@ -565,6 +581,7 @@ def test_aptix_serve_with_the_openai_compatible_adapter(tmp_path: Path) -> None:
     assert "Traceback" not in shutdown
 
 
+@pytest.mark.decision("D85")
 def test_aptix_serve_two_workers_share_one_postgresql_database(
     tmp_path: Path, postgres_db_url: str
 ) -> None:
@@ -601,6 +618,7 @@ def test_aptix_serve_two_workers_share_one_postgresql_database(
     assert started == 2
 
 
+@pytest.mark.decision("D140", "D141")
 async def test_a_lone_surrogate_key_and_deep_json_are_answered_not_500(tmp_path: Path) -> None:
     app, llm, store = _host_app(tmp_path)
     surrogate = b'{"\\ud800": 1, "Instruction": "hi"}'

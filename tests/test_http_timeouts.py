@@ -77,6 +77,7 @@ HALF_SENT = {
 }
 
 
+@pytest.mark.decision("D206")
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("sent", HALF_SENT)
 def test_a_half_sent_request_is_closed_when_its_time_is_up(
@@ -91,6 +92,7 @@ def test_a_half_sent_request_is_closed_when_its_time_is_up(
     assert b"connection: close\r\n" in received
 
 
+@pytest.mark.decision("D206")
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_whole_request_is_answered_and_the_next_one_gets_its_own_time(
     tmp_path: Path, protocol: str
@@ -115,6 +117,7 @@ def test_a_whole_request_is_answered_and_the_next_one_gets_its_own_time(
     assert b'"PrimaryOutputText":"second"' in second
 
 
+@pytest.mark.decision("D206")
 def test_aptix_serve_closes_a_half_sent_request(tmp_path: Path) -> None:
     config = _config(tmp_path, [{"text": "never"}], more=TIMEOUT_TABLE)
 
@@ -130,6 +133,7 @@ def test_the_default_protocol_is_httptools_when_it_is_installed() -> None:
     assert ReadTimeoutProtocol is HttpToolsReadTimeoutProtocol
 
 
+@pytest.mark.decision("D200")
 def test_a_turn_past_its_deadline_is_a_504() -> None:
     result = InvokeResult[AgentExecuteResponse].failure(
         [InvokeError(code=ErrorCode.DEADLINE_EXCEEDED, message="m")]

@@ -46,6 +46,7 @@ class GateLLM:
         return await self.inner.complete(request)
 
 
+@pytest.mark.decision("D180")
 async def test_25_identical_concurrent_continuations_cost_one_model_round() -> None:
     from aptix_pipeline.adapters.memory_store import MemoryStore
 
@@ -69,6 +70,7 @@ async def test_25_identical_concurrent_continuations_cost_one_model_round() -> N
     assert len({r.to_json() for r in results}) == 1  # every copy got the same answer
 
 
+@pytest.mark.decision("D181")
 def test_continuation_key_is_canonical_and_scoped() -> None:
     body = {
         "SessionId": "s",
@@ -132,6 +134,7 @@ def _other_results(response: Any) -> dict[str, Any]:
     return continuation(response, *results)
 
 
+@pytest.mark.decision("D181")
 async def test_a_continuation_resubmitted_after_success_gets_the_stored_answer(
     store: Any,
 ) -> None:
@@ -154,6 +157,7 @@ async def test_a_continuation_resubmitted_after_success_gets_the_stored_answer(
     assert await stored(store) == before
 
 
+@pytest.mark.decision("D181")
 @pytest.mark.rule("DESIGN/idempotency/continuation-conflict", "broken")
 async def test_other_results_for_answered_calls_get_a_conflict_naming_the_turn(
     store: Any,
@@ -180,6 +184,7 @@ async def test_other_results_for_answered_calls_get_a_conflict_naming_the_turn(
     assert report.result.to_json()  # serializes
 
 
+@pytest.mark.decision("D181")
 @pytest.mark.rule("DESIGN/idempotency/continuation-conflict", "holds")
 async def test_the_same_results_are_no_conflict_and_another_caller_gets_no_answer(
     store: Any,
@@ -197,6 +202,7 @@ async def test_the_same_results_are_no_conflict_and_another_caller_gets_no_answe
     assert other.result.rule_ids == ("AGN-033/3.1/session-found",)
 
 
+@pytest.mark.decision("D182")
 @pytest.mark.rule("DESIGN/idempotency/key-reused", "holds")
 async def test_an_initial_turn_retried_with_its_key_returns_the_first_outcome(
     store: Any,
@@ -214,6 +220,7 @@ async def test_an_initial_turn_retried_with_its_key_returns_the_first_outcome(
     assert await store.read_session(CALLER.org, CALLER.user, "session-2") is None
 
 
+@pytest.mark.decision("D182")
 async def test_a_follow_on_retried_with_its_key_opens_no_second_turn(store: Any) -> None:
     pipeline, llm = make_pipeline(store, [FINAL, FINAL, FINAL])
     done = ok(await pipeline.execute(INITIAL, CALLER))
@@ -230,6 +237,7 @@ async def test_a_follow_on_retried_with_its_key_opens_no_second_turn(store: Any)
     assert len(scripted(llm).requests) == 3
 
 
+@pytest.mark.decision("D182")
 @pytest.mark.rule("DESIGN/idempotency/key-reused", "broken")
 async def test_a_key_reused_for_another_request_is_refused_and_changes_nothing(
     store: Any,
@@ -250,6 +258,7 @@ async def test_a_key_reused_for_another_request_is_refused_and_changes_nothing(
     assert await stored(store) == before
 
 
+@pytest.mark.decision("D182")
 async def test_keys_are_scoped_to_org_and_user(store: Any) -> None:
     pipeline, llm = make_pipeline(store, [FINAL, FINAL, FINAL])
     mine = ok(await pipeline.execute(INITIAL, CALLER, idempotency_key="k"))
@@ -261,6 +270,7 @@ async def test_keys_are_scoped_to_org_and_user(store: Any) -> None:
     assert len(scripted(llm).requests) == 3
 
 
+@pytest.mark.decision("D182")
 async def test_the_key_covers_the_initial_mode_the_host_gave(store: Any) -> None:
     pipeline, _ = make_pipeline(store, [FINAL, FINAL])
     ok(await pipeline.execute(INITIAL, CALLER, idempotency_key="k", initial_mode="general"))
@@ -273,6 +283,7 @@ async def test_the_key_covers_the_initial_mode_the_host_gave(store: Any) -> None
 BAD_KEYS = ["", " ", "a b", "tab\tkey", "line\n", "é", "\ud800", "x" * 256]
 
 
+@pytest.mark.decision("D182")
 @pytest.mark.rule("DESIGN/idempotency/key-format", "broken")
 @pytest.mark.parametrize("key", BAD_KEYS, ids=lambda k: ascii(k)[:20])
 async def test_a_malformed_key_is_refused_before_anything_runs(store: Any, key: str) -> None:
@@ -290,17 +301,20 @@ async def test_a_malformed_key_is_refused_before_anything_runs(store: Any, key: 
     assert await stored(store) == NOTHING_STORED
 
 
+@pytest.mark.decision("D182")
 @pytest.mark.rule("DESIGN/idempotency/key-format", "holds")
 @pytest.mark.parametrize("key", ["!", "~" * 255, "0b6f9a2e-5c1d-4e8f-9a7b-3c2d1e0f9a8b"])
 def test_keys_of_visible_ascii_up_to_255_characters_are_accepted(key: str) -> None:
     assert validate_idempotency_key(key).successful
 
 
+@pytest.mark.decision("D182")
 def test_validate_idempotency_key_refuses_what_is_not_text() -> None:
     assert validate_idempotency_key(12).rule_ids == ("DESIGN/idempotency/key-format",)
     assert validate_idempotency_key(None).rule_ids == ("DESIGN/idempotency/key-format",)
 
 
+@pytest.mark.decision("D181")
 async def test_a_failed_turn_keeps_no_answer_so_its_retry_runs_again(store: Any) -> None:
     pipeline, _ = make_pipeline(store, [FINAL])
 
@@ -314,6 +328,7 @@ async def test_a_failed_turn_keeps_no_answer_so_its_retry_runs_again(store: Any)
     assert not retried.replayed
 
 
+@pytest.mark.decision("D183")
 async def test_an_answer_past_its_time_is_forgotten_and_the_key_runs_afresh(
     store: Any,
 ) -> None:
@@ -337,6 +352,7 @@ async def test_an_answer_past_its_time_is_forgotten_and_the_key_runs_afresh(
     assert kept.session_id == ok(other.result).session_id  # the newest answer replaced it
 
 
+@pytest.mark.decision("D183")
 async def test_without_a_time_limit_answers_are_kept_for_good(store: Any) -> None:
     options = PipelineOptions(
         retry_wait_seconds=0, retry_max_wait_seconds=0, idempotency_ttl_seconds=None
@@ -353,12 +369,14 @@ async def test_without_a_time_limit_answers_are_kept_for_good(store: Any) -> Non
     assert again.result == first.result
 
 
+@pytest.mark.decision("D183")
 def test_the_time_limit_must_be_positive_or_none() -> None:
     for bad in (0, -1, float("nan"), 1e12, float("inf")):
         with pytest.raises(ValueError, match="idempotency_ttl_seconds"):
             PipelineOptions(idempotency_ttl_seconds=bad)
 
 
+@pytest.mark.decision("D180")
 async def test_identical_keyed_requests_in_flight_share_one_run() -> None:
     from aptix_pipeline.adapters.memory_store import MemoryStore
 
@@ -378,6 +396,7 @@ async def test_identical_keyed_requests_in_flight_share_one_run() -> None:
     assert len({r.to_json() for r in results}) == 1
 
 
+@pytest.mark.decision("D184")
 async def test_two_requests_racing_on_one_key_keep_one_answer_and_nothing_of_the_other(
     store: Any,
 ) -> None:
@@ -407,6 +426,7 @@ async def test_two_requests_racing_on_one_key_keep_one_answer_and_nothing_of_the
     assert refused.result.rule_ids == ("DESIGN/idempotency/key-reused",)
 
 
+@pytest.mark.decision("D184")
 async def test_the_loser_of_a_race_between_processes_answers_with_the_winners_answer(
     tmp_path: Path,
 ) -> None:
@@ -447,6 +467,7 @@ class _FailingOutcomeReads(MemoryStore):
         raise OSError("disk gone")
 
 
+@pytest.mark.decision("D181")
 async def test_a_store_that_cannot_be_read_for_answers_fails_the_call_without_raising() -> None:
     store = _FailingOutcomeReads()
     pipeline, llm = make_pipeline(store, [READ, FINAL])
@@ -467,6 +488,7 @@ class _CorruptAnswers(MemoryStore):
         return None if stored is None else stored.model_copy(update={"result_json": "{not"})
 
 
+@pytest.mark.decision("D181")
 async def test_a_stored_answer_that_does_not_parse_fails_the_call_without_raising() -> None:
     store = _CorruptAnswers()
     pipeline, llm = make_pipeline(store, [FINAL, FINAL])
@@ -481,6 +503,7 @@ async def test_a_stored_answer_that_does_not_parse_fails_the_call_without_raisin
     assert len(scripted(llm).requests) == 1
 
 
+@pytest.mark.decision("D185")
 async def test_a_keyed_turn_records_its_key_and_replays(tmp_path: Path) -> None:
     from replay_kit import recording_pipeline
 
@@ -502,6 +525,7 @@ async def test_a_keyed_turn_records_its_key_and_replays(tmp_path: Path) -> None:
             assert outcome.ok, outcome.divergence.describe() if outcome.divergence else ""
 
 
+@pytest.mark.decision("D181")
 async def test_a_call_answered_without_a_turn_leaves_one_span_saying_so() -> None:
     from span_kit import Recorded
 

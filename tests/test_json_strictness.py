@@ -21,6 +21,7 @@ from aptix_pipeline.validators import (
 CONSTANTS = ["NaN", "Infinity", "-Infinity"]
 
 
+@pytest.mark.decision("D22")
 @pytest.mark.parametrize("constant", CONSTANTS)
 def test_request_text_with_a_non_json_constant_is_refused(constant: str) -> None:
     result = parse_request('{"Instruction": "x", "Stream": %s}' % constant)  # noqa: UP031
@@ -28,6 +29,7 @@ def test_request_text_with_a_non_json_constant_is_refused(constant: str) -> None
     assert result.rule_ids == ("AGN-034/3/envelope-object",)
 
 
+@pytest.mark.decision("D22")
 @pytest.mark.parametrize("constant", CONSTANTS)
 def test_tool_result_json_with_a_non_json_constant_is_refused(constant: str) -> None:
     data = {
@@ -38,6 +40,7 @@ def test_tool_result_json_with_a_non_json_constant_is_refused(constant: str) -> 
     assert parse_request(data).rule_ids == ("AGN-034/5/result-json-valid",)
 
 
+@pytest.mark.decision("D13", "D22")
 def test_manifest_result_json_with_nan_is_refused() -> None:
     manifest = valid_manifest()
     manifest.tool_call_results[0].result_json = '{"score": NaN}'
@@ -45,6 +48,7 @@ def test_manifest_result_json_with_nan_is_refused() -> None:
     assert validate_tool_call_manifest(manifest).rule_ids == ("AGN-036/5/result-json-valid",)
 
 
+@pytest.mark.decision("D22")
 def test_response_tool_call_arguments_with_nan_are_refused() -> None:
     response = AgentExecuteResponse.client_tool_continuation(
         session_id="s", turn_id="t", mode_display_name="General",
@@ -54,6 +58,7 @@ def test_response_tool_call_arguments_with_nan_are_refused() -> None:
     assert validate_response(response).rule_ids == ("AGN-033/5.1/arguments-json-object",)
 
 
+@pytest.mark.decision("D22")
 def test_tool_call_arguments_with_infinity_are_malformed() -> None:
     tool = ToolDefinition(name="calc", parameters={"type": "object"})
 

@@ -118,6 +118,7 @@ def _options(**limits: Any) -> PipelineOptions:
 # --- the turn deadline -------------------------------------------------------------------
 
 
+@pytest.mark.decision("D200")
 @pytest.mark.rule("DESIGN/limits/turn-deadline", "broken")
 @pytest.mark.parametrize("runtime", ["compiled", "statechart"])
 async def test_a_turn_past_its_deadline_faults_with_its_own_code_and_stores_nothing(
@@ -156,6 +157,7 @@ async def test_a_turn_past_its_deadline_faults_with_its_own_code_and_stores_noth
         await store.aclose()
 
 
+@pytest.mark.decision("D200")
 async def test_a_deadline_fault_of_a_follow_on_leaves_the_session_as_it_was() -> None:
     store = MemoryStore()
     pipeline, _ = make_pipeline(
@@ -170,6 +172,7 @@ async def test_a_deadline_fault_of_a_follow_on_leaves_the_session_as_it_was() ->
     assert await stored(store) == before
 
 
+@pytest.mark.decision("D200")
 @pytest.mark.rule("DESIGN/limits/turn-deadline", "holds")
 async def test_a_turn_within_its_deadline_succeeds() -> None:
     pipeline, _ = make_pipeline(
@@ -192,6 +195,7 @@ class SlowCommitStore(MemoryStore):
         await super().apply(writes)
 
 
+@pytest.mark.decision("D201")
 async def test_the_deadline_never_interrupts_a_commit_and_the_committed_answer_stands() -> None:
     store = SlowCommitStore()
     pipeline, _ = make_pipeline(store, [text("kept")], options=_options(turn_deadline_seconds=0.05))
@@ -208,6 +212,7 @@ async def test_the_deadline_never_interrupts_a_commit_and_the_committed_answer_s
     assert len(transcript) == 2
 
 
+@pytest.mark.decision("D201")
 async def test_a_cancelled_turn_still_finishes_the_commit_it_began() -> None:
     store = SlowCommitStore()
     pipeline, _ = make_pipeline(store, [text("kept")])
@@ -224,6 +229,7 @@ async def test_a_cancelled_turn_still_finishes_the_commit_it_began() -> None:
     assert turns[0] is not None
 
 
+@pytest.mark.decision("D201")
 async def test_no_commit_starts_once_the_deadline_has_passed() -> None:
     store = SlowCommitStore()
     store.release.set()
@@ -247,6 +253,7 @@ async def test_no_commit_starts_once_the_deadline_has_passed() -> None:
     assert await stored(store) == NOTHING_STORED
 
 
+@pytest.mark.decision("D202")
 async def test_the_deadline_fault_is_on_the_turn_and_step_spans() -> None:
     recorded = Recorded()
     try:
@@ -270,6 +277,7 @@ async def test_the_deadline_fault_is_on_the_turn_and_step_spans() -> None:
         recorded.shutdown()
 
 
+@pytest.mark.decision("D200")
 async def test_no_deadline_when_it_is_switched_off() -> None:
     llm = HangingLLM()
     pipeline, _ = make_pipeline(MemoryStore(), llm, options=_options(turn_deadline_seconds=None))
@@ -299,6 +307,7 @@ class HangingTool:
             raise
 
 
+@pytest.mark.decision("D203")
 @pytest.mark.rule("DESIGN/limits/server-tool-timeout", "broken")
 async def test_a_hanging_server_tool_times_out_and_the_model_is_told() -> None:
     tool = HangingTool()
@@ -337,6 +346,7 @@ async def test_a_hanging_server_tool_times_out_and_the_model_is_told() -> None:
         recorded.shutdown()
 
 
+@pytest.mark.decision("D203")
 @pytest.mark.rule("DESIGN/limits/server-tool-timeout", "holds")
 async def test_a_server_tool_within_its_timeout_answers_and_its_own_timeout_is_its_failure() -> (
     None
@@ -367,6 +377,7 @@ async def test_a_server_tool_within_its_timeout_answers_and_its_own_timeout_is_i
 # --- the model reply size --------------------------------------------------------------------
 
 
+@pytest.mark.decision("D204")
 @pytest.mark.rule("DESIGN/limits/model-reply-size", "broken")
 @pytest.mark.parametrize(
     "reply",
@@ -394,6 +405,7 @@ async def test_a_model_reply_over_the_size_limit_faults_the_turn_without_another
     assert report.session_id is None
 
 
+@pytest.mark.decision("D204")
 @pytest.mark.rule("DESIGN/limits/model-reply-size", "holds")
 async def test_a_model_reply_at_the_size_limit_is_taken() -> None:
     pipeline, _ = make_pipeline(
@@ -433,6 +445,7 @@ async def _found(arguments: Any, invocation: ToolInvocation) -> Any:
     return {"found": True}
 
 
+@pytest.mark.decision("D205")
 @pytest.mark.rule("DESIGN/limits/transcript-size", "broken")
 async def test_truncate_sends_the_newest_messages_whole_and_warns() -> None:
     # The stored transcript: user, assistant | user, assistant(c1), tool(c1), assistant.
@@ -456,6 +469,7 @@ async def test_truncate_sends_the_newest_messages_whole_and_warns() -> None:
     assert len(transcript) == 8  # the store keeps every message
 
 
+@pytest.mark.decision("D205")
 @pytest.mark.rule("DESIGN/limits/transcript-size", "broken")
 async def test_refuse_faults_the_turn_naming_the_session_and_stores_nothing() -> None:
     report, llm, store = await _session_of_three_turns(
@@ -475,6 +489,7 @@ async def test_refuse_faults_the_turn_naming_the_session_and_stores_nothing() ->
     assert len(transcript) == 6
 
 
+@pytest.mark.decision("D205")
 @pytest.mark.rule("DESIGN/limits/transcript-size", "holds")
 @pytest.mark.parametrize("policy", ["truncate", "refuse"])
 async def test_a_transcript_within_the_limit_is_sent_whole(policy: str) -> None:
@@ -491,6 +506,7 @@ async def test_a_transcript_within_the_limit_is_sent_whole(policy: str) -> None:
     assert len(llm.requests[-1].messages) == 1 + 6 + 1
 
 
+@pytest.mark.decision("D207")
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -510,6 +526,7 @@ def test_limits_out_of_range_are_refused_naming_the_option(field: str, value: An
 # --- the OpenAI-compatible adapter reads a bounded body ---------------------------------------
 
 
+@pytest.mark.decision("D204")
 async def test_the_openai_adapter_stops_reading_a_reply_body_over_its_bound() -> None:
     with fake_openai_server([{"text": "x" * 5000}, {"text": "never asked"}]) as server:
         llm = OpenAICompatibleLLM(
@@ -523,6 +540,7 @@ async def test_the_openai_adapter_stops_reading_a_reply_body_over_its_bound() ->
         assert len(server.completions()) == 1  # not retried
 
 
+@pytest.mark.decision("D204")
 async def test_the_openai_adapter_stops_reading_an_endless_chunked_reply() -> None:
     sent = 0
 
@@ -556,6 +574,7 @@ async def test_the_openai_adapter_stops_reading_an_endless_chunked_reply() -> No
     assert sent < 50_000_000
 
 
+@pytest.mark.decision("D204")
 async def test_the_openai_adapter_reads_a_reply_within_its_bound() -> None:
     with fake_openai_server([{"text": "fits"}]) as server:
         async with OpenAICompatibleLLM(
@@ -571,6 +590,7 @@ def _one_message() -> LLMRequest:
 # --- the configuration file ------------------------------------------------------------------
 
 
+@pytest.mark.decision("D207")
 def test_the_limits_are_read_from_the_engine_and_server_tables(tmp_path: Path) -> None:
     path = tmp_path / "aptix.toml"
     path.write_text(
@@ -601,6 +621,7 @@ def test_the_limits_default_as_documented(tmp_path: Path) -> None:
     assert config.server.read_timeout_seconds == 15
 
 
+@pytest.mark.decision("D207")
 @pytest.mark.parametrize(
     ("table", "key"),
     [
@@ -620,6 +641,7 @@ def test_a_bad_limit_in_the_file_is_refused_naming_it(tmp_path: Path, table: str
 # --- the traces, as snapshots ----------------------------------------------------------------
 
 
+@pytest.mark.decision("D202", "D203")
 async def test_the_traces_of_a_deadline_fault_and_a_tool_timeout(
     snapshot: SnapshotAssertion, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -678,6 +700,7 @@ async def test_a_deadline_while_a_sqlite_read_waits_leaves_the_store_working(
         await store.aclose()
 
 
+@pytest.mark.decision("D201")
 async def test_a_sqlite_commit_waiting_for_the_write_lock_outlives_the_deadline(
     tmp_path: Path,
 ) -> None:
@@ -731,6 +754,7 @@ async def test_a_deadline_while_a_postgres_read_waits_leaves_the_pool_working(
         await store.aclose()
 
 
+@pytest.mark.decision("D208")
 async def test_a_replay_runs_off_the_clock_whatever_deadline_was_recorded() -> None:
     class SlowOnce:
         async def complete(self, request: LLMRequest) -> LLMReply:
@@ -747,6 +771,7 @@ async def test_a_replay_runs_off_the_clock_whatever_deadline_was_recorded() -> N
     assert (await replay(tight)).ok
 
 
+@pytest.mark.decision("D204")
 def test_the_openai_reply_bound_is_read_from_the_model_table(tmp_path: Path) -> None:
     path = tmp_path / "aptix.toml"
     path.write_text(

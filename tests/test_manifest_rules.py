@@ -35,6 +35,7 @@ class ManifestCase:
     change: Change
     tool_call_id: str | None = None
     tool_name: str | None = None
+    decisions: tuple[str, ...] = ()
 
 
 def _drop_last_result(m: ToolCallManifest) -> None:
@@ -90,8 +91,10 @@ BROKEN = [
     ManifestCase("AGN-036/5/count-match", "missing-result", _drop_last_result),
     ManifestCase("AGN-036/5/count-match", "extra-result", _add_result),
     ManifestCase("AGN-036/5/order-match", "swapped", _swap, "call-2", "list_dir"),
-    ManifestCase("AGN-036/5/ids-unique", "repeated-result", _repeat_result, "call-1", None),
-    ManifestCase("AGN-036/5/ids-unique", "repeated-call", _repeat_call, "call-1", None),
+    ManifestCase("AGN-036/5/ids-unique", "repeated-result", _repeat_result, "call-1", None,
+                 decisions=("D13",)),
+    ManifestCase("AGN-036/5/ids-unique", "repeated-call", _repeat_call, "call-1", None,
+                 decisions=("D13",)),
     ManifestCase("AGN-036/5/id-match", "unknown-id", _rename_id, "call-unknown", "read_file"),
     ManifestCase("AGN-036/5/name-match", "other-name", _rename_tool, "call-2", "list_dir"),
     ManifestCase("AGN-036/5/name-match", "no-name", _no_name, "call-2", "list_dir"),
@@ -100,7 +103,7 @@ BROKEN = [
     ManifestCase("AGN-036/5/result-json-present", "blank", _result_json("  "), "call-2",
                  "list_dir"),
     ManifestCase("AGN-036/5/result-json-valid", "malformed", _result_json("{oops"), "call-2",
-                 "list_dir"),
+                 "list_dir", decisions=("D13",)),
 ]  # fmt: skip
 
 HOLDS = [
@@ -110,6 +113,7 @@ HOLDS = [
 ]
 
 
+@pytest.mark.decision("D13")
 @pytest.mark.parametrize("case", rule_params(BROKEN, "broken"))
 def test_manifest_mismatch_is_a_hard_fault_naming_the_tool(case: ManifestCase) -> None:
     manifest = valid_manifest()
@@ -160,6 +164,7 @@ def _results(*results: ToolResult) -> list[ToolResult]:
     return list(results)
 
 
+@pytest.mark.decision("R3")
 def test_r3_error_message_becomes_an_error_payload_in_result_json() -> None:
     results = _results(
         ToolResult(tool_call_id="call-1", execution_ms=5, result_json='{"text": "x"}'),
@@ -198,6 +203,7 @@ def test_r3_unknown_result_id_has_no_name_and_fails_id_match() -> None:
     assert validate_tool_call_manifest(manifest).rule_ids == ("AGN-036/5/id-match",)
 
 
+@pytest.mark.decision("R3")
 @pytest.mark.parametrize(
     ("result_json", "error_message"), [(None, None), ("{}", "boom")], ids=["neither", "both"]
 )
@@ -229,6 +235,7 @@ FOLLOW_ON = ContextType.FOLLOW_ON
 CONTINUATION = ContextType.CLIENT_TOOL_CALL_CONTINUATION
 
 
+@pytest.mark.decision("R10")
 @pytest.mark.rule("DESIGN/R10/follow-on-turn-settled", "broken")
 def test_r10_follow_on_naming_a_pending_turn_is_rejected() -> None:
     result = validate_turn_protocol(FOLLOW_ON, PENDING)
@@ -243,6 +250,7 @@ def test_r10_follow_on_naming_a_completed_turn_is_accepted() -> None:
     assert validate_turn_protocol(FOLLOW_ON, COMPLETED).successful
 
 
+@pytest.mark.decision("R10")
 @pytest.mark.rule("DESIGN/R10/continuation-turn-pending", "broken")
 @pytest.mark.parametrize(
     "turn",

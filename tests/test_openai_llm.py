@@ -2,7 +2,7 @@
 
 The official ``openai`` SDK sends every request over a socket to
 ``fake_openai_server``; the tests check what arrived on the wire, how the reply
-maps to an ``LLMReply``, and how each fault is retried or not. Waits are
+maps to an ``LLMReply``, and how each fault is retried or not (D70-D77). Waits are
 recorded rather than slept, except where a test measures real time.
 """
 
@@ -96,6 +96,7 @@ def spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
 # --- the request on the wire ------------------------------------------------------------
 
 
+@pytest.mark.decision("D76")
 async def test_messages_and_tools_are_sent_as_chat_completions() -> None:
     request = LLMRequest(
         model="agent-model",
@@ -184,6 +185,7 @@ async def test_messages_and_tools_are_sent_as_chat_completions() -> None:
     }
 
 
+@pytest.mark.decision("D76")
 async def test_default_model_no_tools_field_and_extra_body() -> None:
     with fake_openai_server([{"text": "ok"}]) as server:
         async with adapter(server, temperature=0.2, extra_body={"max_tokens": 64}) as llm:
@@ -196,6 +198,7 @@ async def test_default_model_no_tools_field_and_extra_body() -> None:
     assert received.body["max_tokens"] == 64
 
 
+@pytest.mark.decision("D76")
 async def test_a_tool_message_without_its_call_id_is_refused_before_sending() -> None:
     request = LLMRequest(mode="general", messages=[ChatMessage(role=ChatRole.TOOL, content="{}")])
     with fake_openai_server([{"text": "ok"}]) as server:
@@ -208,6 +211,7 @@ async def test_a_tool_message_without_its_call_id_is_refused_before_sending() ->
 # --- the reply ------------------------------------------------------------------------
 
 
+@pytest.mark.decision("D75")
 async def test_text_reply_maps_text_usage_model_id_and_finish_reason() -> None:
     script: list[dict[str, Any]] = [
         {
@@ -232,6 +236,7 @@ async def test_text_reply_maps_text_usage_model_id_and_finish_reason() -> None:
     )
 
 
+@pytest.mark.decision("D75")
 async def test_tool_call_reply_maps_every_call_and_keeps_arguments_as_sent() -> None:
     script: list[dict[str, Any]] = [
         {
@@ -256,6 +261,7 @@ async def test_tool_call_reply_maps_every_call_and_keeps_arguments_as_sent() -> 
     assert reply.usage is None  # the server reported none
 
 
+@pytest.mark.decision("D75")
 async def test_a_refusal_is_the_reply_text() -> None:
     completion = {
         "id": "r1",
@@ -276,6 +282,7 @@ async def test_a_refusal_is_the_reply_text() -> None:
     assert reply.text == "I can't help."
 
 
+@pytest.mark.decision("D75")
 @pytest.mark.parametrize(
     ("entry", "problem"),
     [
@@ -313,6 +320,7 @@ async def test_a_malformed_reply_is_a_permanent_error_and_not_retried(
 # --- faults that are retried -----------------------------------------------------------
 
 
+@pytest.mark.decision("D71")
 async def test_429_waits_the_retry_after_seconds_then_succeeds(
     spans: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
@@ -339,6 +347,7 @@ async def test_429_waits_the_retry_after_seconds_then_succeeds(
     }
 
 
+@pytest.mark.decision("D71")
 @pytest.mark.parametrize(
     ("headers", "wait"),
     [
@@ -355,6 +364,7 @@ async def test_retry_after_forms_are_honoured(headers: dict[str, str], wait: flo
     assert waits_of(llm) == [wait]
 
 
+@pytest.mark.decision("D71")
 async def test_retry_after_as_an_http_date_is_honoured() -> None:
     when = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
     script: list[dict[str, Any]] = [
@@ -368,6 +378,7 @@ async def test_retry_after_as_an_http_date_is_honoured() -> None:
     assert 27 <= wait <= 30
 
 
+@pytest.mark.decision("D71")
 async def test_retry_after_is_really_waited_on_the_wire() -> None:
     script: list[dict[str, Any]] = [
         {"status": 429, "headers": {"Retry-After": "1"}},
@@ -384,6 +395,7 @@ async def test_retry_after_is_really_waited_on_the_wire() -> None:
     assert second.received_at - first.received_at >= 1.0
 
 
+@pytest.mark.decision("D70", "D72")
 @pytest.mark.parametrize("status", [500, 502, 503, 504, 529, 408])
 async def test_server_errors_are_retried_with_growing_jittered_waits(status: int) -> None:
     script: list[dict[str, Any]] = [
@@ -404,6 +416,7 @@ async def test_server_errors_are_retried_with_growing_jittered_waits(status: int
     assert third == 1.8  # capped
 
 
+@pytest.mark.decision("D70")
 async def test_a_timeout_is_retried() -> None:
     script: list[dict[str, Any]] = [{"delay": 2, "text": "too late"}, {"text": "in time"}]
     with fake_openai_server(script) as server:
@@ -413,6 +426,7 @@ async def test_a_timeout_is_retried() -> None:
     assert len(server.completions()) == 2
 
 
+@pytest.mark.decision("D70")
 async def test_a_dropped_connection_is_retried(
     spans: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
@@ -430,6 +444,7 @@ async def test_a_dropped_connection_is_retried(
 # --- faults that are not retried, and giving up ----------------------------------------
 
 
+@pytest.mark.decision("D70")
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 422])
 async def test_other_4xx_are_not_retried_and_name_status_and_message(status: int) -> None:
     script: list[dict[str, Any]] = [
@@ -448,6 +463,7 @@ async def test_other_4xx_are_not_retried_and_name_status_and_message(status: int
     assert "not retryable" in str(raised.value)
 
 
+@pytest.mark.decision("D74")
 async def test_giving_up_after_max_attempts_is_a_permanent_error() -> None:
     script: list[dict[str, Any]] = [{"status": 503, "error": "overloaded"}] * 5
     with fake_openai_server(script) as server:
@@ -461,6 +477,7 @@ async def test_giving_up_after_max_attempts_is_a_permanent_error() -> None:
     assert "gave up after 3 attempt(s)" in str(raised.value)
 
 
+@pytest.mark.decision("D73")
 async def test_total_time_is_bounded_across_retries() -> None:
     script: list[dict[str, Any]] = [{"status": 500}] * 100
     with fake_openai_server(script) as server:
@@ -483,6 +500,7 @@ async def test_total_time_is_bounded_across_retries() -> None:
     assert 3 <= len(server.completions()) < 100
 
 
+@pytest.mark.decision("D73")
 async def test_a_slow_request_is_cut_to_the_budget_left() -> None:
     with fake_openai_server([{"delay": 10, "text": "late"}] * 3) as server:
         llm = OpenAICompatibleLLM(
@@ -500,6 +518,7 @@ async def test_a_slow_request_is_cut_to_the_budget_left() -> None:
     assert elapsed < 1.5
 
 
+@pytest.mark.decision("D71")
 async def test_a_retry_after_past_the_budget_gives_up_at_once() -> None:
     script: list[dict[str, Any]] = [
         {"status": 429, "error": "quota", "headers": {"Retry-After": "60"}},
@@ -513,6 +532,7 @@ async def test_a_retry_after_past_the_budget_gives_up_at_once() -> None:
     assert waits_of(llm) == []
 
 
+@pytest.mark.decision("D74")
 @pytest.mark.parametrize("status", [401, 503])
 async def test_the_api_key_never_appears_in_an_error(status: int) -> None:
     echoed = f"Incorrect API key provided: {KEY}"
@@ -524,6 +544,7 @@ async def test_the_api_key_never_appears_in_an_error(status: int) -> None:
     assert "Incorrect API key provided: ***" in str(raised.value)
 
 
+@pytest.mark.decision("D70")
 async def test_cancellation_is_not_retried() -> None:
     with fake_openai_server([{"delay": 5, "text": "late"}, {"text": "never"}]) as server:
         async with adapter(server) as llm:
@@ -540,6 +561,7 @@ async def test_cancellation_is_not_retried() -> None:
     assert waits_of(llm) == []
 
 
+@pytest.mark.decision("D70")
 async def test_an_injected_client_has_its_own_retries_turned_off() -> None:
     with fake_openai_server([{"status": 503}] * 3) as server:
         client = openai.AsyncOpenAI(base_url=server.base_url, api_key=KEY, max_retries=5)
@@ -559,6 +581,7 @@ def test_it_is_built_without_a_running_event_loop() -> None:
     assert llm.base_url == "http://127.0.0.1:9/v1/"
 
 
+@pytest.mark.decision("D77")
 @pytest.mark.parametrize(
     ("options", "field"),
     [
@@ -583,6 +606,7 @@ def test_bad_arguments_are_refused_naming_the_argument(options: dict[str, Any], 
         OpenAICompatibleLLM(**arguments)
 
 
+@pytest.mark.decision("D77")
 def test_openai_itself_needs_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
@@ -590,6 +614,7 @@ def test_openai_itself_needs_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
         OpenAICompatibleLLM(model="gpt-4o-mini")
 
 
+@pytest.mark.decision("D77")
 async def test_the_key_comes_from_the_environment_or_a_placeholder(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -663,6 +688,7 @@ async def test_a_pipeline_runs_a_server_round_a_client_call_and_its_continuation
     assert json.loads(answer["content"]) == "print(1)"
 
 
+@pytest.mark.decision("D74")
 @pytest.mark.parametrize(
     ("script", "requests"),
     [([{"status": 401, "error": "bad key"}], 1), ([{"status": 503}] * 2, 2)],

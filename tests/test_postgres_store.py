@@ -91,11 +91,13 @@ def password_of(url: str) -> str:
 # --- migrations ------------------------------------------------------------------------
 
 
+@pytest.mark.decision("D60")
 def test_migrations_are_numbered_one_by_one_from_one() -> None:
     assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
     assert MIGRATIONS[-1].version == SCHEMA_VERSION
 
 
+@pytest.mark.decision("D60", "D66")
 async def test_a_fresh_database_gets_the_schema_on_first_use(postgres_db_url: str) -> None:
     assert tables(postgres_db_url) == set()
 
@@ -108,6 +110,7 @@ async def test_a_fresh_database_gets_the_schema_on_first_use(postgres_db_url: st
     assert versions == [(m.version, m.name) for m in MIGRATIONS]
 
 
+@pytest.mark.decision("D60")
 async def test_opening_a_current_database_applies_nothing(postgres_db_url: str) -> None:
     async with PostgresStore(postgres_db_url):
         pass
@@ -115,6 +118,7 @@ async def test_opening_a_current_database_applies_nothing(postgres_db_url: str) 
         assert await migrate(conn) == []
 
 
+@pytest.mark.decision("D60")
 async def test_a_database_from_a_newer_schema_is_refused_untouched(postgres_db_url: str) -> None:
     with psycopg.connect(postgres_db_url) as connection:
         connection.execute(f"CREATE TABLE {VERSION_TABLE} (version integer, name text)")
@@ -130,6 +134,7 @@ async def test_a_database_from_a_newer_schema_is_refused_untouched(postgres_db_u
     assert tables(postgres_db_url) == {VERSION_TABLE}
 
 
+@pytest.mark.decision("D60")
 async def test_without_migrating_an_unmigrated_database_is_refused(postgres_db_url: str) -> None:
     store = PostgresStore(postgres_db_url, migrate=False)
     with pytest.raises(SchemaVersionError, match="told not to migrate"):
@@ -139,6 +144,7 @@ async def test_without_migrating_an_unmigrated_database_is_refused(postgres_db_u
     assert tables(postgres_db_url) == set()
 
 
+@pytest.mark.decision("D60")
 async def test_many_workers_starting_at_once_migrate_exactly_once(postgres_db_url: str) -> None:
     connections = [
         await psycopg.AsyncConnection.connect(postgres_db_url, autocommit=True) for _ in range(8)
@@ -155,6 +161,7 @@ async def test_many_workers_starting_at_once_migrate_exactly_once(postgres_db_ur
     assert count == len(MIGRATIONS)
 
 
+@pytest.mark.decision("D60")
 async def test_stores_opened_concurrently_on_a_fresh_database_all_work(
     postgres_db_url: str,
 ) -> None:
@@ -171,6 +178,7 @@ async def test_stores_opened_concurrently_on_a_fresh_database_all_work(
 # --- construction, lifecycle, redaction -----------------------------------------------------
 
 
+@pytest.mark.decision("D64")
 def test_the_store_is_built_without_an_event_loop(postgres_db_url: str) -> None:
     store = PostgresStore(postgres_db_url)
 
@@ -190,6 +198,7 @@ def test_open_store_gives_a_postgres_store_for_both_schemes(
     store.close()
 
 
+@pytest.mark.decision("D65")
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
@@ -206,6 +215,7 @@ def test_redact_url_masks_the_password(url: str, shown: str) -> None:
     assert redact_url(url) == shown
 
 
+@pytest.mark.decision("D65")
 def test_a_malformed_url_is_refused_without_echoing_the_password() -> None:
     with pytest.raises(ValueError, match="not a valid PostgreSQL URL") as caught:
         PostgresStore("postgresql://ana:hunter2@db/aptix?nonsense_option=1")
@@ -215,6 +225,7 @@ def test_a_malformed_url_is_refused_without_echoing_the_password() -> None:
     assert caught.value.__suppress_context__
 
 
+@pytest.mark.decision("D65")
 def test_an_unknown_store_url_is_refused_without_echoing_credentials() -> None:
     with pytest.raises(ValueError, match=r"unknown store 'mysql://\.\.\.'") as caught:
         open_store("mysql://ana:hunter2@db/aptix")
@@ -222,6 +233,7 @@ def test_an_unknown_store_url_is_refused_without_echoing_credentials() -> None:
     assert "hunter2" not in str(caught.value)
 
 
+@pytest.mark.decision("D64")
 @pytest.mark.parametrize(
     ("options", "field"),
     [({"min_size": -1}, "min_size"), ({"max_size": 0}, "max_size"), ({"timeout": 0}, "timeout")],
@@ -233,6 +245,7 @@ def test_bad_pool_settings_are_refused_naming_the_setting(
         PostgresStore("postgresql://ana@127.0.0.1/aptix", **options)
 
 
+@pytest.mark.decision("D64")
 async def test_a_wrong_password_is_a_clear_error_without_the_password(
     postgres_db_url: str,
 ) -> None:
@@ -249,6 +262,7 @@ async def test_a_wrong_password_is_a_clear_error_without_the_password(
     await store.aclose()
 
 
+@pytest.mark.decision("D65")
 async def test_a_turn_on_an_unreachable_store_fails_cleanly_without_the_password(
     postgres_db_url: str,
 ) -> None:
@@ -264,6 +278,7 @@ async def test_a_turn_on_an_unreachable_store_fails_cleanly_without_the_password
     await store.aclose()
 
 
+@pytest.mark.decision("D64")
 async def test_a_closed_store_refuses_further_use(postgres_db_url: str) -> None:
     store = PostgresStore(postgres_db_url)
     await store.open()
@@ -277,6 +292,7 @@ async def test_a_closed_store_refuses_further_use(postgres_db_url: str) -> None:
         await tx.commit()
 
 
+@pytest.mark.decision("D61")
 async def test_data_survives_closing_and_reopening(postgres_db_url: str) -> None:
     async with PostgresStore(postgres_db_url) as first:
         pipeline, _ = make_pipeline(first, [calls(change_mode("c1", "review")), text("done")])
@@ -289,6 +305,7 @@ async def test_data_survives_closing_and_reopening(postgres_db_url: str) -> None
     assert before[0].mode == "review"
 
 
+@pytest.mark.decision("D64")
 def test_execute_sync_works_turn_after_turn_each_in_its_own_loop(postgres_db_url: str) -> None:
     store = PostgresStore(postgres_db_url)
     llm = ScriptedLLM([text("first"), text("second")])
@@ -305,6 +322,7 @@ def test_execute_sync_works_turn_after_turn_each_in_its_own_loop(postgres_db_url
 # --- whole turns through the Pipeline -------------------------------------------------------
 
 
+@pytest.mark.decision("D67")
 async def test_initial_continuation_and_follow_on_with_a_mode_change(pg: PostgresStore) -> None:
     pipeline, _ = make_pipeline(
         pg,
@@ -344,6 +362,7 @@ async def test_initial_continuation_and_follow_on_with_a_mode_change(pg: Postgre
     assert [m.content for m in transcript if m.role is ChatRole.USER] == ["review a.py", "thanks"]
 
 
+@pytest.mark.decision("D26", "D67")
 async def test_a_failed_turn_stores_nothing_not_even_its_mode_change(
     pg: PostgresStore, postgres_db_url: str
 ) -> None:
@@ -393,6 +412,7 @@ def worker(store: PostgresStore, prefix: str, llm: LLM) -> Pipeline:
     return embedded_pipeline(llm=llm, store=store, ids=SequentialIds(prefix))
 
 
+@pytest.mark.decision("D62")
 async def test_two_workers_racing_follow_ons_on_one_session_one_wins(
     postgres_db_url: str,
 ) -> None:
@@ -423,6 +443,7 @@ async def test_two_workers_racing_follow_ons_on_one_session_one_wins(
             assert session.mode_history == []
 
 
+@pytest.mark.decision("D62")
 async def test_two_continuations_of_one_turn_commit_once_and_both_get_its_answer(
     postgres_db_url: str,
 ) -> None:
@@ -452,6 +473,7 @@ async def test_two_continuations_of_one_turn_commit_once_and_both_get_its_answer
         assert len(tool_results) == 1  # the loser's tool result was not stored
 
 
+@pytest.mark.decision("D62")
 async def test_a_conflicting_store_commit_writes_nothing_of_the_loser(
     postgres_db_url: str,
 ) -> None:
@@ -554,6 +576,7 @@ async def run_workers(url: str, sessions: list[list[str]]) -> list[dict[str, Any
     return [json.loads(line) for out, _ in outputs for line in out.decode().splitlines()]
 
 
+@pytest.mark.decision("D67")
 async def test_worker_processes_on_one_database_lose_no_mode_change_and_repeat_no_turn(
     postgres_db_url: str,
 ) -> None:

@@ -85,6 +85,7 @@ async def assert_replays(recording: TurnRecording) -> None:
 # === 1. content =================================================================================
 
 
+@pytest.mark.decision("D110")
 @pytest.mark.parametrize(
     ("request_input", "kind"),
     [
@@ -124,6 +125,7 @@ async def test_a_request_model_is_recorded_as_its_wire_form() -> None:
     await assert_replays(recording)
 
 
+@pytest.mark.decision("D124")
 async def test_the_recording_names_engine_caller_mode_options_and_what_the_ports_were() -> None:
     options = PipelineOptions(max_server_tool_rounds=3, retry_wait_seconds=0,
                               retry_max_wait_seconds=0)  # fmt: skip
@@ -146,6 +148,7 @@ async def test_the_recording_names_engine_caller_mode_options_and_what_the_ports
     assert recording.successful
 
 
+@pytest.mark.decision("D124")
 async def test_the_config_digest_is_stable_and_changes_with_the_catalog_or_the_options() -> None:
     same = [(await record()).config_digest for _ in range(2)]
     other_catalog = (await record(config=THREE_MODES_CONFIG)).config_digest
@@ -157,6 +160,7 @@ async def test_the_config_digest_is_stable_and_changes_with_the_catalog_or_the_o
     assert given == "host:v42"
 
 
+@pytest.mark.decision("D107")
 async def test_calls_are_numbered_in_order_and_named_by_the_step_that_made_them() -> None:
     replies = [calls(call("x1", "Math")), calls(call("a1", "Add", {"a": 1, "b": 2})), text("3")]
     recording = await record(replies=replies)
@@ -189,6 +193,7 @@ async def test_calls_are_numbered_in_order_and_named_by_the_step_that_made_them(
             for m in models] == ["Math", "Add", "3"]  # fmt: skip
 
 
+@pytest.mark.decision("D107")
 async def test_clock_readings_and_generated_ids_are_the_ports_answers_in_order() -> None:
     recording = await record()
 
@@ -200,6 +205,7 @@ async def test_clock_readings_and_generated_ids_are_the_ports_answers_in_order()
     assert recording.trace.session_id == "session-1"
 
 
+@pytest.mark.decision("D107")
 async def test_a_failed_turn_ends_with_the_rollback_after_the_machine_stopped() -> None:
     recording = await record(replies=[text("")])  # an empty reply faults llm_client's POST
 
@@ -211,6 +217,7 @@ async def test_a_failed_turn_ends_with_the_rollback_after_the_machine_stopped() 
     await assert_replays(recording)
 
 
+@pytest.mark.decision("D107")
 async def test_a_raising_port_is_recorded_with_its_exception_and_replays_it() -> None:
     base = recording_pipeline(MemoryStore(), [text("never")])
     pipeline = Pipeline(
@@ -248,6 +255,7 @@ class PermanentlyBrokenLLM:
         raise PermanentPortError("invalid API key")
 
 
+@pytest.mark.decision("D109")
 async def test_a_replayed_permanent_error_is_not_retried_and_a_transient_one_is() -> None:
     llm = PermanentlyBrokenLLM()
     permanent = await record(replies=llm)
@@ -267,6 +275,7 @@ async def test_a_replayed_permanent_error_is_not_retried_and_a_transient_one_is(
         assert outcome.report.trace.llm_calls[0].attempts == attempts
 
 
+@pytest.mark.decision("D109")
 async def test_a_replayed_commit_conflict_is_a_conflict() -> None:
     base = recording_pipeline(MemoryStore(), [text("lost")])
     conflicted = Pipeline(
@@ -290,6 +299,7 @@ class DiskOnFireError(ConnectionError):
         super().__init__(f"disk {disk} is on fire")
 
 
+@pytest.mark.decision("D109")
 @pytest.mark.parametrize(
     ("error", "instance_of", "not_instance_of"),
     [
@@ -316,6 +326,7 @@ def test_a_recorded_exception_reads_and_behaves_like_the_original(
 # === 2. files ===================================================================================
 
 
+@pytest.mark.decision("D122")
 async def test_one_file_per_turn_in_a_folder_created_when_missing_named_in_start_order(
     tmp_path: Path,
 ) -> None:
@@ -336,6 +347,7 @@ async def test_one_file_per_turn_in_a_folder_created_when_missing_named_in_start
     assert TurnRecording.load(folder / names[0]).trace.context_type == "Initial"
 
 
+@pytest.mark.decision("D122")
 async def test_recording_the_same_turn_twice_gives_the_same_name_and_bytes(
     tmp_path: Path,
 ) -> None:
@@ -346,6 +358,7 @@ async def test_recording_the_same_turn_twice_gives_the_same_name_and_bytes(
     assert len(list(tmp_path.iterdir())) == 1
 
 
+@pytest.mark.decision("D122")
 async def test_two_turns_starting_at_the_same_time_get_different_names(tmp_path: Path) -> None:
     one = await record({"Instruction": "one"})
     two = await record({"Instruction": "two"})
@@ -358,6 +371,7 @@ async def test_two_turns_starting_at_the_same_time_get_different_names(tmp_path:
     assert len(list(tmp_path.iterdir())) == 2
 
 
+@pytest.mark.decision("D122")
 async def test_a_failed_write_leaves_no_partial_or_temporary_file(tmp_path: Path) -> None:
     recording = await record()
     (tmp_path / recording.file_name()).mkdir()  # the name is taken by a folder
@@ -369,6 +383,7 @@ async def test_a_failed_write_leaves_no_partial_or_temporary_file(tmp_path: Path
     assert list((tmp_path / recording.file_name()).iterdir()) == []
 
 
+@pytest.mark.decision("D122")
 async def test_the_sink_receives_each_recording(tmp_path: Path) -> None:
     received: list[TurnRecording] = []
     options = RecordingOptions(directory=tmp_path, sink=received.append)
@@ -382,6 +397,7 @@ def broken_sink(recording: TurnRecording) -> None:
     raise RuntimeError("the sink is down")
 
 
+@pytest.mark.decision("D122")
 @pytest.mark.parametrize("where", ["sink", "directory"])
 async def test_a_failing_sink_or_unwritable_folder_never_fails_the_turn(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str
@@ -465,6 +481,7 @@ def secrets_in(recordings: list[TurnRecording]) -> set[str]:
     return {what for what, secret in SECRETS.items() if secret in dumped}
 
 
+@pytest.mark.decision("D120")
 async def test_a_redacted_recording_holds_no_user_content_but_every_id_mode_and_name() -> None:
     plain = await content_session(RecordingOptions())
     redacted = await content_session(RecordingOptions(redact=True))
@@ -481,6 +498,7 @@ async def test_a_redacted_recording_holds_no_user_content_but_every_id_mode_and_
     assert REDACTED in dumped
 
 
+@pytest.mark.decision("D120")
 async def test_redaction_keeps_base64_valid_and_the_mode_of_a_mode_change() -> None:
     [first, _] = await content_session(RecordingOptions(redact=True))
 
@@ -498,6 +516,7 @@ async def test_redaction_keeps_base64_valid_and_the_mode_of_a_mode_change() -> N
     assert models[0].answer["Text"] == REDACTED
 
 
+@pytest.mark.decision("D120")
 async def test_redaction_is_idempotent_and_survives_a_file() -> None:
     recordings = await content_session(RecordingOptions())
 
@@ -526,6 +545,7 @@ async def test_a_redacted_demo_session_round_trips_through_files_and_replays(
     assert [r.recording.trace.mode for r in reports if r.recording] == ["review"] * 3
 
 
+@pytest.mark.decision("D120")
 async def test_a_redacted_recording_still_diverges_when_the_code_changes() -> None:
     [first, _] = await content_session(RecordingOptions(redact=True))
     calls_ = list(first.calls)
@@ -540,6 +560,7 @@ async def test_a_redacted_recording_still_diverges_when_the_code_changes() -> No
     assert (outcome.divergence.expected, outcome.divergence.actual) == ("docs", "general")
 
 
+@pytest.mark.decision("D121")
 async def test_a_trace_with_content_capture_replays_plain_and_redacted() -> None:
     for redact in (False, True):
         pipeline = recording_pipeline(
@@ -561,6 +582,7 @@ async def test_a_trace_with_content_capture_replays_plain_and_redacted() -> None
         await assert_replays(recording)
 
 
+@pytest.mark.decision("D110", "D120")
 @pytest.mark.parametrize("name", list(SCENARIOS))
 async def test_every_scenario_redacted_replays(name: str) -> None:
     kit = await run_recorded(name, MemoryStore(), RecordingOptions(redact=True))
@@ -676,6 +698,7 @@ redact = {redact}
 """
 
 
+@pytest.mark.decision("D123")
 @pytest.mark.parametrize("redact", [True, False])
 async def test_a_service_configuration_with_recording_makes_build_pipeline_record(
     tmp_path: Path, redact: bool
@@ -695,6 +718,7 @@ async def test_a_service_configuration_with_recording_makes_build_pipeline_recor
     assert outcome.ok, outcome.divergence
 
 
+@pytest.mark.decision("D123")
 @pytest.mark.parametrize(
     ("table", "message"),
     [

@@ -271,6 +271,7 @@ async def test_unredacted_recordings_carry_every_planted_secret() -> None:
     assert leaked("".join(r.to_json() for r in recordings_of(reports))) == set(SECRETS)
 
 
+@pytest.mark.decision("D162")
 async def test_no_planted_secret_survives_in_recordings_spans_traces_reports_or_logs(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -289,6 +290,7 @@ async def test_no_planted_secret_survives_in_recordings_spans_traces_reports_or_
     assert leaked("\n".join(record.getMessage() for record in caplog.records)) == set()
 
 
+@pytest.mark.decision("D164")
 async def test_redacted_recordings_replay_and_redact_to_themselves() -> None:
     recordings = recordings_of(await planted_session(Recorded()))
 
@@ -298,6 +300,7 @@ async def test_redacted_recordings_replay_and_redact_to_themselves() -> None:
         assert outcome.ok, outcome.divergence.describe() if outcome.divergence else ""
 
 
+@pytest.mark.decision("D164", "D165")
 async def test_placeholders_keep_what_replay_and_the_request_rules_need() -> None:
     [first, second, _, refused] = recordings_of(await planted_session(Recorded()))
 
@@ -330,6 +333,7 @@ async def test_placeholders_keep_what_replay_and_the_request_rules_need() -> Non
 APTIX = Path(sys.executable).parent / "aptix"
 
 
+@pytest.mark.decision("D163")
 def test_aptix_run_report_and_redacted_recording_show_no_secret(tmp_path: Path) -> None:
     script = [
         calls(change_mode("m1", "review", SECRETS["mode change reason"]),
@@ -360,6 +364,7 @@ async def host_mode_change(arguments: dict[str, Any], invocation: ToolInvocation
     return json.dumps({"mode": arguments["mode"], "reason": SECRETS["mode change reason"]})
 
 
+@pytest.mark.decision("D29", "D162")
 async def test_a_hosts_own_mode_change_keeps_its_mode_redacted_and_replays() -> None:
     pipeline = recording_pipeline(
         MemoryStore(),

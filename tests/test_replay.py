@@ -81,6 +81,7 @@ def assert_replays_exactly(recording: TurnRecording, outcome: ReplayOutcome) -> 
 # === 1. every scenario replays ==================================================================
 
 
+@pytest.mark.decision("D111")
 @pytest.mark.parametrize("name", list(SCENARIOS))
 async def test_every_scenario_recorded_replays_with_no_divergence(
     name: str, store: Store, tmp_path: Path
@@ -105,6 +106,7 @@ async def test_every_scenario_recorded_replays_with_no_divergence(
         assert_replays_exactly(recording, from_file)
 
 
+@pytest.mark.decision("D112")
 async def test_a_scenario_that_broke_a_step_diverges_when_replayed_on_todays_steps() -> None:
     """The recorded turn ran a reasoner that raises; today's reasoner does not."""
     kit = await run_recorded("step_raises", MemoryStore())
@@ -162,6 +164,7 @@ def diverged(outcome: ReplayOutcome) -> Divergence:
     return outcome.divergence
 
 
+@pytest.mark.decision("D108")
 async def test_a_changed_prompt_is_an_arguments_divergence_at_the_first_model_call(
     tools_recording: TurnRecording,
 ) -> None:
@@ -190,6 +193,7 @@ async def test_a_changed_prompt_is_an_arguments_divergence_at_the_first_model_ca
     assert outcome.report.result.errors[0].code is ErrorCode.PORT_FAILED
 
 
+@pytest.mark.decision("D108")
 async def test_a_step_making_an_extra_call_is_a_call_divergence_naming_both_calls(
     tools_recording: TurnRecording,
 ) -> None:
@@ -210,6 +214,7 @@ async def test_a_step_making_an_extra_call_is_a_call_divergence_naming_both_call
     assert outcome.report.llm_calls == 0  # stopped before the model was asked
 
 
+@pytest.mark.decision("D108")
 async def test_a_step_that_skips_a_call_is_a_call_divergence() -> None:
     """Recorded with a response builder that listed the modes; today's does not."""
     recorded = await recording_pipeline(
@@ -226,6 +231,7 @@ async def test_a_step_that_skips_a_call_is_a_call_divergence() -> None:
     assert divergence.actual["call"] == "ModeCatalog.get_mode"
 
 
+@pytest.mark.decision("D108")
 async def test_recorded_calls_the_code_no_longer_makes_are_missing_calls(
     tools_recording: TurnRecording,
 ) -> None:
@@ -243,6 +249,7 @@ async def test_recorded_calls_the_code_no_longer_makes_are_missing_calls(
     assert f"the turn ended before port call #{last.n + 1} Clock.now" in divergence.describe()
 
 
+@pytest.mark.decision("D108")
 async def test_a_call_past_the_recordings_end_is_an_extra_call(
     tools_recording: TurnRecording,
 ) -> None:
@@ -309,6 +316,7 @@ async def test_a_model_request_edited_deep_inside_names_its_json_path(
     assert divergence.call_number == original.n
 
 
+@pytest.mark.decision("D108")
 async def test_a_call_recorded_in_another_step_is_a_step_divergence(
     tools_recording: TurnRecording,
 ) -> None:
@@ -324,6 +332,7 @@ async def test_a_call_recorded_in_another_step_is_a_step_divergence(
     assert "made in another step" in divergence.describe()
 
 
+@pytest.mark.decision("D108")
 async def test_a_changed_trace_with_the_same_calls_is_a_trace_divergence(
     tools_recording: TurnRecording,
 ) -> None:
@@ -360,6 +369,7 @@ async def test_a_changed_trace_entry_names_the_step_it_belongs_to(
     assert "the state trace differs during step llm_client" in divergence.describe()
 
 
+@pytest.mark.decision("D108")
 async def test_a_changed_result_with_the_same_calls_and_trace_is_a_result_divergence(
     tools_recording: TurnRecording,
 ) -> None:
@@ -384,6 +394,7 @@ def recorded_spans() -> Iterator[Recorded]:
     found.provider.shutdown()
 
 
+@pytest.mark.decision("D121")
 async def test_a_replay_emits_no_spans_unless_asked(
     recorded_spans: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -522,6 +533,7 @@ def test_aptix_run_redact_records_without_user_content(tmp_path: Path) -> None:
     assert aptix("replay", str(path), cwd=tmp_path).returncode == 0
 
 
+@pytest.mark.decision("D123")
 def test_redact_without_record_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "request.json").write_text(json.dumps({"Instruction": "hi"}))
     (tmp_path / "script.json").write_text(json.dumps([{"text": "x"}]))
@@ -534,6 +546,7 @@ def test_redact_without_record_is_a_usage_error(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["request.json", "script.json"]
 
 
+@pytest.mark.decision("D125")
 def test_aptix_replay_of_a_tampered_recording_exits_one_naming_the_divergence(
     tmp_path: Path, tools_recording: TurnRecording
 ) -> None:
@@ -551,6 +564,7 @@ def test_aptix_replay_of_a_tampered_recording_exits_one_naming_the_divergence(
     assert 'actual:   "correlation"' in result.stdout
 
 
+@pytest.mark.decision("D125")
 def test_aptix_replay_of_several_recordings_counts_those_that_diverge(
     tmp_path: Path, tools_recording: TurnRecording
 ) -> None:
@@ -563,6 +577,7 @@ def test_aptix_replay_of_several_recordings_counts_those_that_diverge(
     assert result.stdout.splitlines()[-1] == "1 of 2 recordings replay; 1 diverge"
 
 
+@pytest.mark.decision("D125")
 def test_aptix_replay_of_a_file_that_is_not_a_recording_exits_two_naming_it(
     tmp_path: Path,
 ) -> None:
@@ -576,6 +591,7 @@ def test_aptix_replay_of_a_file_that_is_not_a_recording_exits_two_naming_it(
     assert "not a aptix.turn-recording/1 recording" in result.stderr
 
 
+@pytest.mark.decision("D125")
 def test_aptix_replay_diagram_draws_the_recorded_path_and_refuses_several_recordings(
     tmp_path: Path, tools_recording: TurnRecording
 ) -> None:

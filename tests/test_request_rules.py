@@ -128,6 +128,7 @@ class RequestCase:
     request: Mapping[str, Any] | str
     field: str | None = None
     valid: bool = True
+    decisions: tuple[str, ...] = ()
 
 
 ENVELOPE = "AGN-034/3/envelope-object"
@@ -177,33 +178,35 @@ BROKEN = [
     C(ENVELOPE, "empty-text", "", None),
     C(ENVELOPE, "truncated-object", '{"Instruction": "x"', None),
     C(ENVELOPE, "nested-60-deep", _deeply_nested(60), None),
-    C(ENVELOPE, "nan-is-not-json", '{"Instruction": "x", "Stream": NaN}', None),
+    C(ENVELOPE, "nan-is-not-json", '{"Instruction": "x", "Stream": NaN}', None, decisions=("D22",)),
     # §4.1: text is UTF-8; a lone surrogate has no UTF-8 encoding.
     C(TEXT_UTF8, "instruction-lone-surrogate", '{"Instruction": "Explain \\ud800 this."}',
-      "Instruction"),
+      "Instruction", decisions=("D22",)),
     C(TEXT_UTF8, "artifact-contents", _with_artifact({"Contents": "x\udfff"}),
       "InputArtifacts[0].Contents"),
-    C(TEXT_UTF8, "unknown-key", _initial({"K\ud800": 1}), "K\\ud800"),
+    C(TEXT_UTF8, "unknown-key", _initial({"K\ud800": 1}), "K\\ud800", decisions=("D22",)),
     # §2.1, §3: mode, correlation, diagnostics and provider state are server-owned.
     C(SERVER_OWNED, "Mode", _initial({"Mode": "coding"}), "Mode"),
-    C(SERVER_OWNED, "mode", _initial({"mode": "coding"}), "mode"),
-    C(SERVER_OWNED, "ModeId", _follow_on({"ModeId": "coding"}), "ModeId"),
+    C(SERVER_OWNED, "mode", _initial({"mode": "coding"}), "mode", decisions=("D10",)),
+    C(SERVER_OWNED, "ModeId", _follow_on({"ModeId": "coding"}), "ModeId", decisions=("D10",)),
     C(SERVER_OWNED, "CorrelationId", _initial({"CorrelationId": "corr-1"}), "CorrelationId"),
     C(SERVER_OWNED, "previous_response_id", _follow_on({"previous_response_id": "resp-1"}),
-      "previous_response_id"),
+      "previous_response_id", decisions=("D10",)),
     C(SERVER_OWNED, "PreviousResponseId", _initial({"PreviousResponseId": "resp-1"}),
       "PreviousResponseId"),
     C(SERVER_OWNED, "ProviderContinuationId", _continuation({"ProviderContinuationId": "p-1"}),
       "ProviderContinuationId"),
     C(SERVER_OWNED, "Diagnostics", _initial({"Diagnostics": {}}), "Diagnostics"),
-    C(SERVER_OWNED, "TraceId", _initial({"TraceId": "t-1"}), "TraceId"),
-    C(SERVER_OWNED, "Model", _initial({"Model": "gpt"}), "Model"),
+    C(SERVER_OWNED, "TraceId", _initial({"TraceId": "t-1"}), "TraceId", decisions=("D10",)),
+    C(SERVER_OWNED, "Model", _initial({"Model": "gpt"}), "Model", decisions=("D10",)),
     # §3: nothing outside the contract, at the top or nested; the wire is PascalCase.
-    C(UNKNOWN, "top-level", _initial({"Priority": 1}), "Priority"),
-    C(UNKNOWN, "snake-session_id", _initial({"session_id": "session-1"}), "session_id"),
+    C(UNKNOWN, "top-level", _initial({"Priority": 1}), "Priority", decisions=("D10",)),
+    C(UNKNOWN, "snake-session_id", _initial({"session_id": "session-1"}), "session_id",
+      decisions=("D23",)),
     C(UNKNOWN, "snake-instruction", _initial({"instruction": "x"}), "instruction"),
     C(UNKNOWN, "snake-tool_results", _continuation({"tool_results": []}), "tool_results"),
-    C(UNKNOWN, "camel-sessionId", _initial({"sessionId": "session-1"}), "sessionId"),
+    C(UNKNOWN, "camel-sessionId", _initial({"sessionId": "session-1"}), "sessionId",
+      decisions=("D23",)),
     C(UNKNOWN, "artifact", _with_artifact({"Size": 5}), "InputArtifacts[0].Size"),
     C(UNKNOWN, "artifact-snake", _with_artifact({"file_name": "x.py"}),
       "InputArtifacts[0].file_name"),
@@ -229,47 +232,56 @@ BROKEN = [
     # §3: SessionId and TurnId come together; an empty id is an absent id.
     C(PAIR, "session-only", _follow_on({"TurnId": ABSENT}), "TurnId"),
     C(PAIR, "turn-only", _follow_on({"SessionId": ABSENT}), "SessionId"),
-    C(PAIR, "empty-session", _follow_on({"SessionId": ""}), "SessionId"),
-    C(PAIR, "empty-turn", _follow_on({"TurnId": ""}), "TurnId"),
+    C(PAIR, "empty-session", _follow_on({"SessionId": ""}), "SessionId", decisions=("D1",)),
+    C(PAIR, "empty-turn", _follow_on({"TurnId": ""}), "TurnId", decisions=("D1",)),
     C(PAIR, "continuation-without-turn", _continuation({"TurnId": ABSENT}), "TurnId"),
     # §2.1: a user turn needs at least one input.
     C(INPUT_REQUIRED, "initial-nothing", _initial({"Instruction": ABSENT}), "Instruction"),
     C(INPUT_REQUIRED, "empty-object", "{}", "Instruction"),
     C(INPUT_REQUIRED, "follow-on-nothing", _follow_on({"Instruction": ABSENT}), "Instruction"),
     C(INPUT_REQUIRED, "empty-instruction", _initial({"Instruction": ""}), "Instruction"),
-    C(INPUT_REQUIRED, "blank-instruction", _follow_on({"Instruction": " \n\t"}), "Instruction"),
+    C(INPUT_REQUIRED, "blank-instruction", _follow_on({"Instruction": " \n\t"}), "Instruction",
+      decisions=("D2",)),
     C(INPUT_REQUIRED, "empty-lists", _initial({"Instruction": ABSENT, "InputArtifacts": [],
                                                "ClipboardImages": []}), "Instruction"),
     # §2.1, §5: tool results only with the ids of the turn that asked for them.
-    C(RESULTS_FORBIDDEN, "initial", _initial({"ToolResults": [_result()]}), "ToolResults"),
+    C(RESULTS_FORBIDDEN, "initial", _initial({"ToolResults": [_result()]}), "ToolResults",
+      decisions=("D4",)),
     C(RESULTS_FORBIDDEN, "initial-empty-ids",
-      _initial({"SessionId": "", "TurnId": "", "ToolResults": [_result()]}), "ToolResults"),
+      _initial({"SessionId": "", "TurnId": "", "ToolResults": [_result()]}), "ToolResults",
+      decisions=("D1", "D4")),
     # §2.2: a continuation carries one or more results ...
-    C(RESULTS_REQUIRED, "empty-list", _continuation({"ToolResults": []}), "ToolResults"),
+    C(RESULTS_REQUIRED, "empty-list", _continuation({"ToolResults": []}), "ToolResults",
+      decisions=("D4",)),
     # ... and nothing else: present, even empty or false, is forbidden.
     C(INSTRUCTION_FORBIDDEN, "text", _continuation({"Instruction": "Go on."}), "Instruction"),
-    C(INSTRUCTION_FORBIDDEN, "empty", _continuation({"Instruction": ""}), "Instruction"),
+    C(INSTRUCTION_FORBIDDEN, "empty", _continuation({"Instruction": ""}), "Instruction",
+      decisions=("D3",)),
     C(ARTIFACTS_FORBIDDEN, "one", _continuation({"InputArtifacts": [_artifact()]}),
       "InputArtifacts"),
-    C(ARTIFACTS_FORBIDDEN, "empty-list", _continuation({"InputArtifacts": []}), "InputArtifacts"),
+    C(ARTIFACTS_FORBIDDEN, "empty-list", _continuation({"InputArtifacts": []}), "InputArtifacts",
+      decisions=("D3",)),
     C(IMAGES_FORBIDDEN, "one", _continuation({"ClipboardImages": [_image()]}), "ClipboardImages"),
-    C(IMAGES_FORBIDDEN, "empty-list", _continuation({"ClipboardImages": []}), "ClipboardImages"),
+    C(IMAGES_FORBIDDEN, "empty-list", _continuation({"ClipboardImages": []}), "ClipboardImages",
+      decisions=("D3",)),
     C(CONTEXT_FORBIDDEN, "rag-scope", _continuation({"RagScope": [_condition()]}), "RagScope"),
-    C(CONTEXT_FORBIDDEN, "rag-scope-empty", _continuation({"RagScope": []}), "RagScope"),
+    C(CONTEXT_FORBIDDEN, "rag-scope-empty", _continuation({"RagScope": []}), "RagScope",
+      decisions=("D3",)),
     C(CONTEXT_FORBIDDEN, "solution-context", _continuation({"SolutionContextText": "repo"}),
       "SolutionContextText"),
     C(CONTEXT_FORBIDDEN, "solution-context-empty", _continuation({"SolutionContextText": ""}),
-      "SolutionContextText"),
+      "SolutionContextText", decisions=("D3",)),
     C(CONTEXT_FORBIDDEN, "workspace-hints-empty", _continuation({"WorkspaceHints": {}}),
-      "WorkspaceHints"),
+      "WorkspaceHints", decisions=("D3",)),
     C(CONTEXT_FORBIDDEN, "agent-context-id", _continuation({"AgentContextId": "coder"}),
-      "AgentContextId"),
+      "AgentContextId", decisions=("D3",)),
     C(CONTEXT_FORBIDDEN, "agent-context-id-empty", _continuation({"AgentContextId": ""}),
-      "AgentContextId"),
+      "AgentContextId", decisions=("D3",)),
     C(CONTEXT_FORBIDDEN, "conversation-context-id",
-      _continuation({"ConversationContextId": "default"}), "ConversationContextId"),
+      _continuation({"ConversationContextId": "default"}), "ConversationContextId",
+      decisions=("D3",)),
     C(STREAM_FORBIDDEN, "true", _continuation({"Stream": True}), "Stream"),
-    C(STREAM_FORBIDDEN, "false", _continuation({"Stream": False}), "Stream"),
+    C(STREAM_FORBIDDEN, "false", _continuation({"Stream": False}), "Stream", decisions=("D3",)),
     # §4.2: artifact shape.
     C(ARTIFACT_SHAPE, "no-relative-path", _with_artifact({"RelativePath": ABSENT}), PATH0),
     C(ARTIFACT_SHAPE, "no-file-name", _with_artifact({"FileName": ABSENT}),
@@ -287,40 +299,47 @@ BROKEN = [
     C(ARTIFACT_SHAPE, "artifact-not-object", _initial({"InputArtifacts": ["x.py"]}),
       "InputArtifacts[0]"),
     C(ARTIFACT_SHAPE, "not-a-list", _initial({"InputArtifacts": _artifact()}), "InputArtifacts"),
-    C(NAMES_PRESENT, "empty-relative-path", _with_artifact({"RelativePath": ""}), PATH0),
+    C(NAMES_PRESENT, "empty-relative-path", _with_artifact({"RelativePath": ""}), PATH0,
+      decisions=("D1",)),
     C(NAMES_PRESENT, "empty-file-name", _with_artifact({"FileName": ""}),
-      "InputArtifacts[0].FileName"),
+      "InputArtifacts[0].FileName", decisions=("D1",)),
     # §4.2: no absolute paths.
-    C(NOT_ABSOLUTE, "posix-root", _with_artifact({"RelativePath": "/etc/x"}), PATH0),
-    C(NOT_ABSOLUTE, "windows-drive-backslash", _with_artifact({"RelativePath": "C:\\x"}), PATH0),
+    C(NOT_ABSOLUTE, "posix-root", _with_artifact({"RelativePath": "/etc/x"}), PATH0,
+      decisions=("D9",)),
+    C(NOT_ABSOLUTE, "windows-drive-backslash", _with_artifact({"RelativePath": "C:\\x"}), PATH0,
+      decisions=("D9",)),
     C(NOT_ABSOLUTE, "windows-drive-slash", _with_artifact({"RelativePath": "C:/x"}), PATH0),
-    C(NOT_ABSOLUTE, "unc-share", _with_artifact({"RelativePath": "\\\\server\\share"}), PATH0),
-    C(NOT_ABSOLUTE, "home", _with_artifact({"RelativePath": "~/x"}), PATH0),
+    C(NOT_ABSOLUTE, "unc-share", _with_artifact({"RelativePath": "\\\\server\\share"}), PATH0,
+      decisions=("D9",)),
+    C(NOT_ABSOLUTE, "home", _with_artifact({"RelativePath": "~/x"}), PATH0, decisions=("D9",)),
     C(NOT_ABSOLUTE, "file-uri", _with_artifact({"RelativePath": "file:///x"}), PATH0),
     C(NOT_ABSOLUTE, "file-uri-one-slash", _with_artifact({"RelativePath": "file:/etc/passwd"}),
-      PATH0),
+      PATH0, decisions=("D9",)),
     C(NOT_ABSOLUTE, "home-alone", _with_artifact({"RelativePath": "~"}), PATH0),
-    C(NOT_ABSOLUTE, "other-users-home", _with_artifact({"RelativePath": "~root/.ssh/id"}), PATH0),
+    C(NOT_ABSOLUTE, "other-users-home", _with_artifact({"RelativePath": "~root/.ssh/id"}), PATH0,
+      decisions=("D9",)),
     C(NOT_ABSOLUTE, "second-artifact",
       _initial({"InputArtifacts": [_artifact(), _artifact({"RelativePath": "/etc/passwd"})]}),
       "InputArtifacts[1].RelativePath"),
     # §4.2: relative to the opened root means inside it.
     C(WITHIN_ROOT, "parent", _with_artifact({"RelativePath": "../a"}), PATH0),
     C(WITHIN_ROOT, "dot-dot-only", _with_artifact({"RelativePath": ".."}), PATH0),
-    C(WITHIN_ROOT, "down-then-up-twice", _with_artifact({"RelativePath": "a/../../b"}), PATH0),
-    C(WITHIN_ROOT, "backslashes", _with_artifact({"RelativePath": "a\\..\\..\\b"}), PATH0),
+    C(WITHIN_ROOT, "down-then-up-twice", _with_artifact({"RelativePath": "a/../../b"}), PATH0,
+      decisions=("D9",)),
+    C(WITHIN_ROOT, "backslashes", _with_artifact({"RelativePath": "a\\..\\..\\b"}), PATH0,
+      decisions=("D9",)),
     C(WITHIN_ROOT, "dot-segments", _with_artifact({"RelativePath": "./a/./../../b"}), PATH0),
     # §4.2: base64 contents are base64.
     C(CONTENTS_BASE64, "invalid-characters",
       _with_artifact({"Encoding": "base64", "Contents": "not base64!"}),
-      "InputArtifacts[0].Contents"),
+      "InputArtifacts[0].Contents", decisions=("D5",)),
     C(CONTENTS_BASE64, "missing-padding", _with_artifact({"Encoding": "base64", "Contents": "QQ"}),
-      "InputArtifacts[0].Contents"),
+      "InputArtifacts[0].Contents", decisions=("D5",)),
     C(CONTENTS_BASE64, "short-padding", _with_artifact({"Encoding": "base64", "Contents": "QQ="}),
-      "InputArtifacts[0].Contents"),
+      "InputArtifacts[0].Contents", decisions=("D5",)),
     C(CONTENTS_BASE64, "embedded-newline",
       _with_artifact({"Encoding": "base64", "Contents": "QUJD\nREVG"}),
-      "InputArtifacts[0].Contents"),
+      "InputArtifacts[0].Contents", decisions=("D5",)),
     # §4.3: clipboard images.
     C(IMAGE_SHAPE, "no-id", _with_image({"Id": ABSENT}), "ClipboardImages[0].Id"),
     C(IMAGE_SHAPE, "no-mime-type", _with_image({"MimeType": ABSENT}),
@@ -333,19 +352,20 @@ BROKEN = [
     C(IMAGE_ID, "empty", _with_image({"Id": ""}), "ClipboardImages[0].Id"),
     C(IMAGE_ID, "blank", _with_image({"Id": "  "}), "ClipboardImages[0].Id"),
     C(IMAGE_MIME, "text-plain", _with_image({"MimeType": "text/plain"}),
-      "ClipboardImages[0].MimeType"),
+      "ClipboardImages[0].MimeType", decisions=("D6",)),
     C(IMAGE_MIME, "octet-stream", _with_image({"MimeType": "application/octet-stream"}),
-      "ClipboardImages[0].MimeType"),
+      "ClipboardImages[0].MimeType", decisions=("D6",)),
     C(IMAGE_MIME, "empty", _with_image({"MimeType": ""}), "ClipboardImages[0].MimeType"),
     C(IMAGE_MIME, "no-slash", _with_image({"MimeType": "imagepng"}),
-      "ClipboardImages[0].MimeType"),
-    C(IMAGE_BASE64, "empty", _with_image({"DataBase64": ""}), "ClipboardImages[0].DataBase64"),
+      "ClipboardImages[0].MimeType", decisions=("D6",)),
+    C(IMAGE_BASE64, "empty", _with_image({"DataBase64": ""}), "ClipboardImages[0].DataBase64",
+      decisions=("D5",)),
     C(IMAGE_BASE64, "invalid-characters", _with_image({"DataBase64": "not base64!"}),
-      "ClipboardImages[0].DataBase64"),
+      "ClipboardImages[0].DataBase64", decisions=("D5",)),
     C(IMAGE_BASE64, "missing-padding", _with_image({"DataBase64": PNG_BASE64.rstrip("=")}),
-      "ClipboardImages[0].DataBase64"),
+      "ClipboardImages[0].DataBase64", decisions=("D5",)),
     C(IMAGE_BASE64, "extra-padding", _with_image({"DataBase64": PNG_BASE64 + "=="}),
-      "ClipboardImages[0].DataBase64"),
+      "ClipboardImages[0].DataBase64", decisions=("D5",)),
     # §4.4: RAG scope conditions.
     C(RAG_SHAPE, "operator-like", _with_condition({"Operator": "like"}), "RagScope[0].Operator"),
     C(RAG_SHAPE, "operator-single-equals", _with_condition({"Operator": "="}),
@@ -356,16 +376,17 @@ BROKEN = [
     C(RAG_SHAPE, "no-values", _with_condition({"Values": ABSENT}), "RagScope[0].Values"),
     C(RAG_SHAPE, "values-string", _with_condition({"Values": "python"}), "RagScope[0].Values"),
     C(RAG_SHAPE, "value-number", _with_condition({"Values": ["a", 1]}), "RagScope[0].Values[1]"),
-    C(RAG_KEY, "empty", _with_condition({"Key": ""}), "RagScope[0].Key"),
-    C(RAG_KEY, "blank", _with_condition({"Key": " "}), "RagScope[0].Key"),
-    C(RAG_VALUES, "empty", _with_condition({"Values": []}), "RagScope[0].Values"),
+    C(RAG_KEY, "empty", _with_condition({"Key": ""}), "RagScope[0].Key", decisions=("D7",)),
+    C(RAG_KEY, "blank", _with_condition({"Key": " "}), "RagScope[0].Key", decisions=("D7", "D1")),
+    C(RAG_VALUES, "empty", _with_condition({"Values": []}), "RagScope[0].Values",
+      decisions=("D7",)),
     # §5: tool results.
     C(RESULT_SHAPE, "execution-ms-string", _with_result({"ExecutionMs": "5"}),
-      "ToolResults[0].ExecutionMs"),
+      "ToolResults[0].ExecutionMs", decisions=("D8",)),
     C(RESULT_SHAPE, "execution-ms-fraction", _with_result({"ExecutionMs": 5.5}),
-      "ToolResults[0].ExecutionMs"),
+      "ToolResults[0].ExecutionMs", decisions=("D8",)),
     C(RESULT_SHAPE, "execution-ms-bool", _with_result({"ExecutionMs": True}),
-      "ToolResults[0].ExecutionMs"),
+      "ToolResults[0].ExecutionMs", decisions=("D8",)),
     C(RESULT_SHAPE, "no-execution-ms", _with_result({"ExecutionMs": ABSENT}),
       "ToolResults[0].ExecutionMs"),
     C(RESULT_SHAPE, "no-tool-call-id", _with_result({"ToolCallId": ABSENT}),
@@ -385,16 +406,17 @@ BROKEN = [
       _with_results(_result(), _result({"ToolCallId": "call-2", "ErrorMessage": "failed"})),
       "ToolResults[1]"),
     C(CALL_ID_PRESENT, "empty", _with_result({"ToolCallId": ""}), "ToolResults[0].ToolCallId"),
-    C(CALL_ID_PRESENT, "blank", _with_result({"ToolCallId": "  "}), "ToolResults[0].ToolCallId"),
+    C(CALL_ID_PRESENT, "blank", _with_result({"ToolCallId": "  "}), "ToolResults[0].ToolCallId",
+      decisions=("D8",)),
     C(CALL_IDS_UNIQUE, "repeated", _with_results(_result(), _result()),
-      "ToolResults[1].ToolCallId"),
+      "ToolResults[1].ToolCallId", decisions=("D8",)),
     C(MS_NON_NEGATIVE, "minus-one", _with_result({"ExecutionMs": -1}),
       "ToolResults[0].ExecutionMs"),
     C(RESULT_JSON, "truncated", _with_result({"ResultJson": '{"text": '}),
-      "ToolResults[0].ResultJson"),
+      "ToolResults[0].ResultJson", decisions=("D8",)),
     C(RESULT_JSON, "empty", _with_result({"ResultJson": ""}), "ToolResults[0].ResultJson"),
     C(RESULT_JSON, "single-quotes", _with_result({"ResultJson": "{'text': 'x'}"}),
-      "ToolResults[0].ResultJson"),
+      "ToolResults[0].ResultJson", decisions=("D8",)),
     # RFC 8259 §6: NaN and Infinity are not JSON numbers.
     C(RESULT_JSON, "nan-literal", _with_result({"ResultJson": "NaN"}),
       "ToolResults[0].ResultJson"),
@@ -403,7 +425,7 @@ BROKEN = [
     C(ERROR_NOT_BLANK, "empty", _with_result({"ResultJson": ABSENT, "ErrorMessage": ""}),
       "ToolResults[0].ErrorMessage"),
     C(ERROR_NOT_BLANK, "blank", _with_result({"ResultJson": ABSENT, "ErrorMessage": " \n"}),
-      "ToolResults[0].ErrorMessage"),
+      "ToolResults[0].ErrorMessage", decisions=("D8",)),
 ]  # fmt: skip
 
 HOLDS = [
@@ -422,13 +444,13 @@ HOLDS = [
         "WorkspaceHints": {"WorkspaceId": "w-1", "RepositoryName": "aptix",
                            "LanguageHint": "python"},
         "ConversationContextId": "default",
-    })),
+    }), decisions=("D21",)),
     C(UNKNOWN, "continuation", _continuation()),
     C(FIELD_TYPE, "stream-true", _initial({"Stream": True})),
     C(FIELD_TYPE, "stream-false", _follow_on({"Stream": False})),
     C(FIELD_TYPE, "strings", _initial({"SolutionContextText": "", "AgentContextId": "coder"})),
     C(PAIR, "both-absent", _initial()),
-    C(PAIR, "both-empty", _initial({"SessionId": "", "TurnId": ""})),
+    C(PAIR, "both-empty", _initial({"SessionId": "", "TurnId": ""}), decisions=("D1",)),
     C(PAIR, "both-set", _follow_on()),
     C(PAIR, "both-set-with-results", _continuation()),
     C(PAIR, "no-ids-breaking-other-rules", _initial({"Instruction": ABSENT}), valid=False),
@@ -463,15 +485,18 @@ HOLDS = [
     C(NOT_ABSOLUTE, "bare-name", _with_artifact({"RelativePath": "x.py"})),
     C(NOT_ABSOLUTE, "dot-slash", _with_artifact({"RelativePath": "./a"})),
     C(NOT_ABSOLUTE, "tilde-inside-name", _with_artifact({"RelativePath": "a~b/x.py"})),
-    C(NOT_ABSOLUTE, "office-lock-file", _with_artifact({"RelativePath": "~$report.docx"})),
-    C(NOT_ABSOLUTE, "tilde-temp-file", _with_artifact({"RelativePath": "~tmp.txt"})),
-    C(WITHIN_ROOT, "down-then-up", _with_artifact({"RelativePath": "a/../b"})),
+    C(NOT_ABSOLUTE, "office-lock-file", _with_artifact({"RelativePath": "~$report.docx"}),
+      decisions=("D9",)),
+    C(NOT_ABSOLUTE, "tilde-temp-file", _with_artifact({"RelativePath": "~tmp.txt"}),
+      decisions=("D9",)),
+    C(WITHIN_ROOT, "down-then-up", _with_artifact({"RelativePath": "a/../b"}), decisions=("D9",)),
     C(WITHIN_ROOT, "dot-slash", _with_artifact({"RelativePath": "./a"})),
     C(WITHIN_ROOT, "plain", _with_artifact({"RelativePath": "src/x.py"})),
     C(WITHIN_ROOT, "backslashes-down-then-up", _with_artifact({"RelativePath": "a\\b\\..\\c"})),
     C(WITHIN_ROOT, "dots-inside-name", _with_artifact({"RelativePath": "a/..b/c..d"})),
     C(CONTENTS_BASE64, "valid-base64", _with_artifact({"Encoding": "base64", "Contents": "QUJD"})),
-    C(CONTENTS_BASE64, "valid-padded", _with_artifact({"Encoding": "base64", "Contents": "QQ=="})),
+    C(CONTENTS_BASE64, "valid-padded", _with_artifact({"Encoding": "base64", "Contents": "QQ=="}),
+      decisions=("D5",)),
     C(CONTENTS_BASE64, "utf8-need-not-be-base64",
       _with_artifact({"Encoding": "utf8", "Contents": "not base64!"})),
     C(CONTENTS_BASE64, "default-encoding-is-utf8", _with_artifact({"Contents": "not base64!"})),
@@ -479,7 +504,7 @@ HOLDS = [
     C(IMAGE_ID, "set", _with_image()),
     C(IMAGE_MIME, "png", _with_image()),
     C(IMAGE_MIME, "jpeg", _with_image({"MimeType": "image/jpeg"})),
-    C(IMAGE_MIME, "svg", _with_image({"MimeType": "image/svg+xml"})),
+    C(IMAGE_MIME, "svg", _with_image({"MimeType": "image/svg+xml"}), decisions=("D6",)),
     C(IMAGE_BASE64, "valid", _with_image()),
     C(RAG_SHAPE, "equals", _with_condition({"Operator": "=="})),
     C(RAG_SHAPE, "not-equals", _with_condition({"Operator": "!="})),
@@ -516,6 +541,7 @@ def _wire(case: RequestCase) -> object:
     return json.loads(case.request) if isinstance(case.request, str) else case.request
 
 
+@pytest.mark.decision("R2")
 @pytest.mark.parametrize("case", rule_params(BROKEN, "broken"))
 def test_broken_request_rule_is_reported_at_its_field(case: RequestCase) -> None:
     result = parse_request(case.request)
@@ -555,6 +581,7 @@ def test_case_ids_are_unique() -> None:
     assert len(ids) == len(set(ids))
 
 
+@pytest.mark.decision("D3")
 def test_every_broken_rule_of_a_continuation_is_reported_at_once() -> None:
     data = _continuation({"Instruction": "Go on.", "Stream": False, "ToolResults": []})
 
@@ -563,6 +590,7 @@ def test_every_broken_rule_of_a_continuation_is_reported_at_once() -> None:
     assert set(result.rule_ids) == {INSTRUCTION_FORBIDDEN, STREAM_FORBIDDEN, RESULTS_REQUIRED}
 
 
+@pytest.mark.decision("D8")
 def test_tool_result_errors_name_the_tool_call() -> None:
     data = _with_results(_result(), _result({"ExecutionMs": -3}))
 
@@ -574,6 +602,7 @@ def test_tool_result_errors_name_the_tool_call() -> None:
     }
 
 
+@pytest.mark.decision("D3")
 def test_continuation_forbidden_fields_are_not_checked_as_user_input() -> None:
     # A forbidden artifact is reported as forbidden, not also as a bad path.
     data = _continuation({"InputArtifacts": [_artifact({"RelativePath": "/etc/x"})]})
@@ -583,6 +612,7 @@ def test_continuation_forbidden_fields_are_not_checked_as_user_input() -> None:
     assert result.rule_ids == (ARTIFACTS_FORBIDDEN,)
 
 
+@pytest.mark.decision("D22")
 def test_instruction_that_is_not_utf8_text_is_rejected() -> None:
     # AGN-034 §4.1: Instruction is UTF-8 text; a lone surrogate has no UTF-8 encoding.
     text = '{"Instruction": "Explain \\ud800 this."}'
@@ -594,6 +624,7 @@ def test_instruction_that_is_not_utf8_text_is_rejected() -> None:
     assert [(e.rule_id, e.field) for e in result.errors] == [(TEXT_UTF8, "Instruction")]
 
 
+@pytest.mark.decision("D22")
 def test_model_built_in_python_with_a_lone_surrogate_is_rejected() -> None:
     request = AgentExecuteRequest(instruction="bad \ud800")
 
@@ -605,14 +636,25 @@ def test_model_built_in_python_with_a_lone_surrogate_is_rejected() -> None:
 # classify_request: the scenario is decided by field presence (AGN-034 §3, AGN-036 §3.1).
 
 
+@pytest.mark.decision("R1")
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
         pytest.param(request_data(INITIAL), INITIAL, id="no-ids"),
-        pytest.param(_initial({"SessionId": "", "TurnId": ""}), INITIAL, id="empty-ids"),
+        pytest.param(
+            _initial({"SessionId": "", "TurnId": ""}),
+            INITIAL,
+            id="empty-ids",
+            marks=pytest.mark.decision("D1"),
+        ),
         pytest.param(request_data(FOLLOW_ON), FOLLOW_ON, id="both-ids"),
         pytest.param(request_data(CONTINUATION), CONTINUATION, id="both-ids-and-results"),
-        pytest.param(_continuation({"ToolResults": []}), CONTINUATION, id="empty-results-list"),
+        pytest.param(
+            _continuation({"ToolResults": []}),
+            CONTINUATION,
+            id="empty-results-list",
+            marks=pytest.mark.decision("D4"),
+        ),
     ],
 )
 def test_request_is_classified_by_field_presence(
@@ -623,13 +665,20 @@ def test_request_is_classified_by_field_presence(
     assert classify_request(request) is expected
 
 
+@pytest.mark.decision("R1")
 @pytest.mark.parametrize(
     "data",
     [
         pytest.param(_follow_on({"TurnId": ABSENT}), id="session-only"),
         pytest.param(_follow_on({"SessionId": ABSENT}), id="turn-only"),
-        pytest.param(_follow_on({"SessionId": ""}), id="empty-session"),
-        pytest.param(_continuation({"TurnId": ""}), id="empty-turn-with-results"),
+        pytest.param(
+            _follow_on({"SessionId": ""}), id="empty-session", marks=pytest.mark.decision("D1")
+        ),
+        pytest.param(
+            _continuation({"TurnId": ""}),
+            id="empty-turn-with-results",
+            marks=pytest.mark.decision("D1"),
+        ),
     ],
 )
 def test_request_with_one_id_has_no_scenario(data: dict[str, Any]) -> None:
@@ -723,6 +772,7 @@ def test_parse_request_accepts_text_bytes_mapping_and_model(
     assert result.result == AgentExecuteRequest.model_validate(data)
 
 
+@pytest.mark.decision("D3")
 def test_parse_request_checks_a_model_instance_too() -> None:
     request = AgentExecuteRequest(session_id="s", turn_id="t", tool_results=[], stream=True)
 
@@ -732,6 +782,7 @@ def test_parse_request_checks_a_model_instance_too() -> None:
     assert set(result.rule_ids) == {RESULTS_REQUIRED, STREAM_FORBIDDEN}
 
 
+@pytest.mark.decision("D24")
 def test_json_null_counts_as_an_absent_field() -> None:
     # Decision D24: C#-style serializers write null for unset properties.
     data = {

@@ -105,6 +105,7 @@ def test_a_parse_error_on_metadata_or_kind_names_the_agn033_rule(
     assert (rule_id, field) in [(e.rule_id, e.field) for e in result.errors]
 
 
+@pytest.mark.decision("D15")
 def test_content_expires_parses_from_iso_8601_text() -> None:
     wire = {**_final(), "Files": [{**FILE, "ContentExpires": "2026-01-01T00:00:00Z"}]}
 
@@ -117,6 +118,7 @@ def test_content_expires_parses_from_iso_8601_text() -> None:
     assert result.result.files[0].content_expires.year == 2026
 
 
+@pytest.mark.decision("D24")
 @pytest.mark.rule(NOT_NULL, "broken")
 @pytest.mark.parametrize(
     ("wire", "field"),
@@ -139,6 +141,7 @@ def test_a_null_bucket_is_refused_because_absent_means_omitted(
     assert (NOT_NULL, field) in [(e.rule_id, e.field) for e in result.errors]
 
 
+@pytest.mark.decision("D24")
 @pytest.mark.rule(NOT_NULL, "holds")
 def test_a_response_omitting_its_absent_buckets_is_accepted() -> None:
     wire = {**_final(), "Files": [FILE]}

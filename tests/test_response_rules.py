@@ -169,12 +169,13 @@ class ResponseCase:
     variant: str
     build: Build
     field: str | None = None
+    decisions: tuple[str, ...] = ()
 
 
 BROKEN = [
     # §4.1 text is UTF-8: a lone surrogate could not be serialized
     ResponseCase("AGN-033/4.1/text-utf8", "primary-output-surrogate",
-                 final("broken \ud800 text"), "PrimaryOutputText"),
+                 final("broken \ud800 text"), "PrimaryOutputText", decisions=("D22",)),
     ResponseCase("AGN-033/4.1/text-utf8", "tool-call-arguments",
                  continuation(ToolCall(tool_call_id="c1", name="n",
                                        arguments_json='{"a": "\udfff"}')),
@@ -198,7 +199,7 @@ BROKEN = [
     ResponseCase("AGN-033/3.2/kind-closed", "partial-constructed", partial_kind, "Kind"),
     # §3.4 final: REQUIRED and FORBIDDEN buckets
     ResponseCase("AGN-033/3.4/final-primary-output-required", "absent",
-                 final_with(primary_output_text=None), "PrimaryOutputText"),
+                 final_with(primary_output_text=None), "PrimaryOutputText", decisions=("D17",)),
     ResponseCase("AGN-033/3.4/final-tool-calls-forbidden", "one-call",
                  final_with(tool_calls=[CALL]), "ToolCalls"),
     ResponseCase("AGN-033/3.4/final-tool-calls-forbidden", "empty-list",
@@ -244,7 +245,7 @@ BROKEN = [
                  continuation_with(tool_calls=[call(name=" ")]), "ToolCalls[0]"),
     ResponseCase("AGN-033/5.1/arguments-json-object", "array",
                  continuation_with(tool_calls=[call(arguments="[]")]),
-                 "ToolCalls[0].ArgumentsJson"),
+                 "ToolCalls[0].ArgumentsJson", decisions=("D16",)),
     ResponseCase("AGN-033/5.1/arguments-json-object", "not-json",
                  continuation_with(tool_calls=[call(arguments="nope")]),
                  "ToolCalls[0].ArgumentsJson"),
@@ -253,10 +254,10 @@ BROKEN = [
                  "ToolCalls[0].ArgumentsJson"),
     ResponseCase("AGN-033/5.1/arguments-json-object", "null",
                  continuation_with(tool_calls=[call(arguments="null")]),
-                 "ToolCalls[0].ArgumentsJson"),
+                 "ToolCalls[0].ArgumentsJson", decisions=("D16",)),
     ResponseCase("AGN-033/5.1/arguments-json-object", "string-holding-object",
                  continuation_with(tool_calls=[call(arguments='"{}"')]),
-                 "ToolCalls[0].ArgumentsJson"),
+                 "ToolCalls[0].ArgumentsJson", decisions=("D16",)),
     ResponseCase("AGN-033/3.3/tool-call-ids-unique", "duplicate",
                  continuation_with(tool_calls=[CALL, call("call-1", name="list_dir")]),
                  "ToolCalls[1].ToolCallId"),
@@ -292,7 +293,8 @@ BROKEN = [
                  "ToolResults[0].ErrorMessage"),
     # §4.1 guarded payloads
     ResponseCase("AGN-033/4.1/guarded-payload", "untagged-fence-object",
-                 final_with(primary_output_text=fenced("", BUNDLE)), "PrimaryOutputText"),
+                 final_with(primary_output_text=fenced("", BUNDLE)), "PrimaryOutputText",
+                 decisions=("D14",)),
     ResponseCase("AGN-033/4.1/guarded-payload", "untagged-fence-array",
                  final_with(primary_output_text=fenced("", "[1, 2, 3]")), "PrimaryOutputText"),
     ResponseCase("AGN-033/4.1/guarded-payload", "untagged-tilde-fence-object",
@@ -302,7 +304,7 @@ BROKEN = [
                  "ToolContinuationMessage"),
     ResponseCase("AGN-033/4.1/guarded-payload", "object-paragraph-in-prose",
                  final_with(primary_output_text='Result:\n\n{"files": [1]}\n\nDone.'),
-                 "PrimaryOutputText"),
+                 "PrimaryOutputText", decisions=("D14",)),
     ResponseCase("AGN-033/4.1/guarded-payload", "bare-object-outside-fence",
                  final_with(primary_output_text=BUNDLE), "PrimaryOutputText"),
     # §6.1 no embedded file contents
@@ -311,10 +313,10 @@ BROKEN = [
                  "PrimaryOutputText"),
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "data-uri-in-prose",
                  final_with(primary_output_text=f"Open {PNG_DATA_URI} in a browser."),
-                 "PrimaryOutputText"),
+                 "PrimaryOutputText", decisions=("D14",)),
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "base64-run-300",
                  final_with(primary_output_text=f"The file:\n\n{BASE64_RUN}\n"),
-                 "PrimaryOutputText"),
+                 "PrimaryOutputText", decisions=("D14",)),
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "base64-run-in-untagged-fence",
                  final_with(primary_output_text=fenced("", BASE64_RUN)), "PrimaryOutputText"),
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "base64-run-in-unclosed-fence",
@@ -322,7 +324,7 @@ BROKEN = [
                  "PrimaryOutputText"),
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "base64-wrapped-at-76-columns",
                  final_with(primary_output_text=f"The file:\n\n{WRAPPED_BASE64}\n"),
-                 "PrimaryOutputText"),
+                 "PrimaryOutputText", decisions=("D14",)),
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "continuation-message-data-uri",
                  continuation_with(tool_continuation_message=f"Preview: {PNG_DATA_URI}"),
                  "ToolContinuationMessage"),
@@ -336,11 +338,14 @@ BROKEN = [
     ResponseCase("AGN-033/6.3/file-ref-fields-present", "empty-content-hash",
                  final_with(files=[file_ref(content_hash="")]), "Files[0].ContentHash"),
     ResponseCase("AGN-033/6.3/file-ref-fields-present", "negative-size-second-file",
-                 final_with(files=[FILE, file_ref(size_bytes=-1)]), "Files[1].SizeBytes"),
+                 final_with(files=[FILE, file_ref(size_bytes=-1)]), "Files[1].SizeBytes",
+                 decisions=("D15",)),
     ResponseCase("AGN-033/6.3/file-ref-url-absolute", "windows-drive-path",
-                 final_with(files=[file_ref(url="C:\\tmp\\a.png")]), "Files[0].Url"),
+                 final_with(files=[file_ref(url="C:\\tmp\\a.png")]), "Files[0].Url",
+                 decisions=("D15",)),
     ResponseCase("AGN-033/6.3/file-ref-url-absolute", "javascript",
-                 final_with(files=[file_ref(url="javascript:alert(1)")]), "Files[0].Url"),
+                 final_with(files=[file_ref(url="javascript:alert(1)")]), "Files[0].Url",
+                 decisions=("D15",)),
     ResponseCase("AGN-033/6.3/file-ref-url-absolute", "space-in-host",
                  final_with(files=[file_ref(url="https://ex ample.com/a")]), "Files[0].Url"),
     ResponseCase("AGN-033/6.3/file-ref-url-absolute", "relative",
@@ -350,10 +355,11 @@ BROKEN = [
     ResponseCase("AGN-033/6.3/file-ref-url-absolute", "scheme-relative",
                  final_with(files=[file_ref(url="//files.example.com/a.txt")]), "Files[0].Url"),
     ResponseCase("AGN-033/6.3/file-ref-url-absolute", "https-without-host",
-                 final_with(files=[file_ref(url="https:files/a.txt")]), "Files[0].Url"),
+                 final_with(files=[file_ref(url="https:files/a.txt")]), "Files[0].Url",
+                 decisions=("D15",)),
     ResponseCase("AGN-033/6.3/file-ref-url-absolute", "data-uri",
                  final_with(files=[file_ref(url="data:text/plain;base64,SGVsbG8=")]),
-                 "Files[0].Url"),
+                 "Files[0].Url", decisions=("D15",)),
     ResponseCase("AGN-033/6.3/file-ref-url-absolute", "data-uri-upper-case",
                  final_with(files=[file_ref(url=" DATA:text/plain,hello")]), "Files[0].Url"),
 ]  # fmt: skip
@@ -433,7 +439,7 @@ HOLDS = [
                  final(fenced("", "ls -la src/"))),
     ResponseCase("AGN-033/4.1/guarded-payload", "markdown-with-code", final(MARKDOWN)),
     ResponseCase("AGN-033/4.1/guarded-payload", "prose-paragraph-of-scalars",
-                 final("The indices are:\n\n[1, 2, 3]\n\nas expected.")),
+                 final("The indices are:\n\n[1, 2, 3]\n\nas expected."), decisions=("D14",)),
     ResponseCase("AGN-033/4.1/guarded-payload", "continuation-message-tagged-fence",
                  continuation(message=fenced("json", '{"step": 1}'))),
     # §6.1 no embedded file contents
@@ -448,7 +454,7 @@ HOLDS = [
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "long-url-path",
                  final("See https://example.com/" + "docs/" * 60 + "index.html")),
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "long-lowercase-word",
-                 final("a" * 300)),
+                 final("a" * 300), decisions=("D14",)),
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "markdown-with-code",
                  final(MARKDOWN)),
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "content-hash-in-prose",
@@ -535,6 +541,7 @@ def test_validating_a_response_does_not_change_it() -> None:
     assert response.model_dump() == before
 
 
+@pytest.mark.decision("D17")
 @given(text=st.text())
 def test_validating_any_primary_output_text_returns_a_result(text: str) -> None:
     response = final(text)()
@@ -605,6 +612,7 @@ def test_explicitly_empty_allowed_bucket_stays_an_empty_list() -> None:
     assert wire["UserWarnings"] == []
 
 
+@pytest.mark.decision("D21", "D23")
 def test_wire_keys_are_the_ddr_pascal_case_names() -> None:
     file = file_ref(description="Quarterly report", content_expires=EXPIRES)
     final_wire = _wire(final(files=[file], tool_results=[RESULT], usage=USAGE)())
@@ -677,6 +685,7 @@ def _file_json(**changes: Any) -> str:
     return json.dumps(wire)
 
 
+@pytest.mark.decision("D15")
 @pytest.mark.parametrize(
     ("expires", "expected"),
     [
@@ -694,6 +703,7 @@ def test_file_ref_content_expires_parses_from_iso_8601(expires: str, expected: d
     assert response.files[0].content_expires == expected
 
 
+@pytest.mark.decision("D15")
 @pytest.mark.parametrize("expires", ["tomorrow", 12345, "next week", ""])
 def test_file_ref_content_expires_that_is_not_iso_8601_is_rejected_at_parse(
     expires: object,

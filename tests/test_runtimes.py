@@ -49,6 +49,7 @@ def _spans(recorded: Recorded) -> list[dict[str, Any]]:
     return [shape(span) for span in spans]
 
 
+@pytest.mark.decision("D127")
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "content"])
 @pytest.mark.parametrize("name", NAMES)
 async def test_both_runtimes_give_the_same_traces_results_and_spans(
@@ -84,6 +85,7 @@ def test_unknown_runtime_is_refused_naming_the_choices() -> None:
 # --- the table is the class ----------------------------------------------------------------
 
 
+@pytest.mark.decision("D129")
 def test_the_table_holds_every_transition_of_turn_machine() -> None:
     table = compile_machine(TurnMachine)
     compiled = {
@@ -121,6 +123,7 @@ def test_each_step_transition_has_its_four_parts_in_order() -> None:
     ]
 
 
+@pytest.mark.decision("D129")
 def test_routes_out_of_validated_follow_the_context_type() -> None:
     table = compile_machine(TurnMachine)
     pipeline, _ = make_pipeline(MemoryStore())
@@ -205,6 +208,7 @@ async def _walk(machine: type[StateChart[Any]], runtime: Any, mode: str) -> tupl
     return walked.states, walked.faulted_step, taken, list(CALLS)
 
 
+@pytest.mark.decision("D129")
 @pytest.mark.parametrize("runtime", RUNTIMES)
 async def test_the_runner_follows_a_transition_added_to_the_machine(runtime: str) -> None:
     machine = _machine()
@@ -220,6 +224,7 @@ async def test_the_runner_follows_a_transition_added_to_the_machine(runtime: str
     assert states == ("received", "checked", "done")
 
 
+@pytest.mark.decision("D127")
 async def test_both_runtimes_call_the_same_callbacks_in_the_same_order() -> None:
     for fails in [{}, {"detour_guard_fails": True}, {"detour_after_fails": True}]:
         machine = _machine(**fails)
@@ -233,6 +238,7 @@ async def test_both_runtimes_call_the_same_callbacks_in_the_same_order() -> None
         ], fails
 
 
+@pytest.mark.decision("D127")
 @pytest.mark.parametrize("runtime", RUNTIMES)
 async def test_a_failed_guard_faults_from_the_source_and_a_failed_exit_hook_from_the_target(
     runtime: str,
@@ -245,6 +251,7 @@ async def test_a_failed_guard_faults_from_the_source_and_a_failed_exit_hook_from
     assert states == ("received", "checked", "detoured", "faulted")
 
 
+@pytest.mark.decision("D128")
 def test_a_callback_given_by_name_is_refused() -> None:
     a, b = State(initial=True), State(final=True)
     machine = type("Named", (StateChart,), {"a": a, "b": b, "go": a.to(b, on="do_it"),
@@ -253,6 +260,7 @@ def test_a_callback_given_by_name_is_refused() -> None:
         compile_machine(machine)
 
 
+@pytest.mark.decision("D128")
 def test_a_naming_convention_callback_is_refused() -> None:
     a, b = State(initial=True), State(final=True)
     machine = type("Convention", (StateChart,), {"a": a, "b": b, "go": a.to(b),
@@ -261,6 +269,7 @@ def test_a_naming_convention_callback_is_refused() -> None:
         compile_machine(machine)
 
 
+@pytest.mark.decision("D128")
 def test_a_state_entry_action_is_refused() -> None:
     a, b = State(initial=True), State(final=True, enter=mark("enter"))
     machine = type("Entry", (StateChart,), {"a": a, "b": b, "go": a.to(b)})
@@ -268,6 +277,7 @@ def test_a_state_entry_action_is_refused() -> None:
         compile_machine(machine)
 
 
+@pytest.mark.decision("D128")
 def test_a_callback_asking_for_an_unknown_argument_is_refused() -> None:
     def needs(model: TurnRun, machine: object) -> None:
         return None
@@ -323,6 +333,7 @@ def test_the_runtime_imports_nothing_of_the_replay_tooling() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.decision("D127")
 @pytest.mark.parametrize("name", NAMES)
 async def test_both_runtimes_emit_the_same_events(name: str) -> None:
     """What a host listener hears does not depend on the runtime (run ids aside)."""

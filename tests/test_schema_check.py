@@ -3,7 +3,8 @@
 A schema built only from keywords whose meta-schema rules ``_plainly_valid`` checks
 is accepted without importing jsonschema (and its format checkers); every other
 schema goes to jsonschema. The property test holds the fast path to jsonschema's
-own verdict on generated schemas, valid and not.
+own verdict on generated schemas, valid and not. A schema's check is kept by its JSON
+text, so a schema that many definitions share is checked once.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from aptix_pipeline.contracts import ToolDefinition
-from aptix_pipeline.contracts.tools import _plainly_valid
+from aptix_pipeline.contracts.tools import _plainly_valid, _schema_problem
 
 _VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 3), st.floats(-2, 2), st.text(max_size=3),
@@ -102,3 +103,15 @@ def test_a_plain_definition_does_not_import_jsonschema() -> None:
         "assert 'jsonschema' not in sys.modules, 'jsonschema was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.decision("D126")
+def test_a_schema_shared_by_several_definitions_is_checked_once() -> None:
+    schema = {"type": "object", "properties": {"checked_once": {"type": "string"}}}
+    before = _schema_problem.cache_info()
+
+    tools = [ToolDefinition(name=f"tool_{n}", parameters=dict(schema)) for n in range(3)]
+
+    after = _schema_problem.cache_info()
+    assert [tool.parameters for tool in tools] == [schema] * 3
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 2)

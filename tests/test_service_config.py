@@ -45,6 +45,7 @@ def _write(folder: Path, text: str, *, replies: list[dict[str, str]] | None = No
     return path
 
 
+@pytest.mark.decision("D80")
 def test_the_committed_example_loads_completely() -> None:
     config = load_service_config(EXAMPLE, env=EXAMPLE_ENV)
 
@@ -66,6 +67,7 @@ def test_the_committed_example_loads_completely() -> None:
     assert [(key.org, key.user) for key in config.api_keys] == [("acme", "ana"), ("acme", "bob")]
 
 
+@pytest.mark.decision("D81")
 async def test_the_examples_catalog_and_keys_are_the_ones_used() -> None:
     config = load_service_config(EXAMPLE, env=EXAMPLE_ENV)
     authenticator = ApiKeyAuthenticator(config.api_keys)
@@ -84,6 +86,7 @@ async def test_the_examples_catalog_and_keys_are_the_ones_used() -> None:
     assert authenticator.authenticate({"x-api-key": "ee4200402badd92c9f4ab4b3"}) is None
 
 
+@pytest.mark.decision("D80")
 def test_secrets_stay_out_of_the_configs_repr() -> None:
     config = load_service_config(EXAMPLE, env=EXAMPLE_ENV)
 
@@ -93,6 +96,7 @@ def test_secrets_stay_out_of_the_configs_repr() -> None:
     assert "ana-secret" not in shown
 
 
+@pytest.mark.decision("D80")
 def test_a_catalog_only_file_keeps_working_with_defaults_for_the_rest(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
@@ -107,6 +111,7 @@ def test_a_catalog_only_file_keeps_working_with_defaults_for_the_rest(tmp_path: 
     assert config.options == PipelineOptions()
 
 
+@pytest.mark.decision("D80")
 async def test_an_empty_file_uses_the_built_in_catalog(tmp_path: Path) -> None:
     config = load_service_config(_write(tmp_path, ""), env={})
 
@@ -115,6 +120,7 @@ async def test_an_empty_file_uses_the_built_in_catalog(tmp_path: Path) -> None:
     assert [mode.name for mode in modes] == ["general", "review"]
 
 
+@pytest.mark.decision("D80")
 def test_relative_paths_are_resolved_against_the_files_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -129,6 +135,7 @@ def test_relative_paths_are_resolved_against_the_files_folder(
     assert config.model == ScriptedModelConfig(script=path.parent / "replies.json")
 
 
+@pytest.mark.decision("D80")
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -202,6 +209,7 @@ def test_every_bad_value_is_named_with_its_file_table_and_key(
     assert str(caught.value).startswith(str(path))
 
 
+@pytest.mark.decision("D183")
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [
@@ -220,6 +228,7 @@ def test_idempotency_ttl_seconds_sets_how_long_stored_answers_hold(
     assert config.options.idempotency_ttl_seconds == seconds
 
 
+@pytest.mark.decision("D80")
 @pytest.mark.parametrize(
     ("text", "variable", "where"),
     [
@@ -243,6 +252,7 @@ def test_a_missing_environment_variable_is_named(
         assert f"{where}: environment variable {variable} is not set" in str(caught.value)
 
 
+@pytest.mark.decision("D80")
 def test_the_postgresql_password_comes_from_the_environment_url_quoted(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
@@ -255,6 +265,7 @@ def test_the_postgresql_password_comes_from_the_environment_url_quoted(tmp_path:
     assert "p%40ss" not in repr(config)
 
 
+@pytest.mark.decision("D80")
 def test_the_store_url_can_come_whole_from_the_environment(tmp_path: Path) -> None:
     path = _write(tmp_path, "[store]\nurl_env = 'APTIX_STORE_URL'\n")
 
@@ -263,6 +274,7 @@ def test_the_store_url_can_come_whole_from_the_environment(tmp_path: Path) -> No
     assert config.store_url == "sqlite:/var/lib/aptix/a.db"
 
 
+@pytest.mark.decision("D81")
 def test_a_key_given_by_environment_is_kept_only_as_its_digest(tmp_path: Path) -> None:
     path = _write(tmp_path, "[[auth.keys]]\norg = 'acme'\nuser = 'ana'\nkey_env = 'K'\n")
 
@@ -271,6 +283,7 @@ def test_a_key_given_by_environment_is_kept_only_as_its_digest(tmp_path: Path) -
     assert config.api_keys[0].sha256 == hashlib.sha256(b"the-key").digest()
 
 
+@pytest.mark.decision("D80")
 def test_a_bad_file_opens_no_store(tmp_path: Path) -> None:
     path = _write(tmp_path, "[store]\nurl = 'sqlite:a.db'\n[engine]\nllm_attempts = 0\n")
 
@@ -333,6 +346,7 @@ def _aptix(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.decision("D80")
 def test_aptix_run_takes_model_and_store_from_the_config(tmp_path: Path) -> None:
     folder = tmp_path / "conf"
     folder.mkdir()
@@ -347,6 +361,7 @@ def test_aptix_run_takes_model_and_store_from_the_config(tmp_path: Path) -> None
     assert not (tmp_path / "aptix.db").exists()
 
 
+@pytest.mark.decision("D80")
 def test_aptix_run_options_override_the_configs_model_and_store(tmp_path: Path) -> None:
     path = _write(tmp_path, f"[store]\nurl = 'sqlite:run.db'\n{SCRIPTED}")
     (tmp_path / "other.json").write_text('[{"text": "from the option"}]', encoding="utf-8")
@@ -362,6 +377,7 @@ def test_aptix_run_options_override_the_configs_model_and_store(tmp_path: Path) 
     assert not (tmp_path / "run.db").exists()
 
 
+@pytest.mark.decision("D80")
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -382,6 +398,7 @@ def test_aptix_run_without_a_model_or_with_a_bad_config_is_a_usage_error(
     assert not (tmp_path / "aptix.db").exists()
 
 
+@pytest.mark.decision("D85")
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -411,6 +428,7 @@ def test_the_configuration_page_links_the_example_and_explains_every_key() -> No
     assert not missing, f"docs/CONFIGURATION.md does not explain {missing}"
 
 
+@pytest.mark.decision("D83")
 async def test_the_built_in_catalog_leaves_the_model_name_to_the_model_table(
     tmp_path: Path,
 ) -> None:

@@ -137,6 +137,7 @@ def assert_succeeded(turn: TurnSpans) -> None:
 # === 1. the span tree ========================================================================
 
 
+@pytest.mark.decision("D51", "D53", "D95")
 async def test_initial_turn_is_one_invoke_agent_root_with_a_step_span_per_transition(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -185,6 +186,7 @@ async def test_step_spans_carry_their_guard_and_exit_hook_rule_ids_and_outcomes(
     assert first_round["aptix.exit_hook.outcome"] == "deferred"  # DESIGN.md R5: a round goes on
 
 
+@pytest.mark.decision("D52", "D53")
 async def test_each_model_call_is_a_chat_client_span_under_its_llm_client_step(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -217,6 +219,7 @@ async def test_each_model_call_is_a_chat_client_span_under_its_llm_client_step(
         assert got == (*want[:2], [want[2]], *want[3:])
 
 
+@pytest.mark.decision("D96")
 async def test_only_server_tool_executions_are_execute_tool_spans(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -235,6 +238,7 @@ async def test_only_server_tool_executions_are_execute_tool_spans(
     assert found["aptix.tool.outcome"] == "executed"
 
 
+@pytest.mark.decision("D54", "D55")
 async def test_root_span_names_the_agent_session_model_and_sums_the_usage_of_its_calls(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -263,6 +267,7 @@ async def test_root_span_names_the_agent_session_model_and_sums_the_usage_of_its
     assert turn_total == (final.usage.input_tokens, final.usage.output_tokens) == (112, 17)
 
 
+@pytest.mark.decision("D53")
 async def test_provider_name_comes_from_the_llm_port(recorded: Recorded) -> None:
     class NamedLLM(ScriptedLLM):
         provider_name = "openai"
@@ -278,6 +283,7 @@ async def test_provider_name_comes_from_the_llm_port(recorded: Recorded) -> None
     assert attributes_of(chat)["gen_ai.provider.name"] == "openai"
 
 
+@pytest.mark.decision("D95")
 async def test_continuation_is_its_own_tree_on_the_continuation_path(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -347,6 +353,7 @@ async def reasoner_then_answer_early(scope: TurnScope) -> None:
     scope.ctx.response_payload = ResponsePayload(primary_output_text="too early")
 
 
+@pytest.mark.decision("D51")
 async def test_a_failed_guard_is_a_rule_failed_event_on_the_step_that_did_not_run(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -372,6 +379,7 @@ async def test_a_failed_guard_is_a_rule_failed_event_on_the_step_that_did_not_ru
     assert rule in report.result.rule_ids
 
 
+@pytest.mark.decision("D51")
 async def test_a_failed_exit_hook_is_a_rule_failed_event_on_the_step_that_ran(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -419,6 +427,7 @@ async def test_several_mode_changes_warn_on_the_span_of_the_second_change(
     assert [w.rule_id for w in report.result.warnings] == ["DESIGN/R8/several-mode-changes"]
 
 
+@pytest.mark.decision("D96")
 async def test_refused_tool_calls_are_events_on_the_llm_client_step(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -460,6 +469,7 @@ class FlakyLLM:
         return await self.script.complete(request)
 
 
+@pytest.mark.decision("D52")
 async def test_an_llm_retry_is_an_event_on_the_chat_span(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -483,6 +493,7 @@ async def test_an_llm_retry_is_an_event_on_the_chat_span(
 # === 3. failed turns ========================================================================
 
 
+@pytest.mark.decision("D51")
 async def test_failed_turn_ends_in_error_on_the_root_and_the_faulting_step(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -502,6 +513,7 @@ async def test_failed_turn_ends_in_error_on_the_root_and_the_faulting_step(
     assert all(s.status.status_code is StatusCode.UNSET for s in turn.steps[:-1])
 
 
+@pytest.mark.decision("D59")
 async def test_a_failed_initial_turn_names_no_session_a_failed_follow_on_names_its_own(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -550,6 +562,7 @@ async def test_a_step_of_its_own_rule_faults_not_found_with_its_rule_as_an_event
     assert turn.root.name == "invoke_agent"  # no agent was resolved to name it after
 
 
+@pytest.mark.decision("D52")
 async def test_a_failing_model_faults_port_failed_with_the_chat_span_in_error(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -629,6 +642,7 @@ def content_attributes(recorded: Recorded) -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.decision("D50", "D98")
 async def test_by_default_no_span_holds_user_content(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -643,6 +657,7 @@ async def test_by_default_no_span_holds_user_content(
         assert [what for what, secret in SECRETS.items() if secret in dumped] == []
 
 
+@pytest.mark.decision("D50", "D56", "D98")
 async def test_with_content_capture_the_content_is_on_the_spans(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -674,6 +689,7 @@ async def test_with_content_capture_the_content_is_on_the_spans(
     assert SECRETS["model text (final)"] in later["gen_ai.output.messages"]
 
 
+@pytest.mark.decision("D56")
 @pytest.mark.parametrize(("value", "captured"), [("true", True), ("false", False)])
 async def test_the_conventions_env_switch_decides_when_the_host_does_not(
     store: SessionStore, recorded: Recorded, monkeypatch: pytest.MonkeyPatch, value: str,
@@ -687,6 +703,7 @@ async def test_the_conventions_env_switch_decides_when_the_host_does_not(
     assert bool(leaks(recorded)) is captured
 
 
+@pytest.mark.decision("D56")
 async def test_the_hosts_choice_beats_the_env_switch(
     store: SessionStore, recorded: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -709,6 +726,7 @@ def trace_dicts(reports: list[TurnReport] | tuple[TurnReport, ...]) -> list[dict
     return found
 
 
+@pytest.mark.decision("D49")
 async def test_spans_off_exports_nothing_and_keeps_the_same_trace(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -723,6 +741,7 @@ async def test_spans_off_exports_nothing_and_keeps_the_same_trace(
     assert trace_dicts(without) == trace_dicts(with_spans) == trace_dicts(off)
 
 
+@pytest.mark.decision("D49")
 async def test_spans_off_keeps_the_same_trace_of_a_failed_turn(recorded: Recorded) -> None:
     reports = []
     for telemetry in (recorded.telemetry(), recorded.telemetry(spans=False)):
@@ -813,6 +832,7 @@ async def failing_lookup(arguments: dict[str, Any], invocation: Any) -> str:
     raise RuntimeError("lookup is down")
 
 
+@pytest.mark.decision("D49", "D97")
 async def test_span_tree_and_state_trace_agree_on_every_scenario(
     store: SessionStore, recorded: Recorded
 ) -> None:
@@ -875,6 +895,7 @@ class TogetherLLM:
         return LLMReply(tool_calls=[ToolCall(tool_call_id="m1", name="Math", arguments_json="{}")])
 
 
+@pytest.mark.decision("D97")
 async def test_concurrent_turns_on_one_pipeline_make_separate_trees(
     store: SessionStore, recorded: Recorded
 ) -> None:

@@ -52,6 +52,7 @@ class StepCase:
     phase: Phase
     kind: ContextType
     change: Change
+    decisions: tuple[str, ...] = ()
 
 
 def _set(**values: object) -> Change:
@@ -232,28 +233,29 @@ BROKEN = [
              FOLLOW_ON, _set(response_payload=None, client_tool_calls=[],
                              response_type=ResponseType.TOOL_CONTINUATION)),
     StepCase("AGN-036/4.9/POST/response-type-matches-outcome", "unset", S.LLM_CLIENT, POST,
-             INITIAL, _set(response_type=None)),
+             INITIAL, _set(response_type=None), decisions=("D11",)),
     StepCase("AGN-036/4.9/POST/response-type-matches-outcome", "wrong", S.LLM_CLIENT, POST,
-             CONTINUATION, _set(response_type=ResponseType.TOOL_CONTINUATION)),
+             CONTINUATION, _set(response_type=ResponseType.TOOL_CONTINUATION), decisions=("D11",)),
     # §4.10 ResponseBuilder
     StepCase("AGN-036/4.10/PRE/response-type-valid", "unset", S.RESPONSE_BUILDER, PRE, INITIAL,
              _set(response_type=None)),
     StepCase("AGN-036/4.10/PRE/response-type-valid", "unknown", S.RESPONSE_BUILDER, PRE,
              FOLLOW_ON, _set(response_type="Partial")),
     StepCase("AGN-036/4.10/POST/context-unchanged", "correlation-id", S.RESPONSE_BUILDER, POST,
-             INITIAL, _set(correlation_id="changed")),
+             INITIAL, _set(correlation_id="changed"), decisions=("D12",)),
     StepCase("AGN-036/4.10/POST/context-unchanged", "mode", S.RESPONSE_BUILDER, POST,
-             CONTINUATION, _set(mode="research")),
+             CONTINUATION, _set(mode="research"), decisions=("D12",)),
     StepCase("AGN-036/4.10/POST/response-conforms", "none", S.RESPONSE_BUILDER, POST, FOLLOW_ON,
              _set(response=None)),
     StepCase("AGN-036/4.10/POST/response-matches-context", "other-turn", S.RESPONSE_BUILDER,
-             POST, INITIAL, _response_for_other_turn),
+             POST, INITIAL, _response_for_other_turn, decisions=("D11",)),
     StepCase("AGN-036/4.10/POST/response-matches-context", "other-text", S.RESPONSE_BUILDER,
-             POST, CONTINUATION, _response_with_other_text),
+             POST, CONTINUATION, _response_with_other_text, decisions=("D11",)),
     StepCase("AGN-036/4.10/POST/response-matches-context", "other-tool-calls",
-             S.RESPONSE_BUILDER, POST, FOLLOW_ON, _continuation_asking_for_other_calls),
+             S.RESPONSE_BUILDER, POST, FOLLOW_ON, _continuation_asking_for_other_calls,
+             decisions=("D11",)),
     StepCase("AGN-036/4.10/POST/response-matches-context", "wrong-kind", S.RESPONSE_BUILDER,
-             POST, FOLLOW_ON, _response_of_wrong_kind),
+             POST, FOLLOW_ON, _response_of_wrong_kind, decisions=("D11",)),
 ]  # fmt: skip
 
 
@@ -338,6 +340,7 @@ def test_reasoner_pre_checks_the_core_invariants_again() -> None:
     assert result.rule_ids == ("AGN-036/3/user-present",)
 
 
+@pytest.mark.decision("R4")
 def test_r4_continuation_keeps_the_pending_turn_id_after_restoring() -> None:
     # DESIGN R4: §4.2's "Turn.Id != Envelope.TurnId" is a FollowOn rule only.
     ctx = context_after(S.SESSION_RESTORER, CONTINUATION)
@@ -347,6 +350,7 @@ def test_r4_continuation_keeps_the_pending_turn_id_after_restoring() -> None:
     assert validate_post_step(ctx, S.SESSION_RESTORER).successful
 
 
+@pytest.mark.decision("R4")
 def test_r4_follow_on_must_open_a_new_turn() -> None:
     ctx = context_after(S.SESSION_RESTORER, FOLLOW_ON)
     _reuse_envelope_turn_id(ctx)
@@ -373,6 +377,7 @@ def test_manifest_is_not_checked_before_the_llm_on_other_paths() -> None:
     assert validate_pre_step(ctx, S.LLM_CLIENT).successful
 
 
+@pytest.mark.decision("D12")
 def test_response_builder_post_without_a_pre_snapshot_checks_the_core_invariants() -> None:
     # The two-argument ValidatePostStep (AGN-036 §2.1) still works on a correct turn ...
     ctx = context_after(S.RESPONSE_BUILDER, INITIAL)
@@ -385,6 +390,7 @@ def test_response_builder_post_without_a_pre_snapshot_checks_the_core_invariants
     assert result.rule_ids == ("AGN-036/3/correlation-id-present",)
 
 
+@pytest.mark.decision("D12")
 def test_context_unchanged_names_the_changed_fields_by_their_wire_names() -> None:
     before = context_before(S.RESPONSE_BUILDER, FOLLOW_ON)
     ctx = context_after(S.RESPONSE_BUILDER, FOLLOW_ON)
@@ -443,6 +449,7 @@ def test_every_pipeline_step_is_known(step: PipelineStep) -> None:
         assert "AGN-036/4/step-known" not in result.rule_ids
 
 
+@pytest.mark.decision("D11")
 def test_a_continuation_response_matching_the_context_passes_response_builder_post() -> None:
     before = context_before(S.RESPONSE_BUILDER, FOLLOW_ON)
     _as_continuation(before)
@@ -455,6 +462,7 @@ def test_a_continuation_response_matching_the_context_passes_response_builder_po
     assert result.successful, result.errors
 
 
+@pytest.mark.decision("D23")
 @pytest.mark.parametrize(
     ("name", "step"),
     [("SessionRestorer", S.SESSION_RESTORER), ("LLMClient", S.LLM_CLIENT),

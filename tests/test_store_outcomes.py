@@ -53,6 +53,8 @@ from aptix_pipeline.adapters.postgres_store import PostgresStore
 from aptix_pipeline.adapters.sqlite_store import OUTCOME_SWEEP, SQLiteStore
 from aptix_pipeline.contracts import StoreConflictError, StoredOutcome, TurnStatus
 
+pytestmark = pytest.mark.decision("D186")
+
 AnyStore = MemoryStore | SQLiteStore | PostgresStore
 PLUS_TWO = timezone(timedelta(hours=2))
 RESULT = '{"Successful": true, "Result": {"PrimaryOutputText": "done"}}'
@@ -132,6 +134,7 @@ async def test_a_committed_outcome_reads_back_equal(store: AnyStore, result_json
     assert loaded.created_at.utcoffset() is not None
 
 
+@pytest.mark.decision("D183")
 async def test_an_outcome_that_never_expires_reads_back_without_expiry(store: AnyStore) -> None:
     await seed(store)
     kept = outcome(ttl=None)
@@ -208,6 +211,7 @@ async def test_a_second_outcome_under_a_held_key_makes_the_commit_conflict_and_w
     assert await read(store, "key:other") is None
 
 
+@pytest.mark.decision("D183")
 async def test_an_expired_outcome_is_replaced(store: AnyStore) -> None:
     await seed(store, turns=[make_turn(), make_turn("t2")])
     await save(store, outcome(ttl=timedelta(minutes=5)))
@@ -218,6 +222,7 @@ async def test_an_expired_outcome_is_replaced(store: AnyStore) -> None:
     assert await read(store, "key:k1") == again
 
 
+@pytest.mark.decision("D183")
 async def test_purge_forgets_only_the_outcomes_expired_by_then(store: AnyStore) -> None:
     await seed(store)
     short = outcome("key:short", ttl=timedelta(minutes=1))
@@ -254,6 +259,7 @@ async def test_a_continuation_answered_once_is_answered_again_from_the_store(
 # --- the SQL stores ------------------------------------------------------------------------
 
 
+@pytest.mark.decision("D183")
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 async def test_a_commit_storing_an_outcome_sweeps_a_bounded_number_of_expired_ones(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path

@@ -17,6 +17,8 @@ from test_stores import ORG, USER, entry, make_session, make_turn, snapshot
 
 from aptix_pipeline.contracts import ChatMessage, ChatRole, SessionStore, ToolCall
 
+pytestmark = pytest.mark.decision("D221")
+
 EDGES = {
     "nul": "a\x00b\x00",
     "only-nul": "\x00",
@@ -104,6 +106,7 @@ async def test_a_full_turn_keeps_the_solution_context_and_the_reply_exactly(
     assert [m.content for m in llm.requests[-1].messages[1:3]] == [text, text]
 
 
+@pytest.mark.decision("D47")
 async def test_a_model_reply_holding_a_lone_surrogate_is_escaped_alike_on_every_store(
     store: SessionStore,
 ) -> None:

@@ -162,6 +162,7 @@ def test_begin_gives_a_session_transaction(store: SessionStore) -> None:
 # --- round trip ----------------------------------------------------------------------
 
 
+@pytest.mark.decision("D61", "D67")
 async def test_created_session_round_trips_every_field(store: SessionStore) -> None:
     session = make_session(mode="review")
 
@@ -278,6 +279,7 @@ async def test_reads_see_the_transactions_own_writes_before_commit(store: Sessio
     assert await tx.load_transcript("s1") == [user_says("hi")]
 
 
+@pytest.mark.decision("D63")
 async def test_uncommitted_writes_are_invisible_to_other_transactions(
     store: SessionStore,
 ) -> None:

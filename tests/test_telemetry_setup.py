@@ -63,6 +63,7 @@ def _run(tmp: Path, *args: str, **otel: str) -> subprocess.CompletedProcess[str]
     )  # fmt: skip
 
 
+@pytest.mark.decision("D57")
 def test_console_exporter_prints_the_turns_spans_on_stderr(tmp_path: Path) -> None:
     run = _run(tmp_path, OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="ide-backend")
 
@@ -85,12 +86,14 @@ def test_no_exporter_prints_no_span(tmp_path: Path) -> None:
     assert _spans(run.stderr) == []
 
 
+@pytest.mark.decision("D57")
 def test_service_name_defaults_to_aptix(tmp_path: Path) -> None:
     run = _run(tmp_path, OTEL_TRACES_EXPORTER="console")
 
     assert _spans(run.stderr)[-1]["resource"]["attributes"]["service.name"] == "aptix"
 
 
+@pytest.mark.decision("D57")
 def test_unknown_exporter_is_a_usage_error_naming_the_variable(tmp_path: Path) -> None:
     run = _run(tmp_path, OTEL_TRACES_EXPORTER="zipkin")
 
@@ -154,6 +157,7 @@ def test_configure_tracing_reads_the_standard_variables(
     provider.shutdown()
 
 
+@pytest.mark.decision("D57")
 def test_otlp_without_the_exporter_package_names_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

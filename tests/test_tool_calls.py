@@ -235,6 +235,7 @@ def test_container_error_json_has_exactly_the_design_keys() -> None:
     assert wire["error_type"] == "container_invocation_error"
 
 
+@pytest.mark.decision("D18")
 @pytest.mark.rule(CONTAINER, "broken")
 def test_container_error_captures_the_attempted_parameters_and_every_function() -> None:
     verdict = check(MATH, '{"function": "Min", "values": [3, 1, 2]}')
@@ -247,6 +248,7 @@ def test_container_error_captures_the_attempted_parameters_and_every_function() 
     assert rejection.available_functions == list(MATH_FUNCTIONS)
 
 
+@pytest.mark.decision("D18")
 @pytest.mark.rule(CONTAINER, "broken")
 def test_container_retry_guidance_lists_only_the_first_five_functions_then_ellipsis() -> None:
     verdict = check(MATH, MATH_CALL)
@@ -259,6 +261,7 @@ def test_container_retry_guidance_lists_only_the_first_five_functions_then_ellip
     assert "(1) First call 'Math' with NO arguments" in guidance
 
 
+@pytest.mark.decision("D18")
 @pytest.mark.rule(CONTAINER, "broken")
 @pytest.mark.parametrize("count", [1, 5])
 def test_container_with_five_or_fewer_functions_lists_them_all_without_ellipsis(
@@ -295,6 +298,7 @@ def test_container_nested_parameters_are_detected() -> None:
     assert rejection.attempted_parameters == {"options": {"function": "Add", "args": {"a": 5}}}
 
 
+@pytest.mark.decision("D19")
 @pytest.mark.rule(CONTAINER, "broken")
 def test_container_with_malformed_arguments_is_rejected_as_a_container_error() -> None:
     verdict = check(MATH, '{"function": "Add", ')
@@ -320,6 +324,7 @@ def test_container_called_with_any_object_is_rejected(arguments: dict[str, Any])
     assert rejection.attempted_parameters == arguments
 
 
+@pytest.mark.decision("D19")
 @pytest.mark.rule(CONTAINER, "holds")
 @pytest.mark.parametrize("arguments_json", [None, "", "{}", "null", "[]", "  {}  "])
 def test_container_called_without_arguments_expands(arguments_json: str | None) -> None:
@@ -341,6 +346,7 @@ def test_valid_arguments_are_invoked_with_the_parsed_values() -> None:
     assert verdict.arguments == VALID_READ
 
 
+@pytest.mark.decision("D20")
 @pytest.mark.rule(SCHEMA, "broken")
 def test_missing_required_property_gets_the_design_example_error() -> None:
     verdict = check(READ_FILE, '{"max_lines": 3}')
@@ -351,6 +357,7 @@ def test_missing_required_property_gets_the_design_example_error() -> None:
     assert rejection.retry_guidance == DESIGN_RETRY_GUIDANCE
 
 
+@pytest.mark.decision("D20")
 @pytest.mark.rule(SCHEMA, "broken")
 @pytest.mark.parametrize(
     ("arguments", "prop", "attempted", "code"),
@@ -386,6 +393,7 @@ def test_schema_violation_names_property_attempted_value_and_code(
     assert rejection.retry_guidance == DESIGN_RETRY_GUIDANCE
 
 
+@pytest.mark.decision("D20")
 @pytest.mark.rule(SCHEMA, "broken")
 def test_every_violation_is_reported_at_once() -> None:
     verdict = check(READ_FILE, '{"max_lines": 0, "extra": true}')
@@ -399,6 +407,7 @@ def test_every_violation_is_reported_at_once() -> None:
     ]
 
 
+@pytest.mark.decision("D20")
 @pytest.mark.rule(SCHEMA, "broken")
 def test_unknown_property_error_names_only_the_extra_property() -> None:
     # A name the schema admits through patternProperties is not an unknown property.
@@ -432,6 +441,7 @@ def test_validation_error_json_has_exactly_the_design_keys() -> None:
         assert list(error) == ["property", "attempted_value", "error_message", "error_code"]
 
 
+@pytest.mark.decision("D19")
 @pytest.mark.rule(JSON_OBJECT, "broken")
 @pytest.mark.parametrize(
     ("arguments_json", "attempted", "code"),
@@ -453,6 +463,7 @@ def test_arguments_that_are_not_one_json_object_are_rejected(
     assert rejection.retry_guidance == DESIGN_RETRY_GUIDANCE
 
 
+@pytest.mark.decision("D19")
 @pytest.mark.rule(KNOWN, "broken")
 def test_unknown_tool_is_rejected_with_unknown_function() -> None:
     verdict = check_tool_call(None, "Add", '{"a": 5, "b": 10}')
@@ -543,6 +554,7 @@ def test_tool_name_that_is_not_a_plain_identifier_is_refused(name: str) -> None:
     assert [error["loc"] for error in refused.value.errors()] == [("name",)]
 
 
+@pytest.mark.decision("D25")
 @pytest.mark.parametrize(
     "schema",
     [
@@ -557,6 +569,7 @@ def test_tool_whose_schema_refers_outside_itself_is_refused(schema: dict[str, An
         ToolDefinition(name="t", parameters=schema)
 
 
+@pytest.mark.decision("D25")
 def test_local_references_are_followed() -> None:
     tool = ToolDefinition(
         name="t",
@@ -574,6 +587,7 @@ def test_local_references_are_followed() -> None:
     assert check_tool_call(tool, "t", '{"depth": 2}').outcome is ToolCallOutcome.INVOKE
 
 
+@pytest.mark.decision("D25")
 def test_a_schema_that_cannot_be_applied_is_a_rejection_not_an_exception() -> None:
     # model_construct skips the definition checks, as a hand-built definition could.
     tool = ToolDefinition.model_construct(name="t", parameters={"$ref": "#/$defs/missing"})
@@ -585,6 +599,7 @@ def test_a_schema_that_cannot_be_applied_is_a_rejection_not_an_exception() -> No
     assert json.loads(verdict.rejection_json())["errors"][0]["error_code"] == "SCHEMA_UNUSABLE"
 
 
+@pytest.mark.decision("D25")
 @pytest.mark.parametrize(
     ("fmt", "good", "bad"),
     [

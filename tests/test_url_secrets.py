@@ -27,6 +27,8 @@ from aptix_pipeline.contracts.url_secrets import MASK, is_secret_name, scrub_url
 from aptix_pipeline.engine.replay.records import RecordedError
 from aptix_pipeline.steps.faults import described
 
+pytestmark = pytest.mark.decision("D220")
+
 SECRET = "s3cr3t-Zq9"
 """Planted in every URL; must never come back."""
 
@@ -240,6 +242,7 @@ def test_aptix_serve_answers_502_without_the_url_credentials(tmp_path: Any) -> N
     assert SECRET not in served_log
 
 
+@pytest.mark.decision("D220")
 async def test_a_raising_steps_logged_traceback_never_echoes_url_credentials(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

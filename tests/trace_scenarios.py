@@ -30,7 +30,7 @@ from engine_kit import (
     ok,
     text,
 )
-from test_engine_modes_tools import THREE_MODES_CONFIG, FailingLLM
+from test_engine_modes_tools import THREE_MODES_CONFIG, FailingLLM, reply
 from test_engine_paths import (
     CommitFailingStore,
     FailingModes,
@@ -42,7 +42,6 @@ from test_engine_paths import (
     raising_after,
     server_calls,
 )
-from test_engine_review_fixes import reply
 
 from aptix_pipeline import PipelineOptions
 from aptix_pipeline.adapters.memory_store import MemoryStore
