@@ -65,7 +65,6 @@ test: install postgres-server graphviz
 	$(BIN)/mypy tests bench examples
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/lint-imports --no-cache
 
 demo: install
 	$(PY) examples/demo.py

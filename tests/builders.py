@@ -41,19 +41,34 @@ NEW_TURN_ID = "turn-2"
 S = PipelineStep
 PATHS: dict[ContextType, tuple[PipelineStep, ...]] = {
     ContextType.INITIAL: (
-        S.REQUEST_HANDLER, S.AGENT_CONTEXT_RESOLVER, S.AGENT_SESSION_CREATOR,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER, S.REASONER, S.LLM_CLIENT, S.RESPONSE_BUILDER,
+        S.REQUEST_HANDLER,
+        S.AGENT_CONTEXT_RESOLVER,
+        S.AGENT_SESSION_CREATOR,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+        S.REASONER,
+        S.LLM_CLIENT,
+        S.RESPONSE_BUILDER,
     ),
     ContextType.FOLLOW_ON: (
-        S.REQUEST_HANDLER, S.SESSION_RESTORER, S.AGENT_CONTEXT_LOADER,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER, S.REASONER, S.LLM_CLIENT, S.RESPONSE_BUILDER,
+        S.REQUEST_HANDLER,
+        S.SESSION_RESTORER,
+        S.AGENT_CONTEXT_LOADER,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+        S.REASONER,
+        S.LLM_CLIENT,
+        S.RESPONSE_BUILDER,
     ),
     ContextType.CLIENT_TOOL_CALL_CONTINUATION: (
-        S.REQUEST_HANDLER, S.SESSION_RESTORER, S.CLIENT_TOOL_CONTINUATION_RESOLVER,
-        S.AGENT_CONTEXT_LOADER, S.PROMPT_CONTENT_PROVIDER_INITIALIZER, S.REASONER,
-        S.LLM_CLIENT, S.RESPONSE_BUILDER,
+        S.REQUEST_HANDLER,
+        S.SESSION_RESTORER,
+        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
+        S.AGENT_CONTEXT_LOADER,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+        S.REASONER,
+        S.LLM_CLIENT,
+        S.RESPONSE_BUILDER,
     ),
-}  # fmt: skip
+}
 """The three paths of DESIGN.md "The machine"."""
 
 PENDING_CALLS = [
@@ -83,16 +98,22 @@ def _envelope(kind: ContextType) -> Envelope:
         return Envelope(org=CALLER.org, user=CALLER.user, instructions="Explain this file.")
     if kind is ContextType.FOLLOW_ON:
         return Envelope(
-            org=CALLER.org, user=CALLER.user, session_id=SESSION_ID,
-            turn_id=PREVIOUS_TURN_ID, instructions="And now?",
-        )  # fmt: skip
+            org=CALLER.org,
+            user=CALLER.user,
+            session_id=SESSION_ID,
+            turn_id=PREVIOUS_TURN_ID,
+            instructions="And now?",
+        )
     return Envelope(
-        org=CALLER.org, user=CALLER.user, session_id=SESSION_ID, turn_id=PREVIOUS_TURN_ID,
+        org=CALLER.org,
+        user=CALLER.user,
+        session_id=SESSION_ID,
+        turn_id=PREVIOUS_TURN_ID,
         tool_results=[
             ToolResult(tool_call_id="call-1", execution_ms=12, result_json='{"text": "x = 1"}'),
             ToolResult(tool_call_id="call-2", execution_ms=3, error_message="permission denied"),
         ],
-    )  # fmt: skip
+    )
 
 
 def valid_manifest() -> ToolCallManifest:
@@ -104,11 +125,12 @@ def valid_manifest() -> ToolCallManifest:
                 tool_call_id="call-1", name="read_file", result_json='{"text": "x = 1"}'
             ),
             ManifestToolResult(
-                tool_call_id="call-2", name="list_dir",
+                tool_call_id="call-2",
+                name="list_dir",
                 result_json='{"error": "permission denied"}',
             ),
         ],
-    )  # fmt: skip
+    )
 
 
 def _session() -> Session:
@@ -119,9 +141,12 @@ def _restore(ctx: PipelineContext) -> None:
     ctx.session = _session()
     if ctx.type is ContextType.CLIENT_TOOL_CALL_CONTINUATION:
         ctx.turn = Turn(
-            id=PREVIOUS_TURN_ID, session_id=SESSION_ID, mode="general",
-            status=TurnStatus.AWAITING_CLIENT_TOOLS, pending_tool_calls=list(PENDING_CALLS),
-        )  # fmt: skip
+            id=PREVIOUS_TURN_ID,
+            session_id=SESSION_ID,
+            mode="general",
+            status=TurnStatus.AWAITING_CLIENT_TOOLS,
+            pending_tool_calls=list(PENDING_CALLS),
+        )
     else:
         ctx.turn = Turn(id=NEW_TURN_ID, session_id=SESSION_ID, mode="general")
     ctx.mode = "general"
@@ -159,9 +184,11 @@ def _build(ctx: PipelineContext) -> None:
     assert ctx.session is not None
     assert ctx.turn is not None
     ctx.response = AgentExecuteResponse.final(
-        session_id=ctx.session.id, turn_id=ctx.turn.id, mode_display_name="General",
+        session_id=ctx.session.id,
+        turn_id=ctx.turn.id,
+        mode_display_name="General",
         primary_output_text="Here is the answer.",
-    )  # fmt: skip
+    )
 
 
 EFFECTS: dict[PipelineStep, Callable[[PipelineContext], None]] = {
@@ -209,6 +236,9 @@ def continuation_response(ctx: PipelineContext) -> AgentExecuteResponse:
     assert ctx.session is not None
     assert ctx.turn is not None
     return AgentExecuteResponse.client_tool_continuation(
-        session_id=ctx.session.id, turn_id=ctx.turn.id, mode_display_name="General",
-        tool_calls=list(PENDING_CALLS), tool_continuation_message="Running two tools.",
-    )  # fmt: skip
+        session_id=ctx.session.id,
+        turn_id=ctx.turn.id,
+        mode_display_name="General",
+        tool_calls=list(PENDING_CALLS),
+        tool_continuation_message="Running two tools.",
+    )

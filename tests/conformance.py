@@ -256,10 +256,24 @@ def collect_maps() -> tuple[Links, DecisionLinks]:
     with tempfile.TemporaryDirectory() as tmp:
         rules, decisions = Path(tmp) / "rules.json", Path(tmp) / "decisions.json"
         subprocess.run(
-            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-             "--rule-map", str(rules), "--decision-map", str(decisions)],
-            cwd=ROOT, check=True, capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--collect-only",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--rule-map",
+                str(rules),
+                "--decision-map",
+                str(decisions),
+            ],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         links: Links = json.loads(rules.read_text(encoding="utf-8"))
         decision_links: DecisionLinks = json.loads(decisions.read_text(encoding="utf-8"))
     return links, decision_links
@@ -293,8 +307,11 @@ def render_decisions(links: DecisionLinks, decisions: Decisions | None = None) -
         "|---|---|---|---|",
     ]
     for r in sorted(decisions.resolutions, key=lambda r: _number(r.id)):
-        text = [f"**{name}:** {t}" for name, t in (("Validators", r.validators),
-                                                     ("Engine", r.engine)) if t]  # fmt: skip
+        text = [
+            f"**{name}:** {t}"
+            for name, t in (("Validators", r.validators), ("Engine", r.engine))
+            if t
+        ]
         where = [w for w in (r.validators_where, r.engine_where) if w]
         lines.append(
             f"| {r.id} | {'<br>'.join(text)} | {'<br>'.join(where)} "
@@ -320,10 +337,16 @@ def decision_problems(links: DecisionLinks, decisions: Decisions | None = None) 
     """Untested decisions, markers naming unknown ids, and a stale ``UNTESTABLE``."""
     ids = (decisions or load_decisions()).ids()
     found = [f"marker names an unknown decision: {i}" for i in sorted(links) if i not in ids]
-    found += [f"{i}: no test carries its decision marker" for i in ids
-              if not links.get(i) and i not in UNTESTABLE]  # fmt: skip
-    found += [f"{i}: listed as untestable but {'tested' if links.get(i) else 'unknown'}"
-              for i in UNTESTABLE if links.get(i) or i not in ids]  # fmt: skip
+    found += [
+        f"{i}: no test carries its decision marker"
+        for i in ids
+        if not links.get(i) and i not in UNTESTABLE
+    ]
+    found += [
+        f"{i}: listed as untestable but {'tested' if links.get(i) else 'unknown'}"
+        for i in UNTESTABLE
+        if links.get(i) or i not in ids
+    ]
     return found
 
 

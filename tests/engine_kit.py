@@ -213,12 +213,19 @@ def content_request(secrets: Mapping[str, str]) -> dict[str, Any]:
     """
     return {
         "Instruction": secrets["instruction"],
-        "InputArtifacts": [{"RelativePath": "notes.txt", "FileName": "notes.txt",
-                            "Contents": secrets["artifact"], "Origin": "user"}],
-        "ClipboardImages": [{"Id": "img-1", "MimeType": "image/png",
-                             "DataBase64": secrets["image"]}],
+        "InputArtifacts": [
+            {
+                "RelativePath": "notes.txt",
+                "FileName": "notes.txt",
+                "Contents": secrets["artifact"],
+                "Origin": "user",
+            }
+        ],
+        "ClipboardImages": [
+            {"Id": "img-1", "MimeType": "image/png", "DataBase64": secrets["image"]}
+        ],
         "SolutionContextText": secrets["solution context"],
-    }  # fmt: skip
+    }
 
 
 def continuation(response: AgentExecuteResponse, *results: Mapping[str, Any]) -> dict[str, Any]:

@@ -189,22 +189,35 @@ def seed_request(kind: str, base: Base, rng: random.Random) -> dict[str, Any]:
                 results.append(
                     {"ToolCallId": call_id, "ExecutionMs": 12, "ResultJson": '{"text": "x = 1"}'}
                 )
-        return {"SessionId": base.pending_session, "TurnId": base.pending_turn,
-                "ToolResults": results}  # fmt: skip
+        return {
+            "SessionId": base.pending_session,
+            "TurnId": base.pending_turn,
+            "ToolResults": results,
+        }
     instruction = rng.choice(("Explain this file.", TOOLS_PLEASE, ADD_PLEASE, "And now?"))
     data: dict[str, Any] = {"Instruction": instruction}
     if kind == "follow_on":
         data = {"SessionId": base.done_session, "TurnId": base.done_turn, **data}
     optional: dict[str, Any] = {
-        "InputArtifacts": [{"RelativePath": "src/a.py", "FileName": "a.py",
-                            "Contents": "x = 1\n", "Origin": "ide", "Language": "python"}],
+        "InputArtifacts": [
+            {
+                "RelativePath": "src/a.py",
+                "FileName": "a.py",
+                "Contents": "x = 1\n",
+                "Origin": "ide",
+                "Language": "python",
+            }
+        ],
         "ClipboardImages": [{"Id": "img-1", "MimeType": "image/png", "DataBase64": "aGVsbG8="}],
         "RagScope": [{"Key": "repo", "Operator": "==", "Values": ["aptix"]}],
         "SolutionContextText": "A Python project.",
-        "WorkspaceHints": {"WorkspaceId": "ws-1", "RepositoryName": "aptix",
-                           "LanguageHint": "python"},
+        "WorkspaceHints": {
+            "WorkspaceId": "ws-1",
+            "RepositoryName": "aptix",
+            "LanguageHint": "python",
+        },
         "Stream": False,
-    }  # fmt: skip
+    }
     if kind == "initial":
         optional |= {"AgentContextId": "assistant", "ConversationContextId": "workspace"}
     for key, value in optional.items():
@@ -272,10 +285,19 @@ SERVER_OWNED = (
     "Successful",
 )
 _TOP_KEYS = (
-    "SessionId", "TurnId", "Instruction", "InputArtifacts", "ClipboardImages", "RagScope",
-    "SolutionContextText", "WorkspaceHints", "Stream", "AgentContextId",
-    "ConversationContextId", "ToolResults",
-)  # fmt: skip
+    "SessionId",
+    "TurnId",
+    "Instruction",
+    "InputArtifacts",
+    "ClipboardImages",
+    "RagScope",
+    "SolutionContextText",
+    "WorkspaceHints",
+    "Stream",
+    "AgentContextId",
+    "ConversationContextId",
+    "ToolResults",
+)
 _TEXT_FIELDS = ("Instruction", "SolutionContextText", "ResultJson", "ErrorMessage", "Contents")
 
 RESULT_JSON_GARBAGE: tuple[Any, ...] = (
@@ -507,10 +529,23 @@ def _wrong_id(rng: random.Random, data: dict[str, Any], state: MutationState) ->
     base = state.base
     key = rng.choice(("SessionId", "TurnId", "ToolCallId"))
     choices = (
-        base.done_session, base.done_turn, base.pending_session, base.pending_turn,
-        *base.pending_calls, "session-999", "turn-999", "call-999", "", "   ",
-        " session-1", "SESSION-1", "session-1\x00", "x" * 300, "../session-1", "%",
-    )  # fmt: skip
+        base.done_session,
+        base.done_turn,
+        base.pending_session,
+        base.pending_turn,
+        *base.pending_calls,
+        "session-999",
+        "turn-999",
+        "call-999",
+        "",
+        "   ",
+        " session-1",
+        "SESSION-1",
+        "session-1\x00",
+        "x" * 300,
+        "../session-1",
+        "%",
+    )
     targets = [(c, k) for c, k in _positions(data) if k == key]
     if targets:
         container, name = rng.choice(targets)
@@ -592,10 +627,20 @@ MUTATIONS: dict[str, Mutation] = {
 """Every mutation by name (see the module docstring)."""
 
 _WEIGHTS = {
-    "drop": 3, "duplicate": 2, "retype": 4, "unknown_key": 2, "server_owned": 1, "deep": 2,
-    "weird_text": 4, "huge_string": 1, "huge_list": 1, "wrong_id": 3, "result_json": 3,
-    "cross_kind": 2, "caller": 1,
-}  # fmt: skip
+    "drop": 3,
+    "duplicate": 2,
+    "retype": 4,
+    "unknown_key": 2,
+    "server_owned": 1,
+    "deep": 2,
+    "weird_text": 4,
+    "huge_string": 1,
+    "huge_list": 1,
+    "wrong_id": 3,
+    "result_json": 3,
+    "cross_kind": 2,
+    "caller": 1,
+}
 
 
 def _expand(value: Any) -> Any:
@@ -694,8 +739,9 @@ def make_case(
     """
     data = seed_request(kind, base, rng)
     encoding = rng.choice(ENCODINGS)
-    state = MutationState(base, CALLER, python_values=encoding == "dict", huge=huge,
-                          extra_text=extra_text)  # fmt: skip
+    state = MutationState(
+        base, CALLER, python_values=encoding == "dict", huge=huge, extra_text=extra_text
+    )
     names = list(_WEIGHTS)
     weights = list(_WEIGHTS.values())
     count = mutations if mutations is not None else rng.choice((0, 1, 1, 1, 2, 2, 3))
@@ -780,9 +826,12 @@ def _where(error: BaseException, stage: str) -> str:
 
 
 def _failed(
-    broken: str, error: BaseException, successful: bool = False, recorded: bool = False,
+    broken: str,
+    error: BaseException,
+    successful: bool = False,
+    recorded: bool = False,
     stage: str = "",
-) -> Outcome:  # fmt: skip
+) -> Outcome:
     message = "maximum recursion depth" if isinstance(error, RecursionError) else str(error)[:160]
     where = _where(error, stage)
     return Outcome(successful, broken, f"{type(error).__name__}: {message}", where, recorded)
@@ -1023,9 +1072,15 @@ class Tally:
     def report(self) -> str:
         """The counts as a table, then each failure class with its first example."""
         columns = ("requests", "successful", "refused", *INVARIANTS)
-        heads = ("requests", "successful", "refused", "unhandled exceptions",
-                 "unserializable results", "changes stored by refused input",
-                 "unserializable recordings")  # fmt: skip
+        heads = (
+            "requests",
+            "successful",
+            "refused",
+            "unhandled exceptions",
+            "unserializable results",
+            "changes stored by refused input",
+            "unserializable recordings",
+        )
         lines = []
         width = max(len(h) for h in heads)
         for head, name in zip(heads, columns, strict=True):

@@ -598,9 +598,12 @@ async def test_embedded_pipeline_runs_an_initial_turn_on_sqlite(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     ("script", "message"),
-    [("[]", "the script has no replies"), ('{"replies": []}', "the script has no replies"),
-     ('[{"tool_calls": [{"id": "  ", "name": "x"}]}]', "replies[0].tool_calls[0].id")],
-)  # fmt: skip
+    [
+        ("[]", "the script has no replies"),
+        ('{"replies": []}', "the script has no replies"),
+        ('[{"tool_calls": [{"id": "  ", "name": "x"}]}]', "replies[0].tool_calls[0].id"),
+    ],
+)
 def test_an_empty_script_or_a_blank_call_id_is_refused(script: str, message: str) -> None:
     with pytest.raises(ScriptError, match=re.escape(message)):
         ScriptedLLM.from_json(script)
@@ -650,9 +653,14 @@ id = "c"
         ('["Add"]', '["Add"]', "Math", "mode 'general'"),
         ('["Math"]', '["Add"]', "Math", "mode 'general'"),
     ],
-    ids=["unknown-container", "unknown-function", "member-not-named", "member-without-container",
-         "container-without-members"],
-)  # fmt: skip
+    ids=[
+        "unknown-container",
+        "unknown-function",
+        "member-not-named",
+        "member-without-container",
+        "container-without-members",
+    ],
+)
 def test_containers_and_members_must_agree(
     modes: str, names: str, container: str, message: str
 ) -> None:

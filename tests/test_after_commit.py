@@ -138,8 +138,9 @@ def test_a_request_of_any_depth_is_redacted_in_each_form(form: str) -> None:
     redacted = redact_request(request)
 
     dumped = dump_json(redacted)
-    assert "secret" not in (base64.b64decode(redacted["base64"]).decode()
-                            if form == "base64" else dumped)  # fmt: skip
+    assert "secret" not in (
+        base64.b64decode(redacted["base64"]).decode() if form == "base64" else dumped
+    )
     assert dump_json(redact_request(redacted)) == dumped
 
 
@@ -207,8 +208,9 @@ async def test_over_http_a_deep_continuation_recorded_redacted_gets_its_answer(
 ) -> None:
     recording = '[recording]\ndirectory = "recordings"\nredact = true\n'
     recording += "[engine]\nmax_json_depth = 1000\n"  # past the wire limit (D140) on purpose
-    app = create_app(load_service_config(_config(tmp_path, READ_THEN_ANSWER, more=recording),
-                                         env=ENV))  # fmt: skip
+    app = create_app(
+        load_service_config(_config(tmp_path, READ_THEN_ANSWER, more=recording), env=ENV)
+    )
     async with _client(app) as client:
         first = (await client.post(EXECUTE_PATH, json={"Instruction": "x"}, headers=ANA)).json()
         one = first["Result"]
@@ -336,8 +338,12 @@ async def test_a_recording_that_fails_is_logged_and_traced_and_changes_no_answer
     if where == "made":
         monkeypatch.setattr(TurnRecording, "redact", failing_redaction)
     spans = Recorded()
-    pipeline = recording_pipeline(MemoryStore(), SCRIPT, recording=RecordingOptions(
-        redact=True, sink=failing_sink), telemetry=spans.telemetry())  # fmt: skip
+    pipeline = recording_pipeline(
+        MemoryStore(),
+        SCRIPT,
+        recording=RecordingOptions(redact=True, sink=failing_sink),
+        telemetry=spans.telemetry(),
+    )
     plain_pipeline = recording_pipeline(MemoryStore(), SCRIPT, telemetry=Telemetry.off())
     expected = await client_tool_turn(plain_pipeline)
 
@@ -363,8 +369,9 @@ async def test_a_failing_delivery_is_logged_once_by_the_options_alone_too(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     options = RecordingOptions(sink=failing_sink)
-    recording = (await recording_pipeline(MemoryStore(), [text("hi")]).run(
-        {"Instruction": "hi"}, CALLER)).recording  # fmt: skip
+    recording = (
+        await recording_pipeline(MemoryStore(), [text("hi")]).run({"Instruction": "hi"}, CALLER)
+    ).recording
     assert recording is not None
 
     with caplog.at_level(logging.ERROR, logger="aptix_pipeline"):

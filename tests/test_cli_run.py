@@ -30,10 +30,20 @@ def _run(
     request_file = _write(tmp / "request.json", request)
     script_file = _write(tmp / "script.json", script)
     return subprocess.run(
-        [str(APTIX), "run", str(request_file), "--llm-script", str(script_file), "--compact",
-         *args],
-        capture_output=True, text=True, check=False, cwd=tmp,
-    )  # fmt: skip
+        [
+            str(APTIX),
+            "run",
+            str(request_file),
+            "--llm-script",
+            str(script_file),
+            "--compact",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp,
+    )
 
 
 def _run_hi(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -48,10 +58,14 @@ def _result(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 def test_three_turns_chain_across_processes_on_one_sqlite_file(tmp_path: Path) -> None:
     store = f"sqlite:{tmp_path / 'session.db'}"
-    mode_and_read = [{"tool_calls": [
-        {"id": "m1", "name": "agent_change_mode", "arguments": {"mode": "review"}},
-        {"id": "r1", "name": "read_file", "arguments": {"path": "a.py"}},
-    ]}]  # fmt: skip
+    mode_and_read = [
+        {
+            "tool_calls": [
+                {"id": "m1", "name": "agent_change_mode", "arguments": {"mode": "review"}},
+                {"id": "r1", "name": "read_file", "arguments": {"path": "a.py"}},
+            ]
+        }
+    ]
 
     first = _run(tmp_path, {"Instruction": "review a.py"}, mode_and_read, "--store", store)
     assert first.returncode == 0, first.stderr
@@ -64,8 +78,9 @@ def test_three_turns_chain_across_processes_on_one_sqlite_file(tmp_path: Path) -
         tmp_path,
         {"SessionId": one["SessionId"], "TurnId": one["TurnId"], "ToolResults": results},
         [{"text": "Looks fine."}],
-        "--store", store,
-    )  # fmt: skip
+        "--store",
+        store,
+    )
     assert second.returncode == 0, second.stderr
     two = _result(second)["Result"]
     assert (two["Kind"], two["TurnId"]) == ("final", one["TurnId"])
@@ -73,10 +88,14 @@ def test_three_turns_chain_across_processes_on_one_sqlite_file(tmp_path: Path) -
     third = _run(
         tmp_path,
         {"SessionId": two["SessionId"], "TurnId": two["TurnId"], "Instruction": "checklist?"},
-        [{"tool_calls": [{"id": "k1", "name": "review_checklist", "arguments": {}}]},
-         {"text": "Checked."}],
-        "--store", store, "--report",
-    )  # fmt: skip
+        [
+            {"tool_calls": [{"id": "k1", "name": "review_checklist", "arguments": {}}]},
+            {"text": "Checked."},
+        ],
+        "--store",
+        store,
+        "--report",
+    )
     assert third.returncode == 0, third.stderr
     three = _result(third)["Result"]
     assert three["ModeDisplayName"] == "Code Review"
@@ -92,8 +111,9 @@ def test_a_failed_turn_exits_one_with_an_unsuccessful_result(tmp_path: Path) -> 
         tmp_path,
         {"SessionId": "nope", "TurnId": "nope", "Instruction": "hi"},
         [{"text": "never"}],
-        "--store", "memory",
-    )  # fmt: skip
+        "--store",
+        "memory",
+    )
 
     assert run.returncode == 1
     result = _result(run)
@@ -149,8 +169,10 @@ def test_a_missing_request_file_is_a_usage_error(tmp_path: Path) -> None:
     script = _write(tmp_path / "script.json", [{"text": "x"}])
     run = subprocess.run(
         [str(APTIX), "run", str(tmp_path / "absent.json"), "--llm-script", str(script)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
     assert run.returncode == 2
 
@@ -166,9 +188,16 @@ def test_a_custom_catalog_and_initial_mode_are_used(tmp_path: Path) -> None:
     )
 
     run = _run(
-        tmp_path, {"Instruction": "hi"}, [{"text": "ok"}],
-        "--config", str(config), "--initial-mode", "plan", "--store", "memory",
-    )  # fmt: skip
+        tmp_path,
+        {"Instruction": "hi"},
+        [{"text": "ok"}],
+        "--config",
+        str(config),
+        "--initial-mode",
+        "plan",
+        "--store",
+        "memory",
+    )
 
     assert run.returncode == 0, run.stderr
     assert _result(run)["Result"]["ModeDisplayName"] == "Planning"

@@ -103,8 +103,10 @@ def test_tests_named_in_the_resolution_table_exist(links: dict[str, dict[str, li
     named = set(re.findall(r"`(test_[a-z_]+\.py::test_[a-z0-9_]+)`", section))
     collected = {
         node.split("[")[0].removeprefix("tests/")
-        for outcomes in links.values() for nodes in outcomes.values() for node in nodes
-    }  # fmt: skip
+        for outcomes in links.values()
+        for nodes in outcomes.values()
+        for node in nodes
+    }
     existing = collected | _all_test_functions()
 
     assert named, "the resolution table names its tests"

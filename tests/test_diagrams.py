@@ -389,18 +389,27 @@ async def test_a_continuation_with_a_server_tool_round_numbers_the_loop() -> Non
     dot, mermaid = dot_edges(diagram_text("dot", path=trace)), diagram_text("mermaid", path=trace)
 
     assert [t.event for t in trace.transitions] == [
-        "request_handler", "session_restorer", "client_tool_continuation_resolver",
-        "agent_context_loader", "prompt_content_provider_initializer", "reasoner",
-        "llm_client", "server_tool_round", "llm_client", "response_builder", "complete",
-    ]  # fmt: skip
+        "request_handler",
+        "session_restorer",
+        "client_tool_continuation_resolver",
+        "agent_context_loader",
+        "prompt_content_provider_initializer",
+        "reasoner",
+        "llm_client",
+        "server_tool_round",
+        "llm_client",
+        "response_builder",
+        "complete",
+    ]
     llm = ("reasoning", "llm_client", "llm_answered")
     loop = ("llm_answered", "server_tool_round", "reasoning")
     loader = ("continuation_resolved", "agent_context_loader", "agent_context_loaded")
     assert numbers(dot[llm]["label"]) == numbers(mermaid_label(mermaid, *llm)) == "#7,#9"
     assert numbers(dot[loop]["label"]) == numbers(mermaid_label(mermaid, *loop)) == "#8"
     assert numbers(dot[loader]["label"]) == "#4"
-    assert not numbers(dot[("session_restored", "agent_context_loader", "agent_context_loaded")]
-                       ["label"])  # fmt: skip
+    assert not numbers(
+        dot[("session_restored", "agent_context_loader", "agent_context_loaded")]["label"]
+    )
     assert "agent_context_resolved" not in mermaid_classes(mermaid)["visited"]
 
 
@@ -417,8 +426,9 @@ async def test_a_failed_guard_draws_the_step_that_was_not_taken_in_red() -> None
     fault = dot[("validated", "fault", "faulted")]
     assert (fault["color"], fault["label"], fault["style"]) == ("#cf222e", "#2 fault", "dashed")
     red = [key for key, value in dot.items() if value["color"] == "#cf222e"]
-    assert sorted(red) == sorted([("validated", "session_restorer", "session_restored"),
-                                  ("validated", "fault", "faulted")])  # fmt: skip
+    assert sorted(red) == sorted(
+        [("validated", "session_restorer", "session_restored"), ("validated", "fault", "faulted")]
+    )
     assert nodes["faulted"]["fillcolor"] == "#ffebe9"
     assert nodes["session_restored"].get("fillcolor") != "#ddf4ff"
     label = mermaid_label(mermaid, "validated", "session_restorer", "session_restored")
@@ -578,8 +588,11 @@ def test_cli_refuses_binary_output_to_a_terminal() -> None:
     try:
         run = subprocess.run(
             [str(APTIX), "diagram", "--format", "svg"],
-            stdout=terminal, stderr=subprocess.PIPE, check=False, timeout=60,
-        )  # fmt: skip
+            stdout=terminal,
+            stderr=subprocess.PIPE,
+            check=False,
+            timeout=60,
+        )
     finally:
         os.close(terminal)
         os.close(controller)

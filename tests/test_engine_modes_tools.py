@@ -1305,25 +1305,55 @@ NO_ARGS = "{}"
 
 BAD_IDS = {
     "empty": ([reply(("", "read_file", READ))], "general", "ToolCalls[0].ToolCallId", "read_file"),
-    "blank": ([reply(("  ", "read_file", READ))], "general", "ToolCalls[0].ToolCallId",
-              "read_file"),
-    "empty-second": ([reply(("c1", "read_file", READ), ("", "run_tests", NO_ARGS))], "general",
-                     "ToolCalls[1].ToolCallId", "run_tests"),
-    "client+client": ([reply(("c1", "read_file", READ), ("c1", "run_tests", NO_ARGS))],
-                      "general", "ToolCalls[1].ToolCallId", "run_tests"),
-    "server+server": ([reply(("k1", "review_checklist", NO_ARGS),
-                             ("k1", "review_checklist", NO_ARGS))],
-                      "review", "ToolCalls[1].ToolCallId", "review_checklist"),
-    "server+client": ([reply(("k1", "review_checklist", NO_ARGS), ("k1", "read_file", READ))],
-                      "review", "ToolCalls[1].ToolCallId", "read_file"),
-    "client+server": ([reply(("k1", "read_file", READ), ("k1", "review_checklist", NO_ARGS))],
-                      "review", "ToolCalls[1].ToolCallId", "review_checklist"),
-    "earlier-round": ([reply(("x1", "Math", NO_ARGS)), reply(("x1", "Add", '{"a": 1, "b": 2}'))],
-                      "general", "ToolCalls[0].ToolCallId", "Add"),
+    "blank": (
+        [reply(("  ", "read_file", READ))],
+        "general",
+        "ToolCalls[0].ToolCallId",
+        "read_file",
+    ),
+    "empty-second": (
+        [reply(("c1", "read_file", READ), ("", "run_tests", NO_ARGS))],
+        "general",
+        "ToolCalls[1].ToolCallId",
+        "run_tests",
+    ),
+    "client+client": (
+        [reply(("c1", "read_file", READ), ("c1", "run_tests", NO_ARGS))],
+        "general",
+        "ToolCalls[1].ToolCallId",
+        "run_tests",
+    ),
+    "server+server": (
+        [reply(("k1", "review_checklist", NO_ARGS), ("k1", "review_checklist", NO_ARGS))],
+        "review",
+        "ToolCalls[1].ToolCallId",
+        "review_checklist",
+    ),
+    "server+client": (
+        [reply(("k1", "review_checklist", NO_ARGS), ("k1", "read_file", READ))],
+        "review",
+        "ToolCalls[1].ToolCallId",
+        "read_file",
+    ),
+    "client+server": (
+        [reply(("k1", "read_file", READ), ("k1", "review_checklist", NO_ARGS))],
+        "review",
+        "ToolCalls[1].ToolCallId",
+        "review_checklist",
+    ),
+    "earlier-round": (
+        [reply(("x1", "Math", NO_ARGS)), reply(("x1", "Add", '{"a": 1, "b": 2}'))],
+        "general",
+        "ToolCalls[0].ToolCallId",
+        "Add",
+    ),
     "earlier-round-server-then-client": (
         [reply(("k1", "review_checklist", NO_ARGS)), reply(("k1", "read_file", READ))],
-        "review", "ToolCalls[0].ToolCallId", "read_file"),
-}  # fmt: skip
+        "review",
+        "ToolCalls[0].ToolCallId",
+        "read_file",
+    ),
+}
 
 
 @pytest.mark.decision("D41")
@@ -1543,11 +1573,13 @@ async def test_a_final_answer_reports_the_whole_turns_usage_and_server_tools(
     pipeline, _ = make_pipeline(
         store,
         [
-            {**calls(call("k1", "Math"), call("c1", "read_file", {"path": "a.py"})),
-             "usage": {"input_tokens": 10, "output_tokens": 2}},
+            {
+                **calls(call("k1", "Math"), call("c1", "read_file", {"path": "a.py"})),
+                "usage": {"input_tokens": 10, "output_tokens": 2},
+            },
             {**text("done"), "usage": {"input_tokens": 20, "output_tokens": 3}},
         ],
-    )  # fmt: skip
+    )
     _, pending = await start(pipeline)
 
     final = ok(await pipeline.execute(continuation(pending), CALLER))
@@ -1564,9 +1596,11 @@ async def test_a_final_answer_carries_server_results_from_before_the_client_roun
 ) -> None:
     pipeline, _ = make_pipeline(
         store,
-        [calls(call("k1", "review_checklist"), call("c1", "read_file", {"path": "a.py"})),
-         text("done")],
-    )  # fmt: skip
+        [
+            calls(call("k1", "review_checklist"), call("c1", "read_file", {"path": "a.py"})),
+            text("done"),
+        ],
+    )
     _, pending = await start(pipeline, initial_mode="review")
 
     final = ok(await pipeline.execute(continuation(pending), CALLER))

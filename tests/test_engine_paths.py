@@ -94,32 +94,69 @@ ADD: dict[str, Any] = {
 }
 
 INITIAL_STATES = (
-    "received", "validated", "agent_context_resolved", "session_created", "prompt_ready",
-    "reasoning", "llm_answered", "response_built", "done",
-)  # fmt: skip
+    "received",
+    "validated",
+    "agent_context_resolved",
+    "session_created",
+    "prompt_ready",
+    "reasoning",
+    "llm_answered",
+    "response_built",
+    "done",
+)
 FOLLOW_ON_STATES = (
-    "received", "validated", "session_restored", "agent_context_loaded", "prompt_ready",
-    "reasoning", "llm_answered", "response_built", "done",
-)  # fmt: skip
+    "received",
+    "validated",
+    "session_restored",
+    "agent_context_loaded",
+    "prompt_ready",
+    "reasoning",
+    "llm_answered",
+    "response_built",
+    "done",
+)
 CONTINUATION_STATES = (
-    "received", "validated", "session_restored", "continuation_resolved",
-    "agent_context_loaded", "prompt_ready", "reasoning", "llm_answered", "response_built", "done",
-)  # fmt: skip
+    "received",
+    "validated",
+    "session_restored",
+    "continuation_resolved",
+    "agent_context_loaded",
+    "prompt_ready",
+    "reasoning",
+    "llm_answered",
+    "response_built",
+    "done",
+)
 STEPS_OF: dict[ContextType, tuple[PipelineStep, ...]] = {
     INITIAL: (
-        S.REQUEST_HANDLER, S.AGENT_CONTEXT_RESOLVER, S.AGENT_SESSION_CREATOR,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER, S.REASONER, S.LLM_CLIENT, S.RESPONSE_BUILDER,
+        S.REQUEST_HANDLER,
+        S.AGENT_CONTEXT_RESOLVER,
+        S.AGENT_SESSION_CREATOR,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+        S.REASONER,
+        S.LLM_CLIENT,
+        S.RESPONSE_BUILDER,
     ),
     FOLLOW_ON: (
-        S.REQUEST_HANDLER, S.SESSION_RESTORER, S.AGENT_CONTEXT_LOADER,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER, S.REASONER, S.LLM_CLIENT, S.RESPONSE_BUILDER,
+        S.REQUEST_HANDLER,
+        S.SESSION_RESTORER,
+        S.AGENT_CONTEXT_LOADER,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+        S.REASONER,
+        S.LLM_CLIENT,
+        S.RESPONSE_BUILDER,
     ),
     CONTINUATION: (
-        S.REQUEST_HANDLER, S.SESSION_RESTORER, S.CLIENT_TOOL_CONTINUATION_RESOLVER,
-        S.AGENT_CONTEXT_LOADER, S.PROMPT_CONTENT_PROVIDER_INITIALIZER, S.REASONER,
-        S.LLM_CLIENT, S.RESPONSE_BUILDER,
+        S.REQUEST_HANDLER,
+        S.SESSION_RESTORER,
+        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
+        S.AGENT_CONTEXT_LOADER,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+        S.REASONER,
+        S.LLM_CLIENT,
+        S.RESPONSE_BUILDER,
     ),
-}  # fmt: skip
+}
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -348,43 +385,114 @@ def _post(rule_id: str, kind: ContextType, step: PipelineStep, mutate: Mutation 
 PRE_BREAKAGES = [
     # §4.1 RequestHandler has no PRE (N/A). §4.10's PRE (response-type-valid) is
     # unreachable by a step: §4.9's POST response-type-matches-outcome guards the same.
-    _pre("AGN-036/4.2/PRE/session-null", FOLLOW_ON, S.REQUEST_HANDLER, fill_session,
-         S.SESSION_RESTORER),
-    _pre("AGN-036/4.2/PRE/turn-null", CONTINUATION, S.REQUEST_HANDLER, fill_turn,
-         S.SESSION_RESTORER),
-    _pre("AGN-036/4.3/PRE/session-null", INITIAL, S.REQUEST_HANDLER, fill_session,
-         S.AGENT_CONTEXT_RESOLVER),
-    _pre("AGN-036/4.3/PRE/turn-null", INITIAL, S.REQUEST_HANDLER, fill_turn,
-         S.AGENT_CONTEXT_RESOLVER),
-    _pre("AGN-036/4.4/PRE/tool-results-present", CONTINUATION, S.SESSION_RESTORER,
-         clear_tool_results, S.CLIENT_TOOL_CONTINUATION_RESOLVER),
-    _pre("AGN-036/4.5/PRE/session-null", INITIAL, S.AGENT_CONTEXT_RESOLVER, fill_session,
-         S.AGENT_SESSION_CREATOR),
-    _pre("AGN-036/4.5/PRE/turn-null", INITIAL, S.AGENT_CONTEXT_RESOLVER, fill_turn,
-         S.AGENT_SESSION_CREATOR),
-    _pre("AGN-036/4.6/PRE/session-populated", CONTINUATION, S.CLIENT_TOOL_CONTINUATION_RESOLVER,
-         clear_session, S.AGENT_CONTEXT_LOADER),
-    _pre("AGN-036/4.7/PRE/session-populated", FOLLOW_ON, S.AGENT_CONTEXT_LOADER, clear_session,
-         S.PROMPT_CONTENT_PROVIDER_INITIALIZER),
-    _pre("AGN-036/4.7/PRE/turn-populated", FOLLOW_ON, S.AGENT_CONTEXT_LOADER, clear_turn,
-         S.PROMPT_CONTENT_PROVIDER_INITIALIZER),
-    _pre("AGN-036/4.7/PRE/agent-context-populated", INITIAL, S.AGENT_SESSION_CREATOR,
-         clear_agent_context, S.PROMPT_CONTENT_PROVIDER_INITIALIZER),
-    _pre("AGN-036/4.7/PRE/conversation-context-populated", INITIAL, S.AGENT_SESSION_CREATOR,
-         clear_conversation_context, S.PROMPT_CONTENT_PROVIDER_INITIALIZER),
-    _pre("AGN-036/4.7/PRE/tool-call-manifest-present", CONTINUATION, S.AGENT_CONTEXT_LOADER,
-         clear_manifest, S.PROMPT_CONTENT_PROVIDER_INITIALIZER),
+    _pre(
+        "AGN-036/4.2/PRE/session-null",
+        FOLLOW_ON,
+        S.REQUEST_HANDLER,
+        fill_session,
+        S.SESSION_RESTORER,
+    ),
+    _pre(
+        "AGN-036/4.2/PRE/turn-null", CONTINUATION, S.REQUEST_HANDLER, fill_turn, S.SESSION_RESTORER
+    ),
+    _pre(
+        "AGN-036/4.3/PRE/session-null",
+        INITIAL,
+        S.REQUEST_HANDLER,
+        fill_session,
+        S.AGENT_CONTEXT_RESOLVER,
+    ),
+    _pre(
+        "AGN-036/4.3/PRE/turn-null", INITIAL, S.REQUEST_HANDLER, fill_turn, S.AGENT_CONTEXT_RESOLVER
+    ),
+    _pre(
+        "AGN-036/4.4/PRE/tool-results-present",
+        CONTINUATION,
+        S.SESSION_RESTORER,
+        clear_tool_results,
+        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
+    ),
+    _pre(
+        "AGN-036/4.5/PRE/session-null",
+        INITIAL,
+        S.AGENT_CONTEXT_RESOLVER,
+        fill_session,
+        S.AGENT_SESSION_CREATOR,
+    ),
+    _pre(
+        "AGN-036/4.5/PRE/turn-null",
+        INITIAL,
+        S.AGENT_CONTEXT_RESOLVER,
+        fill_turn,
+        S.AGENT_SESSION_CREATOR,
+    ),
+    _pre(
+        "AGN-036/4.6/PRE/session-populated",
+        CONTINUATION,
+        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
+        clear_session,
+        S.AGENT_CONTEXT_LOADER,
+    ),
+    _pre(
+        "AGN-036/4.7/PRE/session-populated",
+        FOLLOW_ON,
+        S.AGENT_CONTEXT_LOADER,
+        clear_session,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+    ),
+    _pre(
+        "AGN-036/4.7/PRE/turn-populated",
+        FOLLOW_ON,
+        S.AGENT_CONTEXT_LOADER,
+        clear_turn,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+    ),
+    _pre(
+        "AGN-036/4.7/PRE/agent-context-populated",
+        INITIAL,
+        S.AGENT_SESSION_CREATOR,
+        clear_agent_context,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+    ),
+    _pre(
+        "AGN-036/4.7/PRE/conversation-context-populated",
+        INITIAL,
+        S.AGENT_SESSION_CREATOR,
+        clear_conversation_context,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+    ),
+    _pre(
+        "AGN-036/4.7/PRE/tool-call-manifest-present",
+        CONTINUATION,
+        S.AGENT_CONTEXT_LOADER,
+        clear_manifest,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+    ),
     # §4.8 PRE: "core context valid" (ValidateCore again before reasoning)
-    _pre("AGN-036/3/correlation-id-present", FOLLOW_ON, S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-         clear_correlation_id, S.REASONER),
-    _pre("AGN-036/3.1/input-present", INITIAL, S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-         clear_instructions, S.REASONER),
-    _pre("AGN-036/4.9/PRE/response-payload-null", INITIAL, S.REASONER, answer_early,
-         S.LLM_CLIENT),
-    _pre("AGN-036/4.9/PRE/tool-call-manifest-valid", CONTINUATION, S.REASONER, clear_manifest,
-         S.LLM_CLIENT),
+    _pre(
+        "AGN-036/3/correlation-id-present",
+        FOLLOW_ON,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+        clear_correlation_id,
+        S.REASONER,
+    ),
+    _pre(
+        "AGN-036/3.1/input-present",
+        INITIAL,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+        clear_instructions,
+        S.REASONER,
+    ),
+    _pre("AGN-036/4.9/PRE/response-payload-null", INITIAL, S.REASONER, answer_early, S.LLM_CLIENT),
+    _pre(
+        "AGN-036/4.9/PRE/tool-call-manifest-valid",
+        CONTINUATION,
+        S.REASONER,
+        clear_manifest,
+        S.LLM_CLIENT,
+    ),
     _pre("AGN-036/5/name-match", CONTINUATION, S.REASONER, rename_manifest_result, S.LLM_CLIENT),
-]  # fmt: skip
+]
 
 POST_BREAKAGES = [
     _post("AGN-036/3/correlation-id-present", INITIAL, S.REQUEST_HANDLER, clear_correlation_id),
@@ -392,31 +500,57 @@ POST_BREAKAGES = [
     _post("AGN-036/4.2/POST/session-populated", FOLLOW_ON, S.SESSION_RESTORER, None),
     _post("AGN-036/4.2/POST/turn-populated", FOLLOW_ON, S.SESSION_RESTORER, clear_turn),
     _post("AGN-036/4.2/POST/turn-id-new", FOLLOW_ON, S.SESSION_RESTORER, resume_named_turn),
-    _post("AGN-036/4.2/POST/session-mode-present", CONTINUATION, S.SESSION_RESTORER,
-          drop_session_mode),
+    _post(
+        "AGN-036/4.2/POST/session-mode-present", CONTINUATION, S.SESSION_RESTORER, drop_session_mode
+    ),
     _post("AGN-036/4.3/POST/agent-context-populated", INITIAL, S.AGENT_CONTEXT_RESOLVER, None),
-    _post("AGN-036/4.3/POST/conversation-context-populated", INITIAL, S.AGENT_CONTEXT_RESOLVER,
-          clear_conversation_context),
-    _post("AGN-036/4.4/POST/tool-call-manifest-valid", CONTINUATION,
-          S.CLIENT_TOOL_CONTINUATION_RESOLVER, None),
-    _post("AGN-036/4.4/POST/turn-id-matches-envelope", CONTINUATION,
-          S.CLIENT_TOOL_CONTINUATION_RESOLVER, swap_turn_id),
+    _post(
+        "AGN-036/4.3/POST/conversation-context-populated",
+        INITIAL,
+        S.AGENT_CONTEXT_RESOLVER,
+        clear_conversation_context,
+    ),
+    _post(
+        "AGN-036/4.4/POST/tool-call-manifest-valid",
+        CONTINUATION,
+        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
+        None,
+    ),
+    _post(
+        "AGN-036/4.4/POST/turn-id-matches-envelope",
+        CONTINUATION,
+        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
+        swap_turn_id,
+    ),
     _post("AGN-036/4.5/POST/session-populated", INITIAL, S.AGENT_SESSION_CREATOR, clear_session),
     _post("AGN-036/4.5/POST/turn-populated", INITIAL, S.AGENT_SESSION_CREATOR, clear_turn),
     _post("AGN-036/4.6/POST/agent-context-populated", FOLLOW_ON, S.AGENT_CONTEXT_LOADER, None),
-    _post("AGN-036/4.6/POST/conversation-context-populated", CONTINUATION,
-          S.AGENT_CONTEXT_LOADER, clear_conversation_context),
-    _post("AGN-036/4.7/POST/prompt-provider-ready", FOLLOW_ON,
-          S.PROMPT_CONTENT_PROVIDER_INITIALIZER, unready_prompt),
+    _post(
+        "AGN-036/4.6/POST/conversation-context-populated",
+        CONTINUATION,
+        S.AGENT_CONTEXT_LOADER,
+        clear_conversation_context,
+    ),
+    _post(
+        "AGN-036/4.7/POST/prompt-provider-ready",
+        FOLLOW_ON,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+        unready_prompt,
+    ),
     # §4.8 Reasoner has no POST (N/A).
     _post("AGN-036/4.9/POST/exactly-one-outcome", INITIAL, S.LLM_CLIENT, add_client_call),
-    _post("AGN-036/4.9/POST/response-type-matches-outcome", FOLLOW_ON, S.LLM_CLIENT,
-          mistype_outcome),
+    _post(
+        "AGN-036/4.9/POST/response-type-matches-outcome", FOLLOW_ON, S.LLM_CLIENT, mistype_outcome
+    ),
     _post("AGN-036/4.10/POST/response-conforms", INITIAL, S.RESPONSE_BUILDER, None),
     _post("AGN-036/4.10/POST/context-unchanged", FOLLOW_ON, S.RESPONSE_BUILDER, change_mode),
-    _post("AGN-036/4.10/POST/response-matches-context", CONTINUATION, S.RESPONSE_BUILDER,
-          misaddress_response),
-]  # fmt: skip
+    _post(
+        "AGN-036/4.10/POST/response-matches-context",
+        CONTINUATION,
+        S.RESPONSE_BUILDER,
+        misaddress_response,
+    ),
+]
 
 
 # --- 1. the three paths ----------------------------------------------------------------
@@ -444,8 +578,10 @@ async def test_initial_turn_walks_the_initial_path_and_opens_session_1_turn_1(
     assert report.faulted_step is None
     assert report.llm_calls == 1
     assert (response.kind, response.session_id, response.turn_id) == (
-        ResponseKind.FINAL, "session-1", "turn-1",
-    )  # fmt: skip
+        ResponseKind.FINAL,
+        "session-1",
+        "turn-1",
+    )
     assert response.primary_output_text == "All done."
     assert response.mode_display_name == "General"
     session, turns, _ = await stored(store)
@@ -463,16 +599,34 @@ async def test_server_tool_rounds_loop_from_llm_answered_back_to_reasoning(store
 
     response = ok(report.result)
     assert report.states == (
-        "received", "validated", "agent_context_resolved", "session_created", "prompt_ready",
-        "reasoning", "llm_answered", "reasoning", "llm_answered", "reasoning", "llm_answered",
-        "response_built", "done",
-    )  # fmt: skip
+        "received",
+        "validated",
+        "agent_context_resolved",
+        "session_created",
+        "prompt_ready",
+        "reasoning",
+        "llm_answered",
+        "reasoning",
+        "llm_answered",
+        "reasoning",
+        "llm_answered",
+        "response_built",
+        "done",
+    )
     assert events(report) == [
-        "request_handler", "agent_context_resolver", "agent_session_creator",
-        "prompt_content_provider_initializer", "reasoner",
-        "llm_client", "server_tool_round", "llm_client", "server_tool_round", "llm_client",
-        "response_builder", "complete",
-    ]  # fmt: skip
+        "request_handler",
+        "agent_context_resolver",
+        "agent_session_creator",
+        "prompt_content_provider_initializer",
+        "reasoner",
+        "llm_client",
+        "server_tool_round",
+        "llm_client",
+        "server_tool_round",
+        "llm_client",
+        "response_builder",
+        "complete",
+    ]
     rounds = [t for t in report.transitions if t.event == "server_tool_round"]
     assert all((t.source, t.target) == ("llm_answered", "reasoning") for t in rounds)
     llm_posts = [c for c in report.checks if (c.step, c.phase) == ("llm_client", "POST")]
@@ -506,13 +660,17 @@ async def test_follow_on_opens_a_new_turn_in_the_same_session(store: Store) -> N
     assert all(c.failed == () for c in report.checks)
     assert report.context_type is FOLLOW_ON
     assert (response.kind, response.session_id, response.turn_id) == (
-        ResponseKind.FINAL, "session-1", "turn-2",
-    )  # fmt: skip
+        ResponseKind.FINAL,
+        "session-1",
+        "turn-2",
+    )
     assert response.primary_output_text == "Second answer."
     _, turns, transcript = await stored(store)
     assert [t.status if t else None for t in turns[:3]] == [
-        TurnStatus.COMPLETED, TurnStatus.COMPLETED, None,
-    ]  # fmt: skip
+        TurnStatus.COMPLETED,
+        TurnStatus.COMPLETED,
+        None,
+    ]
     assert [m.role for m in transcript] == [ChatRole.USER, ChatRole.ASSISTANT] * 2
 
 
@@ -541,8 +699,10 @@ async def test_continuation_resumes_the_pending_turn_and_keeps_its_turn_id(store
     assert all(c.failed == () for c in report.checks)
     assert report.context_type is CONTINUATION
     assert (response.kind, response.session_id, response.turn_id) == (
-        ResponseKind.FINAL, "session-1", "turn-1",
-    )  # fmt: skip
+        ResponseKind.FINAL,
+        "session-1",
+        "turn-1",
+    )
     assert llm is not None
     tool_messages = [m for m in llm.requests[-1].messages if m.role is ChatRole.TOOL]
     assert [(m.tool_call_id, m.content) for m in tool_messages] == [("call-1", '{"ok": true}')]
@@ -629,12 +789,17 @@ async def test_a_broken_post_rule_faults_before_any_later_step_and_persists_noth
 @pytest.mark.parametrize(
     ("script", "caller", "expected"),
     [
-        pytest.param([{"text": ""}], CALLER, (*INITIAL_STATES[:7], "faulted"),
-                     id="llm_client-POST"),
-        pytest.param([FINAL], {"user": "ana"}, ("received", "validated", "faulted"),
-                     id="request_handler-POST"),
+        pytest.param(
+            [{"text": ""}], CALLER, (*INITIAL_STATES[:7], "faulted"), id="llm_client-POST"
+        ),
+        pytest.param(
+            [FINAL],
+            {"user": "ana"},
+            ("received", "validated", "faulted"),
+            id="request_handler-POST",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_states_of_a_post_failure_include_the_state_the_step_entered(
     store: Store,
     script: list[dict[str, Any]],
@@ -762,12 +927,20 @@ async def test_an_initial_turn_naming_known_contexts_records_them_on_the_session
 @pytest.mark.parametrize(
     ("field", "rule_id"),
     [
-        pytest.param("AgentContextId", AGENT.format("4.3"), id="agent",
-                     marks=pytest.mark.rule(AGENT.format("4.3"), "broken")),
-        pytest.param("ConversationContextId", CONVERSATION.format("4.3"), id="conversation",
-                     marks=pytest.mark.rule(CONVERSATION.format("4.3"), "broken")),
+        pytest.param(
+            "AgentContextId",
+            AGENT.format("4.3"),
+            id="agent",
+            marks=pytest.mark.rule(AGENT.format("4.3"), "broken"),
+        ),
+        pytest.param(
+            "ConversationContextId",
+            CONVERSATION.format("4.3"),
+            id="conversation",
+            marks=pytest.mark.rule(CONVERSATION.format("4.3"), "broken"),
+        ),
     ],
-)  # fmt: skip
+)
 async def test_an_initial_turn_naming_an_unknown_context_is_not_found(
     store: Store, field: str, rule_id: str
 ) -> None:
@@ -788,12 +961,20 @@ async def test_an_initial_turn_naming_an_unknown_context_is_not_found(
 @pytest.mark.parametrize(
     ("renamed", "rule_id"),
     [
-        pytest.param('id = "assistant"', AGENT.format("4.6"), id="agent",
-                     marks=pytest.mark.rule(AGENT.format("4.6"), "broken")),
-        pytest.param('id = "workspace"', CONVERSATION.format("4.6"), id="conversation",
-                     marks=pytest.mark.rule(CONVERSATION.format("4.6"), "broken")),
+        pytest.param(
+            'id = "assistant"',
+            AGENT.format("4.6"),
+            id="agent",
+            marks=pytest.mark.rule(AGENT.format("4.6"), "broken"),
+        ),
+        pytest.param(
+            'id = "workspace"',
+            CONVERSATION.format("4.6"),
+            id="conversation",
+            marks=pytest.mark.rule(CONVERSATION.format("4.6"), "broken"),
+        ),
     ],
-)  # fmt: skip
+)
 @pytest.mark.parametrize("kind", [FOLLOW_ON, CONTINUATION], ids=str)
 async def test_a_session_whose_context_left_the_catalog_faults_at_the_loader(
     store: Store, renamed: str, rule_id: str, kind: ContextType
@@ -1074,12 +1255,14 @@ async def test_a_failing_catalog_is_a_port_failure_and_stores_nothing(store: Sto
     [
         {"SessionId": "session-1", "Instruction": "Go on."},
         {"TurnId": "turn-1", "Instruction": "Go on."},
-        {"SessionId": "session-1", "ToolResults": [
-            {"ToolCallId": "call-1", "ExecutionMs": 1, "ResultJson": "{}"}]},
+        {
+            "SessionId": "session-1",
+            "ToolResults": [{"ToolCallId": "call-1", "ExecutionMs": 1, "ResultJson": "{}"}],
+        },
         AgentExecuteRequest(session_id="session-1", instruction="Go on."),
     ],
     ids=["session-only", "turn-only", "session-only-with-tool-results", "model-session-only"],
-)  # fmt: skip
+)
 async def test_a_request_with_only_one_of_session_id_and_turn_id_is_rejected(
     store: Store, request_data: dict[str, Any] | AgentExecuteRequest
 ) -> None:
@@ -1111,9 +1294,17 @@ async def test_a_request_with_only_one_of_session_id_and_turn_id_is_rejected(
         ({}, "AGN-034/2.1/input-required"),
         ('{"Instruction": "Hi", "Bogus": 1}', "AGN-034/3/unknown-field"),
     ],
-    ids=["mode-only", "mode-with-instruction", "truncated-bytes", "not-json", "array",
-         "instruction-not-text", "empty-object", "unknown-field-text"],
-)  # fmt: skip
+    ids=[
+        "mode-only",
+        "mode-with-instruction",
+        "truncated-bytes",
+        "not-json",
+        "array",
+        "instruction-not-text",
+        "empty-object",
+        "unknown-field-text",
+    ],
+)
 async def test_a_bad_request_returns_an_unsuccessful_result_and_never_raises(
     store: Store, request_input: dict[str, Any] | str | bytes, rule_id: str
 ) -> None:
@@ -1659,11 +1850,12 @@ ORG, USER = "AGN-036/3/org-present", "AGN-036/3/user-present"
         pytest.param({"user": "ana"}, ORG, id="org-missing", marks=pytest.mark.rule(ORG, "broken")),
         pytest.param({"org": "", "user": "ana"}, ORG, id="org-empty"),
         pytest.param({"org": None, "user": "ana"}, ORG, id="org-null"),
-        pytest.param({"org": "acme"}, USER, id="user-missing",
-                     marks=pytest.mark.rule(USER, "broken")),
+        pytest.param(
+            {"org": "acme"}, USER, id="user-missing", marks=pytest.mark.rule(USER, "broken")
+        ),
         pytest.param({"org": "acme", "user": 7}, USER, id="user-not-text"),
     ],
-)  # fmt: skip
+)
 async def test_a_caller_mapping_without_org_or_user_is_refused_and_never_raises(
     store: Store, caller: dict[str, Any], rule_id: str
 ) -> None:

@@ -99,8 +99,14 @@ async def test_step_events_frame_each_transition() -> None:
     pipeline, _ = make_pipeline(MemoryStore(), [{"text": "hi"}], listeners=[heard.append])
     await pipeline.run({"Instruction": "hi"}, CALLER)
     kinds = [type(e).__name__ for e in heard[:6]]
-    assert kinds == ["TurnStarted", "StepStarted", "TransitionTaken", "CheckRan", "StepEnded",
-                     "StepStarted"]  # fmt: skip
+    assert kinds == [
+        "TurnStarted",
+        "StepStarted",
+        "TransitionTaken",
+        "CheckRan",
+        "StepEnded",
+        "StepStarted",
+    ]
     first = heard[1]
     assert isinstance(first, StepStarted)
     assert (first.step, first.source, first.context_type) == ("request_handler", "received", None)
@@ -194,8 +200,9 @@ async def test_events_are_frozen() -> None:
 @pytest.mark.decision("D130")
 async def test_concurrent_turns_have_their_own_run_ids() -> None:
     heard: list[TurnEvent] = []
-    pipeline, _ = make_pipeline(MemoryStore(), [{"text": "a"}, {"text": "b"}, {"text": "c"}],
-                                listeners=[heard.append])  # fmt: skip
+    pipeline, _ = make_pipeline(
+        MemoryStore(), [{"text": "a"}, {"text": "b"}, {"text": "c"}], listeners=[heard.append]
+    )
     reports = await asyncio.gather(
         *(pipeline.run({"Instruction": f"hi {n}"}, CALLER) for n in range(3))
     )
@@ -204,8 +211,12 @@ async def test_concurrent_turns_have_their_own_run_ids() -> None:
     for events in turns:
         assert isinstance(events[0], TurnStarted)
         assert isinstance(events[-1], TurnFinished)
-    finished = {e.result.result.turn_id for e in heard if isinstance(e, TurnFinished)
-                if e.result.result is not None}  # fmt: skip
+    finished = {
+        e.result.result.turn_id
+        for e in heard
+        if isinstance(e, TurnFinished)
+        if e.result.result is not None
+    }
     assert finished == {r.turn_id for r in reports}
 
 
@@ -237,13 +248,21 @@ async def test_events_carry_user_content_with_capture() -> None:
     heard: list[TurnEvent] = []
     telemetry = Telemetry(spans=False, capture_content=True)
     await run_scenario("content_everywhere", MemoryStore(), telemetry, listeners=[heard.append])
-    assert _planted(heard) >= {"instruction", "model_text", "reason", "argument",
-                                "server_result", "answer"}  # fmt: skip
+    assert _planted(heard) >= {
+        "instruction",
+        "model_text",
+        "reason",
+        "argument",
+        "server_result",
+        "answer",
+    }
     [change] = [e.change for e in heard if isinstance(e, ModeChanged)]
     assert change.reason == CONTENT["reason"]
     executed = [(e.name, e.outcome, e.failed) for e in heard if isinstance(e, ToolExecuted)]
-    assert executed == [("agent_change_mode", "mode_changed", False),
-                        ("review_checklist", "executed", False)]  # fmt: skip
+    assert executed == [
+        ("agent_change_mode", "mode_changed", False),
+        ("review_checklist", "executed", False),
+    ]
 
 
 def test_spans_are_recorded_only_where_an_sdk_would_keep_them() -> None:
@@ -322,8 +341,9 @@ def test_events_nobody_reads_are_not_wanted() -> None:
 async def test_the_trace_is_the_same_whether_or_not_anyone_listens() -> None:
     heard: list[TurnEvent] = []
     quiet, _ = make_pipeline(MemoryStore(), [{"text": "hi"}], telemetry=OFF)
-    loud, _ = make_pipeline(MemoryStore(), [{"text": "hi"}], telemetry=OFF,
-                            listeners=[heard.append])  # fmt: skip
+    loud, _ = make_pipeline(
+        MemoryStore(), [{"text": "hi"}], telemetry=OFF, listeners=[heard.append]
+    )
     one = await quiet.run({"Instruction": "hi"}, CALLER)
     other = await loud.run({"Instruction": "hi"}, CALLER)
     assert one.trace == other.trace

@@ -44,6 +44,7 @@ def _public_exceptions() -> dict[str, type[BaseException]]:
 PUBLIC = _public_exceptions()
 
 
+@pytest.mark.decision("D254")
 def test_the_walk_finds_the_public_exceptions() -> None:
     assert {
         "PermanentPortError",
@@ -56,11 +57,13 @@ def test_the_walk_finds_the_public_exceptions() -> None:
     } <= set(PUBLIC)
 
 
+@pytest.mark.decision("D254")
 @pytest.mark.parametrize("name", list(PUBLIC))
 def test_each_public_exception_derives_from_the_base(name: str) -> None:
     assert issubclass(PUBLIC[name], AptixPipelineError)
 
 
+@pytest.mark.decision("D254")
 @pytest.mark.parametrize(
     ("name", "builtin"),
     [
@@ -78,5 +81,6 @@ def test_each_keeps_its_builtin_base(name: str, builtin: type[Exception]) -> Non
     assert issubclass(PUBLIC[name], builtin)
 
 
+@pytest.mark.decision("D254")
 def test_the_base_is_exported_where_hosts_look() -> None:
     assert aptix_pipeline.AptixPipelineError is AptixPipelineError

@@ -463,10 +463,22 @@ def _serve(config: Path, env: Mapping[str, str], *args: str) -> Iterator[tuple[s
     log = config.parent / f"serve-{port}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(APTIX), "serve", "--config", str(config), "--host", "127.0.0.1",
-             "--port", str(port), *args],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=config.parent,
-        )  # fmt: skip
+            [
+                str(APTIX),
+                "serve",
+                "--config",
+                str(config),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                *args,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            cwd=config.parent,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30

@@ -57,8 +57,9 @@ async def test_25_identical_concurrent_continuations_cost_one_model_round() -> N
     llm.armed = True
     body = continuation(pending)
     # The same continuation, as dict and as JSON text with other key order and spacing.
-    copies: list[Any] = [body if i % 2 else json.dumps(dict(reversed(body.items())), indent=i % 3)
-                         for i in range(25)]  # fmt: skip
+    copies: list[Any] = [
+        body if i % 2 else json.dumps(dict(reversed(body.items())), indent=i % 3) for i in range(25)
+    ]
     tasks = [asyncio.ensure_future(pipeline.execute(c, CALLER)) for c in copies]
     for _ in range(5):
         await asyncio.sleep(0)

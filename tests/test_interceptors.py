@@ -52,6 +52,7 @@ def with_interceptors(*interceptors: TurnInterceptor, replies: Any = None) -> Pi
     return Pipeline(base.ports, base.options, interceptors=interceptors)
 
 
+@pytest.mark.decision("D252")
 async def test_the_first_interceptor_given_is_the_outermost() -> None:
     log: list[str] = []
     pipeline = with_interceptors(Around("a", log), Around("b", log))
@@ -62,6 +63,7 @@ async def test_the_first_interceptor_given_is_the_outermost() -> None:
     assert log == ["a in", "b in", "b out", "a out"]
 
 
+@pytest.mark.decision("D252")
 async def test_an_interceptor_sees_the_call_as_the_host_made_it() -> None:
     seen: list[TurnCall] = []
 
@@ -87,6 +89,7 @@ async def test_an_interceptor_sees_the_call_as_the_host_made_it() -> None:
     assert turn.telemetry.capture_content is not None  # resolved, not left to the environment
 
 
+@pytest.mark.decision("D252")
 async def test_an_interceptor_can_change_the_report() -> None:
     class Relabel:
         async def intercept(self, call: TurnCall, proceed: Proceed) -> TurnReport:
@@ -99,6 +102,7 @@ async def test_an_interceptor_can_change_the_report() -> None:
     assert report.branch is True
 
 
+@pytest.mark.decision("D252")
 async def test_listeners_given_to_proceed_hear_this_turn_only() -> None:
     heard: list[list[str]] = []
 
@@ -116,8 +120,9 @@ async def test_listeners_given_to_proceed_hear_this_turn_only() -> None:
 
     pipeline = with_interceptors(Listen(), replies=[text("one"), text("two")])
     first = ok(await pipeline.execute({"Instruction": "one"}, CALLER))
-    await pipeline.execute({"SessionId": first.session_id, "Instruction": "two",
-                            "TurnId": first.turn_id}, CALLER)  # fmt: skip
+    await pipeline.execute(
+        {"SessionId": first.session_id, "Instruction": "two", "TurnId": first.turn_id}, CALLER
+    )
 
     assert len(heard) == 2
     assert heard[0][0] == "request_handler"
@@ -126,6 +131,7 @@ async def test_listeners_given_to_proceed_hear_this_turn_only() -> None:
     assert "agent_session_creator" not in heard[1]
 
 
+@pytest.mark.decision("D252")
 async def test_ports_given_to_proceed_run_the_turn_and_are_guarded() -> None:
     class Failing:
         async def complete(self, request: Any) -> Any:
@@ -141,6 +147,7 @@ async def test_ports_given_to_proceed_run_the_turn_and_are_guarded() -> None:
     assert report.result.errors[0].code == "port_failed"
 
 
+@pytest.mark.decision("D252")
 async def test_an_inner_interceptor_sees_the_ports_an_outer_one_gave() -> None:
     seen: list[object] = []
     marker = ScriptedLLM([text("from the outer interceptor")])
@@ -160,6 +167,7 @@ async def test_an_inner_interceptor_sees_the_ports_an_outer_one_gave() -> None:
     assert ok(report.result).primary_output_text == "from the outer interceptor"
 
 
+@pytest.mark.decision("D252")
 async def test_proceed_runs_the_turn_once() -> None:
     class Twice:
         async def intercept(self, call: TurnCall, proceed: Proceed) -> TurnReport:
@@ -170,6 +178,7 @@ async def test_proceed_runs_the_turn_once() -> None:
         await with_interceptors(Twice()).run({"Instruction": "hi"}, CALLER)
 
 
+@pytest.mark.decision("D252")
 async def test_a_stored_answer_runs_no_interceptor() -> None:
     log: list[str] = []
     pipeline = with_interceptors(
@@ -187,6 +196,7 @@ async def test_a_stored_answer_runs_no_interceptor() -> None:
     assert log == []
 
 
+@pytest.mark.decision("D252")
 async def test_a_malformed_idempotency_key_runs_no_interceptor() -> None:
     log: list[str] = []
 
@@ -198,6 +208,7 @@ async def test_a_malformed_idempotency_key_runs_no_interceptor() -> None:
     assert log == []
 
 
+@pytest.mark.decision("D252")
 async def test_a_recorder_is_an_interceptor_and_the_pipeline_knows_no_recording() -> None:
     parameters = inspect.signature(Pipeline).parameters
     tooling = [
@@ -214,6 +225,7 @@ async def test_a_recorder_is_an_interceptor_and_the_pipeline_knows_no_recording(
     assert tooling == []
 
 
+@pytest.mark.decision("D252")
 async def test_embedded_pipeline_composes_the_recorder_outside_the_hosts_interceptors() -> None:
     log: list[str] = []
     recordings: list[object] = []

@@ -33,9 +33,10 @@ def test_request_text_with_a_non_json_constant_is_refused(constant: str) -> None
 @pytest.mark.parametrize("constant", CONSTANTS)
 def test_tool_result_json_with_a_non_json_constant_is_refused(constant: str) -> None:
     data = {
-        "SessionId": "s", "TurnId": "t",
+        "SessionId": "s",
+        "TurnId": "t",
         "ToolResults": [{"ToolCallId": "c", "ExecutionMs": 1, "ResultJson": constant}],
-    }  # fmt: skip
+    }
 
     assert parse_request(data).rule_ids == ("AGN-034/5/result-json-valid",)
 
@@ -51,9 +52,11 @@ def test_manifest_result_json_with_nan_is_refused() -> None:
 @pytest.mark.decision("D22")
 def test_response_tool_call_arguments_with_nan_are_refused() -> None:
     response = AgentExecuteResponse.client_tool_continuation(
-        session_id="s", turn_id="t", mode_display_name="General",
+        session_id="s",
+        turn_id="t",
+        mode_display_name="General",
         tool_calls=[ToolCall(tool_call_id="c", name="n", arguments_json='{"x": NaN}')],
-    )  # fmt: skip
+    )
 
     assert validate_response(response).rule_ids == ("AGN-033/5.1/arguments-json-object",)
 

@@ -383,11 +383,18 @@ async def test_a_server_tool_within_its_timeout_answers_and_its_own_timeout_is_i
     "reply",
     [
         LLMReply(text="x" * 101),
-        LLMReply(tool_calls=[ToolCall(tool_call_id="c1", name="slow_lookup",
-                                      arguments_json=json.dumps({"q": "y" * 90}))]),
+        LLMReply(
+            tool_calls=[
+                ToolCall(
+                    tool_call_id="c1",
+                    name="slow_lookup",
+                    arguments_json=json.dumps({"q": "y" * 90}),
+                )
+            ]
+        ),
     ],
     ids=["text", "tool-arguments"],
-)  # fmt: skip
+)
 async def test_a_model_reply_over_the_size_limit_faults_the_turn_without_another_try(
     reply: LLMReply,
 ) -> None:
@@ -548,8 +555,10 @@ async def test_the_openai_adapter_stops_reading_an_endless_chunked_reply() -> No
         nonlocal sent
         while (await reader.readline()).strip():
             pass  # the request's headers; its body is never needed
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                     b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
         chunk = b'{"padding": "' + b"x" * 8192
         try:
             while sent < 50_000_000:  # a backstop: the client must stop long before

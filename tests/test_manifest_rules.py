@@ -91,20 +91,33 @@ BROKEN = [
     ManifestCase("AGN-036/5/count-match", "missing-result", _drop_last_result),
     ManifestCase("AGN-036/5/count-match", "extra-result", _add_result),
     ManifestCase("AGN-036/5/order-match", "swapped", _swap, "call-2", "list_dir"),
-    ManifestCase("AGN-036/5/ids-unique", "repeated-result", _repeat_result, "call-1", None,
-                 decisions=("D13",)),
-    ManifestCase("AGN-036/5/ids-unique", "repeated-call", _repeat_call, "call-1", None,
-                 decisions=("D13",)),
+    ManifestCase(
+        "AGN-036/5/ids-unique",
+        "repeated-result",
+        _repeat_result,
+        "call-1",
+        None,
+        decisions=("D13",),
+    ),
+    ManifestCase(
+        "AGN-036/5/ids-unique", "repeated-call", _repeat_call, "call-1", None, decisions=("D13",)
+    ),
     ManifestCase("AGN-036/5/id-match", "unknown-id", _rename_id, "call-unknown", "read_file"),
     ManifestCase("AGN-036/5/name-match", "other-name", _rename_tool, "call-2", "list_dir"),
     ManifestCase("AGN-036/5/name-match", "no-name", _no_name, "call-2", "list_dir"),
-    ManifestCase("AGN-036/5/result-json-present", "none", _result_json(None), "call-2",
-                 "list_dir"),
-    ManifestCase("AGN-036/5/result-json-present", "blank", _result_json("  "), "call-2",
-                 "list_dir"),
-    ManifestCase("AGN-036/5/result-json-valid", "malformed", _result_json("{oops"), "call-2",
-                 "list_dir", decisions=("D13",)),
-]  # fmt: skip
+    ManifestCase("AGN-036/5/result-json-present", "none", _result_json(None), "call-2", "list_dir"),
+    ManifestCase(
+        "AGN-036/5/result-json-present", "blank", _result_json("  "), "call-2", "list_dir"
+    ),
+    ManifestCase(
+        "AGN-036/5/result-json-valid",
+        "malformed",
+        _result_json("{oops"),
+        "call-2",
+        "list_dir",
+        decisions=("D13",),
+    ),
+]
 
 HOLDS = [
     ManifestCase(rule_id, variant, change)
@@ -213,10 +226,12 @@ def test_r3_result_with_neither_or_both_outcomes_is_a_hard_fault(
     results = _results(
         ToolResult(tool_call_id="call-1", execution_ms=1, result_json="{}"),
         ToolResult(
-            tool_call_id="call-2", execution_ms=1, result_json=result_json,
+            tool_call_id="call-2",
+            execution_ms=1,
+            result_json=result_json,
             error_message=error_message,
         ),
-    )  # fmt: skip
+    )
 
     result = validate_tool_call_manifest(manifest_for(PENDING_CALLS, results))
 
@@ -227,9 +242,11 @@ def test_r3_result_with_neither_or_both_outcomes_is_a_hard_fault(
 # --- DESIGN R10: the pending-turn protocol ---------------------------------------------
 
 PENDING = Turn(
-    id="t1", session_id="s", status=TurnStatus.AWAITING_CLIENT_TOOLS,
+    id="t1",
+    session_id="s",
+    status=TurnStatus.AWAITING_CLIENT_TOOLS,
     pending_tool_calls=list(PENDING_CALLS),
-)  # fmt: skip
+)
 COMPLETED = Turn(id="t1", session_id="s", status=TurnStatus.COMPLETED)
 FOLLOW_ON = ContextType.FOLLOW_ON
 CONTINUATION = ContextType.CLIENT_TOOL_CALL_CONTINUATION
@@ -254,10 +271,13 @@ def test_r10_follow_on_naming_a_completed_turn_is_accepted() -> None:
 @pytest.mark.rule("DESIGN/R10/continuation-turn-pending", "broken")
 @pytest.mark.parametrize(
     "turn",
-    [COMPLETED, Turn(id="t1", session_id="s", status=TurnStatus.OPEN),
-     Turn(id="t1", session_id="s", status=TurnStatus.AWAITING_CLIENT_TOOLS)],
+    [
+        COMPLETED,
+        Turn(id="t1", session_id="s", status=TurnStatus.OPEN),
+        Turn(id="t1", session_id="s", status=TurnStatus.AWAITING_CLIENT_TOOLS),
+    ],
     ids=["completed", "open", "awaiting-nothing"],
-)  # fmt: skip
+)
 def test_r10_continuation_naming_a_turn_that_awaits_nothing_is_rejected(turn: Turn) -> None:
     result = validate_turn_protocol(CONTINUATION, turn)
 

@@ -636,12 +636,16 @@ async def test_the_key_comes_from_the_environment_or_a_placeholder(
 async def test_a_pipeline_runs_a_server_round_a_client_call_and_its_continuation() -> None:
     checklist = {"checklist": ["tests?", "names?"]}
     script: list[dict[str, Any]] = [
-        {"tool_calls": [{"id": "k1", "name": "review_checklist", "arguments": {}}],
-         "usage": {"prompt_tokens": 10, "completion_tokens": 2}},
-        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "a.py"}}],
-         "usage": {"prompt_tokens": 20, "completion_tokens": 3}},
+        {
+            "tool_calls": [{"id": "k1", "name": "review_checklist", "arguments": {}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+        },
+        {
+            "tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "a.py"}}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 3},
+        },
         {"text": "Looks fine.", "usage": {"prompt_tokens": 30, "completion_tokens": 4}},
-    ]  # fmt: skip
+    ]
 
     async def review_checklist(arguments: dict[str, Any], invocation: Any) -> str:
         return json.dumps(checklist)

@@ -22,8 +22,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     (built,) = out.glob("aptix_pipeline-*.whl")
     return built
 

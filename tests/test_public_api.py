@@ -21,12 +21,14 @@ from aptix_pipeline import contracts, engine
 from aptix_pipeline.contracts import ports
 
 
+@pytest.mark.decision("D250")
 def test_every_root_name_resolves() -> None:
     missing = [name for name in aptix_pipeline.__all__ if not hasattr(aptix_pipeline, name)]
 
     assert missing == []
 
 
+@pytest.mark.decision("D250")
 def test_every_port_protocol_and_port_error_is_at_the_root() -> None:
     protocols = {
         name
@@ -41,17 +43,32 @@ def test_every_port_protocol_and_port_error_is_at_the_root() -> None:
     assert protocols <= set(aptix_pipeline.__all__)
 
 
+@pytest.mark.decision("D250")
 def test_every_value_a_port_carries_is_at_the_root() -> None:
     carried = {
-        "LLMRequest", "LLMReply", "ChatMessage", "ChatRole", "ToolDefinition", "ToolInvocation",
-        "ModeSpec", "AgentContext", "ConversationContext", "Session", "Turn", "ModeHistoryEntry",
-        "StoredOutcome", "ToolCall", "ToolResult", "Usage",
-    }  # fmt: skip
+        "LLMRequest",
+        "LLMReply",
+        "ChatMessage",
+        "ChatRole",
+        "ToolDefinition",
+        "ToolInvocation",
+        "ModeSpec",
+        "AgentContext",
+        "ConversationContext",
+        "Session",
+        "Turn",
+        "ModeHistoryEntry",
+        "StoredOutcome",
+        "ToolCall",
+        "ToolResult",
+        "Usage",
+    }
 
     assert carried <= set(aptix_pipeline.__all__)
     assert all(getattr(aptix_pipeline, name) is getattr(contracts, name) for name in carried)
 
 
+@pytest.mark.decision("D250")
 def test_every_event_type_is_at_the_root() -> None:
     events = {
         name
@@ -67,16 +84,31 @@ def test_every_event_type_is_at_the_root() -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "Pipeline", "PipelineOptions", "Caller", "Ports", "TurnReport", "Telemetry",
-        "AgentExecuteRequest", "AgentExecuteResponse", "InvokeResult", "InvokeError",
-        "embedded_pipeline", "RecordingOptions", "TurnRecording", "replay", "assert_replays",
-        "pipeline_diagram", "Listener",
+        "Pipeline",
+        "PipelineOptions",
+        "Caller",
+        "Ports",
+        "TurnReport",
+        "Telemetry",
+        "AgentExecuteRequest",
+        "AgentExecuteResponse",
+        "InvokeResult",
+        "InvokeError",
+        "embedded_pipeline",
+        "RecordingOptions",
+        "TurnRecording",
+        "replay",
+        "assert_replays",
+        "pipeline_diagram",
+        "Listener",
     ],
-)  # fmt: skip
+)
+@pytest.mark.decision("D250")
 def test_a_host_word_is_at_the_root(name: str) -> None:
     assert name in aptix_pipeline.__all__
 
 
+@pytest.mark.decision("D250")
 def test_root_names_are_the_subpackages_own_objects() -> None:
     assert aptix_pipeline.Pipeline is engine.Pipeline
     assert aptix_pipeline.Caller is contracts.Caller
@@ -90,6 +122,7 @@ def _printed_by(code: str) -> str:
     return run.stdout.strip()
 
 
+@pytest.mark.decision("D250")
 def test_importing_the_root_loads_only_its_lazy_table() -> None:
     loaded = _printed_by(
         "import sys, aptix_pipeline; "
@@ -99,6 +132,7 @@ def test_importing_the_root_loads_only_its_lazy_table() -> None:
     assert loaded == "['aptix_pipeline.lazy']"
 
 
+@pytest.mark.decision("D250")
 def test_an_adapter_name_loads_only_its_adapter() -> None:
     heavy = _printed_by(
         "import sys, aptix_pipeline; aptix_pipeline.MemoryStore; "
@@ -108,10 +142,12 @@ def test_an_adapter_name_loads_only_its_adapter() -> None:
     assert heavy == "False"
 
 
+@pytest.mark.decision("D250")
 def test_dir_of_the_root_lists_its_lazy_names() -> None:
     assert {"Pipeline", "embedded_pipeline", "replay"} <= set(dir(aptix_pipeline))
 
 
+@pytest.mark.decision("D250")
 def test_the_root_docstring_example_runs() -> None:
     namespace: dict[str, object] = {}
     docstring = aptix_pipeline.__doc__ or ""

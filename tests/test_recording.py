@@ -69,8 +69,9 @@ NO_WAIT = PipelineOptions(retry_wait_seconds=0, retry_max_wait_seconds=0)
 
 async def record(request: Any = None, replies: Any = None, **kwargs: Any) -> TurnRecording:
     """Record one turn on a fresh memory store; its recording."""
-    pipeline = recording_pipeline(MemoryStore(), [text("Hi.")] if replies is None else replies,
-                                  **kwargs)  # fmt: skip
+    pipeline = recording_pipeline(
+        MemoryStore(), [text("Hi.")] if replies is None else replies, **kwargs
+    )
     report = await pipeline.run({"Instruction": "hello"} if request is None else request, CALLER)
     assert report.recording is not None
     return report.recording
@@ -127,8 +128,9 @@ async def test_a_request_model_is_recorded_as_its_wire_form() -> None:
 
 @pytest.mark.decision("D124")
 async def test_the_recording_names_engine_caller_mode_options_and_what_the_ports_were() -> None:
-    options = PipelineOptions(max_server_tool_rounds=3, retry_wait_seconds=0,
-                              retry_max_wait_seconds=0)  # fmt: skip
+    options = PipelineOptions(
+        max_server_tool_rounds=3, retry_wait_seconds=0, retry_max_wait_seconds=0
+    )
     pipeline = recording_pipeline(MemoryStore(), [text("ok")], options=options)
 
     report = await pipeline.run({"Instruction": "hi"}, CALLER, initial_mode="review")
@@ -179,18 +181,30 @@ async def test_calls_are_numbered_in_order_and_named_by_the_step_that_made_them(
         ("complete", "SessionTransaction.commit"),
     ]
     steps = [c.step for c in recording.calls]
-    machine_order = ["request_handler", "agent_context_resolver", "agent_session_creator",
-                     "reasoner", "llm_client", "response_builder", "complete"]  # fmt: skip
+    machine_order = [
+        "request_handler",
+        "agent_context_resolver",
+        "agent_session_creator",
+        "reasoner",
+        "llm_client",
+        "response_builder",
+        "complete",
+    ]
     assert list(dict.fromkeys(steps)) == machine_order
     # The server tool's run: its arguments and its result, timed by the clock.
     [add] = [c for c in recording.calls if c.port == "ToolExecutor"]
     assert (add.step, add.call, add.args["arguments"], add.answer) == (
-        "llm_client", "Add", {"a": 1, "b": 2}, '{"result": 3}',
-    )  # fmt: skip
+        "llm_client",
+        "Add",
+        {"a": 1, "b": 2},
+        '{"result": 3}',
+    )
     assert add.args["invocation"]["ToolCallId"] == "a1"
     models = [c for c in recording.calls if c.name == "LLM.complete"]
-    assert [m.answer["ToolCalls"][0]["Name"] if m.answer["ToolCalls"] else m.answer["Text"]
-            for m in models] == ["Math", "Add", "3"]  # fmt: skip
+    assert [
+        m.answer["ToolCalls"][0]["Name"] if m.answer["ToolCalls"] else m.answer["Text"]
+        for m in models
+    ] == ["Math", "Add", "3"]
 
 
 @pytest.mark.decision("D107")
@@ -221,9 +235,11 @@ async def test_a_failed_turn_ends_with_the_rollback_after_the_machine_stopped() 
 async def test_a_raising_port_is_recorded_with_its_exception_and_replays_it() -> None:
     base = recording_pipeline(MemoryStore(), [text("never")])
     pipeline = Pipeline(
-        replace(base.ports, modes=FailingModes()), base.options,
-        telemetry=Telemetry.off(), interceptors=[Recorder()],
-    )  # fmt: skip
+        replace(base.ports, modes=FailingModes()),
+        base.options,
+        telemetry=Telemetry.off(),
+        interceptors=[Recorder()],
+    )
 
     report = await pipeline.run({"Instruction": "hi"}, CALLER)
 
@@ -233,9 +249,10 @@ async def test_a_raising_port_is_recorded_with_its_exception_and_replays_it() ->
     assert raised.name == "ModeCatalog.get_mode"
     assert raised.answer is None
     assert raised.error == RecordedError(
-        "ConnectionError", "catalog service unreachable",
+        "ConnectionError",
+        "catalog service unreachable",
         ("ConnectionError", "OSError", "Exception", "BaseException"),
-    )  # fmt: skip
+    )
     assert "answer" not in raised.to_dict()
     assert raised.to_dict()["error"]["type"] == "ConnectionError"
     outcome = await replay(recording)
@@ -266,8 +283,10 @@ async def test_a_replayed_permanent_error_is_not_retried_and_a_transient_one_is(
     assert failed.error is not None
     assert "PermanentPortError" in failed.error.classes
     assert [c.error is not None for c in transient.calls if c.name == "LLM.complete"] == [
-        True, True, False,
-    ]  # fmt: skip
+        True,
+        True,
+        False,
+    ]
     for recording, attempts in ((permanent, 1), (transient, 3)):
         outcome = await replay(recording)
         assert outcome.ok, outcome.divergence
@@ -280,8 +299,10 @@ async def test_a_replayed_commit_conflict_is_a_conflict() -> None:
     base = recording_pipeline(MemoryStore(), [text("lost")])
     conflicted = Pipeline(
         replace(base.ports, store=CommitFailingStore(MemoryStore(), StoreConflictError("won"))),
-        base.options, telemetry=Telemetry.off(), interceptors=[Recorder()],
-    )  # fmt: skip
+        base.options,
+        telemetry=Telemetry.off(),
+        interceptors=[Recorder()],
+    )
     report = await conflicted.run({"Instruction": "hi"}, CALLER)
     assert report.recording is not None
     assert report.result.errors[0].code is ErrorCode.CONFLICT
@@ -405,9 +426,10 @@ async def test_a_failing_sink_or_unwritable_folder_never_fails_the_turn(
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     options = (
-        RecordingOptions(sink=broken_sink) if where == "sink"
+        RecordingOptions(sink=broken_sink)
+        if where == "sink"
         else RecordingOptions(directory=blocker / "recordings")
-    )  # fmt: skip
+    )
     plain = await recording_pipeline(MemoryStore(), [text("Hi.")]).run(
         {"Instruction": "hello"}, CALLER
     )
@@ -451,23 +473,30 @@ async def echo(arguments: dict[str, Any], invocation: Any) -> str:
 async def content_session(options: RecordingOptions) -> list[TurnRecording]:
     """An Initial turn and its continuation, full of user content; their recordings."""
     script = [
-        calls(change_mode("m1", "general", SECRETS["mode change reason"]),
-              call("s1", "review_checklist", {"note": SECRETS["server tool argument"]}),
-              text=SECRETS["model text"]),
-        calls(call("r1", "read_file", {"path": SECRETS["client arguments"]}),
-              call("r2", "run_tests", {"pattern": SECRETS["client arguments"]})),
+        calls(
+            change_mode("m1", "general", SECRETS["mode change reason"]),
+            call("s1", "review_checklist", {"note": SECRETS["server tool argument"]}),
+            text=SECRETS["model text"],
+        ),
+        calls(
+            call("r1", "read_file", {"path": SECRETS["client arguments"]}),
+            call("r2", "run_tests", {"pattern": SECRETS["client arguments"]}),
+        ),
         text(SECRETS["final answer"]),
-    ]  # fmt: skip
+    ]
     pipeline = recording_pipeline(
         MemoryStore(), script, recording=options, tools={"review_checklist": echo}
     )
     request = content_request(SECRETS)
     first = await pipeline.run(request, CALLER, initial_mode="review")
     results = (
-        {"ToolCallId": "r1", "ExecutionMs": 1,
-         "ResultJson": json.dumps({"out": SECRETS["client tool result"]})},
+        {
+            "ToolCallId": "r1",
+            "ExecutionMs": 1,
+            "ResultJson": json.dumps({"out": SECRETS["client tool result"]}),
+        },
         {"ToolCallId": "r2", "ExecutionMs": 1, "ErrorMessage": SECRETS["client tool error"]},
-    )  # fmt: skip
+    )
     second = await pipeline.run(continuation(ok(first.result), *results), CALLER)
     ok(second.result)
     recordings = [first.recording, second.recording]
@@ -490,9 +519,21 @@ async def test_a_redacted_recording_holds_no_user_content_but_every_id_mode_and_
     assert secrets_in(redacted) == set()
     assert all(r.redacted for r in redacted)
     dumped = "".join(r.to_json() for r in redacted)
-    for kept in ("session-1", "turn-1", "correlation-2", "review", "agent_change_mode",
-                 "read_file", "run_tests", "review_checklist", "img-1", "acme", "ana",
-                 "AGN-036/4.9/POST/exactly-one-outcome", "2026-01-01T00:00:00Z"):  # fmt: skip
+    for kept in (
+        "session-1",
+        "turn-1",
+        "correlation-2",
+        "review",
+        "agent_change_mode",
+        "read_file",
+        "run_tests",
+        "review_checklist",
+        "img-1",
+        "acme",
+        "ana",
+        "AGN-036/4.9/POST/exactly-one-outcome",
+        "2026-01-01T00:00:00Z",
+    ):
         assert kept in dumped, kept
     assert "notes.txt" not in dumped  # a file's path and name are the user's too
     assert REDACTED in dumped
@@ -508,8 +549,10 @@ async def test_redaction_keeps_base64_valid_and_the_mode_of_a_mode_change() -> N
     [mode_change] = [c for c in first.calls if c.name == "SessionTransaction.set_session_mode"]
     entry = mode_change.args["entry"]
     assert (entry["PreviousMode"], entry["NewMode"], entry["Reason"]) == (
-        "review", "general", REDACTED,
-    )  # fmt: skip
+        "review",
+        "general",
+        REDACTED,
+    )
     models = [c for c in first.calls if c.name == "LLM.complete"]
     [wire_call] = [t for t in models[0].answer["ToolCalls"] if t["Name"] == "agent_change_mode"]
     assert json.loads(wire_call["ArgumentsJson"]) == {"mode": "general", "reason": REDACTED}
@@ -564,11 +607,14 @@ async def test_a_redacted_recording_still_diverges_when_the_code_changes() -> No
 async def test_a_trace_with_content_capture_replays_plain_and_redacted() -> None:
     for redact in (False, True):
         pipeline = recording_pipeline(
-            MemoryStore(), [calls(change_mode("m1", "review", SECRETS["mode change reason"])),
-                            text(SECRETS["final answer"])],
+            MemoryStore(),
+            [
+                calls(change_mode("m1", "review", SECRETS["mode change reason"])),
+                text(SECRETS["final answer"]),
+            ],
             telemetry=Telemetry(spans=False, capture_content=True),
             recording=RecordingOptions(redact=redact),
-        )  # fmt: skip
+        )
         report = await pipeline.run({"Instruction": SECRETS["instruction"]}, CALLER)
         recording = report.recording
         assert recording is not None
@@ -601,27 +647,42 @@ async def test_the_json_form_is_versioned_with_keys_in_a_fixed_order() -> None:
 
     assert data["format"] == RECORDING_FORMAT == "aptix.turn-recording/1"
     assert list(data) == [
-        "format", "engine_version", "redacted", "config_digest", "caller", "initial_mode",
-        "options", "provider_name", "server_tools", "trace_content", "request", "calls",
-        "trace", "result",
-    ]  # fmt: skip
+        "format",
+        "engine_version",
+        "redacted",
+        "config_digest",
+        "caller",
+        "initial_mode",
+        "options",
+        "provider_name",
+        "server_tools",
+        "trace_content",
+        "request",
+        "calls",
+        "trace",
+        "result",
+    ]
     assert list(data["calls"][0]) == ["n", "step", "port", "call", "args", "answer"]
 
 
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda d: {**d, "format": "aptix.turn-recording/2"},
-         "not a aptix.turn-recording/1 recording (format 'aptix.turn-recording/2')"),
+        (
+            lambda d: {**d, "format": "aptix.turn-recording/2"},
+            "not a aptix.turn-recording/1 recording (format 'aptix.turn-recording/2')",
+        ),
         (lambda d: {k: v for k, v in d.items() if k != "format"}, "(format None)"),
         (lambda d: {k: v for k, v in d.items() if k != "calls"}, "missing or bad 'calls'"),
         (lambda d: {k: v for k, v in d.items() if k != "caller"}, "missing or bad 'caller'"),
-        (lambda d: {**d, "request": {"json": {}, "text": ""}},
-         "request must hold exactly one of json, text, base64"),
+        (
+            lambda d: {**d, "request": {"json": {}, "text": ""}},
+            "request must hold exactly one of json, text, base64",
+        ),
         (lambda d: [d], "a turn recording is a JSON object, not list"),
     ],
     ids=["other-format", "no-format", "no-calls", "no-caller", "two-requests", "not-object"],
-)  # fmt: skip
+)
 async def test_from_dict_refuses_what_is_not_a_recording_naming_it(edit: Any, message: str) -> None:
     data = (await record()).to_dict()
 
@@ -630,9 +691,10 @@ async def test_from_dict_refuses_what_is_not_a_recording_naming_it(edit: Any, me
 
 
 @pytest.mark.parametrize(
-    "content", [b"{not json", b"\xff\xfe", b'{"format": "something else"}'],
+    "content",
+    [b"{not json", b"\xff\xfe", b'{"format": "something else"}'],
     ids=["not-json", "not-utf8", "other-format"],
-)  # fmt: skip
+)
 def test_load_names_the_file_that_is_not_a_recording(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "bad.json"
     path.write_bytes(content)
@@ -660,10 +722,12 @@ async def test_a_session_on_a_sqlite_file_replays_with_no_store_at_all(tmp_path:
         assert outcome.ok, outcome.divergence
     appended = [
         message
-        for report in reports[:2] if report.recording is not None
-        for c in report.recording.calls if c.name == "SessionTransaction.append_transcript"
+        for report in reports[:2]
+        if report.recording is not None
+        for c in report.recording.calls
+        if c.name == "SessionTransaction.append_transcript"
         for message in c.args["messages"]
-    ]  # fmt: skip
+    ]
     follow_on = reports[2].recording
     assert follow_on is not None
     [loaded] = [c for c in follow_on.calls if c.name == "SessionTransaction.load_transcript"]

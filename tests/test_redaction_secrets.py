@@ -185,48 +185,86 @@ def initial_request() -> dict[str, Any]:
     return {
         "Instruction": s["instruction"],
         "InputArtifacts": [
-            {"RelativePath": path,
-             "FileName": s["artifact file name"], "Contents": s["artifact contents"],
-             "Origin": "user", "MimeType": f"text/{s['artifact mime type']}",
-             "Language": s["artifact language"]},
-            {"RelativePath": "b.bin", "FileName": "b.bin", "Contents": b64(s["base64 artifact"]),
-             "Origin": "ide", "Encoding": "base64"},
+            {
+                "RelativePath": path,
+                "FileName": s["artifact file name"],
+                "Contents": s["artifact contents"],
+                "Origin": "user",
+                "MimeType": f"text/{s['artifact mime type']}",
+                "Language": s["artifact language"],
+            },
+            {
+                "RelativePath": "b.bin",
+                "FileName": "b.bin",
+                "Contents": b64(s["base64 artifact"]),
+                "Origin": "ide",
+                "Encoding": "base64",
+            },
         ],
-        "ClipboardImages": [{"Id": "img-1", "MimeType": f"image/{s['image mime type']}",
-                             "DataBase64": b64(s["image data"])}],
-        "RagScope": [{"Key": s["rag key"], "Operator": "contains",
-                      "Values": [s["rag value"], s["rag value 2"]]}],
+        "ClipboardImages": [
+            {
+                "Id": "img-1",
+                "MimeType": f"image/{s['image mime type']}",
+                "DataBase64": b64(s["image data"]),
+            }
+        ],
+        "RagScope": [
+            {
+                "Key": s["rag key"],
+                "Operator": "contains",
+                "Values": [s["rag value"], s["rag value 2"]],
+            }
+        ],
         "SolutionContextText": s["solution context"],
-        "WorkspaceHints": {"WorkspaceId": s["workspace id"],
-                           "RepositoryName": s["repository name"],
-                           "LanguageHint": s["language hint"]},
-    }  # fmt: skip
+        "WorkspaceHints": {
+            "WorkspaceId": s["workspace id"],
+            "RepositoryName": s["repository name"],
+            "LanguageHint": s["language hint"],
+        },
+    }
 
 
 def refused_request() -> dict[str, Any]:
     """A request refused for an absolute path and a MIME type that is no image's."""
     return {
         "Instruction": SECRETS["refused instruction"],
-        "InputArtifacts": [{"RelativePath": f"/{SECRETS['refused absolute path']}",
-                            "FileName": "x", "Contents": "x", "Origin": "user"}],
-        "ClipboardImages": [{"Id": "i", "MimeType": SECRETS["refused mime type"],
-                             "DataBase64": REDACTED_BASE64}],
-    }  # fmt: skip
+        "InputArtifacts": [
+            {
+                "RelativePath": f"/{SECRETS['refused absolute path']}",
+                "FileName": "x",
+                "Contents": "x",
+                "Origin": "user",
+            }
+        ],
+        "ClipboardImages": [
+            {"Id": "i", "MimeType": SECRETS["refused mime type"], "DataBase64": REDACTED_BASE64}
+        ],
+    }
 
 
 SCRIPT = [
-    calls(change_mode("m1", "review", SECRETS["mode change reason"]),
-          call("s1", "lookup", {"query": SECRETS["server argument value"],
-                                "amount": int(SECRETS["server argument number"]),
-                                SECRETS["server argument key"]: True}),
-          call("s2", "explode"),
-          text=SECRETS["model text"]),
-    calls(call("r1", "read_file", {"path": SECRETS["client argument path"]}),
-          call("r2", "run_tests", {"pattern": SECRETS["client argument pattern"]}),
-          text=SECRETS["model text 2"]),
+    calls(
+        change_mode("m1", "review", SECRETS["mode change reason"]),
+        call(
+            "s1",
+            "lookup",
+            {
+                "query": SECRETS["server argument value"],
+                "amount": int(SECRETS["server argument number"]),
+                SECRETS["server argument key"]: True,
+            },
+        ),
+        call("s2", "explode"),
+        text=SECRETS["model text"],
+    ),
+    calls(
+        call("r1", "read_file", {"path": SECRETS["client argument path"]}),
+        call("r2", "run_tests", {"pattern": SECRETS["client argument pattern"]}),
+        text=SECRETS["model text 2"],
+    ),
     text(SECRETS["final answer"]),
     text(SECRETS["follow-on answer"]),
-]  # fmt: skip
+]
 
 
 async def planted_session(spans: Recorded, *, redact: bool = True) -> list[TurnReport]:
@@ -241,12 +279,19 @@ async def planted_session(spans: Recorded, *, redact: bool = True) -> list[TurnR
     )
     first = await pipeline.run(initial_request(), CALLER, initial_mode="general")
     results = (
-        {"ToolCallId": "r1", "ExecutionMs": 3, "ResultJson": json.dumps({
-            SECRETS["client result key"]: SECRETS["client result value"],
-            "card": int(SECRETS["client result card number"]),
-            "amount": float(SECRETS["client result float"])})},
+        {
+            "ToolCallId": "r1",
+            "ExecutionMs": 3,
+            "ResultJson": json.dumps(
+                {
+                    SECRETS["client result key"]: SECRETS["client result value"],
+                    "card": int(SECRETS["client result card number"]),
+                    "amount": float(SECRETS["client result float"]),
+                }
+            ),
+        },
         {"ToolCallId": "r2", "ExecutionMs": 1, "ErrorMessage": SECRETS["client tool error"]},
-    )  # fmt: skip
+    )
     second = await pipeline.run(continuation(ok(first.result), *results), CALLER)
     later = follow_on(ok(second.result), SECRETS["follow-on instruction"])
     later["SolutionContextText"] = SECRETS["follow-on solution context"]
@@ -336,19 +381,36 @@ APTIX = Path(sys.executable).parent / "aptix"
 @pytest.mark.decision("D163")
 def test_aptix_run_report_and_redacted_recording_show_no_secret(tmp_path: Path) -> None:
     script = [
-        calls(change_mode("m1", "review", SECRETS["mode change reason"]),
-              call("r1", "read_file", {"path": SECRETS["client argument path"]}),
-              text=SECRETS["model text"]),
-    ]  # fmt: skip
+        calls(
+            change_mode("m1", "review", SECRETS["mode change reason"]),
+            call("r1", "read_file", {"path": SECRETS["client argument path"]}),
+            text=SECRETS["model text"],
+        ),
+    ]
     (tmp_path / "request.json").write_text(json.dumps(initial_request()))
     (tmp_path / "script.json").write_text(json.dumps(script))
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
 
     run = subprocess.run(
-        [str(APTIX), "run", "request.json", "--llm-script", "script.json", "--report",
-         "--store", f"sqlite:{tmp_path / 's.db'}", "--record", "rec", "--redact"],
-        capture_output=True, text=True, check=False, cwd=tmp_path, env=env,
-    )  # fmt: skip
+        [
+            str(APTIX),
+            "run",
+            "request.json",
+            "--llm-script",
+            "script.json",
+            "--report",
+            "--store",
+            f"sqlite:{tmp_path / 's.db'}",
+            "--record",
+            "rec",
+            "--redact",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        env=env,
+    )
 
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stderr)

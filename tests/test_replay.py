@@ -171,8 +171,9 @@ async def test_a_changed_prompt_is_an_arguments_divergence_at_the_first_model_ca
     first_llm = tools_recording.calls[index_of(tools_recording, "LLM.complete")]
     recorded_messages = first_llm.args["request"]["Messages"]
 
-    outcome = await replay(tools_recording, steps={S.PROMPT_CONTENT_PROVIDER_INITIALIZER:
-                                                   with_extra_message})  # fmt: skip
+    outcome = await replay(
+        tools_recording, steps={S.PROMPT_CONTENT_PROVIDER_INITIALIZER: with_extra_message}
+    )
 
     divergence = diverged(outcome)
     assert divergence.kind == "arguments"
@@ -205,8 +206,10 @@ async def test_a_step_making_an_extra_call_is_a_call_divergence_naming_both_call
     assert (divergence.kind, divergence.step) == ("call", "reasoner")
     assert (divergence.call_number, divergence.port_call) == (expected.n, "ModeCatalog.get_mode")
     assert divergence.expected == {
-        "call": "ModeCatalog.get_mode", "step": "reasoner", "args": {"mode": "general"},
-    }  # fmt: skip
+        "call": "ModeCatalog.get_mode",
+        "step": "reasoner",
+        "args": {"mode": "general"},
+    }
     assert divergence.actual == {"call": "ModeCatalog.list_modes", "step": "reasoner", "args": {}}
     described = divergence.describe()
     assert f"port call #{expected.n} during step reasoner: the code made another call" in described
@@ -243,8 +246,10 @@ async def test_recorded_calls_the_code_no_longer_makes_are_missing_calls(
 
     assert divergence.kind == "missing_calls"
     assert (divergence.call_number, divergence.port_call, divergence.step) == (
-        last.n + 1, "Clock.now", None,
-    )  # fmt: skip
+        last.n + 1,
+        "Clock.now",
+        None,
+    )
     assert divergence.expected == {"calls": ["Clock.now"]}
     assert f"the turn ended before port call #{last.n + 1} Clock.now" in divergence.describe()
 
@@ -259,8 +264,10 @@ async def test_a_call_past_the_recordings_end_is_an_extra_call(
 
     divergence = diverged(outcome)
     assert (divergence.kind, divergence.step, divergence.call_number) == (
-        "extra_call", "complete", None,
-    )  # fmt: skip
+        "extra_call",
+        "complete",
+        None,
+    )
     assert divergence.actual == {"call": "SessionTransaction.commit", "args": {}}
     assert "during step complete: the code made a port call the recording does not have" in (
         divergence.describe()
@@ -294,8 +301,10 @@ async def test_a_recording_edited_to_expect_other_arguments_names_the_argument(
 
     assert divergence.kind == "arguments"
     assert (divergence.call_number, divergence.port_call, divergence.step) == (
-        original.n, call_name, original.step,
-    )  # fmt: skip
+        original.n,
+        call_name,
+        original.step,
+    )
     assert (divergence.where, divergence.expected, divergence.actual) == (where, recorded, actual)
 
 
@@ -354,9 +363,10 @@ async def test_a_changed_trace_entry_names_the_step_it_belongs_to(
 ) -> None:
     data = tools_recording.trace.to_dict()
     index = next(
-        i for i, entry in enumerate(data["entries"])
+        i
+        for i, entry in enumerate(data["entries"])
         if entry.get("kind") == "llm_call" and entry.get("round") == 2
-    )  # fmt: skip
+    )
     data["entries"][index] = {**data["entries"][index], "messages": 99}
     edited = replace(tools_recording, trace=StateTrace.from_dict(data))
 
@@ -441,8 +451,9 @@ def test_assert_replays_passes_a_good_recording_and_raises_an_assertion_naming_a
 
 def test_assert_replays_takes_the_changed_steps(tools_recording: TurnRecording) -> None:
     with pytest.raises(ReplayDivergenceError, match="other arguments"):
-        assert_replays(tools_recording, steps={S.PROMPT_CONTENT_PROVIDER_INITIALIZER:
-                                               with_extra_message})  # fmt: skip
+        assert_replays(
+            tools_recording, steps={S.PROMPT_CONTENT_PROVIDER_INITIALIZER: with_extra_message}
+        )
 
 
 def test_replay_sync_runs_without_an_event_loop(tools_recording: TurnRecording) -> None:
@@ -456,8 +467,12 @@ def test_recordings_in_finds_json_files_in_folders_recursively_sorted(tmp_path: 
 
     found = recordings_in(tmp_path / "a", tmp_path / "b", tmp_path / "c.json")
 
-    assert found == [tmp_path / "a/0.json", tmp_path / "a/deep/1.json", tmp_path / "b/2.json",
-                     tmp_path / "c.json"]  # fmt: skip
+    assert found == [
+        tmp_path / "a/0.json",
+        tmp_path / "a/deep/1.json",
+        tmp_path / "b/2.json",
+        tmp_path / "c.json",
+    ]
     (tmp_path / "empty").mkdir()
     assert recordings_in(tmp_path / "empty") == []
 
@@ -479,8 +494,10 @@ def test_a_folder_of_recordings_runs_as_a_regression_suite(recordings_folder: Pa
     assert len(paths) == 3
     outcomes = [assert_replays(path) for path in paths]
     assert [o.recording.trace.context_type for o in outcomes] == [
-        "Initial", "ClientToolCallContinuation", "FollowOn",
-    ]  # fmt: skip
+        "Initial",
+        "ClientToolCallContinuation",
+        "FollowOn",
+    ]
 
 
 # === 5. the command line ========================================================================
@@ -492,9 +509,13 @@ def aptix(
     """Run the ``aptix`` console script."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     return subprocess.run(
-        [str(APTIX), *args], capture_output=True, text=True, check=False, cwd=cwd,
+        [str(APTIX), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
         env={**environment, **(env or {})},
-    )  # fmt: skip
+    )
 
 
 def record_with_the_cli(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -502,9 +523,17 @@ def record_with_the_cli(tmp_path: Path, *extra: str) -> subprocess.CompletedProc
     (tmp_path / "request.json").write_text(json.dumps({"Instruction": "SECRET-CLI-1"}))
     (tmp_path / "script.json").write_text(json.dumps([{"text": "SECRET-CLI-2"}]))
     return aptix(
-        "run", "request.json", "--llm-script", "script.json", "--store", "memory",
-        "--record", "rec", *extra, cwd=tmp_path,
-    )  # fmt: skip
+        "run",
+        "request.json",
+        "--llm-script",
+        "script.json",
+        "--store",
+        "memory",
+        "--record",
+        "rec",
+        *extra,
+        cwd=tmp_path,
+    )
 
 
 def test_aptix_run_records_a_turn_that_aptix_replay_replays(tmp_path: Path) -> None:
@@ -538,8 +567,16 @@ def test_redact_without_record_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "request.json").write_text(json.dumps({"Instruction": "hi"}))
     (tmp_path / "script.json").write_text(json.dumps([{"text": "x"}]))
 
-    result = CliRunner().invoke(app, ["run", str(tmp_path / "request.json"), "--llm-script",
-                                      str(tmp_path / "script.json"), "--redact"])  # fmt: skip
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(tmp_path / "request.json"),
+            "--llm-script",
+            str(tmp_path / "script.json"),
+            "--redact",
+        ],
+    )
 
     assert result.exit_code == 2
     assert "--redact applies to --record DIR" in result.stderr
@@ -609,8 +646,9 @@ def test_aptix_replay_diagram_draws_the_recorded_path_and_refuses_several_record
 
     other = replace(tools_recording, config_digest="sha256:other")
     write_recording(other, tmp_path / "one")
-    refused = CliRunner().invoke(app, ["replay", str(tmp_path / "one"), "--diagram",
-                                       str(tmp_path / "two.dot")])  # fmt: skip
+    refused = CliRunner().invoke(
+        app, ["replay", str(tmp_path / "one"), "--diagram", str(tmp_path / "two.dot")]
+    )
     assert refused.exit_code == 2
     assert "--diagram draws one turn; 2 recordings given" in refused.stderr
     assert not (tmp_path / "two.dot").exists()

@@ -13,9 +13,12 @@ from aptix_pipeline.validators import parse_response
 SHAPE = "AGN-033/3/response-shape"
 NOT_NULL = "AGN-033/3.5/absent-not-null"
 FILE = {
-    "Name": "report.pdf", "MimeType": "application/pdf", "Url": "https://files.example/r.pdf",
-    "SizeBytes": 1024, "ContentHash": "sha256:ab12",
-}  # fmt: skip
+    "Name": "report.pdf",
+    "MimeType": "application/pdf",
+    "Url": "https://files.example/r.pdf",
+    "SizeBytes": 1024,
+    "ContentHash": "sha256:ab12",
+}
 
 
 def _final() -> dict[str, Any]:
@@ -26,9 +29,11 @@ def _final() -> dict[str, Any]:
 
 def _continuation() -> dict[str, Any]:
     return AgentExecuteResponse.client_tool_continuation(
-        session_id="s", turn_id="t", mode_display_name="General",
+        session_id="s",
+        turn_id="t",
+        mode_display_name="General",
         tool_calls=[ToolCall(tool_call_id="c1", name="run", arguments_json="{}")],
-    ).to_wire()  # fmt: skip
+    ).to_wire()
 
 
 @pytest.mark.rule(SHAPE, "holds")
@@ -54,9 +59,15 @@ def test_a_conforming_response_parses_from_text_bytes_and_mapping(wire: dict[str
         ({"Files": [{**FILE, "ContentExpires": 1767225600}]}, "Files[0].ContentExpires"),
         ({"Files": [{**FILE, "ContentExpires": "next week"}]}, "Files[0].ContentExpires"),
     ],
-    ids=["snake-case-key", "unknown-key", "string-tokens", "file-ref-missing-fields",
-         "expiry-as-unix-number", "expiry-not-iso-8601"],
-)  # fmt: skip
+    ids=[
+        "snake-case-key",
+        "unknown-key",
+        "string-tokens",
+        "file-ref-missing-fields",
+        "expiry-as-unix-number",
+        "expiry-not-iso-8601",
+    ],
+)
 def test_a_response_outside_the_contract_names_the_field(
     change: dict[str, Any], field: str
 ) -> None:
@@ -93,7 +104,7 @@ def test_bucket_rules_apply_to_parsed_responses() -> None:
         ({"ModeDisplayName": ...}, "AGN-033/3.1/mode-display-name-present", "ModeDisplayName"),
     ],
     ids=["kind-outside-closed-set", "kind-null", "no-session-id", "no-turn-id", "no-mode-name"],
-)  # fmt: skip
+)
 def test_a_parse_error_on_metadata_or_kind_names_the_agn033_rule(
     change: dict[str, Any], rule_id: str, field: str
 ) -> None:
@@ -130,9 +141,15 @@ def test_content_expires_parses_from_iso_8601_text() -> None:
         ({**_continuation(), "Files": None}, "Files"),
         ({**_final(), "Files": [{**FILE, "Description": None}]}, "Files[0].Description"),
     ],
-    ids=["final-tool-calls", "final-message", "final-usage", "continuation-text",
-         "continuation-files", "nested-file-description"],
-)  # fmt: skip
+    ids=[
+        "final-tool-calls",
+        "final-message",
+        "final-usage",
+        "continuation-text",
+        "continuation-files",
+        "nested-file-description",
+    ],
+)
 def test_a_null_bucket_is_refused_because_absent_means_omitted(
     wire: dict[str, Any], field: str
 ) -> None:

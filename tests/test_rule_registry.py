@@ -49,6 +49,7 @@ def declared() -> dict[str, str]:
     return _rules_after("--every-module")
 
 
+@pytest.mark.decision("D253")
 @pytest.mark.parametrize(
     "imports",
     [
@@ -69,10 +70,12 @@ def test_all_rules_is_the_full_set_whatever_was_imported(
     assert len(rules) == len(declared)
 
 
+@pytest.mark.decision("D253")
 def test_this_process_sees_the_same_full_set(declared: dict[str, str]) -> None:
     assert {rule_id: r.module for rule_id, r in all_rules().items()} == declared
 
 
+@pytest.mark.decision("D253")
 def test_every_rule_is_declared_in_a_validators_module(declared: dict[str, str]) -> None:
     outside = {i: m for i, m in declared.items() if not m.startswith("aptix_pipeline.validators.")}
 
@@ -81,6 +84,7 @@ def test_every_rule_is_declared_in_a_validators_module(declared: dict[str, str])
     assert all_rules()[TURN_DEADLINE.id].module == "aptix_pipeline.validators.turn_work"
 
 
+@pytest.mark.decision("D253")
 def test_a_rule_declared_outside_the_validators_is_refused() -> None:
     with pytest.raises(ValueError, match="must be declared in"):
         rule(
@@ -94,6 +98,7 @@ def test_a_rule_declared_outside_the_validators_is_refused() -> None:
     assert "TEST/0/outside" not in all_rules()
 
 
+@pytest.mark.decision("D253")
 def test_a_rule_id_declared_twice_is_refused() -> None:
     with pytest.raises(ValueError, match="declared twice"):
         rule(

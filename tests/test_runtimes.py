@@ -216,8 +216,12 @@ async def test_the_runner_follows_a_transition_added_to_the_machine(runtime: str
     assert states == ("received", "checked", "detoured", "done")
     assert faulted is None
     assert taken == ["check", "detour", "finish"]
-    assert calls[:4] == ["check:on received->checked", "check:after", "cond:wants_detour",
-                         "detour:guard"]  # fmt: skip
+    assert calls[:4] == [
+        "check:on received->checked",
+        "check:after",
+        "cond:wants_detour",
+        "detour:guard",
+    ]
     assert calls[-2:] == ["detour:after", "finish:on detoured->done"]
     states, _, taken, _ = await _walk(machine, runtime, "straight")
     assert taken == ["check", "finish"]
@@ -254,8 +258,11 @@ async def test_a_failed_guard_faults_from_the_source_and_a_failed_exit_hook_from
 @pytest.mark.decision("D128")
 def test_a_callback_given_by_name_is_refused() -> None:
     a, b = State(initial=True), State(final=True)
-    machine = type("Named", (StateChart,), {"a": a, "b": b, "go": a.to(b, on="do_it"),
-                                            "do_it": lambda self: None})  # fmt: skip
+    machine = type(
+        "Named",
+        (StateChart,),
+        {"a": a, "b": b, "go": a.to(b, on="do_it"), "do_it": lambda self: None},
+    )
     with pytest.raises(MachineCompileError, match="'do_it' is given by name"):
         compile_machine(machine)
 
@@ -263,8 +270,9 @@ def test_a_callback_given_by_name_is_refused() -> None:
 @pytest.mark.decision("D128")
 def test_a_naming_convention_callback_is_refused() -> None:
     a, b = State(initial=True), State(final=True)
-    machine = type("Convention", (StateChart,), {"a": a, "b": b, "go": a.to(b),
-                                                 "on_go": lambda self: None})  # fmt: skip
+    machine = type(
+        "Convention", (StateChart,), {"a": a, "b": b, "go": a.to(b), "on_go": lambda self: None}
+    )
     with pytest.raises(MachineCompileError, match="on_go: naming-convention"):
         compile_machine(machine)
 
@@ -295,9 +303,11 @@ async def test_a_step_that_raises_is_an_internal_error_on_both_runtimes() -> Non
     results = []
     for runtime in RUNTIMES:
         pipeline, _ = make_pipeline(
-            MemoryStore(), [{"text": "hi"}], steps={PipelineStep.REASONER: broken},
+            MemoryStore(),
+            [{"text": "hi"}],
+            steps={PipelineStep.REASONER: broken},
             runtime=runtime,
-        )  # fmt: skip
+        )
         report = await pipeline.run({"Instruction": "hi"}, CALLER)
         assert [e.code for e in report.result.errors] == [ErrorCode.INTERNAL]
         assert report.states[-2:] == ("prompt_ready", "faulted")
@@ -321,6 +331,7 @@ def test_importing_the_engine_leaves_the_diagram_renderers_for_later() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.decision("D251")
 def test_the_runtime_imports_nothing_of_the_replay_tooling() -> None:
     import subprocess
     import sys
@@ -346,10 +357,15 @@ async def test_both_runtimes_emit_the_same_events(name: str) -> None:
             name, MemoryStore(), Recorded().telemetry(spans=False), runtime, [events.append]
         )
         heard[runtime] = [
-            (type(event).__name__,
-             {f.name: getattr(event, f.name) for f in dataclasses.fields(event)
-              if f.name != "run_id"})
+            (
+                type(event).__name__,
+                {
+                    f.name: getattr(event, f.name)
+                    for f in dataclasses.fields(event)
+                    if f.name != "run_id"
+                },
+            )
             for event in events
-        ]  # fmt: skip
+        ]
     assert heard["compiled"] == heard["statechart"]
     assert heard["compiled"][0][0] == "TurnStarted"

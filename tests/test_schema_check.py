@@ -23,16 +23,40 @@ from aptix_pipeline.contracts import ToolDefinition
 from aptix_pipeline.contracts.tools import _plainly_valid, _schema_problem
 
 _VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-3, 3), st.floats(-2, 2), st.text(max_size=3),
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(-2, 2),
+    st.text(max_size=3),
     st.lists(st.sampled_from(["a", "b", "a"]), max_size=3),
-    st.sampled_from(["object", "string", "number", "integer", "boolean", "null", "array",
-                     "strange"]),
-)  # fmt: skip
+    st.sampled_from(
+        ["object", "string", "number", "integer", "boolean", "null", "array", "strange"]
+    ),
+)
 _KEYS = st.sampled_from(
-    ["type", "properties", "required", "items", "additionalProperties", "enum", "description",
-     "title", "format", "minLength", "maxItems", "minimum", "exclusiveMaximum", "default",
-     "const", "examples", "pattern", "$ref", "oneOf", "minProperties"]
-)  # fmt: skip
+    [
+        "type",
+        "properties",
+        "required",
+        "items",
+        "additionalProperties",
+        "enum",
+        "description",
+        "title",
+        "format",
+        "minLength",
+        "maxItems",
+        "minimum",
+        "exclusiveMaximum",
+        "default",
+        "const",
+        "examples",
+        "pattern",
+        "$ref",
+        "oneOf",
+        "minProperties",
+    ]
+)
 
 
 def _schemas() -> st.SearchStrategy[Any]:
@@ -40,12 +64,14 @@ def _schemas() -> st.SearchStrategy[Any]:
         st.one_of(st.booleans(), st.dictionaries(_KEYS, _VALUES, max_size=4)),
         lambda inner: st.one_of(
             st.dictionaries(_KEYS, st.one_of(_VALUES, inner), max_size=4),
-            st.builds(lambda p, t: {"type": t, "properties": p},
-                      st.dictionaries(st.text(max_size=2), inner, max_size=3),
-                      st.sampled_from(["object", ["object", "null"], ["object", "object"]])),
+            st.builds(
+                lambda p, t: {"type": t, "properties": p},
+                st.dictionaries(st.text(max_size=2), inner, max_size=3),
+                st.sampled_from(["object", ["object", "null"], ["object", "object"]]),
+            ),
         ),
         max_leaves=8,
-    )  # fmt: skip
+    )
 
 
 def _jsonschema_accepts(schema: Any) -> bool:
@@ -66,13 +92,17 @@ def test_a_plainly_valid_schema_is_one_jsonschema_accepts(schema: Any) -> None:
 @pytest.mark.parametrize(
     "schema",
     [
-        {"type": "object", "properties": {"path": {"type": "string", "minLength": 1}},
-         "required": ["path"], "additionalProperties": False},
+        {
+            "type": "object",
+            "properties": {"path": {"type": "string", "minLength": 1}},
+            "required": ["path"],
+            "additionalProperties": False,
+        },
         {"type": ["string", "null"], "enum": ["a", None], "description": "d"},
         {"type": "array", "items": {"type": "number", "minimum": 0}},
         True,
     ],
-)  # fmt: skip
+)
 def test_plain_schemas_are_recognised(schema: Any) -> None:
     assert _plainly_valid(schema)
     assert _jsonschema_accepts(schema)

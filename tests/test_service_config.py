@@ -232,15 +232,24 @@ def test_idempotency_ttl_seconds_sets_how_long_stored_answers_hold(
 @pytest.mark.parametrize(
     ("text", "variable", "where"),
     [
-        ("[[auth.keys]]\norg = 'a'\nuser = 'b'\nkey_env = 'APTIX_KEY_ANA'\n", "APTIX_KEY_ANA",
-         "[auth].keys[0].key_env"),
-        ("[model]\nkind = 'openai'\nmodel = 'm'\napi_key_env = 'OPENAI_API_KEY'\n",
-         "OPENAI_API_KEY", "[model].api_key_env"),
-        ("[store]\nurl = 'postgresql://aptix@db/aptix'\npassword_env = 'APTIX_PG_PASSWORD'\n",
-         "APTIX_PG_PASSWORD", "[store].password_env"),
+        (
+            "[[auth.keys]]\norg = 'a'\nuser = 'b'\nkey_env = 'APTIX_KEY_ANA'\n",
+            "APTIX_KEY_ANA",
+            "[auth].keys[0].key_env",
+        ),
+        (
+            "[model]\nkind = 'openai'\nmodel = 'm'\napi_key_env = 'OPENAI_API_KEY'\n",
+            "OPENAI_API_KEY",
+            "[model].api_key_env",
+        ),
+        (
+            "[store]\nurl = 'postgresql://aptix@db/aptix'\npassword_env = 'APTIX_PG_PASSWORD'\n",
+            "APTIX_PG_PASSWORD",
+            "[store].password_env",
+        ),
         ("[store]\nurl_env = 'APTIX_STORE_URL'\n", "APTIX_STORE_URL", "[store].url_env"),
     ],
-)  # fmt: skip
+)
 def test_a_missing_environment_variable_is_named(
     tmp_path: Path, text: str, variable: str, where: str
 ) -> None:
@@ -368,9 +377,17 @@ def test_aptix_run_options_override_the_configs_model_and_store(tmp_path: Path) 
     (tmp_path / "request.json").write_text('{"Instruction": "hi"}', encoding="utf-8")
 
     run = _aptix(
-        tmp_path, "run", "request.json", "--config", str(path),
-        "--llm-script", "other.json", "--store", "memory", "--compact",
-    )  # fmt: skip
+        tmp_path,
+        "run",
+        "request.json",
+        "--config",
+        str(path),
+        "--llm-script",
+        "other.json",
+        "--store",
+        "memory",
+        "--compact",
+    )
 
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["Result"]["PrimaryOutputText"] == "from the option"
@@ -452,9 +469,13 @@ def test_aptix_run_with_the_configs_openai_compatible_model(tmp_path: Path) -> N
         (tmp_path / "request.json").write_text('{"Instruction": "hi"}', encoding="utf-8")
         run = subprocess.run(
             [str(APTIX), "run", "request.json", "--config", str(path), "--compact"],
-            capture_output=True, text=True, check=False, cwd=tmp_path, timeout=60,
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=tmp_path,
+            timeout=60,
             env={**os.environ, "APTIX_TEST_OPENAI_KEY": "sk-run"},
-        )  # fmt: skip
+        )
         calls = server.completions()
 
     assert run.returncode == 0, run.stderr

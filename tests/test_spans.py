@@ -58,17 +58,27 @@ from aptix_pipeline.steps import STEP_FUNCTIONS, TurnScope
 
 AGENT = "Aptix assistant"
 INITIAL_STEPS = [
-    "request_handler", "agent_context_resolver", "agent_session_creator",
-    "prompt_content_provider_initializer", "reasoner",
-]  # fmt: skip
+    "request_handler",
+    "agent_context_resolver",
+    "agent_session_creator",
+    "prompt_content_provider_initializer",
+    "reasoner",
+]
 FOLLOW_ON_STEPS = [
-    "request_handler", "session_restorer", "agent_context_loader",
-    "prompt_content_provider_initializer", "reasoner",
-]  # fmt: skip
+    "request_handler",
+    "session_restorer",
+    "agent_context_loader",
+    "prompt_content_provider_initializer",
+    "reasoner",
+]
 CONTINUATION_STEPS = [
-    "request_handler", "session_restorer", "client_tool_continuation_resolver",
-    "agent_context_loader", "prompt_content_provider_initializer", "reasoner",
-]  # fmt: skip
+    "request_handler",
+    "session_restorer",
+    "client_tool_continuation_resolver",
+    "agent_context_loader",
+    "prompt_content_provider_initializer",
+    "reasoner",
+]
 ROUND = ["llm_client", "server_tool_round"]
 ANSWER = ["llm_client", "response_builder", "complete"]
 
@@ -179,8 +189,9 @@ async def test_step_spans_carry_their_guard_and_exit_hook_rule_ids_and_outcomes(
     assert checks == []  # every guard and exit hook run is on a span
     resolver = attributes_of(initial.steps[1])
     assert resolver["aptix.guard.rule_ids"] == [
-        "AGN-036/4.3/PRE/session-null", "AGN-036/4.3/PRE/turn-null"
-    ]  # fmt: skip
+        "AGN-036/4.3/PRE/session-null",
+        "AGN-036/4.3/PRE/turn-null",
+    ]
     assert resolver["aptix.guard.outcome"] == "passed"
     first_round = attributes_of(initial.steps[5])
     assert first_round["aptix.exit_hook.outcome"] == "deferred"  # DESIGN.md R5: a round goes on
@@ -418,12 +429,14 @@ async def test_several_mode_changes_warn_on_the_span_of_the_second_change(
     assert moves == [
         [("general", "review")],
         [("review", "general")],
-    ]  # fmt: skip
+    ]
     assert events_named(first, "aptix.warning") == []
     assert events_named(second, "aptix.warning") == [
-        {"aptix.warning.code": "several_mode_changes",
-         "aptix.rule.id": "DESIGN/R8/several-mode-changes"}
-    ]  # fmt: skip
+        {
+            "aptix.warning.code": "several_mode_changes",
+            "aptix.rule.id": "DESIGN/R8/several-mode-changes",
+        }
+    ]
     assert [w.rule_id for w in report.result.warnings] == ["DESIGN/R8/several-mode-changes"]
 
 
@@ -440,13 +453,19 @@ async def test_refused_tool_calls_are_events_on_the_llm_client_step(
     step = turn.steps[5]
     assert step.name == "step llm_client"
     assert events_named(step, "aptix.tool.container_invocation_error") == [
-        {"gen_ai.tool.name": "Math", "gen_ai.tool.call.id": "x1",
-         "aptix.rule.id": "CPV/container-without-arguments"}
-    ]  # fmt: skip
+        {
+            "gen_ai.tool.name": "Math",
+            "gen_ai.tool.call.id": "x1",
+            "aptix.rule.id": "CPV/container-without-arguments",
+        }
+    ]
     assert events_named(step, "aptix.tool.argument_validation_error") == [
-        {"gen_ai.tool.name": "read_file", "gen_ai.tool.call.id": "r1",
-         "aptix.rule.id": "CPV/arguments-match-schema"}
-    ]  # fmt: skip
+        {
+            "gen_ai.tool.name": "read_file",
+            "gen_ai.tool.call.id": "r1",
+            "aptix.rule.id": "CPV/arguments-match-schema",
+        }
+    ]
     assert events_named(step, "aptix.tool.unknown") == [
         {"gen_ai.tool.name": "nope", "gen_ai.tool.call.id": "n1", "aptix.rule.id": "CPV/tool-known"}
     ]
@@ -615,8 +634,11 @@ async def run_content_scenario(store: SessionStore, telemetry: Telemetry) -> lis
     pipeline, _ = make_pipeline(store, CONTENT_SCRIPT, telemetry=telemetry)
     request = content_request(SECRETS)
     first = await pipeline.run(request, CALLER)
-    result = {"ToolCallId": "r1", "ExecutionMs": 2,
-              "ResultJson": json.dumps({"out": SECRETS["client tool result"]})}  # fmt: skip
+    result = {
+        "ToolCallId": "r1",
+        "ExecutionMs": 2,
+        "ResultJson": json.dumps({"out": SECRETS["client tool result"]}),
+    }
     second = await pipeline.run(continuation(ok(first.result), result), CALLER)
     ok(second.result)
     return [first, second]
@@ -692,9 +714,12 @@ async def test_with_content_capture_the_content_is_on_the_spans(
 @pytest.mark.decision("D56")
 @pytest.mark.parametrize(("value", "captured"), [("true", True), ("false", False)])
 async def test_the_conventions_env_switch_decides_when_the_host_does_not(
-    store: SessionStore, recorded: Recorded, monkeypatch: pytest.MonkeyPatch, value: str,
+    store: SessionStore,
+    recorded: Recorded,
+    monkeypatch: pytest.MonkeyPatch,
+    value: str,
     captured: bool,
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.setenv(CAPTURE_CONTENT_ENV, value)
 
     await run_content_scenario(store, recorded.telemetry(capture_content=None))
@@ -794,11 +819,13 @@ def assert_tree_matches_trace(turn: TurnSpans, report: TurnReport) -> None:
         (call.round, call.response_id) for call in trace_.llm_calls
     ]
     tools = [attributes_of(t) for t in turn.named("execute_tool")]
-    assert [(t["gen_ai.tool.call.id"], t["gen_ai.tool.name"], t["aptix.tool.outcome"])
-            for t in tools] == [
-        (c.tool_call_id, c.name, c.outcome) for c in trace_.tool_calls
+    assert [
+        (t["gen_ai.tool.call.id"], t["gen_ai.tool.name"], t["aptix.tool.outcome"]) for t in tools
+    ] == [
+        (c.tool_call_id, c.name, c.outcome)
+        for c in trace_.tool_calls
         if c.side == "server" and c.outcome in SERVER_EXECUTIONS
-    ]  # fmt: skip
+    ]
 
 
 RAISING_TOOL_CONFIG = """
@@ -939,9 +966,12 @@ async def test_a_refused_mode_change_fails_its_execute_tool_span_and_names_its_r
     assert events_named(tool, "aptix.mode.changed") == []
     step = turn.step_of(tool)
     assert events_named(step, "aptix.rule.failed") == [
-        {"gen_ai.tool.name": "agent_change_mode", "gen_ai.tool.call.id": "c1",
-         "aptix.rule.id": "AGN-011/5.2/mode-known"}
-    ]  # fmt: skip
+        {
+            "gen_ai.tool.name": "agent_change_mode",
+            "gen_ai.tool.call.id": "c1",
+            "aptix.rule.id": "AGN-011/5.2/mode-known",
+        }
+    ]
     assert step.status.status_code is StatusCode.UNSET
     assert turn.root.status.status_code is StatusCode.UNSET
 
@@ -961,5 +991,6 @@ async def test_a_turn_is_a_child_of_the_hosts_current_span_and_leaves_it_current
     [turn] = request.children(request.root)
     assert turn.name == f"invoke_agent {AGENT}"
     assert [s.name for s in request.children(turn)][:2] == [
-        "step request_handler", "step agent_context_resolver"
-    ]  # fmt: skip
+        "step request_handler",
+        "step agent_context_resolver",
+    ]

@@ -37,6 +37,7 @@ from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.json import JSONSnapshotExtension
 from trace_scenarios import CONTENT, SCENARIOS, Kit, run_scenario
 
+from aptix_pipeline import RejectionKind, ToolCallFate, ToolCallRecord, ToolCallSide
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.contracts import InvokeWarning
@@ -163,9 +164,15 @@ async def test_the_trace_does_not_depend_on_whether_spans_are_recorded() -> None
 
 
 def _valid() -> dict[str, Any]:
-    return StateTrace(context_type="Initial", outcome="done", states=("received",),
-                      entries=(TransitionRecord("request_handler", "received", "validated"),
-                               FaultRecord("x", ("internal",), ()))).to_dict()  # fmt: skip
+    return StateTrace(
+        context_type="Initial",
+        outcome="done",
+        states=("received",),
+        entries=(
+            TransitionRecord("request_handler", "received", "validated"),
+            FaultRecord("x", ("internal",), ()),
+        ),
+    ).to_dict()
 
 
 def _with(**changes: Any) -> dict[str, Any]:
@@ -230,11 +237,11 @@ async def test_the_trace_agrees_with_the_turn_report(name: str) -> None:
         assert trace.mode == report.mode
         assert trace.warnings == tuple(w.code for w in report.warnings)
         if report.successful:
-            assert [(m.tool_call_id, m.previous_mode, m.new_mode, m.branch)
-                    for m in trace.mode_changes] == [
-                (m.tool_call_id, m.previous_mode, m.new_mode, m.branch)
-                for m in report.mode_changes
-            ]  # fmt: skip
+            assert [
+                (m.tool_call_id, m.previous_mode, m.new_mode, m.branch) for m in trace.mode_changes
+            ] == [
+                (m.tool_call_id, m.previous_mode, m.new_mode, m.branch) for m in report.mode_changes
+            ]
 
 
 @pytest.mark.decision("D94")
@@ -301,3 +308,57 @@ async def test_the_content_switch_of_the_conventions_turns_capture_on(
 
 def _llm_dicts(trace: StateTrace) -> list[dict[str, Any]]:
     return [e for e in trace.to_dict()["entries"] if e["kind"] == "llm_call"]
+
+
+# --- tool-call words are enums whose values are the trace's words ----------------------------
+
+
+def _tool_call_entry(**changes: str) -> dict[str, Any]:
+    entry = {
+        "kind": "tool_call",
+        "id": "c1",
+        "name": "read_file",
+        "side": "client",
+        "outcome": "client",
+        "rule_id": None,
+        **changes,
+    }
+    return _with(entries=[entry])
+
+
+@pytest.mark.decision("D256")
+def test_a_traced_tool_call_reads_back_as_enum_members_with_the_same_words() -> None:
+    trace = StateTrace.from_dict(_tool_call_entry(side="server", outcome="mode_refused"))
+
+    [entry] = trace.entries
+    assert isinstance(entry, ToolCallRecord)
+    assert entry.side is ToolCallSide.SERVER
+    assert entry.outcome is ToolCallFate.MODE_REFUSED
+    assert json.loads(trace.to_json())["entries"][0]["outcome"] == "mode_refused"
+
+
+@pytest.mark.decision("D256")
+@pytest.mark.parametrize(("field", "word"), [("side", "sideways"), ("outcome", "vanished")])
+def test_a_traced_tool_call_with_an_unknown_word_is_refused(field: str, word: str) -> None:
+    with pytest.raises(ValueError, match=word):
+        StateTrace.from_dict(_tool_call_entry(**{field: word}))
+
+
+@pytest.mark.decision("D256")
+def test_the_enums_hold_exactly_the_words_traces_used() -> None:
+    assert {fate.value for fate in ToolCallFate} == {
+        "client",
+        "executed",
+        "failed",
+        "expanded",
+        "rejected",
+        "mode_changed",
+        "mode_unchanged",
+        "mode_refused",
+    }
+    assert {side.value for side in ToolCallSide} == {"client", "server", "unknown"}
+    assert {kind.value for kind in RejectionKind} == {
+        "unknown_tool",
+        "container_invocation",
+        "argument_validation",
+    }

@@ -308,10 +308,17 @@ async def test_a_sqlite_file_at_schema_version_1_is_migrated_to_2_keeping_its_da
             raw.execute(statement)
         raw.execute(
             "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
-            (session.id, ORG, USER, session.mode, session.agent_context_id,
-             session.conversation_context_id, session.solution_context_text,
-             T0.isoformat()),
-        )  # fmt: skip
+            (
+                session.id,
+                ORG,
+                USER,
+                session.mode,
+                session.agent_context_id,
+                session.conversation_context_id,
+                session.solution_context_text,
+                T0.isoformat(),
+            ),
+        )
         raw.execute(
             "INSERT INTO turns VALUES (?, ?, ?, ?)",
             (turn.session_id, turn.id, turn.status.value, turn.model_dump_json()),

@@ -781,10 +781,14 @@ async def test_find_pending_turn_finds_its_own_session_s_turn_among_many_session
     store: SessionStore,
 ) -> None:
     for n in range(12):
-        await seed(store, make_session(f"s{n}"), turns=[
-            make_turn(f"done{n}", f"s{n}", status=TurnStatus.COMPLETED),
-            make_turn(f"wait{n}", f"s{n}", status=TurnStatus.AWAITING_CLIENT_TOOLS),
-        ])  # fmt: skip
+        await seed(
+            store,
+            make_session(f"s{n}"),
+            turns=[
+                make_turn(f"done{n}", f"s{n}", status=TurnStatus.COMPLETED),
+                make_turn(f"wait{n}", f"s{n}", status=TurnStatus.AWAITING_CLIENT_TOOLS),
+            ],
+        )
     settle = store.begin(ORG, USER)
     waiting = await settle.load_turn("s3", "wait3")
     assert waiting is not None
@@ -803,13 +807,19 @@ async def test_find_pending_turn_finds_its_own_session_s_turn_among_many_session
 async def test_memory_store_finds_a_pending_turn_among_many_other_turns() -> None:
     store = MemoryStore()
     for n in range(200):
-        await seed(store, make_session(f"s{n}"), turns=[
-            make_turn(f"t{n}.{k}", f"s{n}", status=TurnStatus.COMPLETED) for k in range(50)
-        ])  # fmt: skip
-    await seed(store, make_session("target"), turns=[
-        make_turn("first", "target", status=TurnStatus.AWAITING_CLIENT_TOOLS),
-        make_turn("second", "target", status=TurnStatus.AWAITING_CLIENT_TOOLS),
-    ])  # fmt: skip
+        await seed(
+            store,
+            make_session(f"s{n}"),
+            turns=[make_turn(f"t{n}.{k}", f"s{n}", status=TurnStatus.COMPLETED) for k in range(50)],
+        )
+    await seed(
+        store,
+        make_session("target"),
+        turns=[
+            make_turn("first", "target", status=TurnStatus.AWAITING_CLIENT_TOOLS),
+            make_turn("second", "target", status=TurnStatus.AWAITING_CLIENT_TOOLS),
+        ],
+    )
 
     tx = store.begin(ORG, USER)
     found = await tx.find_pending_turn("target")

@@ -25,11 +25,13 @@ from aptix_pipeline.adapters.telemetry_setup import TelemetrySetupError, configu
 ROOT = Path(__file__).resolve().parent.parent
 APTIX = Path(sys.executable).parent / "aptix"
 SCRIPT = [
-    {"tool_calls": [
-        {"id": "m1", "name": "agent_change_mode", "arguments": {"mode": "review"}},
-        {"id": "r1", "name": "read_file", "arguments": {"path": "a.py"}},
-    ]}
-]  # fmt: skip
+    {
+        "tool_calls": [
+            {"id": "m1", "name": "agent_change_mode", "arguments": {"mode": "review"}},
+            {"id": "r1", "name": "read_file", "arguments": {"path": "a.py"}},
+        ]
+    }
+]
 
 
 def _env(**otel: str) -> dict[str, str]:
@@ -57,10 +59,23 @@ def _run(tmp: Path, *args: str, **otel: str) -> subprocess.CompletedProcess[str]
     (tmp / "request.json").write_text(json.dumps({"Instruction": "review a.py"}))
     (tmp / "script.json").write_text(json.dumps(SCRIPT))
     return subprocess.run(
-        [str(APTIX), "run", "request.json", "--llm-script", "script.json", "--store", "memory",
-         "--compact", *args],
-        capture_output=True, text=True, check=False, cwd=tmp, env=_env(**otel),
-    )  # fmt: skip
+        [
+            str(APTIX),
+            "run",
+            "request.json",
+            "--llm-script",
+            "script.json",
+            "--store",
+            "memory",
+            "--compact",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp,
+        env=_env(**otel),
+    )
 
 
 @pytest.mark.decision("D57")
@@ -116,8 +131,11 @@ def test_trace_option_prints_the_state_trace(tmp_path: Path) -> None:
 def test_demo_with_console_exporter_shows_every_kind_of_span() -> None:
     run = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "demo.py")],
-        capture_output=True, text=True, check=False, env=_env(OTEL_TRACES_EXPORTER="console"),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        env=_env(OTEL_TRACES_EXPORTER="console"),
+    )
 
     assert run.returncode == 0, run.stderr
     names = [span["name"] for span in _spans(run.stderr)]
@@ -194,8 +212,12 @@ def test_otlp_exporter_sends_the_turns_spans_to_the_endpoint(tmp_path: Path) -> 
     thread.start()
     try:
         endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-        run = _run(tmp_path, OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-                   OTEL_EXPORTER_OTLP_TIMEOUT="5")  # fmt: skip
+        run = _run(
+            tmp_path,
+            OTEL_TRACES_EXPORTER="otlp",
+            OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+            OTEL_EXPORTER_OTLP_TIMEOUT="5",
+        )
     finally:
         server.shutdown()
         server.server_close()

@@ -78,7 +78,13 @@ DESIGN_CONTAINER_ERROR: dict[str, Any] = {
     "container_name": "Math",
     "attempted_parameters": {"function": "Add", "a": 5, "b": 10},
     "available_functions": [
-        "Add", "Multiply", "Abs", "Square", "Subtract", "Min", "SolveQuadratic",
+        "Add",
+        "Multiply",
+        "Abs",
+        "Square",
+        "Subtract",
+        "Min",
+        "SolveQuadratic",
     ],
     "error_message": (
         "'Math' is a container function that groups related functions. "
@@ -89,7 +95,7 @@ DESIGN_CONTAINER_ERROR: dict[str, Any] = {
         "expand it. (2) After expansion succeeds, call the individual function you need. "
         "Available functions: Add, Multiply, Abs, Square, Subtract, ..."
     ),
-}  # fmt: skip
+}
 DESIGN_RETRY_GUIDANCE = (
     "The provided arguments are invalid. Please review the errors, correct the arguments "
     "based on the function schema, and try again."
@@ -156,7 +162,7 @@ BROKEN_CALLS = [
     CallCase(JSON_OBJECT, "string", READ_FILE, '"src/a.py"'),
     CallCase(KNOWN, "not-advertised", None, '{"a": 5, "b": 10}', name="Add"),
     CallCase(KNOWN, "not-advertised-without-arguments", None, None, name="Math.Add"),
-]  # fmt: skip
+]
 
 HOLDING_CALLS = [
     CallCase(CONTAINER, "no-arguments", MATH, None, ToolCallOutcome.EXPAND_CONTAINER),
@@ -164,17 +170,18 @@ HOLDING_CALLS = [
     CallCase(CONTAINER, "empty-object", MATH, "{}", ToolCallOutcome.EXPAND_CONTAINER),
     CallCase(CONTAINER, "json-null", MATH, "null", ToolCallOutcome.EXPAND_CONTAINER),
     CallCase(CONTAINER, "empty-array", MATH, "[]", ToolCallOutcome.EXPAND_CONTAINER),
-    CallCase(CONTAINER, "no-function-names", UNNAMED_CONTAINER, "{}",
-             ToolCallOutcome.EXPAND_CONTAINER),
-    CallCase(SCHEMA, "every-property-valid", READ_FILE, json.dumps(VALID_READ),
-             ToolCallOutcome.INVOKE),
+    CallCase(
+        CONTAINER, "no-function-names", UNNAMED_CONTAINER, "{}", ToolCallOutcome.EXPAND_CONTAINER
+    ),
+    CallCase(
+        SCHEMA, "every-property-valid", READ_FILE, json.dumps(VALID_READ), ToolCallOutcome.INVOKE
+    ),
     CallCase(SCHEMA, "required-only", READ_FILE, '{"file_path": "a"}', ToolCallOutcome.INVOKE),
     CallCase(JSON_OBJECT, "object", READ_FILE, '{"file_path": "a"}', ToolCallOutcome.INVOKE),
-    CallCase(JSON_OBJECT, "no-arguments-no-parameters", NO_PARAMETERS, "",
-             ToolCallOutcome.INVOKE),
+    CallCase(JSON_OBJECT, "no-arguments-no-parameters", NO_PARAMETERS, "", ToolCallOutcome.INVOKE),
     CallCase(KNOWN, "advertised-tool", READ_FILE, '{"file_path": "a"}', ToolCallOutcome.INVOKE),
     CallCase(KNOWN, "advertised-container", MATH, "{}", ToolCallOutcome.EXPAND_CONTAINER),
-]  # fmt: skip
+]
 
 
 def _check_case(case: CallCase) -> ToolCallVerdict:
@@ -229,9 +236,13 @@ def test_container_error_json_has_exactly_the_design_keys() -> None:
     wire = json.loads(verdict.rejection_json())
 
     assert list(wire) == [
-        "error_type", "container_name", "attempted_parameters",
-        "available_functions", "error_message", "retry_guidance",
-    ]  # fmt: skip
+        "error_type",
+        "container_name",
+        "attempted_parameters",
+        "available_functions",
+        "error_message",
+        "retry_guidance",
+    ]
     assert wire["error_type"] == "container_invocation_error"
 
 
@@ -363,22 +374,49 @@ def test_missing_required_property_gets_the_design_example_error() -> None:
     ("arguments", "prop", "attempted", "code"),
     [
         pytest.param({"file_path": 42}, "file_path", 42, "INVALID_TYPE", id="wrong-type"),
-        pytest.param({"file_path": "a", "max_lines": 0}, "max_lines", 0, "OUT_OF_RANGE",
-                     id="below-minimum"),
-        pytest.param({"file_path": "a", "max_lines": 2.5}, "max_lines", 2.5, "INVALID_TYPE",
-                     id="float-for-integer"),
-        pytest.param({"file_path": "a", "encoding": "ebcdic"}, "encoding", "ebcdic",
-                     "INVALID_VALUE", id="not-in-enum"),
-        pytest.param({"file_path": "a", "path": "b"}, "path", "b", "UNKNOWN_PROPERTY",
-                     id="unknown-property"),
-        pytest.param({"file_path": "a", "modified_since": "2026-13-45"}, "modified_since",
-                     "2026-13-45", "INVALID_FORMAT", id="bad-date"),
-        pytest.param({"file_path": "a", "options": {"depth": -1}}, "options.depth", -1,
-                     "OUT_OF_RANGE", id="nested-property"),
-        pytest.param({"file_path": "a", "options": {"depth": "deep"}}, "options.depth", "deep",
-                     "INVALID_TYPE", id="nested-wrong-type"),
+        pytest.param(
+            {"file_path": "a", "max_lines": 0}, "max_lines", 0, "OUT_OF_RANGE", id="below-minimum"
+        ),
+        pytest.param(
+            {"file_path": "a", "max_lines": 2.5},
+            "max_lines",
+            2.5,
+            "INVALID_TYPE",
+            id="float-for-integer",
+        ),
+        pytest.param(
+            {"file_path": "a", "encoding": "ebcdic"},
+            "encoding",
+            "ebcdic",
+            "INVALID_VALUE",
+            id="not-in-enum",
+        ),
+        pytest.param(
+            {"file_path": "a", "path": "b"}, "path", "b", "UNKNOWN_PROPERTY", id="unknown-property"
+        ),
+        pytest.param(
+            {"file_path": "a", "modified_since": "2026-13-45"},
+            "modified_since",
+            "2026-13-45",
+            "INVALID_FORMAT",
+            id="bad-date",
+        ),
+        pytest.param(
+            {"file_path": "a", "options": {"depth": -1}},
+            "options.depth",
+            -1,
+            "OUT_OF_RANGE",
+            id="nested-property",
+        ),
+        pytest.param(
+            {"file_path": "a", "options": {"depth": "deep"}},
+            "options.depth",
+            "deep",
+            "INVALID_TYPE",
+            id="nested-wrong-type",
+        ),
     ],
-)  # fmt: skip
+)
 def test_schema_violation_names_property_attempted_value_and_code(
     arguments: dict[str, Any], prop: str, attempted: Any, code: str
 ) -> None:

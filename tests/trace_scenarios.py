@@ -98,9 +98,15 @@ class Kit:
     ) -> Pipeline:
         """``make_pipeline`` on this kit's store and telemetry."""
         pipeline, _ = make_pipeline(
-            self.store, replies, config=config, tools=tools, options=options,
-            telemetry=self.telemetry, runtime=self.runtime, listeners=self.listeners,
-        )  # fmt: skip
+            self.store,
+            replies,
+            config=config,
+            tools=tools,
+            options=options,
+            telemetry=self.telemetry,
+            runtime=self.runtime,
+            listeners=self.listeners,
+        )
         return pipeline
 
     def rebuilt(
@@ -112,9 +118,13 @@ class Kit:
     ) -> Pipeline:
         """``base`` (same script, clock and ids) with ports or steps replaced."""
         return Pipeline(
-            replace(base.ports, **ports), base.options, steps=steps, telemetry=self.telemetry,
-            runtime=self.runtime, listeners=self.listeners,
-        )  # fmt: skip
+            replace(base.ports, **ports),
+            base.options,
+            steps=steps,
+            telemetry=self.telemetry,
+            runtime=self.runtime,
+            listeners=self.listeners,
+        )
 
     async def run(
         self,
@@ -206,9 +216,12 @@ async def continuation_with_several_results_and_an_error(kit: Kit) -> None:
     """Two client calls; the continuation answers one with ResultJson, one with
     ErrorMessage (DESIGN.md R3); the model asks again, then answers."""
     pipeline = kit.pipeline(
-        [calls(READ_A, RUN_TESTS), calls(call("c3", "read_file", {"path": "b.py"})),
-         text("all good")]
-    )  # fmt: skip
+        [
+            calls(READ_A, RUN_TESTS),
+            calls(call("c3", "read_file", {"path": "b.py"})),
+            text("all good"),
+        ]
+    )
     first = await kit.ok(pipeline, {"Instruction": "look at a.py"})
     second = await kit.ok(
         pipeline,
@@ -272,8 +285,9 @@ async def pre_guard_fails(kit: Kit) -> None:
     first = await kit.ok(base, INSTRUCTION)
     broken = kit.rebuilt(base, steps={S.REQUEST_HANDLER: after(S.REQUEST_HANDLER, fill_session)})
     report = await kit.run(broken, follow_on(first))
-    faulted(report, "session_restorer", ErrorCode.PIPELINE_RULE_FAILED,
-            "AGN-036/4.2/PRE/session-null")  # fmt: skip
+    faulted(
+        report, "session_restorer", ErrorCode.PIPELINE_RULE_FAILED, "AGN-036/4.2/PRE/session-null"
+    )
 
 
 @scenario
@@ -282,16 +296,21 @@ async def post_exit_hook_fails(kit: Kit) -> None:
     base = kit.pipeline([text("never")])
     broken = kit.rebuilt(base, steps={S.AGENT_CONTEXT_RESOLVER: does_nothing})
     report = await kit.run(broken, INSTRUCTION)
-    faulted(report, "agent_context_resolver", ErrorCode.PIPELINE_RULE_FAILED,
-            "AGN-036/4.3/POST/agent-context-populated")  # fmt: skip
+    faulted(
+        report,
+        "agent_context_resolver",
+        ErrorCode.PIPELINE_RULE_FAILED,
+        "AGN-036/4.3/POST/agent-context-populated",
+    )
 
 
 @scenario
 async def empty_model_reply_fails_the_llm_client_post(kit: Kit) -> None:
     """An empty reply has no outcome: §4.9's POST fails."""
     report = await kit.run(kit.pipeline([text("")]), INSTRUCTION)
-    faulted(report, "llm_client", ErrorCode.PIPELINE_RULE_FAILED,
-            "AGN-036/4.9/POST/exactly-one-outcome")  # fmt: skip
+    faulted(
+        report, "llm_client", ErrorCode.PIPELINE_RULE_FAILED, "AGN-036/4.9/POST/exactly-one-outcome"
+    )
 
 
 @scenario
@@ -340,8 +359,12 @@ async def round_limit(kit: Kit) -> None:
     """A model that keeps calling server tools faults past the round limit (R5)."""
     options = PipelineOptions(max_server_tool_rounds=2, **NO_WAIT)
     pipeline = kit.pipeline([*server_calls("Math", 5), text("never")], options=options)
-    faulted(await kit.run(pipeline, INSTRUCTION), "llm_client", ErrorCode.PIPELINE_RULE_FAILED,
-            "DESIGN/R5/round-limit")  # fmt: skip
+    faulted(
+        await kit.run(pipeline, INSTRUCTION),
+        "llm_client",
+        ErrorCode.PIPELINE_RULE_FAILED,
+        "DESIGN/R5/round-limit",
+    )
 
 
 @scenario
@@ -388,8 +411,9 @@ async def follow_on_of_a_pending_turn_is_refused(kit: Kit) -> None:
     pipeline = kit.pipeline([calls(READ_A), text("never")])
     pending = await kit.ok(pipeline, INSTRUCTION)
     report = await kit.run(pipeline, follow_on(pending))
-    faulted(report, "session_restorer", ErrorCode.INVALID_REQUEST,
-            "DESIGN/R10/follow-on-turn-settled")  # fmt: skip
+    faulted(
+        report, "session_restorer", ErrorCode.INVALID_REQUEST, "DESIGN/R10/follow-on-turn-settled"
+    )
 
 
 @scenario
@@ -399,8 +423,12 @@ async def continuation_of_a_settled_turn_is_refused(kit: Kit) -> None:
     done = await kit.ok(pipeline, INSTRUCTION)
     result = {"ToolCallId": "c1", "ExecutionMs": 1, "ResultJson": "{}"}
     report = await kit.run(pipeline, continuation(done, result))
-    faulted(report, "session_restorer", ErrorCode.INVALID_REQUEST,
-            "DESIGN/R10/continuation-turn-pending")  # fmt: skip
+    faulted(
+        report,
+        "session_restorer",
+        ErrorCode.INVALID_REQUEST,
+        "DESIGN/R10/continuation-turn-pending",
+    )
 
 
 # --- mode changes (AGN-011 §5) ---------------------------------------------------------------
@@ -421,10 +449,13 @@ async def one_mode_change(kit: Kit) -> None:
 async def several_mode_changes_warn(kit: Kit) -> None:
     """Two mode changes in two rounds: both persisted, the warning (DESIGN.md R8)."""
     pipeline = kit.pipeline(
-        [calls(change_mode("m1", "review", "first")), calls(change_mode("m2", "docs", "second")),
-         text("done")],
+        [
+            calls(change_mode("m1", "review", "first")),
+            calls(change_mode("m2", "docs", "second")),
+            text("done"),
+        ],
         config=THREE_MODES_CONFIG,
-    )  # fmt: skip
+    )
     await kit.ok(pipeline, {"Instruction": "hello"})
     assert [w.rule_id for w in kit.reports[-1].warnings] == ["DESIGN/R8/several-mode-changes"]
 
@@ -504,12 +535,14 @@ async def continuation_results_mismatch_the_manifest(kit: Kit) -> None:
     """Results in the wrong order fault the continuation; the right ones then succeed."""
     pipeline = kit.pipeline([calls(READ_A, RUN_TESTS), text("done")])
     pending = await kit.ok(pipeline, INSTRUCTION)
-    swapped = [
-        {"ToolCallId": c, "ExecutionMs": 1, "ResultJson": "{}"} for c in ("c2", "c1")
-    ]  # fmt: skip
+    swapped = [{"ToolCallId": c, "ExecutionMs": 1, "ResultJson": "{}"} for c in ("c2", "c1")]
     report = await kit.run(pipeline, continuation(pending, *swapped))
-    faulted(report, "client_tool_continuation_resolver", ErrorCode.TOOL_CALL_MANIFEST_INVALID,
-            "AGN-036/5/order-match")  # fmt: skip
+    faulted(
+        report,
+        "client_tool_continuation_resolver",
+        ErrorCode.TOOL_CALL_MANIFEST_INVALID,
+        "AGN-036/5/order-match",
+    )
     await kit.ok(pipeline, continuation(pending))
 
 
@@ -563,14 +596,19 @@ async def content_everywhere(kit: Kit) -> None:
     argument = CONTENT["argument"]
     pipeline = kit.pipeline(
         [
-            calls(change_mode("m1", "general", CONTENT["reason"]), call("s1", "review_checklist"),
-                  text=CONTENT["model_text"]),
-            calls(call("c1", "read_file", {"path": argument}),
-                  call("c2", "run_tests", {"pattern": argument})),
+            calls(
+                change_mode("m1", "general", CONTENT["reason"]),
+                call("s1", "review_checklist"),
+                text=CONTENT["model_text"],
+            ),
+            calls(
+                call("c1", "read_file", {"path": argument}),
+                call("c2", "run_tests", {"pattern": argument}),
+            ),
             text(CONTENT["answer"]),
         ],
         tools={"review_checklist": checklist},
-    )  # fmt: skip
+    )
     pending = await kit.ok(pipeline, {"Instruction": CONTENT["instruction"]}, initial_mode="review")
     results = (
         {"ToolCallId": "c1", "ExecutionMs": 1, "ResultJson": f'"{CONTENT["result"]}"'},
@@ -578,5 +616,6 @@ async def content_everywhere(kit: Kit) -> None:
     )
     await kit.ok(pipeline, continuation(pending, *results))
     assert outcomes(kit.reports[0])[:2] == [
-        ("agent_change_mode", "mode_changed"), ("review_checklist", "executed"),
-    ]  # fmt: skip
+        ("agent_change_mode", "mode_changed"),
+        ("review_checklist", "executed"),
+    ]
