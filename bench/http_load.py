@@ -77,20 +77,9 @@ def serving(config: Path, extra: Sequence[str] = ()) -> Iterator[tuple[str, int]
     port = _free_port()
     log = config.parent / "serve.log"
     with log.open("wb") as out:
+        loopback = ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
         process = subprocess.Popen(
-            [
-                str(APTIX),
-                "serve",
-                "--config",
-                str(config),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--workers",
-                "1",
-                *extra,
-            ],
+            [str(APTIX), "serve", "--config", str(config), *loopback, *extra],
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=config.parent,

@@ -14,7 +14,7 @@ PRE rules, the step function, POST rules), and a last node commits the turn
   async node per step, compiled once without a checkpointer, run by ``ainvoke``.
 
 Both route like the engine: after ``request_handler`` and ``session_restorer`` by
-the context type (conditional edges derived from ``turns.PATHS``), and after
+the context type (conditional edges derived from ``builders.PATHS``), and after
 ``llm_client`` back to itself while the engine answered the model's tool calls
 (``scope.another_round``, DESIGN.md R5; never taken by these fixed-reply turns).
 
@@ -32,7 +32,8 @@ from collections.abc import Awaitable, Callable
 from importlib import metadata
 from typing import Any, TypedDict
 
-from turns import PATHS, run_step
+from builders import PATHS
+from turns import run_step
 
 from aptix_pipeline import PipelineOptions, Ports
 from aptix_pipeline.contracts import Caller, ContextType, PipelineStep

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from builders import PATHS
 from statemachine import State, StateChart
 
 from aptix_pipeline import PipelineOptions, Ports, validators
@@ -55,7 +56,6 @@ from aptix_pipeline.validators import validate_post_step, validate_pre_step
 __all__ = [
     "BEFORE_RESPONSE",
     "CALLER",
-    "PATHS",
     "RUNTIME_NOTE",
     "VARIANTS",
     "FixedLLM",
@@ -69,36 +69,6 @@ __all__ = [
 
 CALLER = Caller(org="acme", user="ana")
 S = PipelineStep
-PATHS: dict[ContextType, tuple[PipelineStep, ...]] = {
-    ContextType.INITIAL: (
-        S.REQUEST_HANDLER,
-        S.AGENT_CONTEXT_RESOLVER,
-        S.AGENT_SESSION_CREATOR,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-        S.REASONER,
-        S.LLM_CLIENT,
-        S.RESPONSE_BUILDER,
-    ),
-    ContextType.FOLLOW_ON: (
-        S.REQUEST_HANDLER,
-        S.SESSION_RESTORER,
-        S.AGENT_CONTEXT_LOADER,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-        S.REASONER,
-        S.LLM_CLIENT,
-        S.RESPONSE_BUILDER,
-    ),
-    ContextType.CLIENT_TOOL_CALL_CONTINUATION: (
-        S.REQUEST_HANDLER,
-        S.SESSION_RESTORER,
-        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
-        S.AGENT_CONTEXT_LOADER,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-        S.REASONER,
-        S.LLM_CLIENT,
-        S.RESPONSE_BUILDER,
-    ),
-}
 CLIENT_CALL = LLMReply(
     tool_calls=[ToolCall(tool_call_id="c1", name="read_file", arguments_json='{"path": "a.py"}')]
 )

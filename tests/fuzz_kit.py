@@ -285,19 +285,10 @@ SERVER_OWNED = (
     "Successful",
 )
 _TOP_KEYS = (
-    "SessionId",
-    "TurnId",
-    "Instruction",
-    "InputArtifacts",
-    "ClipboardImages",
-    "RagScope",
-    "SolutionContextText",
-    "WorkspaceHints",
-    "Stream",
-    "AgentContextId",
-    "ConversationContextId",
-    "ToolResults",
-)
+    "SessionId", "TurnId", "Instruction", "InputArtifacts", "ClipboardImages", "RagScope",
+    "SolutionContextText", "WorkspaceHints", "Stream", "AgentContextId",
+    "ConversationContextId", "ToolResults",
+)  # fmt: skip
 _TEXT_FIELDS = ("Instruction", "SolutionContextText", "ResultJson", "ErrorMessage", "Contents")
 
 RESULT_JSON_GARBAGE: tuple[Any, ...] = (
@@ -627,20 +618,10 @@ MUTATIONS: dict[str, Mutation] = {
 """Every mutation by name (see the module docstring)."""
 
 _WEIGHTS = {
-    "drop": 3,
-    "duplicate": 2,
-    "retype": 4,
-    "unknown_key": 2,
-    "server_owned": 1,
-    "deep": 2,
-    "weird_text": 4,
-    "huge_string": 1,
-    "huge_list": 1,
-    "wrong_id": 3,
-    "result_json": 3,
-    "cross_kind": 2,
-    "caller": 1,
-}
+    "drop": 3, "duplicate": 2, "retype": 4, "unknown_key": 2, "server_owned": 1, "deep": 2,
+    "weird_text": 4, "huge_string": 1, "huge_list": 1, "wrong_id": 3, "result_json": 3,
+    "cross_kind": 2, "caller": 1,
+}  # fmt: skip
 
 
 def _expand(value: Any) -> Any:

@@ -1305,55 +1305,25 @@ NO_ARGS = "{}"
 
 BAD_IDS = {
     "empty": ([reply(("", "read_file", READ))], "general", "ToolCalls[0].ToolCallId", "read_file"),
-    "blank": (
-        [reply(("  ", "read_file", READ))],
-        "general",
-        "ToolCalls[0].ToolCallId",
-        "read_file",
-    ),
-    "empty-second": (
-        [reply(("c1", "read_file", READ), ("", "run_tests", NO_ARGS))],
-        "general",
-        "ToolCalls[1].ToolCallId",
-        "run_tests",
-    ),
-    "client+client": (
-        [reply(("c1", "read_file", READ), ("c1", "run_tests", NO_ARGS))],
-        "general",
-        "ToolCalls[1].ToolCallId",
-        "run_tests",
-    ),
-    "server+server": (
-        [reply(("k1", "review_checklist", NO_ARGS), ("k1", "review_checklist", NO_ARGS))],
-        "review",
-        "ToolCalls[1].ToolCallId",
-        "review_checklist",
-    ),
-    "server+client": (
-        [reply(("k1", "review_checklist", NO_ARGS), ("k1", "read_file", READ))],
-        "review",
-        "ToolCalls[1].ToolCallId",
-        "read_file",
-    ),
-    "client+server": (
-        [reply(("k1", "read_file", READ), ("k1", "review_checklist", NO_ARGS))],
-        "review",
-        "ToolCalls[1].ToolCallId",
-        "review_checklist",
-    ),
-    "earlier-round": (
-        [reply(("x1", "Math", NO_ARGS)), reply(("x1", "Add", '{"a": 1, "b": 2}'))],
-        "general",
-        "ToolCalls[0].ToolCallId",
-        "Add",
-    ),
+    "blank": ([reply(("  ", "read_file", READ))], "general", "ToolCalls[0].ToolCallId",
+              "read_file"),
+    "empty-second": ([reply(("c1", "read_file", READ), ("", "run_tests", NO_ARGS))], "general",
+                     "ToolCalls[1].ToolCallId", "run_tests"),
+    "client+client": ([reply(("c1", "read_file", READ), ("c1", "run_tests", NO_ARGS))],
+                      "general", "ToolCalls[1].ToolCallId", "run_tests"),
+    "server+server": ([reply(("k1", "review_checklist", NO_ARGS),
+                             ("k1", "review_checklist", NO_ARGS))],
+                      "review", "ToolCalls[1].ToolCallId", "review_checklist"),
+    "server+client": ([reply(("k1", "review_checklist", NO_ARGS), ("k1", "read_file", READ))],
+                      "review", "ToolCalls[1].ToolCallId", "read_file"),
+    "client+server": ([reply(("k1", "read_file", READ), ("k1", "review_checklist", NO_ARGS))],
+                      "review", "ToolCalls[1].ToolCallId", "review_checklist"),
+    "earlier-round": ([reply(("x1", "Math", NO_ARGS)), reply(("x1", "Add", '{"a": 1, "b": 2}'))],
+                      "general", "ToolCalls[0].ToolCallId", "Add"),
     "earlier-round-server-then-client": (
         [reply(("k1", "review_checklist", NO_ARGS)), reply(("k1", "read_file", READ))],
-        "review",
-        "ToolCalls[0].ToolCallId",
-        "read_file",
-    ),
-}
+        "review", "ToolCalls[0].ToolCallId", "read_file"),
+}  # fmt: skip
 
 
 @pytest.mark.decision("D41")

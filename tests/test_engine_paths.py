@@ -94,69 +94,32 @@ ADD: dict[str, Any] = {
 }
 
 INITIAL_STATES = (
-    "received",
-    "validated",
-    "agent_context_resolved",
-    "session_created",
-    "prompt_ready",
-    "reasoning",
-    "llm_answered",
-    "response_built",
-    "done",
-)
+    "received", "validated", "agent_context_resolved", "session_created", "prompt_ready",
+    "reasoning", "llm_answered", "response_built", "done",
+)  # fmt: skip
 FOLLOW_ON_STATES = (
-    "received",
-    "validated",
-    "session_restored",
-    "agent_context_loaded",
-    "prompt_ready",
-    "reasoning",
-    "llm_answered",
-    "response_built",
-    "done",
-)
+    "received", "validated", "session_restored", "agent_context_loaded", "prompt_ready",
+    "reasoning", "llm_answered", "response_built", "done",
+)  # fmt: skip
 CONTINUATION_STATES = (
-    "received",
-    "validated",
-    "session_restored",
-    "continuation_resolved",
-    "agent_context_loaded",
-    "prompt_ready",
-    "reasoning",
-    "llm_answered",
-    "response_built",
-    "done",
-)
+    "received", "validated", "session_restored", "continuation_resolved",
+    "agent_context_loaded", "prompt_ready", "reasoning", "llm_answered", "response_built", "done",
+)  # fmt: skip
 STEPS_OF: dict[ContextType, tuple[PipelineStep, ...]] = {
     INITIAL: (
-        S.REQUEST_HANDLER,
-        S.AGENT_CONTEXT_RESOLVER,
-        S.AGENT_SESSION_CREATOR,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-        S.REASONER,
-        S.LLM_CLIENT,
-        S.RESPONSE_BUILDER,
+        S.REQUEST_HANDLER, S.AGENT_CONTEXT_RESOLVER, S.AGENT_SESSION_CREATOR,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER, S.REASONER, S.LLM_CLIENT, S.RESPONSE_BUILDER,
     ),
     FOLLOW_ON: (
-        S.REQUEST_HANDLER,
-        S.SESSION_RESTORER,
-        S.AGENT_CONTEXT_LOADER,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-        S.REASONER,
-        S.LLM_CLIENT,
-        S.RESPONSE_BUILDER,
+        S.REQUEST_HANDLER, S.SESSION_RESTORER, S.AGENT_CONTEXT_LOADER,
+        S.PROMPT_CONTENT_PROVIDER_INITIALIZER, S.REASONER, S.LLM_CLIENT, S.RESPONSE_BUILDER,
     ),
     CONTINUATION: (
-        S.REQUEST_HANDLER,
-        S.SESSION_RESTORER,
-        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
-        S.AGENT_CONTEXT_LOADER,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-        S.REASONER,
-        S.LLM_CLIENT,
-        S.RESPONSE_BUILDER,
+        S.REQUEST_HANDLER, S.SESSION_RESTORER, S.CLIENT_TOOL_CONTINUATION_RESOLVER,
+        S.AGENT_CONTEXT_LOADER, S.PROMPT_CONTENT_PROVIDER_INITIALIZER, S.REASONER,
+        S.LLM_CLIENT, S.RESPONSE_BUILDER,
     ),
-}
+}  # fmt: skip
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -385,114 +348,43 @@ def _post(rule_id: str, kind: ContextType, step: PipelineStep, mutate: Mutation 
 PRE_BREAKAGES = [
     # §4.1 RequestHandler has no PRE (N/A). §4.10's PRE (response-type-valid) is
     # unreachable by a step: §4.9's POST response-type-matches-outcome guards the same.
-    _pre(
-        "AGN-036/4.2/PRE/session-null",
-        FOLLOW_ON,
-        S.REQUEST_HANDLER,
-        fill_session,
-        S.SESSION_RESTORER,
-    ),
-    _pre(
-        "AGN-036/4.2/PRE/turn-null", CONTINUATION, S.REQUEST_HANDLER, fill_turn, S.SESSION_RESTORER
-    ),
-    _pre(
-        "AGN-036/4.3/PRE/session-null",
-        INITIAL,
-        S.REQUEST_HANDLER,
-        fill_session,
-        S.AGENT_CONTEXT_RESOLVER,
-    ),
-    _pre(
-        "AGN-036/4.3/PRE/turn-null", INITIAL, S.REQUEST_HANDLER, fill_turn, S.AGENT_CONTEXT_RESOLVER
-    ),
-    _pre(
-        "AGN-036/4.4/PRE/tool-results-present",
-        CONTINUATION,
-        S.SESSION_RESTORER,
-        clear_tool_results,
-        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
-    ),
-    _pre(
-        "AGN-036/4.5/PRE/session-null",
-        INITIAL,
-        S.AGENT_CONTEXT_RESOLVER,
-        fill_session,
-        S.AGENT_SESSION_CREATOR,
-    ),
-    _pre(
-        "AGN-036/4.5/PRE/turn-null",
-        INITIAL,
-        S.AGENT_CONTEXT_RESOLVER,
-        fill_turn,
-        S.AGENT_SESSION_CREATOR,
-    ),
-    _pre(
-        "AGN-036/4.6/PRE/session-populated",
-        CONTINUATION,
-        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
-        clear_session,
-        S.AGENT_CONTEXT_LOADER,
-    ),
-    _pre(
-        "AGN-036/4.7/PRE/session-populated",
-        FOLLOW_ON,
-        S.AGENT_CONTEXT_LOADER,
-        clear_session,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-    ),
-    _pre(
-        "AGN-036/4.7/PRE/turn-populated",
-        FOLLOW_ON,
-        S.AGENT_CONTEXT_LOADER,
-        clear_turn,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-    ),
-    _pre(
-        "AGN-036/4.7/PRE/agent-context-populated",
-        INITIAL,
-        S.AGENT_SESSION_CREATOR,
-        clear_agent_context,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-    ),
-    _pre(
-        "AGN-036/4.7/PRE/conversation-context-populated",
-        INITIAL,
-        S.AGENT_SESSION_CREATOR,
-        clear_conversation_context,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-    ),
-    _pre(
-        "AGN-036/4.7/PRE/tool-call-manifest-present",
-        CONTINUATION,
-        S.AGENT_CONTEXT_LOADER,
-        clear_manifest,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-    ),
+    _pre("AGN-036/4.2/PRE/session-null", FOLLOW_ON, S.REQUEST_HANDLER, fill_session,
+         S.SESSION_RESTORER),
+    _pre("AGN-036/4.2/PRE/turn-null", CONTINUATION, S.REQUEST_HANDLER, fill_turn,
+         S.SESSION_RESTORER),
+    _pre("AGN-036/4.3/PRE/session-null", INITIAL, S.REQUEST_HANDLER, fill_session,
+         S.AGENT_CONTEXT_RESOLVER),
+    _pre("AGN-036/4.3/PRE/turn-null", INITIAL, S.REQUEST_HANDLER, fill_turn,
+         S.AGENT_CONTEXT_RESOLVER),
+    _pre("AGN-036/4.4/PRE/tool-results-present", CONTINUATION, S.SESSION_RESTORER,
+         clear_tool_results, S.CLIENT_TOOL_CONTINUATION_RESOLVER),
+    _pre("AGN-036/4.5/PRE/session-null", INITIAL, S.AGENT_CONTEXT_RESOLVER, fill_session,
+         S.AGENT_SESSION_CREATOR),
+    _pre("AGN-036/4.5/PRE/turn-null", INITIAL, S.AGENT_CONTEXT_RESOLVER, fill_turn,
+         S.AGENT_SESSION_CREATOR),
+    _pre("AGN-036/4.6/PRE/session-populated", CONTINUATION, S.CLIENT_TOOL_CONTINUATION_RESOLVER,
+         clear_session, S.AGENT_CONTEXT_LOADER),
+    _pre("AGN-036/4.7/PRE/session-populated", FOLLOW_ON, S.AGENT_CONTEXT_LOADER, clear_session,
+         S.PROMPT_CONTENT_PROVIDER_INITIALIZER),
+    _pre("AGN-036/4.7/PRE/turn-populated", FOLLOW_ON, S.AGENT_CONTEXT_LOADER, clear_turn,
+         S.PROMPT_CONTENT_PROVIDER_INITIALIZER),
+    _pre("AGN-036/4.7/PRE/agent-context-populated", INITIAL, S.AGENT_SESSION_CREATOR,
+         clear_agent_context, S.PROMPT_CONTENT_PROVIDER_INITIALIZER),
+    _pre("AGN-036/4.7/PRE/conversation-context-populated", INITIAL, S.AGENT_SESSION_CREATOR,
+         clear_conversation_context, S.PROMPT_CONTENT_PROVIDER_INITIALIZER),
+    _pre("AGN-036/4.7/PRE/tool-call-manifest-present", CONTINUATION, S.AGENT_CONTEXT_LOADER,
+         clear_manifest, S.PROMPT_CONTENT_PROVIDER_INITIALIZER),
     # §4.8 PRE: "core context valid" (ValidateCore again before reasoning)
-    _pre(
-        "AGN-036/3/correlation-id-present",
-        FOLLOW_ON,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-        clear_correlation_id,
-        S.REASONER,
-    ),
-    _pre(
-        "AGN-036/3.1/input-present",
-        INITIAL,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-        clear_instructions,
-        S.REASONER,
-    ),
-    _pre("AGN-036/4.9/PRE/response-payload-null", INITIAL, S.REASONER, answer_early, S.LLM_CLIENT),
-    _pre(
-        "AGN-036/4.9/PRE/tool-call-manifest-valid",
-        CONTINUATION,
-        S.REASONER,
-        clear_manifest,
-        S.LLM_CLIENT,
-    ),
+    _pre("AGN-036/3/correlation-id-present", FOLLOW_ON, S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+         clear_correlation_id, S.REASONER),
+    _pre("AGN-036/3.1/input-present", INITIAL, S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
+         clear_instructions, S.REASONER),
+    _pre("AGN-036/4.9/PRE/response-payload-null", INITIAL, S.REASONER, answer_early,
+         S.LLM_CLIENT),
+    _pre("AGN-036/4.9/PRE/tool-call-manifest-valid", CONTINUATION, S.REASONER, clear_manifest,
+         S.LLM_CLIENT),
     _pre("AGN-036/5/name-match", CONTINUATION, S.REASONER, rename_manifest_result, S.LLM_CLIENT),
-]
+]  # fmt: skip
 
 POST_BREAKAGES = [
     _post("AGN-036/3/correlation-id-present", INITIAL, S.REQUEST_HANDLER, clear_correlation_id),
@@ -500,57 +392,31 @@ POST_BREAKAGES = [
     _post("AGN-036/4.2/POST/session-populated", FOLLOW_ON, S.SESSION_RESTORER, None),
     _post("AGN-036/4.2/POST/turn-populated", FOLLOW_ON, S.SESSION_RESTORER, clear_turn),
     _post("AGN-036/4.2/POST/turn-id-new", FOLLOW_ON, S.SESSION_RESTORER, resume_named_turn),
-    _post(
-        "AGN-036/4.2/POST/session-mode-present", CONTINUATION, S.SESSION_RESTORER, drop_session_mode
-    ),
+    _post("AGN-036/4.2/POST/session-mode-present", CONTINUATION, S.SESSION_RESTORER,
+          drop_session_mode),
     _post("AGN-036/4.3/POST/agent-context-populated", INITIAL, S.AGENT_CONTEXT_RESOLVER, None),
-    _post(
-        "AGN-036/4.3/POST/conversation-context-populated",
-        INITIAL,
-        S.AGENT_CONTEXT_RESOLVER,
-        clear_conversation_context,
-    ),
-    _post(
-        "AGN-036/4.4/POST/tool-call-manifest-valid",
-        CONTINUATION,
-        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
-        None,
-    ),
-    _post(
-        "AGN-036/4.4/POST/turn-id-matches-envelope",
-        CONTINUATION,
-        S.CLIENT_TOOL_CONTINUATION_RESOLVER,
-        swap_turn_id,
-    ),
+    _post("AGN-036/4.3/POST/conversation-context-populated", INITIAL, S.AGENT_CONTEXT_RESOLVER,
+          clear_conversation_context),
+    _post("AGN-036/4.4/POST/tool-call-manifest-valid", CONTINUATION,
+          S.CLIENT_TOOL_CONTINUATION_RESOLVER, None),
+    _post("AGN-036/4.4/POST/turn-id-matches-envelope", CONTINUATION,
+          S.CLIENT_TOOL_CONTINUATION_RESOLVER, swap_turn_id),
     _post("AGN-036/4.5/POST/session-populated", INITIAL, S.AGENT_SESSION_CREATOR, clear_session),
     _post("AGN-036/4.5/POST/turn-populated", INITIAL, S.AGENT_SESSION_CREATOR, clear_turn),
     _post("AGN-036/4.6/POST/agent-context-populated", FOLLOW_ON, S.AGENT_CONTEXT_LOADER, None),
-    _post(
-        "AGN-036/4.6/POST/conversation-context-populated",
-        CONTINUATION,
-        S.AGENT_CONTEXT_LOADER,
-        clear_conversation_context,
-    ),
-    _post(
-        "AGN-036/4.7/POST/prompt-provider-ready",
-        FOLLOW_ON,
-        S.PROMPT_CONTENT_PROVIDER_INITIALIZER,
-        unready_prompt,
-    ),
+    _post("AGN-036/4.6/POST/conversation-context-populated", CONTINUATION,
+          S.AGENT_CONTEXT_LOADER, clear_conversation_context),
+    _post("AGN-036/4.7/POST/prompt-provider-ready", FOLLOW_ON,
+          S.PROMPT_CONTENT_PROVIDER_INITIALIZER, unready_prompt),
     # §4.8 Reasoner has no POST (N/A).
     _post("AGN-036/4.9/POST/exactly-one-outcome", INITIAL, S.LLM_CLIENT, add_client_call),
-    _post(
-        "AGN-036/4.9/POST/response-type-matches-outcome", FOLLOW_ON, S.LLM_CLIENT, mistype_outcome
-    ),
+    _post("AGN-036/4.9/POST/response-type-matches-outcome", FOLLOW_ON, S.LLM_CLIENT,
+          mistype_outcome),
     _post("AGN-036/4.10/POST/response-conforms", INITIAL, S.RESPONSE_BUILDER, None),
     _post("AGN-036/4.10/POST/context-unchanged", FOLLOW_ON, S.RESPONSE_BUILDER, change_mode),
-    _post(
-        "AGN-036/4.10/POST/response-matches-context",
-        CONTINUATION,
-        S.RESPONSE_BUILDER,
-        misaddress_response,
-    ),
-]
+    _post("AGN-036/4.10/POST/response-matches-context", CONTINUATION, S.RESPONSE_BUILDER,
+          misaddress_response),
+]  # fmt: skip
 
 
 # --- 1. the three paths ----------------------------------------------------------------

@@ -18,12 +18,11 @@ EXPECTED_REFUSALS = {
     "10-continuation-with-instruction.json": {"AGN-034/2.2/instruction-forbidden"},
     "11-mode-in-request.json": {"AGN-034/3/server-owned-field"},
     "12-artifact-escaping-root.json": {
-        "AGN-034/4.2/relative-path-within-root",
-        "AGN-034/4.2/relative-path-not-absolute",
+        "AGN-034/4.2/relative-path-within-root", "AGN-034/4.2/relative-path-not-absolute",
     },
     "13-session-without-turn.json": {"AGN-034/3/session-turn-pair"},
     "14-result-and-error.json": {"AGN-034/5/exactly-one-outcome"},
-}
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])

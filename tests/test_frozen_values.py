@@ -31,11 +31,8 @@ CALL = ToolCall(tool_call_id="c1", name="read_file", arguments_json="{}")
 ENTRY = ModeHistoryEntry(previous_mode="general", new_mode="review", timestamp=T0)
 
 VALUES: list[tuple[FrozenWireModel, str, object]] = [
-    (
-        Session(id="s1", org="acme", user="ana", mode="general", mode_history=[ENTRY]),
-        "mode",
-        "review",
-    ),
+    (Session(id="s1", org="acme", user="ana", mode="general", mode_history=[ENTRY]),
+     "mode", "review"),
     (Turn(id="t1", session_id="s1", pending_tool_calls=[CALL]), "status", TurnStatus.COMPLETED),
     (ENTRY, "new_mode", "debug"),
     (ChatMessage(role=ChatRole.ASSISTANT, tool_calls=[CALL]), "content", "changed"),
@@ -43,7 +40,7 @@ VALUES: list[tuple[FrozenWireModel, str, object]] = [
     (CALL, "name", "write_file"),
     (ToolResult(tool_call_id="c1", execution_ms=1, result_json="{}"), "execution_ms", 2),
     (Usage(input_tokens=1), "input_tokens", 2),
-]
+]  # fmt: skip
 IDS = [type(value).__name__ for value, _, _ in VALUES]
 
 

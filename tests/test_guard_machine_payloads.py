@@ -83,9 +83,9 @@ CASES: dict[str, tuple[str, str | None]] = {
     "untagged-tilde-fence-with-code": ("~~~\nls -la\n~~~", None),
     "tagged-json-fence": ('```json\n{"a": 1}\n```', None),
     "tagged-code-fence-with-json-body": ('```python\n{"a": 1}\n```', None),
-    "tagged-tilde-fence": ("~~~yaml\na: 1\n~~~", None),
+    "tagged-tilde-fence": ('~~~yaml\na: 1\n~~~', None),
     "indented-tagged-fence": ('  ```json\n  {"a": 1}\n  ```', None),
-    "four-space-indent-is-not-a-fence": ("    ```\n    print(1)\n    ```", None),
+    "four-space-indent-is-not-a-fence": ('    ```\n    print(1)\n    ```', None),
     "prose": ("All done. Nothing to add.", None),
     "prose-list-of-numbers": ("[1, 2]", None),
     "prose-list-of-strings": ('["a", "b"]', None),
@@ -96,7 +96,7 @@ CASES: dict[str, tuple[str, str | None]] = {
     "empty": ("", None),
     "blank-lines-only": ("\n\n  \n", None),
     "nan-is-not-json": ('{"a": NaN}', None),
-}
+}  # fmt: skip
 
 
 @pytest.mark.parametrize(("text", "expected"), CASES.values(), ids=CASES.keys())
@@ -151,39 +151,11 @@ def test_the_table_payloads_break_the_rule_before_they_are_guarded(text: str) ->
 # --- properties ---------------------------------------------------------------------------
 
 FRAGMENTS = [
-    "```",
-    "~~~",
-    "````",
-    "```json",
-    "```python",
-    "~~~json",
-    "   ```",
-    "    ```",
-    "``` `x",
-    '{"a": 1}',
-    '[{"a": 1}]',
-    "[1, 2]",
-    "{",
-    "}",
-    '"a": 1',
-    "[]",
-    "{}",
-    "NaN",
-    "prose",
-    "Here it is:",
-    " ",
-    "  ",
-    "\t",
-    "\n",
-    "\n\n",
-    "\r",
-    "\r\n",
-    "\x0b",
-    "\x0c",
-    "\x1c",
-    "\x85",
-    "\u2028",
-]
+    "```", "~~~", "````", "```json", "```python", "~~~json", "   ```", "    ```", "``` `x",
+    '{"a": 1}', '[{"a": 1}]', "[1, 2]", "{", "}", '"a": 1', "[]", "{}", "NaN",
+    "prose", "Here it is:", " ", "  ", "\t", "\n", "\n\n", "\r", "\r\n", "\x0b", "\x0c",
+    "\x1c", "\x85", "\u2028",
+]  # fmt: skip
 
 markdownish = st.lists(st.sampled_from(FRAGMENTS), max_size=14).map("".join)
 texts = st.one_of(st.text(), markdownish)

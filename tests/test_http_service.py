@@ -462,18 +462,9 @@ def _serve(config: Path, env: Mapping[str, str], *args: str) -> Iterator[tuple[s
     port = _free_port()
     log = config.parent / f"serve-{port}.log"
     with log.open("wb") as out:
+        loopback = ["--host", "127.0.0.1", "--port", str(port)]
         process = subprocess.Popen(
-            [
-                str(APTIX),
-                "serve",
-                "--config",
-                str(config),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                *args,
-            ],
+            [str(APTIX), "serve", "--config", str(config), *loopback, *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **env},

@@ -91,33 +91,20 @@ BROKEN = [
     ManifestCase("AGN-036/5/count-match", "missing-result", _drop_last_result),
     ManifestCase("AGN-036/5/count-match", "extra-result", _add_result),
     ManifestCase("AGN-036/5/order-match", "swapped", _swap, "call-2", "list_dir"),
-    ManifestCase(
-        "AGN-036/5/ids-unique",
-        "repeated-result",
-        _repeat_result,
-        "call-1",
-        None,
-        decisions=("D13",),
-    ),
-    ManifestCase(
-        "AGN-036/5/ids-unique", "repeated-call", _repeat_call, "call-1", None, decisions=("D13",)
-    ),
+    ManifestCase("AGN-036/5/ids-unique", "repeated-result", _repeat_result, "call-1", None,
+                 decisions=("D13",)),
+    ManifestCase("AGN-036/5/ids-unique", "repeated-call", _repeat_call, "call-1", None,
+                 decisions=("D13",)),
     ManifestCase("AGN-036/5/id-match", "unknown-id", _rename_id, "call-unknown", "read_file"),
     ManifestCase("AGN-036/5/name-match", "other-name", _rename_tool, "call-2", "list_dir"),
     ManifestCase("AGN-036/5/name-match", "no-name", _no_name, "call-2", "list_dir"),
-    ManifestCase("AGN-036/5/result-json-present", "none", _result_json(None), "call-2", "list_dir"),
-    ManifestCase(
-        "AGN-036/5/result-json-present", "blank", _result_json("  "), "call-2", "list_dir"
-    ),
-    ManifestCase(
-        "AGN-036/5/result-json-valid",
-        "malformed",
-        _result_json("{oops"),
-        "call-2",
-        "list_dir",
-        decisions=("D13",),
-    ),
-]
+    ManifestCase("AGN-036/5/result-json-present", "none", _result_json(None), "call-2",
+                 "list_dir"),
+    ManifestCase("AGN-036/5/result-json-present", "blank", _result_json("  "), "call-2",
+                 "list_dir"),
+    ManifestCase("AGN-036/5/result-json-valid", "malformed", _result_json("{oops"), "call-2",
+                 "list_dir", decisions=("D13",)),
+]  # fmt: skip
 
 HOLDS = [
     ManifestCase(rule_id, variant, change)

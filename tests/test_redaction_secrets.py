@@ -243,28 +243,18 @@ def refused_request() -> dict[str, Any]:
 
 
 SCRIPT = [
-    calls(
-        change_mode("m1", "review", SECRETS["mode change reason"]),
-        call(
-            "s1",
-            "lookup",
-            {
-                "query": SECRETS["server argument value"],
-                "amount": int(SECRETS["server argument number"]),
-                SECRETS["server argument key"]: True,
-            },
-        ),
-        call("s2", "explode"),
-        text=SECRETS["model text"],
-    ),
-    calls(
-        call("r1", "read_file", {"path": SECRETS["client argument path"]}),
-        call("r2", "run_tests", {"pattern": SECRETS["client argument pattern"]}),
-        text=SECRETS["model text 2"],
-    ),
+    calls(change_mode("m1", "review", SECRETS["mode change reason"]),
+          call("s1", "lookup", {"query": SECRETS["server argument value"],
+                                "amount": int(SECRETS["server argument number"]),
+                                SECRETS["server argument key"]: True}),
+          call("s2", "explode"),
+          text=SECRETS["model text"]),
+    calls(call("r1", "read_file", {"path": SECRETS["client argument path"]}),
+          call("r2", "run_tests", {"pattern": SECRETS["client argument pattern"]}),
+          text=SECRETS["model text 2"]),
     text(SECRETS["final answer"]),
     text(SECRETS["follow-on answer"]),
-]
+]  # fmt: skip
 
 
 async def planted_session(spans: Recorded, *, redact: bool = True) -> list[TurnReport]:

@@ -522,18 +522,8 @@ def record_with_the_cli(tmp_path: Path, *extra: str) -> subprocess.CompletedProc
     """``aptix run --record rec`` of one Initial turn."""
     (tmp_path / "request.json").write_text(json.dumps({"Instruction": "SECRET-CLI-1"}))
     (tmp_path / "script.json").write_text(json.dumps([{"text": "SECRET-CLI-2"}]))
-    return aptix(
-        "run",
-        "request.json",
-        "--llm-script",
-        "script.json",
-        "--store",
-        "memory",
-        "--record",
-        "rec",
-        *extra,
-        cwd=tmp_path,
-    )
+    scripted = ("--llm-script", "script.json", "--store", "memory")
+    return aptix("run", "request.json", *scripted, "--record", "rec", *extra, cwd=tmp_path)
 
 
 def test_aptix_run_records_a_turn_that_aptix_replay_replays(tmp_path: Path) -> None:

@@ -28,44 +28,16 @@ PROPERTY_SETTINGS = settings(max_examples=200, deadline=None, database=None)
 
 WIRE_NAMES = (
     # AgentExecuteRequest (AGN-034 §3, §4, §5)
-    "SessionId",
-    "TurnId",
-    "Instruction",
-    "InputArtifacts",
-    "ClipboardImages",
-    "RagScope",
-    "SolutionContextText",
-    "WorkspaceHints",
-    "Stream",
-    "AgentContextId",
-    "ConversationContextId",
-    "ToolResults",
+    "SessionId", "TurnId", "Instruction", "InputArtifacts", "ClipboardImages", "RagScope",
+    "SolutionContextText", "WorkspaceHints", "Stream", "AgentContextId",
+    "ConversationContextId", "ToolResults",
     # InputArtifact, ClipboardImage, RagScopeCondition, WorkspaceHints, ToolResult
-    "RelativePath",
-    "FileName",
-    "Contents",
-    "Origin",
-    "MimeType",
-    "Language",
-    "Encoding",
-    "Id",
-    "DataBase64",
-    "Key",
-    "Operator",
-    "Values",
-    "WorkspaceId",
-    "RepositoryName",
-    "LanguageHint",
-    "ToolCallId",
-    "ExecutionMs",
-    "ResultJson",
-    "ErrorMessage",
+    "RelativePath", "FileName", "Contents", "Origin", "MimeType", "Language", "Encoding",
+    "Id", "DataBase64", "Key", "Operator", "Values", "WorkspaceId", "RepositoryName",
+    "LanguageHint", "ToolCallId", "ExecutionMs", "ResultJson", "ErrorMessage",
     # server-owned and snake_case names, refused on the wire
-    "Mode",
-    "CorrelationId",
-    "previous_response_id",
-    "session_id",
-)
+    "Mode", "CorrelationId", "previous_response_id", "session_id",
+)  # fmt: skip
 
 KEYS = st.sampled_from(WIRE_NAMES) | st.text(max_size=12)
 JSON_SCALARS = (

@@ -13,12 +13,9 @@ from aptix_pipeline.validators import parse_response
 SHAPE = "AGN-033/3/response-shape"
 NOT_NULL = "AGN-033/3.5/absent-not-null"
 FILE = {
-    "Name": "report.pdf",
-    "MimeType": "application/pdf",
-    "Url": "https://files.example/r.pdf",
-    "SizeBytes": 1024,
-    "ContentHash": "sha256:ab12",
-}
+    "Name": "report.pdf", "MimeType": "application/pdf", "Url": "https://files.example/r.pdf",
+    "SizeBytes": 1024, "ContentHash": "sha256:ab12",
+}  # fmt: skip
 
 
 def _final() -> dict[str, Any]:

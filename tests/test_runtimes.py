@@ -315,33 +315,33 @@ async def test_a_step_that_raises_is_an_internal_error_on_both_runtimes() -> Non
     assert results[0] == results[1]
 
 
-def test_importing_the_engine_leaves_the_diagram_renderers_for_later() -> None:
+def _fresh_python(*lines: str) -> None:
+    """Run ``lines`` in a new interpreter, where nothing is imported yet; fail on its failure."""
     import subprocess
     import sys
 
-    code = (
-        "import sys, aptix_pipeline.engine as e\n"
-        "assert 'statemachine.contrib.diagram' not in sys.modules\n"
-        "assert 'aptix_pipeline.engine.diagram' not in sys.modules\n"
-        "assert e.DiagramFormat('dot').value == 'dot'\n"
-        "assert 'aptix_pipeline.engine.diagram' in sys.modules\n"
-        "from aptix_pipeline import replay\n"
-        "assert callable(replay) and replay.__name__ == 'replay'\n"
+    subprocess.run([sys.executable, "-c", "\n".join(lines)], check=True)
+
+
+def test_importing_the_engine_leaves_the_diagram_renderers_for_later() -> None:
+    _fresh_python(
+        "import sys, aptix_pipeline.engine as e",
+        "assert 'statemachine.contrib.diagram' not in sys.modules",
+        "assert 'aptix_pipeline.engine.diagram' not in sys.modules",
+        "assert e.DiagramFormat('dot').value == 'dot'",
+        "assert 'aptix_pipeline.engine.diagram' in sys.modules",
+        "from aptix_pipeline import replay",
+        "assert callable(replay) and replay.__name__ == 'replay'",
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @pytest.mark.decision("D251")
 def test_the_runtime_imports_nothing_of_the_replay_tooling() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, aptix_pipeline.engine as e, aptix_pipeline.adapters.memory_store\n"
-        "loaded = sorted(m for m in sys.modules if m.startswith('aptix_pipeline.engine.replay'))\n"
-        "assert loaded == [], loaded\n"
+    _fresh_python(
+        "import sys, aptix_pipeline.engine as e, aptix_pipeline.adapters.memory_store",
+        "loaded = sorted(m for m in sys.modules if m.startswith('aptix_pipeline.engine.replay'))",
+        "assert loaded == [], loaded",
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @pytest.mark.decision("D127")

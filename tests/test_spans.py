@@ -58,27 +58,17 @@ from aptix_pipeline.steps import STEP_FUNCTIONS, TurnScope
 
 AGENT = "Aptix assistant"
 INITIAL_STEPS = [
-    "request_handler",
-    "agent_context_resolver",
-    "agent_session_creator",
-    "prompt_content_provider_initializer",
-    "reasoner",
-]
+    "request_handler", "agent_context_resolver", "agent_session_creator",
+    "prompt_content_provider_initializer", "reasoner",
+]  # fmt: skip
 FOLLOW_ON_STEPS = [
-    "request_handler",
-    "session_restorer",
-    "agent_context_loader",
-    "prompt_content_provider_initializer",
-    "reasoner",
-]
+    "request_handler", "session_restorer", "agent_context_loader",
+    "prompt_content_provider_initializer", "reasoner",
+]  # fmt: skip
 CONTINUATION_STEPS = [
-    "request_handler",
-    "session_restorer",
-    "client_tool_continuation_resolver",
-    "agent_context_loader",
-    "prompt_content_provider_initializer",
-    "reasoner",
-]
+    "request_handler", "session_restorer", "client_tool_continuation_resolver",
+    "agent_context_loader", "prompt_content_provider_initializer", "reasoner",
+]  # fmt: skip
 ROUND = ["llm_client", "server_tool_round"]
 ANSWER = ["llm_client", "response_builder", "complete"]
 

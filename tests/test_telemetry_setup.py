@@ -25,13 +25,11 @@ from aptix_pipeline.adapters.telemetry_setup import TelemetrySetupError, configu
 ROOT = Path(__file__).resolve().parent.parent
 APTIX = Path(sys.executable).parent / "aptix"
 SCRIPT = [
-    {
-        "tool_calls": [
-            {"id": "m1", "name": "agent_change_mode", "arguments": {"mode": "review"}},
-            {"id": "r1", "name": "read_file", "arguments": {"path": "a.py"}},
-        ]
-    }
-]
+    {"tool_calls": [
+        {"id": "m1", "name": "agent_change_mode", "arguments": {"mode": "review"}},
+        {"id": "r1", "name": "read_file", "arguments": {"path": "a.py"}},
+    ]}
+]  # fmt: skip
 
 
 def _env(**otel: str) -> dict[str, str]:

@@ -78,13 +78,7 @@ DESIGN_CONTAINER_ERROR: dict[str, Any] = {
     "container_name": "Math",
     "attempted_parameters": {"function": "Add", "a": 5, "b": 10},
     "available_functions": [
-        "Add",
-        "Multiply",
-        "Abs",
-        "Square",
-        "Subtract",
-        "Min",
-        "SolveQuadratic",
+        "Add", "Multiply", "Abs", "Square", "Subtract", "Min", "SolveQuadratic",
     ],
     "error_message": (
         "'Math' is a container function that groups related functions. "
@@ -95,7 +89,7 @@ DESIGN_CONTAINER_ERROR: dict[str, Any] = {
         "expand it. (2) After expansion succeeds, call the individual function you need. "
         "Available functions: Add, Multiply, Abs, Square, Subtract, ..."
     ),
-}
+}  # fmt: skip
 DESIGN_RETRY_GUIDANCE = (
     "The provided arguments are invalid. Please review the errors, correct the arguments "
     "based on the function schema, and try again."
@@ -162,7 +156,7 @@ BROKEN_CALLS = [
     CallCase(JSON_OBJECT, "string", READ_FILE, '"src/a.py"'),
     CallCase(KNOWN, "not-advertised", None, '{"a": 5, "b": 10}', name="Add"),
     CallCase(KNOWN, "not-advertised-without-arguments", None, None, name="Math.Add"),
-]
+]  # fmt: skip
 
 HOLDING_CALLS = [
     CallCase(CONTAINER, "no-arguments", MATH, None, ToolCallOutcome.EXPAND_CONTAINER),
@@ -170,18 +164,17 @@ HOLDING_CALLS = [
     CallCase(CONTAINER, "empty-object", MATH, "{}", ToolCallOutcome.EXPAND_CONTAINER),
     CallCase(CONTAINER, "json-null", MATH, "null", ToolCallOutcome.EXPAND_CONTAINER),
     CallCase(CONTAINER, "empty-array", MATH, "[]", ToolCallOutcome.EXPAND_CONTAINER),
-    CallCase(
-        CONTAINER, "no-function-names", UNNAMED_CONTAINER, "{}", ToolCallOutcome.EXPAND_CONTAINER
-    ),
-    CallCase(
-        SCHEMA, "every-property-valid", READ_FILE, json.dumps(VALID_READ), ToolCallOutcome.INVOKE
-    ),
+    CallCase(CONTAINER, "no-function-names", UNNAMED_CONTAINER, "{}",
+             ToolCallOutcome.EXPAND_CONTAINER),
+    CallCase(SCHEMA, "every-property-valid", READ_FILE, json.dumps(VALID_READ),
+             ToolCallOutcome.INVOKE),
     CallCase(SCHEMA, "required-only", READ_FILE, '{"file_path": "a"}', ToolCallOutcome.INVOKE),
     CallCase(JSON_OBJECT, "object", READ_FILE, '{"file_path": "a"}', ToolCallOutcome.INVOKE),
-    CallCase(JSON_OBJECT, "no-arguments-no-parameters", NO_PARAMETERS, "", ToolCallOutcome.INVOKE),
+    CallCase(JSON_OBJECT, "no-arguments-no-parameters", NO_PARAMETERS, "",
+             ToolCallOutcome.INVOKE),
     CallCase(KNOWN, "advertised-tool", READ_FILE, '{"file_path": "a"}', ToolCallOutcome.INVOKE),
     CallCase(KNOWN, "advertised-container", MATH, "{}", ToolCallOutcome.EXPAND_CONTAINER),
-]
+]  # fmt: skip
 
 
 def _check_case(case: CallCase) -> ToolCallVerdict:

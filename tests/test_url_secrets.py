@@ -33,36 +33,12 @@ SECRET = "s3cr3t-Zq9"
 """Planted in every URL; must never come back."""
 
 NAMES = [
-    "key",
-    "api-key",
-    "api_key",
-    "apikey",
-    "API-KEY",
-    "Api_Key",
-    "token",
-    "access_token",
-    "refresh_token",
-    "id_token",
-    "secret",
-    "client_secret",
-    "password",
-    "passwd",
-    "pwd",
-    "sig",
-    "signature",
-    "auth",
-    "authorization",
-    "credential",
-    "credentials",
-    "code",
-    "X-Amz-Signature",
-    "X-Amz-Credential",
-    "X-Amz-Security-Token",
-    "subscription-key",
-    "api%2Dkey",
-    "session",
-    "sessionid",
-]
+    "key", "api-key", "api_key", "apikey", "API-KEY", "Api_Key", "token", "access_token",
+    "refresh_token", "id_token", "secret", "client_secret", "password", "passwd", "pwd",
+    "sig", "signature", "auth", "authorization", "credential", "credentials", "code",
+    "X-Amz-Signature", "X-Amz-Credential", "X-Amz-Security-Token", "subscription-key",
+    "api%2Dkey", "session", "sessionid",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", NAMES)

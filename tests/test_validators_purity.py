@@ -40,22 +40,14 @@ def _blank_ids(ctx: PipelineContext) -> None:
 
 
 BREAKERS: list[Breaker] = [
-    _clear("session"),
-    _clear("turn"),
-    _clear("agent_context"),
-    _clear("conversation_context"),
-    _clear("tool_call_manifest"),
-    _clear("response_payload"),
-    _clear("response"),
-    _clear("time_stamp"),
-    _clear("response_type"),
-    _swap_results,
-    _blank_ids,
+    _clear("session"), _clear("turn"), _clear("agent_context"), _clear("conversation_context"),
+    _clear("tool_call_manifest"), _clear("response_payload"), _clear("response"),
+    _clear("time_stamp"), _clear("response_type"), _swap_results, _blank_ids,
     lambda ctx: setattr(ctx, "correlation_id", ""),
     lambda ctx: setattr(ctx, "prompt_provider_ready", not ctx.prompt_provider_ready),
     lambda ctx: setattr(ctx, "response_type", ResponseType.TOOL_CONTINUATION),
     lambda ctx: setattr(ctx, "type", "Bogus"),
-]
+]  # fmt: skip
 
 STEP_ON_PATH = st.sampled_from([(kind, step) for kind, path in PATHS.items() for step in path])
 

@@ -97,17 +97,15 @@ class Kit:
         options: PipelineOptions | None = None,
     ) -> Pipeline:
         """``make_pipeline`` on this kit's store and telemetry."""
+        wiring = self.wiring()
         pipeline, _ = make_pipeline(
-            self.store,
-            replies,
-            config=config,
-            tools=tools,
-            options=options,
-            telemetry=self.telemetry,
-            runtime=self.runtime,
-            listeners=self.listeners,
+            self.store, replies, config=config, tools=tools, options=options, **wiring
         )
         return pipeline
+
+    def wiring(self) -> dict[str, Any]:
+        """This kit's telemetry, runtime and listeners, as ``Pipeline`` keywords."""
+        return {"telemetry": self.telemetry, "runtime": self.runtime, "listeners": self.listeners}
 
     def rebuilt(
         self,
@@ -117,14 +115,7 @@ class Kit:
         **ports: Any,
     ) -> Pipeline:
         """``base`` (same script, clock and ids) with ports or steps replaced."""
-        return Pipeline(
-            replace(base.ports, **ports),
-            base.options,
-            steps=steps,
-            telemetry=self.telemetry,
-            runtime=self.runtime,
-            listeners=self.listeners,
-        )
+        return Pipeline(replace(base.ports, **ports), base.options, steps=steps, **self.wiring())
 
     async def run(
         self,

@@ -8,6 +8,7 @@ imported; the rules the steps and the runner enforce while they work are in
 ``turn_work`` and exported here.
 """
 
+from . import turn_work
 from .core import has_text, validate_core
 from .json_text import strict_json_loads, text_depth_exceeds, utf8_text, value_depth_exceeds
 from .manifest import manifest_for, validate_tool_call_manifest
@@ -25,43 +26,12 @@ from .rules import Rule, all_rules
 from .snapshot import ContextSnapshot, snapshot_context
 from .steps import Phase, step_rule_ids, validate_post_step, validate_pre_step
 from .tool_calls import ToolCallOutcome, ToolCallVerdict, check_tool_call
-from .turn_work import (
-    INITIAL_MODE_KNOWN,
-    MODE_KNOWN,
-    MODE_RESULT_VALID,
-    MODEL_REPLY_SIZE,
-    REQUESTED_CONTEXTS_KNOWN,
-    ROUND_LIMIT,
-    SERVER_TOOL_TIMEOUT,
-    SESSION_FOUND,
-    SEVERAL_MODE_CHANGES,
-    STORED_CONTEXTS_KNOWN,
-    TOOL_CALL_IDS,
-    TRANSCRIPT_SIZE,
-    TURN_DEADLINE,
-    TURN_FOUND,
-    ContextRules,
-)
+from .turn_work import *  # noqa: F403 - the rules the steps and the runner check
 
 __all__ = [
     "CONTINUATION_PREFIX",
     "FOLLOW_ON_TURN_SETTLED",
-    "INITIAL_MODE_KNOWN",
     "KEY_PREFIX",
-    "MODEL_REPLY_SIZE",
-    "MODE_KNOWN",
-    "MODE_RESULT_VALID",
-    "REQUESTED_CONTEXTS_KNOWN",
-    "ROUND_LIMIT",
-    "SERVER_TOOL_TIMEOUT",
-    "SESSION_FOUND",
-    "SEVERAL_MODE_CHANGES",
-    "STORED_CONTEXTS_KNOWN",
-    "TOOL_CALL_IDS",
-    "TRANSCRIPT_SIZE",
-    "TURN_DEADLINE",
-    "TURN_FOUND",
-    "ContextRules",
     "ContextSnapshot",
     "Phase",
     "Rule",
@@ -91,3 +61,4 @@ __all__ = [
     "validate_turn_protocol",
     "value_depth_exceeds",
 ]
+__all__ += turn_work.__all__
