@@ -584,6 +584,20 @@ def test_aptix_serve_with_the_openai_compatible_adapter(tmp_path: Path) -> None:
     assert "Traceback" not in shutdown
 
 
+def _workers_started(log: Path, *, expected: int, seconds: float = 30.0) -> int:
+    """How many worker processes ``log`` says started, waiting up to ``seconds`` for ``expected``.
+
+    The service answers once its first worker is up; a second worker may still be
+    starting when the turns are done, so its line is waited for, not assumed.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        started = log.read_text(errors="replace").count("Started server process")
+        if started >= expected or time.monotonic() > deadline:
+            return started
+        time.sleep(0.1)
+
+
 @pytest.mark.decision("D85")
 def test_aptix_serve_two_workers_share_one_postgresql_database(
     tmp_path: Path, postgres_db_url: str
@@ -612,7 +626,7 @@ def test_aptix_serve_two_workers_share_one_postgresql_database(
 
     with _serve(config, env, "--workers", "2") as (base, log):
         firsts, follow = asyncio.run(turns(base))
-        started = log.read_text(errors="replace").count("Started server process")
+        started = _workers_started(log, expected=2)
 
     assert [r.status_code for r in firsts + follow] == [200] * (2 * sessions), [
         r.text for r in firsts + follow if r.status_code != 200
