@@ -20,7 +20,7 @@ from .protocol import (
     validate_idempotency_key,
     validate_turn_protocol,
 )
-from .request import classify_request, parse_request, validate_request
+from .request import classify_request, is_base64, parse_request, validate_request
 from .response import guard_machine_payloads, parse_response, validate_response
 from .rules import Rule, all_rules
 from .snapshot import ContextSnapshot, snapshot_context
@@ -42,6 +42,7 @@ __all__ = [
     "classify_request",
     "guard_machine_payloads",
     "has_text",
+    "is_base64",
     "manifest_for",
     "parse_request",
     "parse_response",

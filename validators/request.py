@@ -401,7 +401,8 @@ def classify_request(request: AgentExecuteRequest) -> ContextType | None:
     return ContextType.FOLLOW_ON
 
 
-def _is_base64(text: str) -> bool:
+def is_base64(text: str) -> bool:
+    """Whether ``text`` is RFC 4648 standard base64 with padding and no whitespace (D5)."""
     try:
         base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -441,7 +442,7 @@ def _user_turn_errors(request: AgentExecuteRequest, kind: ContextType) -> list[I
             errors.append(ARTIFACT_NAMES_PRESENT.error(field=f"{at}.{empty}"))
         if has_text(artifact.relative_path):
             errors.extend(_path_errors(artifact.relative_path, f"{at}.RelativePath"))
-        if artifact.effective_encoding is ArtifactEncoding.BASE64 and not _is_base64(
+        if artifact.effective_encoding is ArtifactEncoding.BASE64 and not is_base64(
             artifact.contents
         ):
             errors.append(ARTIFACT_BASE64_VALID.error(field=f"{at}.Contents"))
@@ -451,7 +452,7 @@ def _user_turn_errors(request: AgentExecuteRequest, kind: ContextType) -> list[I
             errors.append(CLIPBOARD_ID_PRESENT.error(field=f"{at}.Id"))
         if not image.mime_type.lower().startswith("image/"):
             errors.append(CLIPBOARD_MIME_IMAGE.error(repr(image.mime_type), field=f"{at}.MimeType"))
-        if not image.data_base64 or not _is_base64(image.data_base64):
+        if not image.data_base64 or not is_base64(image.data_base64):
             errors.append(CLIPBOARD_BASE64_VALID.error(field=f"{at}.DataBase64"))
     for index, condition in enumerate(request.rag_scope or ()):
         at = f"RagScope[{index}]"

@@ -54,6 +54,7 @@ from typing import Any
 
 from aptix_pipeline.engine.deep_json import Pairs as _Pairs
 from aptix_pipeline.engine.deep_json import dump_json, parse_json
+from aptix_pipeline.validators import is_base64
 
 from .records import PortCall, RecordedError
 
@@ -110,14 +111,6 @@ _RAG_OPERATORS = frozenset({"==", "!=", "contains", "does_not_contain"})
 _NOTHING: frozenset[str] = frozenset()
 
 
-def _is_base64(text: str) -> bool:
-    try:
-        base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    return True
-
-
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -132,7 +125,7 @@ def redact_text(text: str) -> str:
     """
     if not text.strip():
         return text
-    placeholder = REDACTED_BASE64 if _is_base64(text) else REDACTED
+    placeholder = REDACTED_BASE64 if is_base64(text) else REDACTED
     # Text holding a lone surrogate is refused (AGN-034/4.1/text-utf8): its placeholder
     # holds one too, so the redacted request is refused alike (D164).
     surrogate = _LONE_SURROGATE.search(text)
