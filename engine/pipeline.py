@@ -332,7 +332,7 @@ class Pipeline:
         call: TurnCall,
         index: int,
         answer_keys: AnswerKeys | None,
-        listeners: tuple[Listener, ...],
+        gathered: tuple[Listener, ...],
     ) -> Awaitable[TurnReport]:
         """The turn inside the interceptors from ``index`` on (the first given is outermost).
 
@@ -347,7 +347,7 @@ class Pipeline:
                 initial_mode=call.initial_mode,
                 answer_keys=answer_keys,
                 ports=None if call.ports is self.ports else _guarded(call.ports),
-                listeners=listeners,
+                listeners=gathered,
             )
         ran = False
 
@@ -361,7 +361,6 @@ class Pipeline:
             inner = call if ports is None else replace(call, ports=ports)
             return self._intercepted(inner, index + 1, answer_keys, (*gathered, *listeners))
 
-        gathered = listeners
         return self.interceptors[index].intercept(call, proceed)
 
     async def _turn(
@@ -395,10 +394,13 @@ class Pipeline:
         if self._tracer is not None and self.telemetry.recording_spans():
             spans = SpanBuilder(self._tracer, self._capture_content, self._provider_name)
             subscribers.append(spans)
-        turn_listeners, turn_async_listeners = split_listeners(listeners)
-        subscribers.extend(turn_listeners)
+        async_listeners = self._async_listeners
+        if listeners:  # an interceptor's, for this turn only
+            turn_listeners, turn_async_listeners = split_listeners(listeners)
+            subscribers.extend(turn_listeners)
+            async_listeners = [*turn_async_listeners, *async_listeners]
         subscribers.extend(self._listeners)
-        events = TurnEvents(subscribers, (*turn_async_listeners, *self._async_listeners))
+        events = TurnEvents(subscribers, async_listeners)
         emit, run_id = events.emit, events.run_id
         scope.observer = StepReporter(
             emit,
