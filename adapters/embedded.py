@@ -122,11 +122,12 @@ def embedded_pipeline(
         ids=ids or RandomIds(),
         tools={**BUILTIN_TOOLS, **(tools or {})},
     )
+    recorders = (Recorder(recording),) if recording is not None else ()
     return Pipeline(
         ports,
         options,
         telemetry=telemetry,
         listeners=listeners,
-        interceptors=(*([Recorder(recording)] if recording is not None else []), *interceptors),
+        interceptors=(*recorders, *interceptors),
         runtime=runtime,
     )
