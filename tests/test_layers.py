@@ -32,7 +32,7 @@ def test_every_import_contract_is_kept() -> None:
 
 
 @pytest.mark.decision("D251")
-def test_a_deep_import_across_subpackages_breaks_a_contract(tmp_path: Path) -> None:
+def test_a_contract_the_code_breaks_fails_the_check(tmp_path: Path) -> None:
     config = tmp_path / "contracts.toml"
     config.write_text(
         (ROOT / "pyproject.toml").read_text(encoding="utf-8")
