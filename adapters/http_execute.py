@@ -49,6 +49,7 @@ _STATUS: Mapping[ErrorCode, int] = {
     ErrorCode.CONFLICT: 409,
     ErrorCode.PORT_FAILED: 502,
     ErrorCode.DEADLINE_EXCEEDED: 504,
+    ErrorCode.CANCELLED: 499,
 }
 
 

@@ -13,12 +13,20 @@ and may add ``"usage": {"input_tokens": 10, "output_tokens": 5}`` and ``"model"`
 Replies are played in order, one per model call, across turns; a call after the
 last reply fails with ``ScriptExhaustedError``. ``requests`` keeps every request the
 script answered, so tests can check what the model was shown.
+
+It streams too (``StreamingLLM``, AGN-034 §4.7): a streamed turn gets each reply
+in chunks of ``chunk_size`` characters (default 16), ``chunk_delay_seconds``
+apart (default 0: as fast as the loop runs), in the shape ``split_reply`` makes.
+A script object sets both: ``{"replies": [...], "chunk_size": 4,
+"chunk_delay_seconds": 0.05}``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +35,10 @@ from aptix_pipeline.contracts import (
     LLMReply,
     LLMRequest,
     PermanentPortError,
+    ReplyChunk,
     ToolCall,
     Usage,
+    split_reply,
 )
 
 __all__ = ["ScriptError", "ScriptExhaustedError", "ScriptedLLM"]
@@ -43,6 +53,7 @@ class ScriptExhaustedError(PermanentPortError):
 
 
 _REPLY_KEYS = {"text", "tool_calls", "usage", "model"}
+_SCRIPT_KEYS = frozenset({"replies", "chunk_size", "chunk_delay_seconds"})
 _CALL_KEYS = {"id", "name", "arguments"}
 
 
@@ -113,12 +124,31 @@ def parse_reply(data: object, index: int) -> LLMReply:
 class ScriptedLLM:
     """Plays scripted replies in order; see the module docstring."""
 
-    def __init__(self, replies: Sequence[Mapping[str, Any]] | Sequence[LLMReply]) -> None:
+    def __init__(
+        self,
+        replies: Sequence[Mapping[str, Any]] | Sequence[LLMReply],
+        *,
+        chunk_size: int = 16,
+        chunk_delay_seconds: float = 0.0,
+    ) -> None:
+        if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+            raise ScriptError(f"chunk_size must be a whole number, 1 or more, not {chunk_size!r}")
+        if (
+            not isinstance(chunk_delay_seconds, int | float)
+            or isinstance(chunk_delay_seconds, bool)
+            or not math.isfinite(chunk_delay_seconds)
+            or chunk_delay_seconds < 0
+        ):
+            raise ScriptError(
+                f"chunk_delay_seconds must be a number, 0 or more, not {chunk_delay_seconds!r}"
+            )
         self._replies = [
             reply if isinstance(reply, LLMReply) else parse_reply(reply, index)
             for index, reply in enumerate(replies)
         ]
         self._next = 0
+        self.chunk_size = chunk_size
+        self.chunk_delay_seconds = float(chunk_delay_seconds)
         self.requests: list[LLMRequest] = []
 
     @classmethod
@@ -128,15 +158,20 @@ class ScriptedLLM:
             data = json.loads(text)
         except ValueError as error:
             raise ScriptError(f"the script is not JSON: {error}") from None
+        options: dict[str, Any] = {}
         if isinstance(data, Mapping):
-            if set(data) != {"replies"}:
-                raise ScriptError('a script object has exactly one key, "replies"')
+            if "replies" not in data or not set(data) <= _SCRIPT_KEYS:
+                raise ScriptError(
+                    'a script object has the key "replies", and may have '
+                    '"chunk_size" and "chunk_delay_seconds"'
+                )
+            options = {key: data[key] for key in _SCRIPT_KEYS - {"replies"} if key in data}
             data = data["replies"]
         if not isinstance(data, list):
             raise ScriptError('a script is a list of replies or {"replies": [...]}')
         if not data:
             raise ScriptError("the script has no replies")
-        return cls(data)
+        return cls(data, **options)
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedLLM:
@@ -150,6 +185,18 @@ class ScriptedLLM:
 
     async def complete(self, request: LLMRequest) -> LLMReply:
         """The next scripted reply."""
+        return self._play(request)
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[ReplyChunk]:
+        """The next scripted reply, in chunks (see the module docstring)."""
+        reply = self._play(request)
+        delay = self.chunk_delay_seconds
+        for index, chunk in enumerate(split_reply(reply, self.chunk_size)):
+            if delay and index:
+                await asyncio.sleep(delay)
+            yield chunk
+
+    def _play(self, request: LLMRequest) -> LLMReply:
         if self._next >= len(self._replies):
             raise ScriptExhaustedError(
                 f"the script has {len(self._replies)} replies and all were played"

@@ -24,6 +24,15 @@ from .context import (
 )
 from .errors import AptixPipelineError
 from .llm import ChatMessage, ChatRole, LLMReply, LLMRequest
+from .llm_stream import (
+    MalformedStreamError,
+    ReplyAssembler,
+    ReplyChunk,
+    ReplyFinished,
+    ReplyTextDelta,
+    ReplyToolCallDelta,
+    split_reply,
+)
 from .ports import (
     LLM,
     AgentCatalog,
@@ -34,6 +43,7 @@ from .ports import (
     SessionStore,
     SessionTransaction,
     StoreConflictError,
+    StreamingLLM,
     ToolExecutor,
     ToolInvocation,
 )
@@ -96,6 +106,7 @@ __all__ = [
     "InvokeWarning",
     "LLMReply",
     "LLMRequest",
+    "MalformedStreamError",
     "ManifestToolResult",
     "ModeCatalog",
     "ModeHistoryEntry",
@@ -105,6 +116,11 @@ __all__ = [
     "PipelineStep",
     "RagOperator",
     "RagScopeCondition",
+    "ReplyAssembler",
+    "ReplyChunk",
+    "ReplyFinished",
+    "ReplyTextDelta",
+    "ReplyToolCallDelta",
     "ResponseKind",
     "ResponsePayload",
     "ResponseType",
@@ -115,6 +131,7 @@ __all__ = [
     "SourceType",
     "StoreConflictError",
     "StoredOutcome",
+    "StreamingLLM",
     "ToolCall",
     "ToolCallManifest",
     "ToolDefinition",
@@ -130,4 +147,5 @@ __all__ = [
     "scrub_logger",
     "scrub_urls",
     "scrubbed_logger",
+    "split_reply",
 ]

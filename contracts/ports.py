@@ -11,7 +11,8 @@ implement them, and a host may bring its own.
   retried request is answered again instead of running twice.
 - ``ModeCatalog`` — a mode's display name and server tools (AGN-011 §4.2).
 - ``AgentCatalog`` — agent and conversation contexts, with their client tools.
-- ``LLM`` — messages and advertised tools in, text or tool calls out (AGN-036 §4.9).
+- ``LLM`` — messages and advertised tools in, text or tool calls out (AGN-036 §4.9);
+  ``StreamingLLM`` also answers as it writes (AGN-034 §4.7, ``contracts/llm_stream.py``).
 - ``ToolExecutor`` — runs one server-side tool call (AGN-011 §5.2, DESIGN.md R5).
 - ``Clock`` and ``IdSource`` — time and ids, so runs are repeatable (STYLE.md
   "Determinism first").
@@ -19,7 +20,7 @@ implement them, and a host may bring its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,6 +37,7 @@ from .context import (
 )
 from .errors import AptixPipelineError
 from .llm import ChatMessage, LLMReply, LLMRequest
+from .llm_stream import ReplyChunk
 from .wire import WireModel
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "SessionStore",
     "SessionTransaction",
     "StoreConflictError",
+    "StreamingLLM",
     "ToolExecutor",
     "ToolInvocation",
 ]
@@ -194,6 +197,22 @@ class LLM(Protocol):
 
     async def complete(self, request: LLMRequest) -> LLMReply:
         """Answer one request. Raising counts as a failed attempt; the pipeline retries."""
+        ...
+
+
+@runtime_checkable
+class StreamingLLM(LLM, Protocol):
+    """A language model that can also stream its reply (AGN-034 §4.7).
+
+    The engine calls ``stream`` instead of ``complete`` only when the turn is
+    delivered as a stream (``Pipeline.stream``, HTTP ``Stream: true``); the chunks
+    it yields (``contracts/llm_stream.py``) are put together into the same
+    ``LLMReply``. A failure before the first text chunk is retried like a failed
+    ``complete``; after it, the turn faults (docs/STREAMING.md).
+    """
+
+    def stream(self, request: LLMRequest) -> AsyncIterator[ReplyChunk]:
+        """The reply to ``request``, chunk by chunk (an async generator, usually)."""
         ...
 
 

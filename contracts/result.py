@@ -47,6 +47,8 @@ class ErrorCode(StrEnum):
     PORT_FAILED = "port_failed"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     """The turn ran past ``PipelineOptions.turn_deadline_seconds``; nothing was stored."""
+    CANCELLED = "cancelled"
+    """The turn's stream consumer went away before it finished; nothing was stored."""
     INTERNAL = "internal"
 
 

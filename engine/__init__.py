@@ -6,6 +6,7 @@ statechart of ``engine/machine.py`` — on a runner compiled from it
 response; ``Pipeline.run`` also returns what the turn did (a ``TurnReport``).
 Every turn emits typed events (``engine/events.py``); the state trace and the
 spans are built from them, and ``Pipeline(listeners=[...])`` hears them too.
+``Pipeline.stream`` delivers a turn as it happens (``engine/streaming.py``).
 ``Pipeline(interceptors=[...])`` wraps each turn (``engine/interceptors.py``).
 ``pipeline_diagram`` draws the machine (``engine/diagram.py``).
 
@@ -30,6 +31,8 @@ from .events import (
     ModelCallFinished,
     ModelCallRetried,
     ModelCallStarted,
+    ModelFirstChunk,
+    ModelTextDelta,
     StepEnded,
     StepStarted,
     ToolCallHandled,
@@ -46,6 +49,15 @@ from .interceptors import Proceed, TurnCall, TurnInterceptor
 from .pipeline import Pipeline
 from .report import RequestInput, TurnReport
 from .runner import RUNTIMES, Runtime
+from .streaming import (
+    PROGRESS_EVENTS,
+    StreamDelta,
+    StreamItem,
+    StreamProgress,
+    StreamResult,
+    TurnStream,
+    progress_json,
+)
 from .telemetry import Telemetry
 from .trace import CheckRecord, FaultRecord, LLMCallRecord, StateTrace, TransitionRecord
 
@@ -74,6 +86,7 @@ if not TYPE_CHECKING:
 
 
 __all__ = [
+    "PROGRESS_EVENTS",
     "RUNTIMES",
     "CheckRan",
     "CheckRecord",
@@ -87,6 +100,8 @@ __all__ = [
     "ModelCallFinished",
     "ModelCallRetried",
     "ModelCallStarted",
+    "ModelFirstChunk",
+    "ModelTextDelta",
     "Pipeline",
     "Proceed",
     "RequestInput",
@@ -94,6 +109,10 @@ __all__ = [
     "StateTrace",
     "StepEnded",
     "StepStarted",
+    "StreamDelta",
+    "StreamItem",
+    "StreamProgress",
+    "StreamResult",
     "Telemetry",
     "ToolCallHandled",
     "ToolExecuted",
@@ -107,8 +126,10 @@ __all__ = [
     "TurnInterceptor",
     "TurnReport",
     "TurnStarted",
+    "TurnStream",
     "WarningRaised",
     "diagram_text",
     "format_for",
     "pipeline_diagram",
+    "progress_json",
 ]

@@ -20,6 +20,13 @@ What an event holds:
   are ``None`` otherwise. ``TurnFinished.result`` is the exception: it is the
   ``InvokeResult`` the host is handed anyway.
 
+Text deltas (AGN-034 §4.7): a streamed turn emits ``ModelFirstChunk`` when the
+model's first chunk of a call comes, and ``ModelTextDelta`` for each piece of its
+text. A turn is streamed when a subscriber names ``ModelTextDelta`` in its
+``event_types`` (``Pipeline.stream`` does); only then does the engine ask the model
+to stream. A text delta is the model's own words, so it goes only to the
+subscribers that name it, and to the others only with content capture.
+
 Listeners: a listener is a callable taking one event. A plain function is called
 inline, as the event happens, so it must be quick; a coroutine function is
 awaited in event order by a task of the turn, so a slow one does not hold the turn
@@ -62,6 +69,8 @@ __all__ = [
     "ModelCallFinished",
     "ModelCallRetried",
     "ModelCallStarted",
+    "ModelFirstChunk",
+    "ModelTextDelta",
     "StepEnded",
     "StepReporter",
     "StepStarted",
@@ -188,6 +197,25 @@ class ModelCallFinished(TurnEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class ModelFirstChunk(TurnEvent):
+    """A streamed model call's first chunk came (time to first token; AGN-034 §4.7)."""
+
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTextDelta(TurnEvent):
+    """The next piece of a streamed reply's text (user content: see the module docstring).
+
+    Provisional: the response's ``PrimaryOutputText`` is the assembled text once the
+    POST rules accept it (DESIGN.md R11), which may differ (AGN-033 §4.1's fences).
+    """
+
+    round: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolExecutionStarted(TurnEvent):
     """A server-side tool starts (AGN-011 §5, DESIGN.md R5); ``arguments`` with capture only."""
 
@@ -292,6 +320,8 @@ _EVENT_TYPES: tuple[type[TurnEvent], ...] = (
     ModelCallStarted,
     ModelCallRetried,
     ModelCallFinished,
+    ModelFirstChunk,
+    ModelTextDelta,
     ToolExecutionStarted,
     ToolExecuted,
     ToolCallHandled,
@@ -324,12 +354,29 @@ class TurnEvents:
     A subscriber may declare the event types it reads (an ``event_types`` attribute,
     as ``TraceBuilder`` does; it must then ignore the others itself); ``wants``
     tells the emitters which events nobody reads, so they need not be made at all.
+    ``ModelTextDelta`` goes through ``emit_text``, to the subscribers that declare
+    it, and to the others only when ``capture_content`` (the module docstring).
     """
 
-    __slots__ = ("_async", "_pending", "_queue", "_subscribers", "_task", "_wanted", "run_id")
+    __slots__ = (
+        "_async",
+        "_async_text",
+        "_pending",
+        "_queue",
+        "_streamed",
+        "_subscribers",
+        "_task",
+        "_text_subscribers",
+        "_wanted",
+        "run_id",
+    )
 
     def __init__(
-        self, subscribers: Sequence[EventSink], async_listeners: Sequence[Listener] = ()
+        self,
+        subscribers: Sequence[EventSink],
+        async_listeners: Sequence[Listener] = (),
+        *,
+        capture_content: bool = False,
     ) -> None:
         self.run_id = next(_RUN_IDS)
         self._subscribers = tuple(subscribers)
@@ -339,6 +386,13 @@ class TurnEvents:
         self._wanted: frozenset[type[TurnEvent]] | None = (
             None if everything else frozenset(k for kinds in declared for k in kinds or ())
         )
+        self._text_subscribers = tuple(
+            subscriber
+            for subscriber, kinds in zip(self._subscribers, declared, strict=True)
+            if (ModelTextDelta in kinds if kinds is not None else capture_content)
+        )
+        self._async_text = bool(self._async) and capture_content
+        self._streamed = any(kinds is not None and ModelTextDelta in kinds for kinds in declared)
         self._queue: asyncio.Queue[TurnEvent | None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._pending: list[TurnEvent] = []
@@ -346,6 +400,21 @@ class TurnEvents:
     def wants(self, kind: type[TurnEvent]) -> bool:
         """Whether any subscriber or listener reads events of type ``kind``."""
         return self._wanted is None or kind in self._wanted
+
+    @property
+    def streamed(self) -> bool:
+        """Whether a subscriber declares ``ModelTextDelta``: the turn is streamed."""
+        return self._streamed
+
+    def emit_text(self, event: ModelTextDelta) -> None:
+        """Hand a text delta to the subscribers that may read it (see the class docstring)."""
+        for subscriber in self._text_subscribers:
+            try:
+                subscriber(event)
+            except Exception:
+                logger.exception("event listener %r raised on ModelTextDelta", subscriber)
+        if self._async_text:
+            self._deliver_later(event)
 
     def emit(self, event: TurnEvent) -> None:
         """Hand ``event`` to every subscriber; one that raises is logged and skipped."""
@@ -428,6 +497,7 @@ class _ModelCall:
 
     __slots__ = (
         "_attempts",
+        "_chunked",
         "_reporter",
         "_request",
         "_round",
@@ -435,6 +505,7 @@ class _ModelCall:
         "failure",
         "reply",
         "retries",
+        "streaming",
     )
 
     def __init__(self, reporter: StepReporter, request: LLMRequest, round_: int) -> None:
@@ -446,6 +517,8 @@ class _ModelCall:
         self.reply: LLMReply | None = None
         self.failure: str | None = None
         self._attempts = 1
+        self.streaming = reporter.emit_text is not None
+        self._chunked = False
 
     def __enter__(self) -> _ModelCall:
         reporter, request = self._reporter, self._request
@@ -520,6 +593,18 @@ class _ModelCall:
     def replied(self, reply: LLMReply, attempts: int) -> None:
         self.reply, self._attempts = reply, attempts
 
+    def first_chunk(self) -> None:
+        reporter = self._reporter
+        if reporter is None or self._chunked:  # a retried attempt's first chunk is not the call's
+            return
+        self._chunked = True
+        reporter.emit(ModelFirstChunk(reporter.run_id, self._round))
+
+    def text_delta(self, text: str) -> None:
+        reporter = self._reporter
+        if reporter is not None and reporter.emit_text is not None:
+            reporter.emit_text(ModelTextDelta(reporter.run_id, self._round, text))
+
 
 class _ToolRun:
     """One server-side tool execution: the ``ToolObservation``, and its context manager."""
@@ -572,7 +657,14 @@ class _ToolRun:
 class StepReporter:
     """The ``TurnObserver`` the engine gives each turn: what the steps report, as events."""
 
-    __slots__ = ("capture_content", "emit", "model_call_started", "rounds", "run_id")
+    __slots__ = (
+        "capture_content",
+        "emit",
+        "emit_text",
+        "model_call_started",
+        "rounds",
+        "run_id",
+    )
 
     def __init__(
         self,
@@ -581,10 +673,13 @@ class StepReporter:
         capture_content: bool,
         *,
         model_call_started: bool = True,
+        emit_text: Callable[[ModelTextDelta], None] | None = None,
     ) -> None:
         self.emit, self.run_id, self.capture_content = emit, run_id, capture_content
         self.model_call_started = model_call_started
         """Whether anyone reads ``ModelCallStarted`` (else none is made)."""
+        self.emit_text = emit_text
+        """Where text deltas go; ``None`` when the turn is not streamed."""
         self.rounds = 0
 
     def llm_call(self, request: LLMRequest) -> _ModelCall:

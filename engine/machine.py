@@ -112,6 +112,8 @@ class TurnRun:
     """Whether anyone reads ``StepStarted``/``StepEnded`` (else the runner makes none)."""
     state: Any = None
     before_response: ContextSnapshot | None = None
+    stop: Any = None
+    """A ``TurnStop`` (``engine/runner.py``) that cancels the turn from outside, or ``None``."""
 
 
 # --- cond=: the path, by ctx.Type, never by trial (DESIGN.md "The machine") -------------

@@ -21,7 +21,7 @@ scope and events, so many turns run concurrently in one event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -65,7 +65,8 @@ from .idempotency import AnswerBook, RequestKeys, SingleFlight, request_keys
 from .interceptors import TurnCall, TurnInterceptor
 from .machine import TurnRun
 from .report import RequestInput, ResponseResult, TurnReport, answered_report
-from .runner import RUNTIMES, Runtime, Walked, compile_machine, walk
+from .runner import RUNTIMES, Runtime, TurnStop, Walked, compile_machine, walk
+from .streaming import PROGRESS_EVENTS, TurnStream
 from .telemetry import SpanBuilder, Telemetry, answered_without_a_turn, provider_name_of
 from .trace import CheckRecord, StateTrace, TransitionRecord
 
@@ -208,6 +209,47 @@ class Pipeline:
         when there is one (``TurnReport.replayed``); identical copies in flight at
         once share one run (``engine/idempotency.py``, docs/CONFORMANCE.md D180-D185).
         """
+        return await self._answer(request, caller, initial_mode, idempotency_key, (), None)
+
+    def stream(
+        self,
+        request: RequestInput,
+        caller: Caller | Mapping[str, Any],
+        *,
+        initial_mode: str | None = None,
+        idempotency_key: str | None = None,
+        progress: Collection[type[TurnEvent]] = PROGRESS_EVENTS,
+    ) -> TurnStream:
+        """Run one turn as a stream (AGN-034 §4.7): progress, text deltas, then the result.
+
+        The same turn as ``execute``, delivered as it happens (``engine/streaming.py``,
+        docs/STREAMING.md): ``StreamProgress`` items for the event types in
+        ``progress`` (no user content unless content is captured), ``StreamDelta``
+        items with the model's text as it writes it (a model that is a
+        ``StreamingLLM``; another gives its text in one piece), and last the
+        ``StreamResult`` holding the ``InvokeResult`` that ``execute`` would return.
+        Streamed text is provisional until the POST rules accept the response.
+        Stopping early cancels the turn; nothing of it is stored.
+        """
+        unknown = [k for k in progress if not (isinstance(k, type) and issubclass(k, TurnEvent))]
+        if unknown:
+            raise TypeError(f"not turn event types: {unknown!r}")
+
+        def start(listeners: Sequence[Listener], stop: TurnStop) -> Coroutine[Any, Any, TurnReport]:
+            return self._answer(request, caller, initial_mode, idempotency_key, listeners, stop)
+
+        return TurnStream(start, progress)
+
+    async def _answer(
+        self,
+        request: RequestInput,
+        caller: Caller | Mapping[str, Any],
+        initial_mode: str | None,
+        idempotency_key: str | None,
+        listeners: Sequence[Listener],
+        stop: TurnStop | None,
+    ) -> TurnReport:
+        """``run``, with a stream's listeners and ``TurnStop`` (``stream``)."""
         org, user = _caller_key(caller)
         keys = request_keys(
             request,
@@ -218,13 +260,17 @@ class Pipeline:
             max_depth=self.options.max_json_depth,
         )
         if keys is None:
-            return await self._run(request, caller, initial_mode=initial_mode)
+            return await self._run(
+                request, caller, initial_mode=initial_mode, listeners=listeners, stop=stop
+            )
         if isinstance(keys, InvokeError):  # a malformed idempotency key: nothing runs
             return self._traced(answered_report(ResponseResult.failure([keys]), None, None))
         known = keys
         return await self._single_flight.run(
             keys.flight,
-            lambda: self._run_keyed(request, caller, known, initial_mode, idempotency_key),
+            lambda: self._run_keyed(
+                request, caller, known, initial_mode, idempotency_key, listeners, stop
+            ),
         )
 
     async def _run_keyed(
@@ -234,6 +280,8 @@ class Pipeline:
         keys: RequestKeys,
         initial_mode: str | None,
         idempotency_key: str | None,
+        listeners: Sequence[Listener],
+        stop: TurnStop | None,
     ) -> TurnReport:
         """A turn with answer keys: the stored answer if there is one, else the turn.
 
@@ -251,6 +299,8 @@ class Pipeline:
             initial_mode=initial_mode,
             answer_keys=keys.answer_keys(self.options.idempotency_ttl_seconds),
             idempotency_key=idempotency_key,
+            listeners=listeners,
+            stop=stop,
         )
         if report.successful:
             return report
@@ -311,10 +361,17 @@ class Pipeline:
         initial_mode: str | None = None,
         answer_keys: AnswerKeys | None = None,
         idempotency_key: str | None = None,
+        listeners: Sequence[Listener] = (),
+        stop: TurnStop | None = None,
     ) -> TurnReport:
         if not self.interceptors:
             return await self._turn(
-                request, caller, initial_mode=initial_mode, answer_keys=answer_keys
+                request,
+                caller,
+                initial_mode=initial_mode,
+                answer_keys=answer_keys,
+                listeners=listeners,
+                stop=stop,
             )
         call = TurnCall(
             request=request,
@@ -325,7 +382,7 @@ class Pipeline:
             options=self.options,
             telemetry=self.telemetry,
         )
-        return await self._intercepted(call, 0, answer_keys, ())
+        return await self._intercepted(call, 0, answer_keys, tuple(listeners), stop)
 
     def _intercepted(
         self,
@@ -333,6 +390,7 @@ class Pipeline:
         index: int,
         answer_keys: AnswerKeys | None,
         gathered: tuple[Listener, ...],
+        stop: TurnStop | None,
     ) -> Awaitable[TurnReport]:
         """The turn inside the interceptors from ``index`` on (the first given is outermost).
 
@@ -348,6 +406,7 @@ class Pipeline:
                 answer_keys=answer_keys,
                 ports=None if call.ports is self.ports else _guarded(call.ports),
                 listeners=gathered,
+                stop=stop,
             )
         ran = False
 
@@ -359,7 +418,7 @@ class Pipeline:
                 raise RuntimeError("an interceptor's proceed runs the turn once")
             ran = True
             inner = call if ports is None else replace(call, ports=ports)
-            return self._intercepted(inner, index + 1, answer_keys, (*gathered, *listeners))
+            return self._intercepted(inner, index + 1, answer_keys, (*gathered, *listeners), stop)
 
         return self.interceptors[index].intercept(call, proceed)
 
@@ -372,9 +431,11 @@ class Pipeline:
         answer_keys: AnswerKeys | None = None,
         ports: Ports | None = None,
         listeners: Sequence[Listener] = (),
+        stop: TurnStop | None = None,
     ) -> TurnReport:
         """One turn, with no stored answer read: on ``ports`` (default: this pipeline's,
-        guarded), ``listeners`` hearing its events before the pipeline's own.
+        guarded), ``listeners`` hearing its events before the pipeline's own, ``stop``
+        cancelling it from outside (a stream's consumer gone).
 
         ``answer_keys`` are where the commit keeps the turn's answer for retries.
         A replay (``engine/replay/replayer.py``) runs a recorded turn through here:
@@ -400,13 +461,14 @@ class Pipeline:
             subscribers.extend(turn_listeners)
             async_listeners = [*turn_async_listeners, *async_listeners]
         subscribers.extend(self._listeners)
-        events = TurnEvents(subscribers, async_listeners)
+        events = TurnEvents(subscribers, async_listeners, capture_content=self._capture_content)
         emit, run_id = events.emit, events.run_id
         scope.observer = StepReporter(
             emit,
             run_id,
             self._capture_content,
             model_call_started=events.wants(ModelCallStarted),
+            emit_text=events.emit_text if events.streamed else None,
         )
         run = TurnRun(
             scope=scope,
@@ -414,6 +476,7 @@ class Pipeline:
             emit=emit,
             run_id=run_id,
             step_events=events.wants(StepStarted) or events.wants(StepEnded),
+            stop=stop,
         )
         walked = Walked((), (), None)
         emit(TurnStarted(run_id, self._provider_name))

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -40,7 +40,7 @@ from statemachine import State, StateChart
 
 from aptix_pipeline.contracts import AptixPipelineError, ErrorCode, InvokeError, scrubbed_logger
 from aptix_pipeline.steps import StepFaultError, described
-from aptix_pipeline.validators import TURN_DEADLINE
+from aptix_pipeline.validators import TURN_CANCELLED, TURN_DEADLINE
 
 from .events import StepEnded, StepStarted, TransitionTaken, TurnFaulted
 from .machine import FAULT, UNINTERRUPTED, TurnMachine, TurnRun
@@ -52,6 +52,7 @@ __all__ = [
     "CompiledTransition",
     "MachineCompileError",
     "Runtime",
+    "TurnStop",
     "Walked",
     "compile_machine",
     "walk",
@@ -341,6 +342,42 @@ class StatechartCursor:
 # --- the walk: the one loop both runtimes share -----------------------------------------
 
 
+class TurnStop:
+    """Cancels a running turn from outside it: a stream whose consumer went away.
+
+    ``request`` stops the turn the way its deadline would: the step running now is
+    cancelled and the turn faults with ``DESIGN/streaming/consumer-gone``, so its
+    transaction is rolled back and nothing is stored. A turn whose commit has begun
+    is not stopped (``UNINTERRUPTED``): its answer stands. Call it from the turn's
+    event loop.
+
+    ``hold``, when given, is awaited before the commit starts (and within the
+    deadline): a stream holds the turn there until its consumer has taken every
+    item, so a turn is stored only once its client has seen all of its text.
+    """
+
+    __slots__ = ("_limit", "hold", "requested")
+
+    def __init__(self, hold: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.requested = False
+        self.hold = hold
+        self._limit: asyncio.Timeout | None = None
+
+    def request(self) -> None:
+        """Stop the turn (a no-op once asked, or once the turn is past its commit)."""
+        if self.requested:
+            return
+        self.requested = True
+        limit = self._limit
+        if limit is not None and not limit.expired():
+            limit.reschedule(asyncio.get_running_loop().time())
+
+    def _attach(self, limit: asyncio.Timeout | None) -> None:
+        self._limit = limit
+        if limit is not None and self.requested:
+            limit.reschedule(asyncio.get_running_loop().time())
+
+
 def _errors_of(event: str, error: Exception) -> tuple[InvokeError, ...]:
     if isinstance(error, StepFaultError):
         return error.errors
@@ -457,17 +494,22 @@ class _Walk:
             await cursor.fault()
             states.append(cursor.state)
 
-    def expired(self, seconds: float) -> None:
-        """The deadline stopped the walk (inside ``self.event``, if a step was running)."""
+    def expired(self, error: InvokeError) -> None:
+        """The deadline or a ``TurnStop`` stopped the walk (inside ``self.event``, if a step
+        was running): the turn faults there with ``error``."""
         if self.errors:  # it stopped the fault of an earlier error: that error stands
             return
         if not self.in_step:
             self._started(self.event)
-        self._faulted(self.event, (_deadline_error(seconds, self.event),))
+        self._faulted(self.event, (error,))
         self._ended()
 
 
-def _deadline_error(seconds: float, event: str) -> InvokeError:
+def _stopped_error(model: TurnRun, seconds: float | None, event: str) -> InvokeError:
+    """Why the walk was stopped during ``event``: its ``TurnStop``, else its deadline."""
+    stop = model.stop
+    if (stop is not None and stop.requested) or seconds is None:
+        return TURN_CANCELLED.error(f"the consumer left during {event}", field="Stream")
     return TURN_DEADLINE.error(
         f"{seconds:g} s passed during {event}", field="turn_deadline_seconds"
     )
@@ -488,7 +530,9 @@ async def walk(
     step is running when it passes, and the turn faults with ``deadline_exceeded``
     (``DESIGN/limits/turn-deadline``). It never interrupts the commit
     (``UNINTERRUPTED``): those transitions run after the deadline's scope has
-    closed, and only if the deadline has not passed by then.
+    closed, and only if the deadline has not passed by then. The turn's
+    ``TurnStop``, when it has one, stops it the same way, with
+    ``DESIGN/streaming/consumer-gone``.
     """
     compiled = compile_machine(machine)
     cursor: _Cursor
@@ -500,20 +544,35 @@ async def walk(
         cursor = CompiledCursor(compiled, model)
     walking = _Walk(model, compiled, cursor)
     seconds = model.scope.options.turn_deadline_seconds
-    if seconds is None:
+    stop: TurnStop | None = model.stop
+    if seconds is None and stop is None:
         await walking.advance()
     else:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
+        deadline = None if seconds is None else loop.time() + seconds
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout_at(deadline) as limit:
+                if stop is not None:
+                    stop._attach(limit)
                 await walking.advance(stop_before=UNINTERRUPTED)
+                hold = stop.hold if stop is not None else None
+                if hold is not None and walking.states[-1] not in compiled.finals:
+                    # the commit is next: a stop while held faults there, as the deadline does
+                    walking.event = compiled.route(walking.states[-1], model).event
+                    await hold()
         except TimeoutError:
-            walking.expired(seconds)
+            walking.expired(_stopped_error(model, seconds, walking.event))
         else:
-            if walking.states[-1] not in compiled.finals and loop.time() >= deadline:
+            past = deadline is not None and loop.time() >= deadline
+            if walking.states[-1] not in compiled.finals and (
+                past or (stop is not None and stop.requested)
+            ):
                 walking.event = compiled.route(walking.states[-1], model).event
-                walking.expired(seconds)  # past the deadline: no commit starts
+                # past the deadline, or stopped: no commit starts
+                walking.expired(_stopped_error(model, seconds, walking.event))
+        finally:
+            if stop is not None:
+                stop._attach(None)
         await walking.advance()
     return Walked(tuple(walking.states), walking.errors, walking.faulted_step)
 

@@ -11,12 +11,21 @@ The reply is one of three outcomes (DESIGN.md R5):
   then calls the model again, at most ``max_server_tool_rounds`` times.
 
 §4.9's POST ("exactly one outcome") is checked when the loop exits.
+
+A streamed turn (AGN-034 §4.7) asks a model that can stream for its reply chunk
+by chunk and passes each piece of text on as it comes; the chunks are put
+together into the same ``LLMReply`` (``contracts/llm_stream.py``), so what
+follows the call does not depend on how the reply came. A failure before any
+text has gone out is retried as usual; after, it faults the turn
+(``DESIGN/streaming/interrupted``): text the client has seen cannot be taken back
+by a second, different reply.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from typing import Any
 
 from tenacity import (
@@ -37,8 +46,11 @@ from aptix_pipeline.contracts import (
     LLMReply,
     LLMRequest,
     PermanentPortError,
+    ReplyAssembler,
+    ReplyTextDelta,
     ResponsePayload,
     ResponseType,
+    StreamingLLM,
     ToolCall,
     ToolDefinition,
     ToolResult,
@@ -48,6 +60,7 @@ from aptix_pipeline.validators import (
     MODEL_REPLY_SIZE,
     ROUND_LIMIT,
     SERVER_TOOL_TIMEOUT,
+    STREAM_INTERRUPTED,
     TOOL_CALL_IDS,
     ToolCallOutcome,
     ToolCallVerdict,
@@ -59,6 +72,7 @@ from aptix_pipeline.validators import (
 
 from .faults import StepFaultError, described
 from .mode_change import AGENT_CHANGE_MODE, change_mode
+from .observer import LLMCallObservation
 from .scope import TurnScope
 from .tool_records import RejectionKind, ToolCallFate, ToolCallRecord, ToolCallSide
 
@@ -130,6 +144,62 @@ def system_message(scope: TurnScope) -> ChatMessage:
     return ChatMessage(role=ChatRole.SYSTEM, content="\n\n".join(p for p in parts if p))
 
 
+def _too_large(size: int, limit: int) -> StepFaultError:
+    return StepFaultError(
+        [
+            MODEL_REPLY_SIZE.error(
+                f"the reply holds {size} characters, limit {limit}",
+                field="max_model_reply_chars",
+            )
+        ]
+    )
+
+
+async def _streamed(
+    llm: StreamingLLM, request: LLMRequest, observation: LLMCallObservation, limit: int
+) -> LLMReply:
+    """One streamed attempt: its text passed on as it comes, its chunks put together.
+
+    Past ``limit`` characters the stream is closed at once. A failure once text has
+    gone out is the turn's fault, never retried (see the module docstring).
+    """
+    assembler = ReplyAssembler()
+    chunks = llm.stream(request)
+    first = True
+    try:
+        async for chunk in chunks:
+            if first:
+                observation.first_chunk()
+                first = False
+            assembler.add(chunk)
+            if assembler.size > limit:  # not retried, as for a reply that came whole
+                raise _too_large(assembler.size, limit)
+            if type(chunk) is ReplyTextDelta and chunk.text:
+                observation.text_delta(utf8_text(chunk.text))
+        return assembler.reply()
+    except StepFaultError:
+        raise
+    except Exception as error:
+        if assembler.has_text:
+            raise _interrupted(error) from error
+        raise
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _interrupted(error: BaseException) -> StepFaultError:
+    return StepFaultError(
+        [
+            STREAM_INTERRUPTED.error(
+                f"the LLM's stream failed after its text began: {described(error)}",
+                field="LLM",
+            )
+        ]
+    )
+
+
 async def _ask_model(scope: TurnScope) -> LLMReply:
     ctx, options = scope.ctx, scope.options
     request = LLMRequest(
@@ -140,6 +210,18 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
     )
     attempts = 1
     with scope.observer.llm_call(request) as observation:
+        llm = scope.ports.llm
+        limit = options.max_model_reply_chars
+        if observation.streaming and isinstance(llm, StreamingLLM):
+            streaming = llm
+
+            def ask() -> Awaitable[LLMReply]:
+                return _streamed(streaming, request, observation, limit)
+
+        else:
+
+            def ask() -> Awaitable[LLMReply]:
+                return llm.complete(request)
 
         def before_sleep(state: RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome is not None else None
@@ -155,9 +237,10 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
                 wait=wait_exponential(
                     multiplier=options.retry_wait_seconds, max=options.retry_max_wait_seconds
                 ),
-                # Exceptions only: cancellation, KeyboardInterrupt and SystemExit end the turn.
+                # Exceptions only: cancellation, KeyboardInterrupt and SystemExit end the turn;
+                # the engine's own faults (a streamed reply cut short, too large) are final.
                 retry=retry_if_exception_type(Exception)
-                & retry_if_not_exception_type(PermanentPortError),
+                & retry_if_not_exception_type((PermanentPortError, StepFaultError)),
                 before_sleep=before_sleep,
                 reraise=True,
             ):
@@ -165,16 +248,20 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
                     if attempt.retry_state.attempt_number == 1:
                         raise first
                     attempts += 1
-                    reply = await scope.ports.llm.complete(request)
+                    reply = await ask()
             return reply
 
         try:
             try:  # most calls succeed at once: the retry machinery starts only on a failure
-                reply = await scope.ports.llm.complete(request)
+                reply = await ask()
+            except StepFaultError:
+                raise
             except Exception as first:
                 reply = await retried(first)
             if not isinstance(reply, LLMReply):
                 raise TypeError(f"the LLM port returned {type(reply).__name__}, not an LLMReply")
+        except StepFaultError:
+            raise
         except Exception as error:
             raise StepFaultError(
                 [
@@ -185,16 +272,9 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
                     )
                 ]
             ) from error
-        size, limit = reply_size(reply), options.max_model_reply_chars
+        size = reply_size(reply)
         if size > limit:  # not retried: another try costs as much and may well do the same
-            raise StepFaultError(
-                [
-                    MODEL_REPLY_SIZE.error(
-                        f"the reply holds {size} characters, limit {limit}",
-                        field="max_model_reply_chars",
-                    )
-                ]
-            )
+            raise _too_large(size, limit)
         reply = _utf8_reply(reply)
         observation.replied(reply, attempts)
     return reply

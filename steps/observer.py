@@ -29,7 +29,25 @@ __all__ = ["LLMCallObservation", "NullObserver", "ToolObservation", "TurnObserve
 
 
 class LLMCallObservation(Protocol):
-    """One model call in progress (its attempts and its reply)."""
+    """One model call in progress (its attempts and its reply).
+
+    ``streaming`` says whether the turn is delivered as a stream (AGN-034 §4.7):
+    then the step asks a model that can stream for its reply chunk by chunk and
+    reports the call's first chunk and each piece of text as it comes.
+    """
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the reply's text is delivered as it is written."""
+        ...
+
+    def first_chunk(self) -> None:
+        """The model's first chunk of this call came (time to first token)."""
+        ...
+
+    def text_delta(self, text: str) -> None:
+        """The next piece of the reply's text, on its way to the client."""
+        ...
 
     def retry(self, attempt: int, error: BaseException, wait_seconds: float) -> None:
         """Attempt ``attempt`` failed with ``error``; the next starts after ``wait_seconds``."""
@@ -82,6 +100,14 @@ class TurnObserver(Protocol):
 
 
 class _NullCall:
+    streaming = False
+
+    def first_chunk(self) -> None:
+        return None
+
+    def text_delta(self, text: str) -> None:
+        return None
+
     def retry(self, attempt: int, error: BaseException, wait_seconds: float) -> None:
         return None
 

@@ -28,8 +28,10 @@ __all__ = [
     "SESSION_FOUND",
     "SEVERAL_MODE_CHANGES",
     "STORED_CONTEXTS_KNOWN",
+    "STREAM_INTERRUPTED",
     "TOOL_CALL_IDS",
     "TRANSCRIPT_SIZE",
+    "TURN_CANCELLED",
     "TURN_DEADLINE",
     "TURN_FOUND",
     "ContextRules",
@@ -184,5 +186,25 @@ TURN_DEADLINE = rule(
     "a turn must finish within PipelineOptions.turn_deadline_seconds; this one did not, "
     "and nothing of it was stored",
     ErrorCode.DEADLINE_EXCEEDED,
+    module=__name__,
+)
+
+TURN_CANCELLED = rule(
+    "DESIGN/streaming/consumer-gone",
+    "AGN-034 §4.7, docs/STREAMING.md",
+    "a streamed turn must have a consumer until it ends; this one's stopped reading, "
+    "so the turn was cancelled and nothing of it was stored",
+    ErrorCode.CANCELLED,
+    module=__name__,
+)
+
+# AGN-036 §4.9 LLMClient, streamed (steps/llm_client.py)
+
+STREAM_INTERRUPTED = rule(
+    "DESIGN/streaming/interrupted",
+    "AGN-034 §4.7, docs/STREAMING.md",
+    "a streamed model reply whose text has begun to reach the client is not retried: "
+    "it failed part-way, so the turn faulted and nothing of it was stored",
+    ErrorCode.PORT_FAILED,
     module=__name__,
 )
