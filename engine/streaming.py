@@ -37,6 +37,7 @@ from typing import Any, ClassVar, Final, TypeAlias
 from aptix_pipeline.contracts import AgentExecuteResponse, InvokeResult
 
 from .events import (
+    CheckRan,
     Listener,
     ModeChanged,
     ModelCallFinished,
@@ -49,8 +50,10 @@ from .events import (
     ToolCallHandled,
     ToolExecuted,
     ToolExecutionStarted,
+    TransitionTaken,
     TurnEvent,
     TurnFaulted,
+    TurnFinished,
     TurnStarted,
     WarningRaised,
 )
@@ -185,7 +188,21 @@ def progress_json(event: TurnEvent) -> dict[str, Any]:
         }
     if isinstance(event, TurnStarted):
         return {"kind": "turn_started"}
-    return {"kind": type(event).__name__}
+    if isinstance(event, CheckRan):
+        check = event.check
+        return {
+            "kind": "check",
+            "step": check.step,
+            "phase": check.phase,
+            "rule_ids": list(check.rule_ids),
+            "failed": list(check.failed),
+        }
+    if isinstance(event, TransitionTaken):
+        taken = event.transition
+        return {"kind": "transition", "step": taken.event, "from": taken.source, "to": taken.target}
+    if isinstance(event, TurnFinished):
+        return {"kind": "turn_finished", "successful": event.successful}
+    return {"kind": type(event).__name__}  # a host's own event type
 
 
 @dataclass(frozen=True, slots=True)

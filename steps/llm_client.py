@@ -276,6 +276,8 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
         if size > limit:  # not retried: another try costs as much and may well do the same
             raise _too_large(size, limit)
         reply = _utf8_reply(reply)
+        if observation.streaming and not isinstance(llm, StreamingLLM) and reply.text:
+            observation.text_delta(reply.text)  # a model that cannot stream: its text in one piece
         observation.replied(reply, attempts)
     return reply
 

@@ -57,7 +57,14 @@ from aptix_pipeline.contracts import (
     StoreConflictError,
     ToolInvocation,
 )
-from aptix_pipeline.engine import Listener, Pipeline, Runtime, Telemetry, TurnReport
+from aptix_pipeline.engine import (
+    Listener,
+    Pipeline,
+    Runtime,
+    StreamItem,
+    Telemetry,
+    TurnReport,
+)
 from aptix_pipeline.steps import StepFunction
 
 __all__ = [
@@ -87,6 +94,9 @@ class Kit:
     runtime: Runtime = "compiled"
     listeners: Sequence[Listener] = ()
     reports: list[TurnReport] = field(default_factory=list)
+    streamed: bool = False
+    """Run each request through ``Pipeline.stream`` (its items kept in ``items``)."""
+    items: list[list[StreamItem]] = field(default_factory=list)
 
     def pipeline(
         self,
@@ -126,7 +136,13 @@ class Kit:
         initial_mode: str | None = None,
     ) -> TurnReport:
         """Run one request and keep its report."""
-        report = await pipeline.run(request, caller, initial_mode=initial_mode)
+        if self.streamed:
+            async with pipeline.stream(request, caller, initial_mode=initial_mode) as stream:
+                self.items.append([item async for item in stream])
+            assert stream.report is not None
+            report = stream.report
+        else:
+            report = await pipeline.run(request, caller, initial_mode=initial_mode)
         self.reports.append(report)
         return report
 
@@ -154,9 +170,12 @@ async def run_scenario(
     telemetry: Telemetry | None = None,
     runtime: Runtime = "compiled",
     listeners: Sequence[Listener] = (),
+    *,
+    streamed: bool = False,
 ) -> Kit:
-    """Run scenario ``name`` on ``store`` with ``runtime``; the kit holds its reports."""
-    kit = Kit(store, telemetry, runtime, listeners)
+    """Run scenario ``name`` on ``store`` with ``runtime`` (each request through
+    ``Pipeline.stream`` when ``streamed``); the kit holds its reports."""
+    kit = Kit(store, telemetry, runtime, listeners, streamed=streamed)
     await SCENARIOS[name](kit)
     return kit
 
