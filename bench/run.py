@@ -9,6 +9,8 @@ Sections, in order (``--only`` picks some, comma-separated):
   ``bench/peers.py``);
 - ``tracing`` — the telemetry's cost per turn (``bench/tracing.py``);
 - ``recording`` — recording and replay per turn (``bench/recording.py``);
+- ``streaming`` — a streamed turn's CPU beside the same turn not streamed, and the
+  time to the first text delta (``bench/streaming.py``);
 - ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
   work, beside their targets (``bench/scale.py``).
 
@@ -33,6 +35,7 @@ from builders import PATHS, context_after, context_before, request_data
 from peers import MISSING, PEERS, peer_versions
 from recording import recording_row
 from scale import cli_costs, concurrency_rows, replay_rate, transcript_costs
+from streaming import REPLY_CHARS, first_delta_row, streaming_cpu_row
 from tracing import tracing_rows
 from turns import BEFORE_RESPONSE, RUNTIME_NOTE, turn_rows
 
@@ -49,6 +52,7 @@ SECTIONS = (
     "turns",
     "tracing",
     "recording",
+    "streaming",
     "concurrency",
     "transcript",
     "replay",
@@ -178,6 +182,30 @@ def recording() -> dict[str, float]:
     return costs
 
 
+def streaming() -> dict[str, Any]:
+    """A streamed turn's CPU and the time to its first delta."""
+    print(
+        f"streamed vs not streamed, Initial turn, {REPLY_CHARS}-character reply in 16-character "
+        "chunks (CPU µs per turn)"
+    )
+    rows = streaming_cpu_row()
+    print(f"{'model':<16}{'not min':>10}{'stream min':>12}{'x min':>8}{'x median':>10}")
+    for model, row in rows.items():
+        print(
+            f"{model:<16}{row['not streamed min']:>10.0f}{row['streamed min']:>12.0f}"
+            f"{row['ratio min']:>8.2f}{row['ratio median']:>10.2f}"
+            f"  {_mark(row['ratio median'] <= 1.1)}"
+        )
+    print("  target: streamed ≤ 1.1 x not streamed")
+    first = first_delta_row()
+    print(
+        "time to first delta less the model's first-token time, in process (ms): "
+        f"min {first['min ms']:.2f}, median {first['median ms']:.2f}, p95 {first['p95 ms']:.2f}"
+        f"  {_mark(first['median ms'] <= 2)}  (target ≤ 2 ms)"
+    )
+    return {"cpu": rows, "first_delta_in_process": first}
+
+
 def _kb(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -261,6 +289,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "turns": turns,
     "tracing": tracing,
     "recording": recording,
+    "streaming": streaming,
     "concurrency": concurrency,
     "transcript": transcript,
     "replay": replay,

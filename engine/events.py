@@ -58,6 +58,7 @@ from aptix_pipeline.contracts import (
     scrubbed_logger,
 )
 from aptix_pipeline.steps import ModeChange, RejectionKind, ToolCallFate, ToolCallRecord
+from aptix_pipeline.validators import utf8_text
 
 from .trace import CheckRecord, FaultRecord, LLMCallRecord, TraceEntry, TransitionRecord
 
@@ -498,6 +499,8 @@ class _ModelCall:
     __slots__ = (
         "_attempts",
         "_chunked",
+        "_flush",
+        "_pending",
         "_reporter",
         "_request",
         "_round",
@@ -519,6 +522,8 @@ class _ModelCall:
         self._attempts = 1
         self.streaming = reporter.emit_text is not None
         self._chunked = False
+        self._pending: list[str] = []
+        self._flush: asyncio.Handle | None = None
 
     def __enter__(self) -> _ModelCall:
         reporter, request = self._reporter, self._request
@@ -542,6 +547,9 @@ class _ModelCall:
         reporter = self._reporter
         if reporter is None:
             return
+        if self._flush is not None:  # the text kept for the next delta goes first
+            self._flush.cancel()
+            self._send_text()
         if error is not None:
             cause = error.__cause__ or error  # the port's own error, not the step's wrapping
             self.failure = type(cause).__name__
@@ -601,9 +609,26 @@ class _ModelCall:
         reporter.emit(ModelFirstChunk(reporter.run_id, self._round))
 
     def text_delta(self, text: str) -> None:
-        reporter = self._reporter
-        if reporter is not None and reporter.emit_text is not None:
-            reporter.emit_text(ModelTextDelta(reporter.run_id, self._round, text))
+        """Keep ``text`` for the delta this turn of the event loop sends.
+
+        Pieces handed in while the turn keeps the loop (a model whose chunks are
+        ready back to back) go out joined as one ``ModelTextDelta`` when the loop
+        next runs, or when the call ends: no consumer could have read them sooner,
+        and one delta costs less than many.
+        """
+        pending = self._pending
+        pending.append(text)
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().call_soon(self._send_text)
+
+    def _send_text(self) -> None:
+        self._flush = None
+        reporter, pending = self._reporter, self._pending
+        if not pending or reporter is None or reporter.emit_text is None:
+            return
+        text = pending[0] if len(pending) == 1 else "".join(pending)
+        pending.clear()
+        reporter.emit_text(ModelTextDelta(reporter.run_id, self._round, utf8_text(text)))
 
 
 class _ToolRun:

@@ -74,7 +74,6 @@ PROGRESS_EVENTS: Final[frozenset[type[TurnEvent]]] = frozenset(
     {
         TurnStarted,
         StepStarted,
-        StepEnded,
         ModelCallStarted,
         ModelCallRetried,
         ModelFirstChunk,
@@ -88,7 +87,8 @@ PROGRESS_EVENTS: Final[frozenset[type[TurnEvent]]] = frozenset(
     }
 )
 """The events a stream passes on as progress by default: what the turn is doing, not
-how the machine checks it (``CheckRan`` and ``TransitionTaken`` are left out)."""
+how the machine checks it (``CheckRan``, ``TransitionTaken`` and ``StepEnded`` — the
+next step's start says as much — are left out; ask for them with ``progress=``)."""
 
 
 def progress_json(event: TurnEvent) -> dict[str, Any]:
@@ -277,14 +277,15 @@ class _Inbox:
         self.drain_waiter: asyncio.Future[None] | None = None
 
     def __call__(self, event: TurnEvent) -> None:
-        if type(event) is ModelTextDelta:
+        kind = type(event)
+        if isinstance(event, ModelTextDelta):
             pending = self.pending
             if pending is not None and pending.round == event.round:
                 pending.parts.append(event.text)  # the consumer is behind: join the text
                 return
             self.pending = pending = _PendingText(event.text, event.round)
             self.put(pending)
-        elif type(event) in self.event_types:
+        elif kind in self.event_types:
             self.put(StreamProgress(event))
 
     def put(self, item: StreamItem | _PendingText) -> None:
@@ -320,6 +321,15 @@ _RUNNING: set[asyncio.Task[TurnReport]] = set()
 """Turns of streams in flight: a task is kept alive until it is done."""
 
 StartTurn: TypeAlias = Callable[[Sequence[Listener], TurnStop], Coroutine[Any, Any, TurnReport]]
+
+
+async def _run(start: StartTurn, inbox: _Inbox, stop: TurnStop) -> TurnReport:
+    """The turn, with the inbox as its listener; the end is marked however it ends."""
+    try:
+        return await start([inbox], stop)
+    finally:
+        _RUNNING.discard(asyncio.current_task())
+        inbox.put(_END)
 
 
 class TurnStream:
@@ -359,11 +369,8 @@ class TurnStream:
         if start is None:
             raise RuntimeError("this stream was closed before it started")
         self._loop = asyncio.get_running_loop()
-        task = self._loop.create_task(start([self._inbox], self._stop))
+        task = self._loop.create_task(_run(start, self._inbox, self._stop))
         _RUNNING.add(task)
-        task.add_done_callback(_RUNNING.discard)
-        inbox = self._inbox
-        task.add_done_callback(lambda _: inbox.put(_END))
         self._task = task
         return task
 

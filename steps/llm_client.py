@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, cast
 
 from tenacity import (
     AsyncRetrying,
@@ -175,7 +175,7 @@ async def _streamed(
             if assembler.size > limit:  # not retried, as for a reply that came whole
                 raise _too_large(assembler.size, limit)
             if type(chunk) is ReplyTextDelta and chunk.text:
-                observation.text_delta(utf8_text(chunk.text))
+                observation.text_delta(chunk.text)
         return assembler.reply()
     except StepFaultError:
         raise
@@ -212,8 +212,11 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
     with scope.observer.llm_call(request) as observation:
         llm = scope.ports.llm
         limit = options.max_model_reply_chars
-        if observation.streaming and isinstance(llm, StreamingLLM):
-            streaming = llm
+        # A StreamingLLM is one with a stream method: looked up, not isinstance-checked
+        # (a runtime Protocol check costs more than the rest of the call's set-up).
+        stream = getattr(llm, "stream", None) if observation.streaming else None
+        if stream is not None:
+            streaming = cast(StreamingLLM, llm)
 
             def ask() -> Awaitable[LLMReply]:
                 return _streamed(streaming, request, observation, limit)
@@ -276,7 +279,7 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
         if size > limit:  # not retried: another try costs as much and may well do the same
             raise _too_large(size, limit)
         reply = _utf8_reply(reply)
-        if observation.streaming and not isinstance(llm, StreamingLLM) and reply.text:
+        if observation.streaming and stream is None and reply.text:
             observation.text_delta(reply.text)  # a model that cannot stream: its text in one piece
         observation.replied(reply, attempts)
     return reply

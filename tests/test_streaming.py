@@ -47,6 +47,7 @@ from aptix_pipeline import (
     ReplyTextDelta,
     ReplyToolCallDelta,
     ScriptedLLM,
+    StepEnded,
     StepStarted,
     StreamDelta,
     StreamItem,
@@ -575,7 +576,7 @@ async def test_every_event_of_a_busy_turn_has_its_own_progress_kind() -> None:
         text("done"),
     ]
     pipeline, _ = make_pipeline(MemoryStore(), ScriptedLLM(replies))
-    every = {*PROGRESS_EVENTS, CheckRan, TransitionTaken, TurnFinished}
+    every = {*PROGRESS_EVENTS, CheckRan, TransitionTaken, StepEnded, TurnFinished}
 
     items = await drain(pipeline.stream({"Instruction": "go"}, CALLER, progress=every))
 
