@@ -99,6 +99,7 @@ def progress_kinds(items: Sequence[StreamItem]) -> list[str]:
 # --- delivery only: the same turn streamed and not ------------------------------------------
 
 
+@pytest.mark.decision("R11")
 @pytest.mark.decision("D273")
 @pytest.mark.parametrize("name", list(SCENARIOS))
 async def test_every_scenario_ends_the_same_streamed_and_not(name: str) -> None:
@@ -204,6 +205,7 @@ async def test_the_stream_flag_changes_nothing_but_delivery() -> None:
 # --- the POST rules judge the assembled response --------------------------------------------
 
 
+@pytest.mark.decision("R11")
 @pytest.mark.decision("D274")
 async def test_a_post_refusal_after_streamed_text_ends_with_the_unsuccessful_result() -> None:
     image = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVQ="
