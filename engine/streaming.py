@@ -399,7 +399,11 @@ class TurnStream:
         self._ended = True
         self._start = None
         task = self._task
-        if task is None or task.done():
+        if task is None:
+            return
+        if task.done():  # ended before its result was read: keep its report all the same
+            if self.report is None and not task.cancelled() and task.exception() is None:
+                self.report = task.result()
             return
         self._stop.request()
         with contextlib.suppress(Exception):

@@ -674,3 +674,26 @@ def test_a_pipeline_made_without_a_loop_can_stream_later() -> None:
     items = asyncio.run(drain(pipeline.stream({"Instruction": "Tell me."}, CALLER)))
 
     assert ok(last_result(items).result).primary_output_text == ANSWER
+
+
+async def test_a_stream_closed_after_its_turn_ended_keeps_the_turns_report() -> None:
+    finished = asyncio.Event()
+
+    def listen(event: TurnEvent) -> None:
+        if isinstance(event, TurnFinished):
+            finished.set()
+
+    store = MemoryStore()
+    pipeline, _ = make_pipeline(store, [text(ANSWER)], listeners=[listen])
+    stream = pipeline.stream({"Instruction": "Tell me."}, CALLER, progress=())
+    async for item in stream:
+        if isinstance(item, StreamDelta):
+            break  # every item taken: the turn goes on to its commit
+    await finished.wait()
+    await asyncio.sleep(0)  # the turn's task ends
+
+    await stream.aclose()  # before its result was read
+
+    assert stream.report is not None
+    assert stream.report.result.successful
+    assert (await stored(store))[0] is not None
