@@ -6,6 +6,13 @@ close what it opened, print. A step that fails on what the user gave (a missing
 file, a malformed script or configuration, a bad store) ends the command with
 exit code 2 and one line on stderr; otherwise it exits 0 when the turn is
 Successful, 1 when not. ``cli.py`` describes the options.
+
+``--stream`` (or a request file with ``"Stream": true``, AGN-034 §4.7) delivers the
+turn as it happens (``cli_stream.py``): the text live on stdout, progress on
+stderr, then the same ``InvokeResult`` and exit code. The request file goes to the
+pipeline as written: streaming is the CLI's way of delivering, never a field it
+adds (a continuation may not carry ``Stream``, AGN-034 §2.2). Ctrl-C during a
+streamed turn cancels it, stores nothing and exits 130.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ if TYPE_CHECKING:
     from .service_config import ServiceConfig
 
 __all__ = ["run"]
+
+_INTERRUPTED = 130
+"""The exit code of a turn Ctrl-C cancelled: 128 + SIGINT, as shells report it."""
 
 # The options. Typer renders help text as rich markup, where "[model]" would be a
 # style tag: a literal "[" is written "\\[".
@@ -86,6 +96,14 @@ _Record: TypeAlias = Annotated[
 _Redact: TypeAlias = Annotated[
     bool, typer.Option("--redact", help="With --record: leave user content out.")
 ]
+_Stream: TypeAlias = Annotated[
+    bool | None,
+    typer.Option(
+        "--stream/--no-stream",
+        help="Print the model's text as it is written and progress on stderr, then the "
+        "InvokeResult (docs/CLI.md: 'Streaming'); default: the request's Stream flag.",
+    ),
+]
 _IdempotencyKey: TypeAlias = Annotated[
     str | None,
     typer.Option(
@@ -110,6 +128,7 @@ def run(
     record: _Record = None,
     redact: _Redact = False,
     idempotency_key: _IdempotencyKey = None,
+    stream: _Stream = None,
 ) -> None:
     """Run one agent turn (AGN-034 request in, AGN-033 response out) and print its InvokeResult.
 
@@ -125,9 +144,16 @@ def run(
     session_store = _open_store(store, service)
     pipeline = _build_pipeline(llm, session_store, service, provider, record, redact=redact)
     try:
-        outcome = _run_turn(pipeline, request, org, user, initial_mode, idempotency_key)
+        body = request.read_bytes()
+        if _streams(stream, body):
+            outcome = _stream_turn(pipeline, body, org, user, initial_mode, idempotency_key)
+        else:
+            outcome = _run_turn(pipeline, body, org, user, initial_mode, idempotency_key)
     finally:
         _close(session_store, provider)
+    if outcome is None:
+        typer.echo("aptix run: interrupted: the turn was cancelled, nothing stored", err=True)
+        raise typer.Exit(_INTERRUPTED)
     _print_outcome(outcome, pipeline, compact=compact, trace=trace, report=report)
     raise typer.Exit(0 if outcome.successful else 1)
 
@@ -233,26 +259,69 @@ def _build_pipeline(
         raise _usage_error(str(error)) from None
 
 
+def _streams(stream: bool | None, body: bytes) -> bool:
+    """``--stream``/``--no-stream`` as given, else the request's own ``"Stream": true``.
+
+    Only a JSON object whose ``Stream`` is ``true`` asks for it: any other body runs
+    as given and the pipeline names what is wrong with it.
+    """
+    if stream is not None:
+        return stream
+    import json
+
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("Stream") is True
+
+
 def _run_turn(
     pipeline: Pipeline,
-    request: Path,
+    body: bytes,
     org: str,
     user: str,
     initial_mode: str | None,
     idempotency_key: str | None,
 ) -> TurnReport:
-    """Read the request file and run its turn for the caller ``--org``/``--user``."""
+    """Run the request file's turn for the caller ``--org``/``--user``."""
     import asyncio
 
     from aptix_pipeline.contracts import Caller
 
     return asyncio.run(
         pipeline.run(
-            request.read_bytes(),
+            body,
             Caller(org=org, user=user),
             initial_mode=initial_mode,
             idempotency_key=idempotency_key,
         )
+    )
+
+
+def _stream_turn(
+    pipeline: Pipeline,
+    body: bytes,
+    org: str,
+    user: str,
+    initial_mode: str | None,
+    idempotency_key: str | None,
+) -> TurnReport | None:
+    """Run the turn streamed (``cli_stream.py``); ``None`` when Ctrl-C cancelled it."""
+    import sys
+
+    from aptix_pipeline.contracts import Caller
+
+    from .cli_stream import stream_turn
+
+    return stream_turn(
+        pipeline,
+        body,
+        Caller(org=org, user=user),
+        initial_mode=initial_mode,
+        idempotency_key=idempotency_key,
+        out=sys.stdout,
+        err=sys.stderr,
     )
 
 
