@@ -12,9 +12,12 @@
   (``adapters/service_config.py``): its catalog, and its ``[model]``, ``[store]``
   and ``[engine]`` where ``--llm-script`` / ``--store`` are not given.
   ``--record DIR [--redact]`` records the turn for replay (else the config's
-  ``[recording]``). ``--idempotency-key KEY`` makes a re-run of the same request
-  (say, after a crash) print the answer its first run stored instead of running
-  another turn; a resubmitted continuation is answered so without a key.
+  ``[recording]``). ``--stream`` prints the model's text as it comes, progress on
+  stderr, then the result (``adapters/cli_stream.py``; a request file with
+  ``"Stream": true`` streams unless ``--no-stream``). ``--idempotency-key KEY``
+  makes a re-run of the same request (say, after a crash) print the answer its
+  first run stored instead of running another turn; a resubmitted continuation is
+  answered so without a key.
 - ``aptix serve --config FILE`` runs the HTTP service (``adapters/http_app.py``)
   under uvicorn; ``--host``, ``--port``, ``--workers`` and ``--access-log`` override
   ``[server]``.
