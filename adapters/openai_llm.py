@@ -24,6 +24,20 @@ naming the status and the server's error message (never the API key), so the
 engine, which retries a port's other exceptions itself (``steps/llm_client.py``),
 does not multiply the attempts. Each retry adds an ``aptix.llm.retry`` event to the
 current OpenTelemetry span (the engine's ``chat {model}`` span).
+
+Streaming (``StreamingLLM``, AGN-034 §4.7): ``stream`` sends the same request with
+``stream: true`` and ``stream_options: {"include_usage": true}`` and yields the
+reply's text deltas, its tool-call deltas (by index, the engine assembles them)
+and one ``ReplyFinished`` (usage from the final usage chunk, when the server sends
+one). The retry policy above covers opening the stream, up to its first chunk;
+once a chunk has been yielded nothing is retried here (D257). A later failure is
+raised at once, with the same clear message: ``PermanentPortError`` when another
+request would fail alike (a malformed chunk, an oversized reply, an error event
+naming a bad request), else ``StreamBrokenError`` (a dropped connection, a read
+timeout, a server error event, a stream that ends before its reply is finished,
+D259), which the engine retries only while no text has reached the client.
+Chunks with no choices and no usage are skipped; chunks of the wrong shape are
+reported, naming the chunk and the field (D258).
 """
 
 from __future__ import annotations
@@ -35,14 +49,16 @@ import math
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import httpx2
 import openai
 from openai.types.chat import (
     ChatCompletion,
+    ChatCompletionChunk,
     ChatCompletionMessageParam,
     ChatCompletionToolParam,
 )
@@ -57,11 +73,16 @@ from tenacity import (
 )
 
 from aptix_pipeline.contracts import (
+    AptixPipelineError,
     ChatMessage,
     ChatRole,
     LLMReply,
     LLMRequest,
     PermanentPortError,
+    ReplyChunk,
+    ReplyFinished,
+    ReplyTextDelta,
+    ReplyToolCallDelta,
     ScrubbingFilter,
     ToolCall,
     ToolDefinition,
@@ -69,7 +90,7 @@ from aptix_pipeline.contracts import (
     scrub_urls,
 )
 
-__all__ = ["DEFAULT_MAX_REPLY_BYTES", "RETRY_EVENT", "OpenAICompatibleLLM"]
+__all__ = ["DEFAULT_MAX_REPLY_BYTES", "RETRY_EVENT", "OpenAICompatibleLLM", "StreamBrokenError"]
 
 RETRY_EVENT: Final = "aptix.llm.retry"
 """The span event added before each retry's wait."""
@@ -91,6 +112,41 @@ DEFAULT_MAX_REPLY_BYTES: Final = 16 * 1024 * 1024
 
 class _ReplyTooLargeError(Exception):
     """The server's response body passed ``max_reply_bytes``; reading stopped there."""
+
+
+class StreamBrokenError(AptixPipelineError, ConnectionError):
+    """A model server's stream failed after its first chunk, in a way another request may not.
+
+    The connection dropped, a read timed out, the server sent an error event of its
+    own (not one naming a bad request), or the stream ended before the reply said
+    it was finished. The adapter does not retry once a chunk has gone out (D257);
+    the engine retries this one only while none of the reply's text has reached
+    the client.
+    """
+
+
+class _StreamEndedEarlyError(Exception):
+    """The stream ended without a finish reason: the reply may be cut short (D259)."""
+
+
+_BAD_REQUEST_ERRORS: Final = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "context_length_exceeded",
+    }
+)
+"""The ``type`` or ``code`` of a stream's error event that another request would repeat."""
+
+
+def _error_event(error: BaseException) -> bool:
+    """Whether ``error`` is the SDK's report of an ``{"error": ...}`` event in a stream."""
+    return isinstance(error, openai.APIError) and not isinstance(
+        error,
+        openai.APIStatusError | openai.APIConnectionError | openai.APIResponseValidationError,
+    )
 
 
 class _BoundedStream(httpx2.AsyncByteStream):
@@ -154,11 +210,17 @@ def _retryable(error: BaseException) -> bool:
     """429, 408, 5xx, timeouts and connection errors; nothing else (no other 4xx).
 
     A reply over ``max_reply_bytes`` is not retried: the next would likely be as big.
+    In a stream, a stream that ends before its reply is finished is retried, and an
+    error event is unless it names a bad request (``_BAD_REQUEST_ERRORS``).
     """
     if _too_large(error) is not None:
         return False
     if isinstance(error, openai.APIStatusError):
         return error.status_code in (408, 429) or error.status_code >= 500
+    if isinstance(error, _StreamEndedEarlyError):
+        return True
+    if isinstance(error, openai.APIError) and _error_event(error):
+        return not {error.type, error.code} & _BAD_REQUEST_ERRORS
     return isinstance(error, openai.APIConnectionError)  # APITimeoutError is one too
 
 
@@ -277,6 +339,20 @@ def _count(value: object, where: str) -> int:
     return value
 
 
+def _usage(raw: object) -> Usage | None:
+    """A completion's or a chunk's ``usage`` as ``Usage`` (``None`` when it has none)."""
+    if raw is None:
+        return None
+    prompt = _count(getattr(raw, "prompt_tokens", None), "usage.prompt_tokens")
+    output = _count(getattr(raw, "completion_tokens", None), "usage.completion_tokens")
+    total = getattr(raw, "total_tokens", None)
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=output,
+        total_tokens=prompt + output if total is None else _count(total, "usage.total_tokens"),
+    )
+
+
 def _reply(completion: object) -> LLMReply:
     """A chat completion as an ``LLMReply``; ``_MalformedReplyError`` says what is wrong."""
     if not isinstance(completion, ChatCompletion):
@@ -309,26 +385,129 @@ def _reply(completion: object) -> LLMReply:
                 ),
             )
         )
-    usage = None
-    raw_usage = getattr(completion, "usage", None)
-    if raw_usage is not None:
-        prompt = _count(getattr(raw_usage, "prompt_tokens", None), "usage.prompt_tokens")
-        output = _count(getattr(raw_usage, "completion_tokens", None), "usage.completion_tokens")
-        total = getattr(raw_usage, "total_tokens", None)
-        usage = Usage(
-            input_tokens=prompt,
-            output_tokens=output,
-            total_tokens=prompt + output if total is None else _count(total, "usage.total_tokens"),
-        )
     finish = getattr(choice, "finish_reason", None)
     return LLMReply(
         text=text,
         tool_calls=calls,
-        usage=usage,
+        usage=_usage(getattr(completion, "usage", None)),
         model=getattr(completion, "model", None) or None,
         response_id=getattr(completion, "id", None) or None,
         finish_reason=finish if isinstance(finish, str) else None,
     )
+
+
+class _ChunkReader:
+    """A stream's chunks as ``ReplyChunk`` items: choice 0's deltas, then its end (D258).
+
+    A chunk with no choices and no usage carries nothing of the reply (Azure's
+    content-filter chunk, a keep-alive) and is skipped; one of the wrong shape
+    raises ``_MalformedReplyError`` naming the chunk (1-based) and the field. The
+    model and id come from the first chunk that names them, the usage from the last
+    chunk that has one (the usage chunk ``include_usage`` asks for).
+    """
+
+    def __init__(self) -> None:
+        self.received = 0
+        """The chunks read so far."""
+        self.ended = False
+        self._model: str | None = None
+        self._response_id: str | None = None
+        self._usage: Usage | None = None
+        self._finish_reason: str | None = None
+        self._empty_text = False
+        self._wrote_text = False
+
+    async def next_items(self, chunks: openai.AsyncStream[ChatCompletionChunk]) -> list[ReplyChunk]:
+        """The items of the next chunk that gives any; at the end, the reply's last items."""
+        while True:
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                return self._end()
+            self.received += 1
+            items = self._items(chunk)
+            if items:
+                return items
+
+    def _items(self, chunk: object) -> list[ReplyChunk]:
+        where = f"chunk {self.received}"
+        if not isinstance(chunk, ChatCompletionChunk):
+            raise _MalformedReplyError(f"{where} is {type(chunk).__name__}, not a chunk")
+        self._model = self._model or _optional_text(getattr(chunk, "model", None))
+        self._response_id = self._response_id or _optional_text(getattr(chunk, "id", None))
+        usage = _usage(getattr(chunk, "usage", None))
+        if usage is not None:
+            self._usage = usage
+        choices = getattr(chunk, "choices", None)
+        if choices is None:
+            return []
+        if not isinstance(choices, list):
+            raise _MalformedReplyError(f"{where}: choices is {type(choices).__name__}, not a list")
+        items: list[ReplyChunk] = []
+        for choice in choices:
+            if getattr(choice, "index", 0) in (0, None):  # n > 1: the first choice, as complete
+                items.extend(self._delta(choice, where))
+        return items
+
+    def _delta(self, choice: object, where: str) -> list[ReplyChunk]:
+        finish = getattr(choice, "finish_reason", None)
+        if finish is not None:
+            self._finish_reason = _text_field(finish, f"{where}: choices[0].finish_reason")
+        delta = getattr(choice, "delta", None)
+        if delta is None:
+            return []
+        items: list[ReplyChunk] = []
+        text: object = getattr(delta, "content", None)
+        if text is None:
+            text = getattr(delta, "refusal", None)  # a refusal is the model's answer
+        if text is not None:
+            text = _text_field(text, f"{where}: choices[0].delta.content")
+            if text:
+                items.append(ReplyTextDelta(text))
+                self._wrote_text = True
+            else:
+                self._empty_text = True
+        for position, call in enumerate(getattr(delta, "tool_calls", None) or []):
+            at = f"{where}: choices[0].delta.tool_calls[{position}]"
+            index = getattr(call, "index", None)
+            if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+                raise _MalformedReplyError(f"{at}.index is {index!r}, not a whole number >= 0")
+            function: Any = getattr(call, "function", None)
+            arguments = getattr(function, "arguments", None)
+            items.append(
+                ReplyToolCallDelta(
+                    index=index,
+                    tool_call_id=_optional_text(getattr(call, "id", None), f"{at}.id"),
+                    name=_optional_text(getattr(function, "name", None), f"{at}.function.name"),
+                    arguments=""
+                    if arguments is None
+                    else _text_field(arguments, f"{at}.function.arguments"),
+                )
+            )
+        return items
+
+    def _end(self) -> list[ReplyChunk]:
+        if self._finish_reason is None:
+            raise _StreamEndedEarlyError(
+                f"it ended after {self.received} chunk(s) without a finish_reason"
+            )
+        self.ended = True
+        items: list[ReplyChunk] = []
+        if self._empty_text and not self._wrote_text:
+            items.append(ReplyTextDelta(""))  # text "", as complete gives it, not None
+        items.append(
+            ReplyFinished(self._usage, self._model, self._response_id, self._finish_reason)
+        )
+        return items
+
+
+def _optional_text(value: object, where: str = "") -> str | None:
+    """``value`` when it is non-empty text; ``None`` when it is empty or absent."""
+    if value is None or value == "":
+        return None
+    if where:
+        return _text_field(value, where)
+    return value if isinstance(value, str) else None
 
 
 def _positive(name: str, value: float) -> float:
@@ -337,6 +516,27 @@ def _positive(name: str, value: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be more than 0 seconds, got {value!r}")
     return float(value)
+
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """The chat-completions parameters of one ``LLMRequest``."""
+
+    model: str
+    messages: list[ChatCompletionMessageParam]
+    tools: list[ChatCompletionToolParam] | openai.Omit
+
+
+@dataclass(frozen=True, slots=True)
+class _OpenedStream:
+    """A stream that has given its first items (``first``); ``chunks`` are the rest."""
+
+    chunks: openai.AsyncStream[ChatCompletionChunk]
+    reader: _ChunkReader
+    first: list[ReplyChunk]
 
 
 class OpenAICompatibleLLM:
@@ -474,16 +674,8 @@ class OpenAICompatibleLLM:
         or the reply is not a chat completion; the message names the status and
         the server's message.
         """
-        messages = [_message_param(m, i) for i, m in enumerate(request.messages)]
-        tools = [_tool_param(tool) for tool in request.tools]
-        model = request.model or self.model
-        try:
-            completion = await self._create_with_retries(model, messages, tools)
-        except Exception as error:  # the bound's error, raised as is or wrapped by the SDK
-            too_large = _too_large(error)
-            if too_large is None:
-                raise
-            raise PermanentPortError(str(too_large)) from None
+        call = self._call(request)
+        completion = await self._with_retries(lambda timeout: self._create(call, timeout))
         try:
             return _reply(completion)
         except _MalformedReplyError as error:
@@ -491,32 +683,78 @@ class OpenAICompatibleLLM:
                 self._scrubbed(f"the model server's reply is malformed: {error}")
             ) from None
 
-    async def _create(
-        self,
-        model: str,
-        messages: list[ChatCompletionMessageParam],
-        tools: list[ChatCompletionToolParam],
-        timeout: float,
-    ) -> ChatCompletion:
-        # An empty "tools" list is refused by OpenAI: leave the field out instead.
-        if tools:
-            return await self._client.chat.completions.create(
-                model=model,
-                messages=messages,
-                tools=tools,
-                extra_body=self._extra_body,
-                timeout=timeout,
-            )
-        return await self._client.chat.completions.create(
-            model=model, messages=messages, extra_body=self._extra_body, timeout=timeout
+    async def stream(self, request: LLMRequest) -> AsyncIterator[ReplyChunk]:
+        """Ask the model once and yield its reply as it is written (``StreamingLLM``).
+
+        Text deltas, tool-call deltas by index, then one ``ReplyFinished``. Opening
+        the stream is retried as ``complete`` is, up to the first chunk; after it a
+        failure is raised at once: ``PermanentPortError`` or ``StreamBrokenError``
+        (see the module docstring). Closing the iterator early closes the response.
+        """
+        call = self._call(request)
+        opened = await self._with_retries(lambda timeout: self._open(call, timeout))
+        reader = opened.reader
+        try:
+            for item in opened.first:
+                yield item
+            while not reader.ended:
+                try:
+                    items = await reader.next_items(opened.chunks)
+                except Exception as error:
+                    broken = self._broken(error, reader.received)
+                    if broken is error:
+                        raise
+                    raise broken from error
+                for item in items:
+                    yield item
+        finally:
+            await opened.chunks.close()
+
+    def _call(self, request: LLMRequest) -> _Call:
+        """The request's chat-completions parameters, shared by ``complete`` and ``stream``."""
+        return _Call(
+            model=request.model or self.model,
+            messages=[_message_param(m, i) for i, m in enumerate(request.messages)],
+            # An empty "tools" list is refused by OpenAI: the field is left out instead.
+            tools=[_tool_param(tool) for tool in request.tools] or openai.omit,
         )
 
-    async def _create_with_retries(
-        self,
-        model: str,
-        messages: list[ChatCompletionMessageParam],
-        tools: list[ChatCompletionToolParam],
-    ) -> ChatCompletion:
+    async def _create(self, call: _Call, timeout: float) -> ChatCompletion:
+        return await self._client.chat.completions.create(
+            model=call.model,
+            messages=call.messages,
+            tools=call.tools,
+            extra_body=self._extra_body,
+            timeout=timeout,
+        )
+
+    async def _open(self, call: _Call, timeout: float) -> _OpenedStream:
+        """One attempt at a stream: the request, then its chunks up to the first item."""
+        chunks = await self._client.chat.completions.create(
+            model=call.model,
+            messages=call.messages,
+            tools=call.tools,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=self._extra_body,
+            timeout=timeout,
+        )
+        try:
+            kind = chunks.response.headers.get("content-type", "")
+            if kind.startswith("application/json"):
+                raise _MalformedReplyError(
+                    f"a stream was asked for and the answer is {kind}, not text/event-stream"
+                )
+            reader = _ChunkReader()
+            first = await reader.next_items(chunks)
+        except BaseException:
+            await chunks.close()
+            raise
+        return _OpenedStream(chunks, reader, first)
+
+    async def _with_retries(self, attempt: Callable[[float], Awaitable[_T]]) -> _T:
+        """``attempt(timeout)`` under the retry policy (module docstring); its failure as a
+        ``PermanentPortError`` naming the status and the server's message."""
         start = self._clock()
         # Exponential, plus up to one initial wait of jitter, capped (module docstring).
         backoff = wait_exponential(
@@ -556,7 +794,7 @@ class OpenAICompatibleLLM:
 
         attempts = 0
         try:
-            async for attempt in AsyncRetrying(
+            async for retrying in AsyncRetrying(
                 stop=stop,
                 wait=wait,
                 retry=retry_if_exception(_retryable),
@@ -564,35 +802,74 @@ class OpenAICompatibleLLM:
                 before_sleep=before_sleep,
                 reraise=True,  # our own PermanentPortError below says why
             ):
-                with attempt:
+                with retrying:
                     attempts += 1
                     left = self._max_total - (self._clock() - start)
-                    timeout = max(min(self._timeout, left), 0.001)
-                    return await self._create(model, messages, tools, timeout)
-        except openai.APIStatusError as error:
-            what = (
+                    return await attempt(max(min(self._timeout, left), 0.001))
+        except Exception as error:
+            failure = self._failure(error, gave_up or f"attempt {attempts}; not retryable")
+            if failure is error:
+                raise
+            raise failure from error
+        raise AssertionError(f"unreachable: {attempts} attempts ended without an outcome")
+
+    def _failure(self, error: Exception, when: str) -> Exception:
+        """``error`` of a request that is not tried again, ``when`` saying why (or where).
+
+        A failure of the model server is a ``PermanentPortError`` naming it; any other
+        exception (not the server's doing) is given back as it is.
+        """
+        too_large = _too_large(error)
+        if too_large is not None:
+            return PermanentPortError(str(too_large))
+        what = (
+            f"the model server's reply is malformed: {error}"
+            if isinstance(error, _MalformedReplyError)
+            else self._what(error)
+        )
+        if what is None:
+            if not isinstance(error, openai.OpenAIError | ValueError):
+                return error
+            # A 2xx body that is not JSON (ValueError) or fails the SDK's checks.
+            what = f"the model server's reply is malformed: {type(error).__name__}: {error}"
+        return PermanentPortError(self._scrubbed(f"{what[: _MESSAGE_LIMIT * 2]} ({when})"))
+
+    def _what(self, error: Exception) -> str | None:
+        """What went wrong, in words, for the failures a retry might fix; else ``None``."""
+        if isinstance(error, openai.APIStatusError):
+            return (
                 f"the model server answered {_status_text(error.status_code)}: "
                 f"{_server_message(error)[:_MESSAGE_LIMIT]}"
             )
-            raise PermanentPortError(self._scrubbed(self._why(what, gave_up, attempts))) from error
-        except openai.APITimeoutError as error:
-            what = f"the model server at {self.base_url} did not answer in time"
-            raise PermanentPortError(self._scrubbed(self._why(what, gave_up, attempts))) from error
-        except openai.APIConnectionError as error:
+        if isinstance(error, openai.APITimeoutError):
+            return f"the model server at {self.base_url} did not answer in time"
+        if isinstance(error, openai.APIConnectionError):
             cause = error.__cause__ or error
-            what = f"could not reach the model server at {self.base_url}: {cause}"
-            raise PermanentPortError(self._scrubbed(self._why(what, gave_up, attempts))) from error
-        except (openai.OpenAIError, ValueError) as error:
-            # A 2xx body that is not JSON (ValueError) or fails the SDK's validation.
-            what = f"the model server's reply is malformed: {type(error).__name__}: {error}"
-            raise PermanentPortError(self._scrubbed(what[: _MESSAGE_LIMIT * 2])) from error
-        raise AssertionError(f"unreachable: {attempts} attempts ended without an outcome")
+            return f"could not reach the model server at {self.base_url}: {cause}"
+        if isinstance(error, openai.APIError) and _error_event(error):
+            message = error.message[:_MESSAGE_LIMIT]
+            return f"the model server sent an error in its stream: {message}"
+        if isinstance(error, _StreamEndedEarlyError):
+            return f"the model server's stream is incomplete: {error}"
+        return None
 
-    @staticmethod
-    def _why(what: str, gave_up: str, attempts: int) -> str:
-        if gave_up:
-            return f"{what} ({gave_up})"
-        return f"{what} (attempt {attempts}; not retryable)"
+    def _broken(self, error: Exception, received: int) -> Exception:
+        """``error`` after a stream's first chunk: not retried here (D257).
+
+        Another request may succeed (``_retryable``): ``StreamBrokenError``, which the
+        engine retries while no text has reached the client; else ``PermanentPortError``.
+        """
+        where = f"after {received} chunk(s) of the stream; not retried"
+        failure = self._failure(error, where)
+        if failure is error or not _retryable(error):
+            return failure
+        if isinstance(error, openai.APIConnectionError) and not isinstance(
+            error, openai.APITimeoutError
+        ):
+            cause = error.__cause__ or error
+            what = f"the connection to the model server at {self.base_url} broke: {cause}"
+            return StreamBrokenError(self._scrubbed(f"{what} ({where})"))
+        return StreamBrokenError(str(failure))
 
     def _scrubbed(self, text: str) -> str:
         """``text`` with the API key and URL credentials masked (``scrub_urls``, D220)."""

@@ -25,6 +25,33 @@ in order, one per request. Each entry is a dict:
   JSON object (e.g. a completion with no ``choices``);
 - ``{"disconnect": true}`` closes the connection without answering.
 
+A request with ``"stream": true`` gets a reply entry as a real stream would come:
+status 200, ``text/event-stream``, ``Transfer-Encoding: chunked``, one HTTP chunk per
+server-sent event (``data: {chunk json}\n\n``), ending with ``data: [DONE]``. The
+``chat.completion.chunk`` objects are OpenAI's: a first delta with the role (and
+``content: ""`` when the reply has text), the text in pieces of ``"chunk_size"``
+characters (default 4), each tool call opened by a delta with its index, id and
+name, its arguments in later deltas of ``"chunk_size"`` characters (``"interleave":
+true`` alternates the calls' deltas, as parallel calls may come), a delta with the
+finish reason, and, when the request asks ``stream_options.include_usage`` and the
+entry has ``"usage"``, a last chunk with no choices and the usage (the other chunks
+then carry ``"usage": null``). A reply entry may add:
+
+- ``"chunk_delay": seconds`` between events;
+- ``"chunks": [...]`` — these chunk objects (or raw ``data`` text) instead, as
+  given, then ``[DONE]`` unless ``"done": false``;
+- ``"stream_fault": {"after": n, "kind": ...}`` — after ``n`` events, instead of
+  the rest: ``"disconnect"`` drops the connection in the middle of the chunked
+  body; ``"error"`` sends an error event ``data: {"error": {"message", "type",
+  "code"}}`` (``"message"``, ``"type"`` default ``"Internal server error"``,
+  ``"server_error"``) and ends the body; ``"end"`` ends the body cleanly with no
+  finish reason and no ``[DONE]``.
+
+``server.abandoned`` lists the numbers (1-based, as in ``requests``) of streamed
+requests whose client went away before the stream's end; ``wait_abandoned()``
+waits for one. Faults before the first chunk are the entries above: a status
+(500, 429, …) or ``{"disconnect": true}``.
+
 Any entry may add ``"delay": seconds`` (wait before answering, e.g. longer than
 the client's timeout) and ``"headers"``. When the script has run out the server
 answers 400 with an error saying so (400, so no client retries it). Other paths
@@ -41,6 +68,9 @@ its test.
 from __future__ import annotations
 
 import json
+import select
+import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -140,6 +170,84 @@ def _completion(entry: ScriptEntry, request_body: Any, number: int) -> dict[str,
     return completion
 
 
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[at : at + size] for at in range(0, len(text), size)]
+
+
+def _arguments(call: Mapping[str, Any]) -> str:
+    arguments = call.get("arguments", {})
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _interleaved(lists: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One item of each list in turn, until all are used up."""
+    merged: list[dict[str, Any]] = []
+    for position in range(max((len(items) for items in lists), default=0)):
+        merged.extend(items[position] for items in lists if position < len(items))
+    return merged
+
+
+def _stream_events(entry: ScriptEntry, request_body: Any, number: int) -> list[str]:
+    """The ``data`` of each server-sent event of a streamed reply (module docstring)."""
+    if "chunks" in entry:
+        given = [c if isinstance(c, str) else json.dumps(c) for c in entry["chunks"]]
+        return [*given, "[DONE]"] if entry.get("done", True) else given
+    body = request_body if isinstance(request_body, dict) else {}
+    options = body.get("stream_options") or {}
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
+    completion = _completion(entry, body, number)
+    base = {
+        "id": completion["id"],
+        "object": "chat.completion.chunk",
+        "created": completion["created"],
+        "model": completion["model"],
+        "system_fingerprint": None,
+    }
+    if include_usage:
+        base["usage"] = None
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+        return json.dumps({**base, "choices": [choice]})
+
+    size = int(entry.get("chunk_size", 4))
+    text = entry.get("text")
+    calls = list(entry.get("tool_calls", []))
+    events = [chunk({"role": "assistant", "content": "" if text is not None else None})]
+    events.extend(chunk({"content": piece}) for piece in _pieces(text or "", size))
+    per_call: list[list[dict[str, Any]]] = []
+    for index, call in enumerate(calls):
+        opening = {
+            "index": index,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": call["name"], "arguments": ""},
+        }
+        rest = [
+            {"index": index, "function": {"arguments": piece}}
+            for piece in _pieces(_arguments(call), size)
+        ]
+        per_call.append([opening, *rest])
+    if entry.get("interleave"):
+        ordered = _interleaved(per_call)
+    else:
+        ordered = [delta for deltas in per_call for delta in deltas]
+    events.extend(chunk({"tool_calls": [delta]}) for delta in ordered)
+    events.append(chunk({}, completion["choices"][0]["finish_reason"]))
+    if include_usage and "usage" in completion:
+        events.append(json.dumps({**base, "choices": [], "usage": completion["usage"]}))
+    events.append("[DONE]")
+    return events
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that resets its connection (it stopped reading a stream) is no error here."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeOpenAIServer:
     """The running server: its ``base_url``, the ``requests`` it received, its script."""
 
@@ -148,8 +256,11 @@ class FakeOpenAIServer:
         self._next = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._gone = threading.Condition(self._lock)
         self.requests: list[RecordedRequest] = []
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self.abandoned: list[int] = []
+        """Numbers of the streamed requests whose client went away before the end."""
+        self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._httpd.block_on_close = False
         self._thread = threading.Thread(
@@ -193,6 +304,16 @@ class FakeOpenAIServer:
     def _wait(self, seconds: float) -> None:
         self._stopping.wait(seconds)
 
+    def _abandon(self, number: int) -> None:
+        with self._gone:
+            self.abandoned.append(number)
+            self._gone.notify_all()
+
+    def wait_abandoned(self, timeout: float = 5.0) -> bool:
+        """Wait until a client has left a stream before its end; whether one has."""
+        with self._gone:
+            return self._gone.wait_for(lambda: bool(self.abandoned), timeout)
+
     def start(self) -> None:
         """Start serving in a daemon thread."""
         self._thread.start()
@@ -226,6 +347,62 @@ def _handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
             except OSError:  # the client gave up (its timeout): nothing to answer
                 self.close_connection = True
+
+        def _client_gone(self) -> bool:
+            """Whether the client has closed its side of the connection."""
+            connection = self.connection
+            readable, _, _ = select.select([connection], [], [], 0)
+            if not readable:
+                return False
+            try:
+                peeked: bytes = connection.recv(1, socket.MSG_PEEK)
+            except OSError:
+                return True
+            return peeked == b""
+
+        def _send_stream(
+            self, entry: ScriptEntry, request_body: Any, number: int, headers: Mapping[str, Any]
+        ) -> None:
+            """A reply as server-sent events, one HTTP chunk each (module docstring)."""
+            events = _stream_events(entry, request_body, number)
+            fault: Mapping[str, Any] = entry.get("stream_fault") or {}
+            if fault:
+                events = events[: int(fault.get("after", 0))]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache")
+            for name, value in headers.items():
+                self.send_header(name, str(value))
+            self.end_headers()
+            delay = float(entry.get("chunk_delay", 0))
+            kind = fault.get("kind")
+            if kind == "error":
+                error = {
+                    "message": fault.get("message", "Internal server error"),
+                    "type": fault.get("type", "server_error"),
+                    "param": None,
+                    "code": fault.get("code"),
+                }
+                events.append(json.dumps({"error": error}))
+            try:
+                for position, data in enumerate(events):
+                    if position and delay:
+                        server._wait(delay)
+                    if self._client_gone():
+                        raise ConnectionResetError("the client went away")
+                    payload = f"data: {data}\n\n".encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+                    self.wfile.flush()
+                if kind == "disconnect":  # the chunked body is never finished
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except OSError:
+                self.close_connection = True
+                server._abandon(number)
 
         def _send_json(self, status: int, data: object, headers: Mapping[str, Any]) -> None:
             self._send(status, json.dumps(data).encode(), "application/json", headers)
@@ -280,6 +457,8 @@ def _handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             elif status >= 400 or "error" in entry:
                 error = entry.get("error", _phrase(status))
                 self._send_json(status, _error_body(status, error), headers)
+            elif isinstance(body, dict) and body.get("stream") is True:
+                self._send_stream(entry, body, number, headers)
             else:
                 self._send_json(status, _completion(entry, body, number), headers)
 
