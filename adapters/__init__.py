@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .http_app import ApiKeyAuthenticator, Authenticator, create_app
     from .ids import RandomIds, SequentialIds
     from .memory_store import MemoryStore
-    from .openai_llm import OpenAICompatibleLLM
+    from .openai_llm import OpenAICompatibleLLM, StreamBrokenError
     from .postgres_migrations import SchemaVersionError
     from .postgres_store import PostgresStore, PostgresStoreError
     from .scripted_llm import ScriptedLLM, ScriptError, ScriptExhaustedError
@@ -44,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "SequentialIds": "ids",
     "MemoryStore": "memory_store",
     "OpenAICompatibleLLM": "openai_llm",
+    "StreamBrokenError": "openai_llm",
     "PostgresStore": "postgres_store",
     "PostgresStoreError": "postgres_store",
     "SchemaVersionError": "postgres_migrations",
@@ -79,6 +80,7 @@ __all__ = [
     "SequentialIds",
     "ServiceConfig",
     "SteppingClock",
+    "StreamBrokenError",
     "SystemClock",
     "TelemetrySetupError",
     "configure_tracing",
