@@ -8,8 +8,9 @@
   within the response), ``event:`` (the item's ``name``: ``progress``, ``delta``,
   ``result``) and one ``data:`` line of JSON (the item's ``to_json()``; the
   ``result`` event's data is the ``InvokeResult`` JSON the unstreamed answer
-  would have). ``result`` comes last, once. While nothing else is sent for
-  ``[server] sse_keepalive_seconds``, a ``: keep-alive`` comment is.
+  would have). ``result`` comes last, once. Events that come together are
+  written together. While nothing else is sent for ``[server]
+  sse_keepalive_seconds``, a ``: keep-alive`` comment is.
 - **The status.** The status line goes out before the first event, so the items
   are held until the turn reaches its model call (the ``llm_client`` step starts):
   a request refused before that — not JSON, breaking AGN-034, a bad
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 
 import anyio
@@ -63,6 +65,7 @@ KEEP_ALIVE = b": keep-alive\n\n"
 _HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 """No cache keeps a copy, no proxy (nginx's ``X-Accel-Buffering``) holds events back."""
 _MODEL_CALL = PipelineStep.LLM_CLIENT.value
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def accepts_event_stream(values: Iterable[str]) -> bool:
@@ -140,34 +143,135 @@ def sse_event(number: int, item: StreamItem) -> bytes:
     JSON never holds a raw line break, so ``data`` is one line. Text that has no
     UTF-8 form (a lone surrogate from a model) is sent as its ``\\udXXX`` escape.
     """
-    if isinstance(item, StreamResult):
-        data = item.result.to_json()
-    else:
-        data = json.dumps(item.to_json(), ensure_ascii=False, separators=(",", ":"))
+    data = item.result.to_json() if isinstance(item, StreamResult) else _JSON.encode(item.to_json())
     return f"id: {number}\nevent: {item.name}\ndata: {data}\n\n".encode("utf-8", "backslashreplace")
+
+
+_READ_AHEAD = 64
+"""The most items taken from a turn's stream and not yet sent: past it the stream
+keeps them (joining text deltas), and the turn waits before its commit (a slow
+client holds the turn back, as it holds the stream's own consumer back)."""
+
+
+class _Relay:
+    """A turn's items on their way to the client, and the keep-alive clock.
+
+    A task reads the stream a little ahead of the response (``_read``, up to
+    ``_READ_AHEAD`` items); each time the response asks (``next_chunk``) it gets
+    every item read so far as one chunk, so items that come together go out in one
+    write. One timer per response, re-armed only when it fires, tells when the
+    response has been silent for ``keepalive_seconds``.
+    """
+
+    __slots__ = (
+        "_failure",
+        "_items",
+        "_keepalive",
+        "_keepalive_due",
+        "_loop",
+        "_number",
+        "_reader",
+        "_room",
+        "_sent_at",
+        "_stream",
+        "_timer",
+        "_wake",
+    )
+
+    def __init__(
+        self, stream: TurnStream, held: Sequence[StreamItem], keepalive_seconds: float
+    ) -> None:
+        self._stream = stream
+        self._items: deque[StreamItem] = deque(held)
+        self._number = 0
+        self._keepalive = keepalive_seconds
+        self._loop = asyncio.get_running_loop()
+        self._sent_at = self._loop.time()
+        self._keepalive_due = False
+        self._failure: Exception | None = None
+        self._wake: asyncio.Future[None] | None = None
+        """Set when the response waits for an item or a keep-alive."""
+        self._room: asyncio.Future[None] | None = None
+        """Set when the reader waits for the response to take what it read."""
+        self._reader: asyncio.Task[None] | None = None
+        if not (held and isinstance(held[-1], StreamResult)):
+            self._reader = self._loop.create_task(self._read())
+        self._timer = self._loop.call_later(keepalive_seconds, self._tick)
+
+    def stop(self) -> None:
+        """Stop reading and the clock (the stream itself is closed by its owner)."""
+        self._timer.cancel()
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def _read(self) -> None:
+        items = self._items
+        try:
+            while True:
+                if len(items) >= _READ_AHEAD:
+                    self._room = self._loop.create_future()
+                    await self._room
+                    continue
+                item = await anext(self._stream)
+                items.append(item)
+                _resolve(self._wake)
+                if isinstance(item, StreamResult):
+                    return
+        except Exception as error:  # the turn's own failure: the response raises it
+            self._failure = error
+            _resolve(self._wake)
+
+    def _tick(self) -> None:
+        idle = self._loop.time() - self._sent_at
+        if idle >= self._keepalive:
+            self._keepalive_due = True
+            _resolve(self._wake)
+            idle = 0.0
+        self._timer = self._loop.call_later(self._keepalive - idle, self._tick)
+
+    async def next_chunk(self) -> bytes | None:
+        """The next bytes to send: every item read so far, or a keep-alive; ``None``
+        once the result has been sent."""
+        while not self._items:
+            if self._failure is not None:
+                raise self._failure
+            if self._keepalive_due:
+                self._keepalive_due = False
+                self._sent_at = self._loop.time()
+                return KEEP_ALIVE
+            if self._reader is None or self._reader.done():
+                return None
+            self._wake = self._loop.create_future()
+            try:
+                await self._wake
+            finally:
+                self._wake = None
+        parts = []
+        while self._items:
+            self._number += 1
+            parts.append(sse_event(self._number, self._items.popleft()))
+        _resolve(self._room)
+        self._sent_at = self._loop.time()
+        self._keepalive_due = False
+        return b"".join(parts)
+
+
+def _resolve(waiter: asyncio.Future[None] | None) -> None:
+    """Wake whoever waits on ``waiter``, if anyone does."""
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 async def _events(
     stream: TurnStream, held: Sequence[StreamItem], keepalive_seconds: float
 ) -> AsyncGenerator[bytes, None]:
     """The held items as events, then the stream's, with keep-alives in the silences."""
-    number = 0
-    for item in held:
-        number += 1
-        yield sse_event(number, item)
-    if held and isinstance(held[-1], StreamResult):
-        return
-    while True:
-        try:
-            async with asyncio.timeout(keepalive_seconds):
-                item = await anext(stream)
-        except TimeoutError:
-            yield KEEP_ALIVE
-            continue
-        number += 1
-        yield sse_event(number, item)
-        if isinstance(item, StreamResult):
-            return
+    relay = _Relay(stream, held, keepalive_seconds)
+    try:
+        while (chunk := await relay.next_chunk()) is not None:
+            yield chunk
+    finally:
+        relay.stop()
 
 
 class EventStreamResponse(StreamingResponse):
@@ -201,5 +305,5 @@ class EventStreamResponse(StreamingResponse):
             await super().stream_response(send)
         finally:
             with anyio.CancelScope(shield=True):
-                await self._stream.aclose()
                 await self._events.aclose()
+                await self._stream.aclose()
