@@ -56,6 +56,8 @@ ANSWER = "app.py is fine; line 3 could use a clearer name."
 TOOL_CALL: dict[str, Any] = {
     "tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "app.py"}}]
 }
+Body = Mapping[str, Any] | bytes
+"""A request body: JSON data, or bytes as sent."""
 WAIT = 20.0
 """How long a test waits for something the server does after the client left."""
 
@@ -103,9 +105,7 @@ class _Answer:
         return "".join(event.json()["text"] for event in self.events if event.event == "delta")
 
 
-def _post(
-    client: httpx.Client, body: Mapping[str, Any] | bytes, headers: Mapping[str, str] = ANA
-) -> _Answer:
+def _post(client: httpx.Client, body: Body, headers: Mapping[str, str] = ANA) -> _Answer:
     """POST ``body``; the answer, its event stream read to the end when it is one."""
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     sent = {**headers, "Content-Type": "application/json"}
@@ -225,33 +225,44 @@ def test_a_continuation_streams_when_accept_asks_for_the_event_stream(tmp_path: 
 def test_a_request_refused_before_its_model_call_gets_the_json_answer_and_status(
     tmp_path: Path,
 ) -> None:
-    config = _script_config(tmp_path, {"replies": [{"text": "never played"}]})
+    config = _script_config(tmp_path, {"replies": [TOOL_CALL]})
     unknown = {"SessionId": "session_none", "TurnId": "turn_none", "Instruction": "more"}
-    bodies: list[tuple[Mapping[str, Any] | bytes, Mapping[str, str]]] = [
-        (b'{"Instruction": "hi", "Stream": true', SSE),  # not JSON: the flag unreadable
-        ({"Instruction": "hi", "Stream": True, "Mode": "x"}, ANA),  # server-owned field
-        ({"Stream": True}, ANA),  # no input
-        ({**unknown, "Stream": True}, ANA),  # no such session
-        ({"Instruction": "hi", "Stream": True}, {**ANA, IDEMPOTENCY_KEY_HEADER: "a b"}),
-    ]
+    wrong_call = [{"ToolCallId": "c9", "ExecutionMs": 1, "ResultJson": "{}"}]
 
     with _served(config) as client:
-        streamed = [_post(client, body, headers) for body, headers in bodies]
+        pending = _post(client, {"Instruction": "Review app.py"}).result["Result"]
+        unmatched = {**_continuation(pending), "ToolResults": wrong_call}
+        ask = {"Accept": "text/event-stream"}
+        cases: list[tuple[Body, Body, dict[str, str]]] = [  # streamed, unstreamed, headers
+            (b'{"Instruction": "hi", "Stream": true', b'{"Instruction": "hi"', ask),  # not JSON
+            (  # a server-owned field
+                {"Instruction": "hi", "Stream": True, "Mode": "x"},
+                {"Instruction": "hi", "Mode": "x"},
+                {},
+            ),
+            ({"Stream": True}, {}, {}),  # no input
+            ({**unknown, "Stream": True}, unknown, {}),  # no such session
+            (unmatched, unmatched, ask),  # results for calls the turn did not make
+            (  # a malformed Idempotency-Key
+                {"Instruction": "hi", "Stream": True},
+                {"Instruction": "hi"},
+                {IDEMPOTENCY_KEY_HEADER: "a b"},
+            ),
+        ]
+        streamed = [_post(client, body, {**ANA, **extra}) for body, _, extra in cases]
+        extras = [{k: v for k, v in extra.items() if k != "Accept"} for _, _, extra in cases]
         plain = [
-            _post(client, b'{"Instruction": "hi"'),
-            _post(client, {"Instruction": "hi", "Mode": "x"}),
-            _post(client, {}),
-            _post(client, unknown),
-            _post(client, {"Instruction": "hi"}, {**ANA, IDEMPOTENCY_KEY_HEADER: "a b"}),
+            _post(client, body, {**ANA, **extra})
+            for (_, body, _), extra in zip(cases, extras, strict=True)
         ]
 
-    assert [a.streamed for a in streamed] == [False] * 5
-    assert [a.status for a in streamed] == [400, 400, 400, 404, 400]
+    assert [a.streamed for a in streamed] == [False] * 6
+    assert [a.status for a in streamed] == [400, 400, 400, 404, 400, 400]
     assert [a.status for a in streamed] == [a.status for a in plain]
     assert [a.body["Errors"][0]["RuleId"] for a in streamed] == [
         a.body["Errors"][0]["RuleId"] for a in plain
     ]
-    assert _sessions(tmp_path / "aptix.db") == 0
+    assert _sessions(tmp_path / "aptix.db") == 1  # the pending turn's session only
 
 
 @pytest.mark.decision("D261")
