@@ -8,7 +8,12 @@
   An ``Idempotency-Key`` header goes to the engine as ``idempotency_key``: a retry
   whose first copy committed gets that answer again (``engine/idempotency.py``), as
   does a resubmitted continuation without a key; such an answer carries
-  ``Idempotent-Replayed: true`` (docs/CONFORMANCE.md D181-D185).
+  ``Idempotent-Replayed: true`` (docs/CONFORMANCE.md D181-D185). With
+  ``"Stream": true`` in the body, or ``Accept: text/event-stream`` (a continuation's
+  way to ask), the answer is Server-Sent Events from ``Pipeline.stream``:
+  ``progress``, ``delta`` and last ``result`` events, keep-alive comments every
+  ``[server] sse_keepalive_seconds`` of silence, and a client that leaves cancels
+  the turn (``http_sse.py``, AGN-034 §4.7).
 - ``GET /healthz`` — ``{"status": "ok"}`` once the store is open.
 - ``GET /openapi.json`` — the OpenAPI document, with the request and
   ``InvokeResult`` JSON Schemas of ``contracts/schemas.py``.
@@ -30,7 +35,8 @@ named by ``APTIX_CONFIG``, so ``uvicorn --factory`` and every worker of
 ``create_app`` assembles the app from named pieces, as Starlette's ``Starlette``
 does: the source (configuration or host pipeline), the authenticator and body
 limit, the lifespan that opens and closes the pipeline, the routes
-(``http_routes.py``, answered by ``http_execute.py``), the OpenAPI document
+(``http_routes.py``, answered by ``http_execute.py`` and, streamed, ``http_sse.py``),
+the OpenAPI document
 (``http_openapi.py``) and the execute fast path in front of FastAPI.
 """
 
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import math
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
@@ -62,6 +69,7 @@ from .http_execute import (
 from .http_openapi import use_wire_schemas
 from .http_protocol import DEFAULT_READ_TIMEOUT_SECONDS, READ_TIMEOUT_STATE
 from .http_routes import HEALTH_PATH, add_routes
+from .http_sse import DEFAULT_SSE_KEEPALIVE_SECONDS
 from .service_config import ConfigError, ServiceConfig, build_pipeline, load_service_config
 from .telemetry_setup import configure_tracing
 
@@ -94,13 +102,15 @@ def create_app(
     *,
     authenticator: Authenticator | None = None,
     max_body_bytes: int | None = None,
+    sse_keepalive_seconds: float | None = None,
 ) -> FastAPI:
     """The HTTP app (module docstring).
 
     ``source`` is a loaded ``ServiceConfig``, a configuration file, ``None`` (the
     file named by ``$APTIX_CONFIG``), or a ready ``Pipeline`` (which the app uses
     but does not close; give it an ``authenticator``). ``authenticator`` replaces
-    the configuration's API keys; ``max_body_bytes`` its ``[server]`` limit.
+    the configuration's API keys; ``max_body_bytes`` its ``[server]`` limit, and
+    ``sse_keepalive_seconds`` its keep-alive interval of streamed answers.
     Raises ``ConfigError`` for a bad configuration.
     """
     loaded = _config_or_pipeline(source)
@@ -109,6 +119,7 @@ def create_app(
         pipeline=loaded if isinstance(loaded, Pipeline) else None,
         authenticator=_authenticator(config, authenticator),
         max_body_bytes=_body_limit(config, max_body_bytes),
+        sse_keepalive_seconds=_keepalive(config, sse_keepalive_seconds),
     )
     app = FastAPI(
         title="aptix-pipeline",
@@ -150,6 +161,16 @@ def _body_limit(config: ServiceConfig | None, given: int | None) -> int:
     if given is not None and given < 1:
         raise ValueError("max_body_bytes must be 1 or more")
     return given or (config.server.max_body_bytes if config else _DEFAULT_MAX_BODY_BYTES)
+
+
+def _keepalive(config: ServiceConfig | None, given: float | None) -> float:
+    """The longest a streamed answer stays silent: the given value, else ``[server]
+    sse_keepalive_seconds``, else 15 seconds."""
+    if given is not None and not 0 < given < math.inf:
+        raise ValueError("sse_keepalive_seconds must be a number of seconds above 0")
+    if given is not None:
+        return given
+    return config.server.sse_keepalive_seconds if config else DEFAULT_SSE_KEEPALIVE_SECONDS
 
 
 def _connection_state(config: ServiceConfig | None) -> dict[str, Any]:

@@ -6,6 +6,11 @@ follows the result (``http_status``). An ``Idempotency-Key`` header goes to the
 engine as ``idempotency_key``; an answer stored by an earlier copy of the request
 carries ``Idempotent-Replayed: true`` (docs/CONFORMANCE.md D181-D185).
 
+A request with ``"Stream": true``, or whose ``Accept`` asks for
+``text/event-stream``, goes to ``Pipeline.stream`` instead and is answered with
+Server-Sent Events once its turn reaches the model call; one the engine refuses
+before that gets its JSON answer as above (``http_sse.py``, AGN-034 §4.7).
+
 Failures the engine never sees answer ``{"error": ..., "message": ...}``: no key or
 a wrong one (401), a body over the limit (413, refused from ``Content-Length``
 before any of it is read, and counted while it streams), an app not yet started
@@ -21,10 +26,17 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
-from aptix_pipeline.contracts import AgentExecuteResponse, ErrorCode, InvokeResult
+from aptix_pipeline.contracts import AgentExecuteResponse, Caller, ErrorCode, InvokeResult
 from aptix_pipeline.engine import Pipeline, TurnReport
 
 from .http_auth import Authenticator, authenticated_caller
+from .http_sse import (
+    DEFAULT_SSE_KEEPALIVE_SECONDS,
+    EventStreamResponse,
+    accepts_event_stream,
+    asks_to_stream,
+    hold_until_begun,
+)
 
 __all__ = [
     "EXECUTE_PATH",
@@ -70,11 +82,13 @@ def http_status(result: InvokeResult[AgentExecuteResponse]) -> int:
 @dataclass(slots=True)
 class ServiceState:
     """What the routes share: the pipeline (``None`` until the app has started, and
-    again once it stops), who may call, and the largest body accepted."""
+    again once it stops), who may call, the largest body accepted, and the longest a
+    streamed answer stays silent."""
 
     pipeline: Pipeline | None
     authenticator: Authenticator
     max_body_bytes: int
+    sse_keepalive_seconds: float = DEFAULT_SSE_KEEPALIVE_SECONDS
 
 
 class _TooLargeError(Exception):
@@ -110,6 +124,11 @@ def _idempotency_key(request: Request) -> str | None:
     return ", ".join(values) if values else None
 
 
+def _replayed(report: TurnReport | None) -> dict[str, str] | None:
+    """The ``Idempotent-Replayed`` header of a stored answer; ``None`` for a turn that ran."""
+    return {REPLAYED_HEADER: "true"} if report is not None and report.replayed else None
+
+
 def _answer(report: TurnReport) -> Response:
     """The turn's ``InvokeResult`` as the response, its status by ``http_status``."""
     result = report.result
@@ -117,7 +136,29 @@ def _answer(report: TurnReport) -> Response:
         result.to_json(),
         status_code=http_status(result),
         media_type="application/json",
-        headers={REPLAYED_HEADER: "true"} if report.replayed else None,
+        headers=_replayed(report),
+    )
+
+
+async def _stream_turn(
+    service: ServiceState,
+    pipeline: Pipeline,
+    body: bytes,
+    caller: Caller,
+    idempotency_key: str | None,
+) -> Response:
+    """The turn as Server-Sent Events, or its JSON refusal when it ends before its
+    model call (``http_sse.py``: the status is chosen before the first byte)."""
+    stream = pipeline.stream(body, caller, idempotency_key=idempotency_key)
+    held = await hold_until_begun(stream)
+    ended = stream.report  # the turn ended while its items were held
+    if ended is not None and not ended.successful:
+        return _answer(ended)
+    return EventStreamResponse(
+        stream,
+        held,
+        keepalive_seconds=service.sse_keepalive_seconds,
+        headers=_replayed(ended),
     )
 
 
@@ -144,6 +185,8 @@ async def run_turn(service: ServiceState, request: Request) -> Response:
     pipeline = service.pipeline
     if pipeline is None:
         return problem(503, "not_ready", "the service is starting or stopping")
+    key = _idempotency_key(request)
+    if asks_to_stream(body) or accepts_event_stream(request.headers.getlist("accept")):
+        return await _stream_turn(service, pipeline, body, caller, key)
     # The raw body: parsed once, by the engine.
-    report = await pipeline.run(body, caller, idempotency_key=_idempotency_key(request))
-    return _answer(report)
+    return _answer(await pipeline.run(body, caller, idempotency_key=key))

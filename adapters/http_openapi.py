@@ -1,9 +1,11 @@
 """The HTTP service's OpenAPI document (``GET /openapi.json``).
 
 ``EXECUTE_OPERATION`` documents ``POST /v1/agent/execute``: the ``Idempotency-Key``
-header, the request body, and every status the route answers. ``use_wire_schemas``
-makes the app's document carry the request and ``InvokeResult`` JSON Schemas of
-``contracts/schemas.py`` as components, which those references point at.
+header, the request body, every status the route answers, and its two forms of a 200:
+the ``InvokeResult`` as JSON, or the turn as Server-Sent Events (``http_sse.py``,
+AGN-034 §4.7). ``use_wire_schemas`` makes the app's document carry the request and
+``InvokeResult`` JSON Schemas of ``contracts/schemas.py`` as components, and the
+schemas of the events' data, which those references point at.
 """
 
 from __future__ import annotations
@@ -16,11 +18,82 @@ from fastapi.openapi.utils import get_openapi
 from aptix_pipeline.contracts import AgentExecuteRequest, AgentExecuteResponse, InvokeResult
 
 from .http_execute import IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER
+from .http_sse import EVENT_STREAM
 
 __all__ = ["EXECUTE_OPERATION", "use_wire_schemas"]
 
 _RESULT = {
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InvokeResult"}}}
+}
+_REF = "#/components/schemas/{name}"
+_EVENT_STREAM = {
+    EVENT_STREAM: {
+        "schema": {
+            "type": "string",
+            "description": (
+                "Server-Sent Events, each an ExecuteStreamEvent (components): `id: N` "
+                "(1, 2, 3… within the response), `event: progress|delta|result`, one "
+                "`data:` line of JSON, then a blank line; `: keep-alive` comment lines "
+                "while nothing else is sent for [server] sse_keepalive_seconds. "
+                "`result` comes last, once."
+            ),
+        },
+        "example": (
+            'id: 1\nevent: progress\ndata: {"kind":"turn_started"}\n\n'
+            'id: 15\nevent: delta\ndata: {"text":"app.py l","round":1}\n\n'
+            ": keep-alive\n\n"
+            'id: 27\nevent: result\ndata: {"Successful":true,"Result":{…},"Errors":[],'
+            '"Warnings":[]}\n\n'
+        ),
+    }
+}
+_EVENT_DATA: dict[str, Any] = {
+    "progress": "StreamProgress",
+    "delta": "StreamDelta",
+    "result": "InvokeResult",
+}
+_STREAM_SCHEMAS: dict[str, Any] = {
+    "ExecuteStreamEvent": {
+        "title": "ExecuteStreamEvent",
+        "description": "One event of a streamed answer, by its fields: `id`, `event`, and "
+        "`data` (JSON text of the schema named for the event).",
+        "oneOf": [
+            {
+                "type": "object",
+                "required": ["id", "event", "data"],
+                "properties": {
+                    "id": {"type": "integer", "minimum": 1},
+                    "event": {"const": event},
+                    "data": {"$ref": _REF.format(name=name)},
+                },
+            }
+            for event, name in _EVENT_DATA.items()
+        ],
+    },
+    "StreamProgress": {
+        "title": "StreamProgress",
+        "description": "What the turn is doing (AGN-033 §1.3: progress is out-of-band): "
+        "`kind` is turn_started, step_started, step_ended, model_call_started, "
+        "model_call_retried, model_first_chunk, model_call_finished, tool_started, "
+        "tool_finished, tool_call, mode_changed, warning or turn_faulted; the other "
+        "fields depend on it (step, state, taken, round, …). No user content unless "
+        "the service captures content.",
+        "type": "object",
+        "required": ["kind"],
+        "properties": {"kind": {"type": "string"}},
+        "additionalProperties": True,
+    },
+    "StreamDelta": {
+        "title": "StreamDelta",
+        "description": "The next piece of the model's text in model call `round`. "
+        "Provisional: the `result` holds the text the response rules accepted.",
+        "type": "object",
+        "required": ["text", "round"],
+        "properties": {
+            "text": {"type": "string"},
+            "round": {"type": "integer", "minimum": 1},
+        },
+    },
 }
 _IDEMPOTENCY_KEY = {
     "name": IDEMPOTENCY_KEY_HEADER,
@@ -65,7 +138,15 @@ EXECUTE_OPERATION: dict[str, Any] = {
         "tool_call_manifest_invalid, 404 not_found, 409 conflict, 502 port_failed, "
         "504 deadline_exceeded, 500 otherwise — the InvokeResult body names the rule ids "
         "either way. A retry is answered from the answer its first copy stored: send an "
-        "Idempotency-Key with an Initial or FollowOn; a continuation needs none."
+        "Idempotency-Key with an Initial or FollowOn; a continuation needs none.\n\n"
+        'Streaming (AGN-034 §4.7): a body with `"Stream": true`, or a request with '
+        "`Accept: text/event-stream` (q above 0; the way a continuation, which may not "
+        "carry the flag, asks), is answered with `text/event-stream`: `progress` and "
+        "`delta` events, then one `result` event whose data is the InvokeResult JSON. A "
+        "request the engine refuses before the turn's model call gets the JSON answer "
+        "and status above; from the model call on the status is 200 and the `result` "
+        "event says how the turn ended. A client that disconnects cancels the turn: "
+        "nothing is stored."
     ),
     "openapi_extra": {
         "parameters": [_IDEMPOTENCY_KEY],
@@ -77,7 +158,12 @@ EXECUTE_OPERATION: dict[str, Any] = {
         },
     },
     "responses": {
-        200: {"description": "The turn's response", "headers": _REPLAYED, **_RESULT},
+        200: {
+            "description": "The turn's response: its InvokeResult as JSON, or the turn "
+            "as Server-Sent Events when the request asked to stream",
+            "headers": _REPLAYED,
+            "content": {**_RESULT["content"], **_EVENT_STREAM},
+        },
         400: {
             "description": "The request broke AGN-034 / AGN-033 §3.3, or its "
             "Idempotency-Key is malformed",
@@ -100,8 +186,9 @@ EXECUTE_OPERATION: dict[str, Any] = {
 
 
 def _schemas() -> dict[str, Any]:
-    """The request and ``InvokeResult`` schemas (validation mode, wire names), as components."""
-    components: dict[str, Any] = {}
+    """The request and ``InvokeResult`` schemas (validation mode, wire names), and the
+    streamed events' schemas, as components."""
+    components: dict[str, Any] = dict(_STREAM_SCHEMAS)
     template = "#/components/schemas/{model}"
     for name, model in (
         ("AgentExecuteRequest", AgentExecuteRequest),

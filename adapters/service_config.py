@@ -15,7 +15,9 @@ its own, each optional:
   ``timeout_seconds``, ``max_attempts``, ``max_total_seconds``, ``max_reply_bytes``.
 - ``[server]`` — ``host``, ``port``, ``workers``, ``max_body_bytes``, ``access_log``
   (uvicorn's line per request; off by default, it costs the worker CPU per turn),
-  ``read_timeout_seconds`` (the time a client has to send a whole request; 0: none).
+  ``read_timeout_seconds`` (the time a client has to send a whole request; 0: none),
+  ``sse_keepalive_seconds`` (the most a streamed answer stays silent: a keep-alive
+  comment is sent after that long without an event; more than 0).
 - ``[auth]`` — ``[[auth.keys]]`` mapping an API key to an ``org`` and ``user``; the
   key comes from ``key_env`` (an environment variable) or is given only as its
   SHA-256 (``key_sha256``), so the file never holds a clear key.
@@ -137,6 +139,7 @@ class _Server(_Table):
     max_body_bytes: int = Field(default=1_048_576, ge=1)
     access_log: bool = False
     read_timeout_seconds: float = Field(default=15.0, ge=0, allow_inf_nan=False)
+    sse_keepalive_seconds: float = Field(default=15.0, gt=0, allow_inf_nan=False)
 
 
 class _Key(_Table):
@@ -233,8 +236,9 @@ ModelConfig = ScriptedModelConfig | OpenAIModelConfig
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     """``[server]``: where ``aptix serve`` listens, how big a request body may be,
-    whether uvicorn logs a line per request (``access_log``, off by default), and how
-    long a client may take to send one request (``read_timeout_seconds``)."""
+    whether uvicorn logs a line per request (``access_log``, off by default), how
+    long a client may take to send one request (``read_timeout_seconds``), and how
+    long a streamed answer may stay silent (``sse_keepalive_seconds``)."""
 
     host: str = "127.0.0.1"
     port: int = 8080
@@ -243,6 +247,9 @@ class ServerConfig:
     access_log: bool = False
     read_timeout_seconds: float = 15.0
     """The time a client has to send one whole request, headers and body (0: none)."""
+    sse_keepalive_seconds: float = 15.0
+    """The longest a streamed answer (``text/event-stream``) goes without sending
+    anything: after that long a ``: keep-alive`` comment is sent (docs/HTTP.md)."""
 
 
 @dataclass(frozen=True, slots=True)

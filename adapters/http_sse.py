@@ -1,0 +1,309 @@
+"""Streamed answers of ``POST /v1/agent/execute``: Server-Sent Events (AGN-034 §4.7, DESIGN.md R11).
+
+- **Which requests.** A request is answered as ``text/event-stream`` when its body
+  has ``"Stream": true`` (AGN-034 §4.7), or when its ``Accept`` header names
+  ``text/event-stream`` with a q above 0: a continuation cannot carry the flag
+  (AGN-034 §2.2), so its client asks this way. Any other request gets JSON.
+- **The format.** Each item of ``Pipeline.stream`` is one event: ``id:`` (1, 2, 3…
+  within the response), ``event:`` (the item's ``name``: ``progress``, ``delta``,
+  ``result``) and one ``data:`` line of JSON (the item's ``to_json()``; the
+  ``result`` event's data is the ``InvokeResult`` JSON the unstreamed answer
+  would have). ``result`` comes last, once. Events that come together are
+  written together. While nothing else is sent for ``[server]
+  sse_keepalive_seconds``, a ``: keep-alive`` comment is.
+- **The status.** The status line goes out before the first event, so the items
+  are held until the turn reaches its model call (the ``llm_client`` step starts):
+  a request refused before that — not JSON, breaking AGN-034, a bad
+  ``Idempotency-Key``, an unknown session or turn, tool results that do not match
+  — or answered from a stored refusal gets the same JSON answer and status as
+  without streaming. From the model call on, the status is 200 and the ``result``
+  event says how the turn ended. A stored successful answer (a retry) is streamed:
+  its one event is the ``result``.
+- **A client that leaves.** The response closes its ``TurnStream`` however it ends,
+  shielded from the cancellation that ends it: a turn still running is cancelled
+  (``DESIGN/streaming/consumer-gone``) and stores nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+
+import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Send
+
+from aptix_pipeline.contracts import PipelineStep
+from aptix_pipeline.engine import (
+    StepStarted,
+    StreamDelta,
+    StreamItem,
+    StreamProgress,
+    StreamResult,
+    TurnStream,
+)
+
+__all__ = [
+    "DEFAULT_SSE_KEEPALIVE_SECONDS",
+    "EVENT_STREAM",
+    "KEEP_ALIVE",
+    "EventStreamResponse",
+    "accepts_event_stream",
+    "asks_to_stream",
+    "hold_until_begun",
+    "sse_event",
+]
+
+DEFAULT_SSE_KEEPALIVE_SECONDS = 15.0
+"""``[server] sse_keepalive_seconds`` when nothing says otherwise."""
+EVENT_STREAM = "text/event-stream"
+"""The media type of a streamed answer."""
+KEEP_ALIVE = b": keep-alive\n\n"
+"""The comment sent while a streamed answer has nothing else to say."""
+_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+"""No cache keeps a copy, no proxy (nginx's ``X-Accel-Buffering``) holds events back."""
+_MODEL_CALL = PipelineStep.LLM_CLIENT.value
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def accepts_event_stream(values: Iterable[str]) -> bool:
+    """Whether ``Accept`` header values name ``text/event-stream`` with a q above 0.
+
+    Only the type itself counts: ``*/*`` and ``text/*`` accept JSON as well, and get it.
+    A malformed q counts as 0.
+    """
+    for value in values:
+        for media_range in value.split(","):
+            kind, *parameters = media_range.split(";")
+            if kind.strip().lower() != EVENT_STREAM:
+                continue
+            quality = 1.0
+            for parameter in parameters:
+                name, _, given = parameter.partition("=")
+                if name.strip().lower() == "q":
+                    try:
+                        quality = float(given.strip())
+                    except ValueError:
+                        quality = 0.0
+            if 0 < quality <= 1:
+                return True
+    return False
+
+
+def asks_to_stream(body: bytes) -> bool:
+    """Whether the request body is a JSON object with ``"Stream": true`` (AGN-034 §4.7).
+
+    Most bodies do not name the field and are not parsed here (the engine parses
+    every body once); one whose keys may be spelled with JSON escapes is. A body
+    that does not parse gets ``False``: the engine refuses it, and the refusal is
+    the same JSON answer either way.
+    """
+    if b"Stream" not in body and b"\\u" not in body:
+        return False
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("Stream") is True
+
+
+def _begins(item: StreamItem) -> bool:
+    """Whether ``item`` is the first the client may see: the model call has begun."""
+    if isinstance(item, StreamProgress):
+        event = item.event
+        return isinstance(event, StepStarted) and event.step == _MODEL_CALL
+    return isinstance(item, StreamDelta)
+
+
+async def hold_until_begun(stream: TurnStream) -> list[StreamItem]:
+    """The stream's items up to the one that begins it, or up to its result.
+
+    When the last item held is a ``StreamResult``, the turn ended before its model
+    call: the caller answers as it would without streaming. The stream is closed
+    (its turn cancelled) if this is cancelled or fails.
+    """
+    held: list[StreamItem] = []
+    try:
+        while True:
+            item = await anext(stream)
+            held.append(item)
+            if isinstance(item, StreamResult) or _begins(item):
+                return held
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
+        raise
+
+
+def sse_event(number: int, item: StreamItem) -> bytes:
+    """One item as a server-sent event with id ``number``.
+
+    JSON never holds a raw line break, so ``data`` is one line. Text that has no
+    UTF-8 form (a lone surrogate from a model) is sent as its ``\\udXXX`` escape.
+    """
+    data = item.result.to_json() if isinstance(item, StreamResult) else _JSON.encode(item.to_json())
+    return f"id: {number}\nevent: {item.name}\ndata: {data}\n\n".encode("utf-8", "backslashreplace")
+
+
+_READ_AHEAD = 64
+"""The most items taken from a turn's stream and not yet sent: past it the stream
+keeps them (joining text deltas), and the turn waits before its commit (a slow
+client holds the turn back, as it holds the stream's own consumer back)."""
+
+
+class _Relay:
+    """A turn's items on their way to the client, and the keep-alive clock.
+
+    A task reads the stream a little ahead of the response (``_read``, up to
+    ``_READ_AHEAD`` items); each time the response asks (``next_chunk``) it gets
+    every item read so far as one chunk, so items that come together go out in one
+    write. One timer per response, re-armed only when it fires, tells when the
+    response has been silent for ``keepalive_seconds``.
+    """
+
+    __slots__ = (
+        "_failure",
+        "_items",
+        "_keepalive",
+        "_keepalive_due",
+        "_loop",
+        "_number",
+        "_reader",
+        "_room",
+        "_sent_at",
+        "_stream",
+        "_timer",
+        "_wake",
+    )
+
+    def __init__(
+        self, stream: TurnStream, held: Sequence[StreamItem], keepalive_seconds: float
+    ) -> None:
+        self._stream = stream
+        self._items: deque[StreamItem] = deque(held)
+        self._number = 0
+        self._keepalive = keepalive_seconds
+        self._loop = asyncio.get_running_loop()
+        self._sent_at = self._loop.time()
+        self._keepalive_due = False
+        self._failure: Exception | None = None
+        self._wake: asyncio.Future[None] | None = None
+        """Set when the response waits for an item or a keep-alive."""
+        self._room: asyncio.Future[None] | None = None
+        """Set when the reader waits for the response to take what it read."""
+        self._reader: asyncio.Task[None] | None = None
+        if not (held and isinstance(held[-1], StreamResult)):
+            self._reader = self._loop.create_task(self._read())
+        self._timer = self._loop.call_later(keepalive_seconds, self._tick)
+
+    def stop(self) -> None:
+        """Stop reading and the clock (the stream itself is closed by its owner)."""
+        self._timer.cancel()
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def _read(self) -> None:
+        items = self._items
+        try:
+            while True:
+                if len(items) >= _READ_AHEAD:
+                    self._room = self._loop.create_future()
+                    await self._room
+                    continue
+                item = await anext(self._stream)
+                items.append(item)
+                _resolve(self._wake)
+                if isinstance(item, StreamResult):
+                    return
+        except Exception as error:  # the turn's own failure: the response raises it
+            self._failure = error
+            _resolve(self._wake)
+
+    def _tick(self) -> None:
+        idle = self._loop.time() - self._sent_at
+        if idle >= self._keepalive:
+            self._keepalive_due = True
+            _resolve(self._wake)
+            idle = 0.0
+        self._timer = self._loop.call_later(self._keepalive - idle, self._tick)
+
+    async def next_chunk(self) -> bytes | None:
+        """The next bytes to send: every item read so far, or a keep-alive; ``None``
+        once the result has been sent."""
+        while not self._items:
+            if self._failure is not None:
+                raise self._failure
+            if self._keepalive_due:
+                self._keepalive_due = False
+                self._sent_at = self._loop.time()
+                return KEEP_ALIVE
+            if self._reader is None or self._reader.done():
+                return None
+            self._wake = self._loop.create_future()
+            try:
+                await self._wake
+            finally:
+                self._wake = None
+        parts = []
+        while self._items:
+            self._number += 1
+            parts.append(sse_event(self._number, self._items.popleft()))
+        _resolve(self._room)
+        self._sent_at = self._loop.time()
+        self._keepalive_due = False
+        return b"".join(parts)
+
+
+def _resolve(waiter: asyncio.Future[None] | None) -> None:
+    """Wake whoever waits on ``waiter``, if anyone does."""
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+async def _events(
+    stream: TurnStream, held: Sequence[StreamItem], keepalive_seconds: float
+) -> AsyncGenerator[bytes, None]:
+    """The held items as events, then the stream's, with keep-alives in the silences."""
+    relay = _Relay(stream, held, keepalive_seconds)
+    try:
+        while (chunk := await relay.next_chunk()) is not None:
+            yield chunk
+    finally:
+        relay.stop()
+
+
+class EventStreamResponse(StreamingResponse):
+    """A streamed turn as ``text/event-stream``: the ``held`` items, then the rest.
+
+    ``keepalive_seconds`` is the longest the response stays silent before it sends
+    ``KEEP_ALIVE``. However the response ends — the result sent, the client gone
+    (Starlette cancels the response), or a failure — its ``TurnStream`` is closed,
+    and the close is shielded from that cancellation so that a turn still running
+    is cancelled and rolled back before the response is done. A response that is
+    never sent leaves its stream to be dropped, which cancels the turn too.
+    """
+
+    media_type = EVENT_STREAM
+
+    def __init__(
+        self,
+        stream: TurnStream,
+        held: Sequence[StreamItem],
+        *,
+        keepalive_seconds: float,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._stream = stream
+        self._events = _events(stream, held, keepalive_seconds)
+        super().__init__(self._events, headers={**_HEADERS, **(headers or {})})
+
+    async def stream_response(self, send: Send) -> None:
+        """Send the events; close the turn's stream however sending ends."""
+        try:
+            await super().stream_response(send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._events.aclose()
+                await self._stream.aclose()
