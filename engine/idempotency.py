@@ -239,14 +239,20 @@ class SingleFlight:
 
     The first copy (the leader) runs; every copy with the same key that arrives
     while it runs awaits the leader's outcome and returns it as its own. A leader
-    that fails hands its failure to its followers too; a leader that is cancelled
+    that fails hands its failure to its followers too; a leader that is cancelled,
+    or whose outcome ``abandoned`` says its caller left (a stream's consumer gone),
     lets one follower take over.
     """
 
     def __init__(self) -> None:
         self._flights: dict[object, asyncio.Future[Any]] = {}
 
-    async def run(self, key: object, work: Callable[[], Awaitable[T]]) -> T:
+    async def run(
+        self,
+        key: object,
+        work: Callable[[], Awaitable[T]],
+        abandoned: Callable[[T], bool] | None = None,
+    ) -> T:
         """``work()`` once per key in flight; concurrent callers with ``key`` get its result."""
         while True:
             flight = self._flights.get(key)
@@ -271,7 +277,10 @@ class SingleFlight:
             flight.exception()  # retrieved: no "never retrieved" warning without followers
             raise
         else:
-            flight.set_result(outcome)
+            if abandoned is not None and abandoned(outcome):
+                flight.cancel()  # not an answer to the request: a follower runs it
+            else:
+                flight.set_result(outcome)
             return outcome
         finally:
             del self._flights[key]

@@ -271,6 +271,8 @@ class Pipeline:
             lambda: self._run_keyed(
                 request, caller, known, initial_mode, idempotency_key, listeners, stop
             ),
+            # A stream whose consumer left cancelled its turn for itself alone.
+            None if stop is None else lambda _: stop.requested,
         )
 
     async def _run_keyed(

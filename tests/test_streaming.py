@@ -697,3 +697,25 @@ async def test_a_stream_closed_after_its_turn_ended_keeps_the_turns_report() -> 
     assert stream.report is not None
     assert stream.report.result.successful
     assert (await stored(store))[0] is not None
+
+
+@pytest.mark.decision("D275")
+async def test_a_copy_waiting_on_a_stream_whose_consumer_left_runs_the_turn_itself() -> None:
+    store = MemoryStore()
+    llm = ScriptedLLM([text(ANSWER), text(ANSWER)], chunk_size=4, chunk_delay_seconds=0.01)
+    pipeline, _ = make_pipeline(store, llm)
+    request = {"Instruction": "Tell me."}
+    leaving = pipeline.stream(request, CALLER, idempotency_key="k1")
+    async for item in leaving:
+        if isinstance(item, StreamDelta):
+            break  # the first copy is running its model call
+    copy = asyncio.ensure_future(pipeline.execute(request, CALLER, idempotency_key="k1"))
+    await asyncio.sleep(0)  # the copy joins the first one's flight
+
+    await leaving.aclose()
+    result = await copy
+
+    assert leaving.report is not None
+    assert leaving.report.result.rule_ids == (CONSUMER_GONE,)
+    assert ok(result).primary_output_text == ANSWER
+    assert len(llm.requests) == 2
