@@ -35,7 +35,7 @@ from builders import PATHS, context_after, context_before, request_data
 from peers import MISSING, PEERS, peer_versions
 from recording import recording_row
 from scale import cli_costs, concurrency_rows, replay_rate, transcript_costs
-from streaming import REPLY_CHARS, first_delta_row, streaming_cpu_row
+from streaming import first_delta_row, streaming_cpu_row
 from streaming_http import first_delta_over_http
 from tracing import tracing_rows
 from turns import BEFORE_RESPONSE, RUNTIME_NOTE, turn_rows
@@ -186,14 +186,14 @@ def recording() -> dict[str, float]:
 def streaming() -> dict[str, Any]:
     """A streamed turn's CPU and the time to its first delta."""
     print(
-        f"streamed vs not streamed, Initial turn, {REPLY_CHARS}-character reply in 16-character "
-        "chunks (CPU µs per turn)"
+        "streamed vs not streamed, Initial turn, the reply in 16-character chunks, "
+        "default progress (CPU µs per turn)"
     )
     rows = streaming_cpu_row()
-    print(f"{'model':<16}{'not min':>10}{'stream min':>12}{'x min':>8}{'x median':>10}")
+    print(f"{'reply, model':<28}{'not min':>10}{'stream min':>12}{'x min':>8}{'x median':>10}")
     for model, row in rows.items():
         print(
-            f"{model:<16}{row['not streamed min']:>10.0f}{row['streamed min']:>12.0f}"
+            f"{model:<28}{row['not streamed min']:>10.0f}{row['streamed min']:>12.0f}"
             f"{row['ratio min']:>8.2f}{row['ratio median']:>10.2f}"
             f"  {_mark(row['ratio median'] <= 1.1)}"
         )

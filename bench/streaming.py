@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import statistics
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -48,6 +49,7 @@ from aptix_pipeline import (
 __all__ = ["REPLY_CHARS", "first_delta_row", "streaming_cpu_row"]
 
 REPLY_CHARS = 2000
+SHORT_CHARS = 200
 CHUNK = 16
 FIRST_TOKEN_SECONDS = 0.005
 TEXT = ("All the tests pass and the diff is small. " * 60)[:REPLY_CHARS]
@@ -61,8 +63,11 @@ class ChunkedModel:
     the last call's time from ``stream()`` to its first chunk.
     """
 
-    def __init__(self, first_token_seconds: float = 0.0, *, paced: bool = False) -> None:
-        self.chunks = split_reply(REPLY, CHUNK)
+    def __init__(
+        self, first_token_seconds: float = 0.0, *, paced: bool = False, chars: int = REPLY_CHARS
+    ) -> None:
+        self.reply = REPLY.model_copy(update={"text": TEXT[:chars]})
+        self.chunks = split_reply(self.reply, CHUNK)
         self.first_token_seconds = first_token_seconds
         self.paced = paced
         """Give the event loop a turn before each chunk (and as often in ``complete``)."""
@@ -72,7 +77,7 @@ class ChunkedModel:
         if self.paced:
             for _ in self.chunks:
                 await asyncio.sleep(0)
-        return REPLY
+        return self.reply
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[ReplyChunk]:
         started = time.perf_counter()
@@ -105,24 +110,28 @@ async def _plain(pipeline: Pipeline) -> None:
 
 
 async def _streamed(pipeline: Pipeline) -> None:
-    text = []
+    text: list[str] = []
     async with pipeline.stream({"Instruction": "Review it."}, CALLER) as stream:
         async for item in stream:
             if isinstance(item, StreamDelta):
                 text.append(item.text)
     assert stream.report is not None
     assert stream.report.result.successful, stream.report.result.errors
-    assert "".join(text) == TEXT
+    response = stream.report.result.result
+    assert response is not None
+    assert "".join(text) == response.primary_output_text
 
 
 async def _cpu(number: int, rounds: int) -> dict[str, list[float]]:
-    back_to_back, paced = _pipeline(ChunkedModel()), _pipeline(ChunkedModel(paced=True))
-    work: dict[str, Callable[[], Awaitable[None]]] = {
-        "back to back: not streamed": lambda: _plain(back_to_back),
-        "back to back: streamed": lambda: _streamed(back_to_back),
-        "paced: not streamed": lambda: _plain(paced),
-        "paced: streamed": lambda: _streamed(paced),
+    models = {
+        f"{SHORT_CHARS} chars, back to back": _pipeline(ChunkedModel(chars=SHORT_CHARS)),
+        f"{REPLY_CHARS} chars, back to back": _pipeline(ChunkedModel()),
+        f"{REPLY_CHARS} chars, paced": _pipeline(ChunkedModel(paced=True)),
     }
+    work: dict[str, Callable[[], Awaitable[None]]] = {}
+    for model, pipeline in models.items():
+        work[f"{model}: not streamed"] = functools.partial(_plain, pipeline)
+        work[f"{model}: streamed"] = functools.partial(_streamed, pipeline)
     seen: dict[str, list[float]] = {name: [] for name in work}
     for _ in range(20):  # warm up
         for run in work.values():
@@ -142,7 +151,7 @@ def streaming_cpu_row(number: int = 60, rounds: int = 12) -> dict[str, dict[str,
     """CPU µs per turn, min and median, streamed and not, per model (module docstring)."""
     seen = asyncio.run(_cpu(number, rounds))
     rows: dict[str, dict[str, float]] = {}
-    for model in ("back to back", "paced"):
+    for model in dict.fromkeys(name.rpartition(":")[0] for name in seen):
         plain, streamed = seen[f"{model}: not streamed"], seen[f"{model}: streamed"]
         rows[model] = {
             "not streamed min": min(plain),
