@@ -44,7 +44,14 @@ from aptix_pipeline.contracts import (
     ToolExecutor,
     ToolInvocation,
 )
-from aptix_pipeline.engine import Pipeline, RequestInput, Telemetry, TurnReport
+from aptix_pipeline.engine import (
+    Pipeline,
+    RequestInput,
+    StreamProgress,
+    Telemetry,
+    TurnEvent,
+    TurnReport,
+)
 from aptix_pipeline.steps import StepFunction
 
 __all__ = [
@@ -137,16 +144,19 @@ async def streamed_report(
     *,
     initial_mode: str | None = None,
     leave_after: int | None = None,
+    leave_at: type[TurnEvent] | None = None,
 ) -> TurnReport:
     """Run one request through ``Pipeline.stream`` and take its items as a client would:
-    all of them, or ``leave_after`` of them before leaving (the turn is then cancelled);
-    the turn's report."""
+    all of them, or ``leave_after`` of them, or up to the first progress item of a
+    ``leave_at`` event, before leaving (the turn is then cancelled); the turn's report."""
     stream = pipeline.stream(request, caller, initial_mode=initial_mode)
     taken = 0
     async with stream:
-        async for _ in stream:
+        async for item in stream:
             taken += 1
             if leave_after is not None and taken >= leave_after:
+                break
+            if isinstance(item, StreamProgress) and type(item.event) is leave_at:
                 break
     assert stream.report is not None
     return stream.report

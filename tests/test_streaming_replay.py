@@ -53,7 +53,7 @@ from aptix_pipeline.contracts import (
     StreamingLLM,
     ToolCall,
 )
-from aptix_pipeline.engine import Telemetry, TurnReport
+from aptix_pipeline.engine import ModelCallRetried, Telemetry, TurnEvent, TurnReport
 from aptix_pipeline.engine.replay.port_tap import tap_ports
 from aptix_pipeline.engine.replay.recorder import RecordingTap
 
@@ -88,6 +88,7 @@ async def streamed(
     pipeline_options: PipelineOptions | None = None,
     tools: dict[str, Any] | None = None,
     leave_after: int | None = None,
+    leave_at: type[TurnEvent] | None = None,
     telemetry: Telemetry | None = None,
 ) -> TurnRecording:
     """One Initial turn run through ``Pipeline.stream`` with recording on; its recording."""
@@ -99,7 +100,9 @@ async def streamed(
         tools=tools,
         telemetry=telemetry,
     )
-    report = await streamed_report(pipeline, {"Instruction": "Add"}, leave_after=leave_after)
+    report = await streamed_report(
+        pipeline, {"Instruction": "Add"}, leave_after=leave_after, leave_at=leave_at
+    )
     return recording_of(report)
 
 
@@ -481,6 +484,22 @@ async def test_a_turn_whose_consumer_left_before_its_commit_replays_to_the_same_
     assert recording.trace.faulted_step == "complete"
     assert_replays_exactly(recording, await replay(recording))
     assert_replays_exactly(recording, await replay(through_json(recording)))
+
+
+@pytest.mark.decision("D272")
+async def test_a_turn_whose_consumer_left_between_two_model_attempts_replays_to_that_stop() -> None:
+    """The first stream fails before its text; the consumer leaves during the wait."""
+    llm = CutStreamLLM([text("Hello there.")] * 2, after=0)
+    waits = PipelineOptions(retry_wait_seconds=600, retry_max_wait_seconds=600)
+
+    recording = await streamed(llm, pipeline_options=waits, leave_at=ModelCallRetried)
+
+    [failed] = model_calls(recording)
+    assert (failed.error is not None, failed.cancelled) == (True, False)
+    assert recording.stopped_after_call == failed.n
+    [record] = recording.trace.llm_calls
+    assert (record.retries, record.error) == (("ConnectionError",), "CancelledError")
+    assert_replays_exactly(recording, await replay(recording))
 
 
 @pytest.mark.decision("D272")
