@@ -54,6 +54,7 @@ from aptix_pipeline.engine.events import (
     TurnFaulted,
 )
 from aptix_pipeline.engine.idempotency import RequestKeys, request_keys
+from aptix_pipeline.engine.machine import UNINTERRUPTED
 from aptix_pipeline.engine.pipeline import Pipeline
 from aptix_pipeline.engine.report import TurnReport
 from aptix_pipeline.engine.runner import TurnStop
@@ -298,9 +299,14 @@ class ReplayTap:
             self.stopping = False
         raise AssertionError("a turn's stop cancels what it waits for")  # pragma: no cover
 
+    def _stoppable(self) -> bool:
+        """Whether a stop can land now: in a step the turn's stop may cancel (not the
+        commit, ``UNINTERRUPTED``, nor after the machine stopped)."""
+        return self.step is not None and self.step not in UNINTERRUPTED
+
     async def _halt_if_stopping(self) -> None:
         """An awaited call in a step, after the stop was asked for: the stop lands here."""
-        if self.stopping and self.step is not None:
+        if self.stopping and self._stoppable():
             await self._halt()
 
     def _check_cut(self, expected: PortCall) -> None:
@@ -309,7 +315,7 @@ class ReplayTap:
         A call the deadline cut short (no recorded stop) is named ``unreplayable``: a
         replay runs off the clock.
         """
-        if self._stop is None or self.step is None:
+        if self._stop is None or not self._stoppable():
             raise self._diverge(
                 Divergence(
                     "unreplayable",
