@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -49,7 +49,11 @@ from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.contracts import (
     ErrorCode,
     LLMReply,
+    LLMRequest,
     ReplyAssembler,
+    ReplyFinished,
+    ReplyTextDelta,
+    ReplyToolCallDelta,
     StreamingLLM,
     ToolCall,
 )
@@ -402,6 +406,46 @@ async def test_a_stream_the_reply_size_limit_closed_replays_crossing_it_at_the_s
     assert_replays_exactly(recording, await replay(through_json(recording)))
 
 
+class ChunksLLM:
+    """A model that streams the chunks it is given, whatever they are (and cannot answer whole)."""
+
+    def __init__(self, chunks: list[Any]) -> None:
+        self.chunks = chunks
+
+    async def complete(self, request: LLMRequest) -> LLMReply:
+        raise AssertionError("a streamed turn asks a streaming model to stream")
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[Any]:
+        for chunk in self.chunks:
+            yield chunk
+
+
+@pytest.mark.decision("D270", "D271")
+@pytest.mark.parametrize(
+    ("chunks", "how"),
+    [
+        ([ReplyTextDelta("Hi"), ReplyFinished(), ReplyTextDelta(" again")], "closed"),
+        ([ReplyTextDelta("Hi"), ReplyToolCallDelta(0, "c1", None, "{}")], "ended"),
+        ([ReplyToolCallDelta(0, "c1", "read_file"), ReplyToolCallDelta(0, "c2")], "closed"),
+    ],
+    ids=["text-after-the-end", "call-without-a-name", "call-given-two-ids"],
+)
+async def test_a_malformed_stream_records_what_the_engine_refused_and_replays_to_that_fault(
+    chunks: list[Any], how: str
+) -> None:
+    recording = await streamed(ChunksLLM(chunks))  # type: ignore[arg-type]
+
+    cut = model_calls(recording)[0]
+    if how == "closed":
+        assert cut.last_chunk is not None
+    else:
+        assert cut.error is not None
+        assert cut.error.type == "MalformedStreamError"
+    assert not recording.successful
+    assert_replays_exactly(recording, await replay(recording))
+    assert_replays_exactly(recording, await replay(through_json(recording)))
+
+
 @pytest.mark.decision("D271")
 async def test_an_engine_reading_a_closed_stream_on_is_named_at_the_stream_call() -> None:
     llm = ScriptedLLM([text("Hello there, a reply that is far too long.")], chunk_size=7)
@@ -541,6 +585,7 @@ def stream_calls() -> Iterator[PortCall]:
     yield PortCall(4, "llm_client", "LLM", "stream", {}, partial, last_chunk={"Text": "lo"})
     yield PortCall(5, "llm_client", "LLM", "stream", {}, partial, cancelled=True)
     yield PortCall(6, "llm_client", "ToolExecutor", "Add", {}, cancelled=True)
+    yield PortCall(7, "llm_client", "LLM", "stream", {}, partial, last_chunk={}, ended=True)
 
 
 @pytest.mark.decision("D270")
@@ -556,6 +601,7 @@ def test_every_form_of_a_stream_call_reads_back_as_written() -> None:
         ["answer", "last_chunk"],
         ["answer", "cancelled"],
         ["cancelled"],
+        ["answer", "last_chunk", "ended"],
     ]
 
 

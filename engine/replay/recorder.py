@@ -169,6 +169,7 @@ class RecordingTap:
         error: RecordedError | None = None,
         *,
         last_chunk: Any = None,
+        ended: bool = False,
         cancelled: bool = False,
     ) -> None:
         self.calls.append(
@@ -181,6 +182,7 @@ class RecordingTap:
                 answer,
                 error,
                 last_chunk,
+                ended,
                 cancelled,
             )
         )
@@ -221,7 +223,8 @@ class RecordingTap:
         However it ends (``streams.py``): with its reply; with the error it raised and
         the reply so far; closed by the engine, with the reply before the last chunk
         the engine read and that chunk; cut short by the turn's stop, with the reply
-        so far. The real stream is closed when this one is.
+        so far — and, cut short, whether its end had come. The real stream is closed
+        when this one is.
         """
         encoded = {name: encode_value(value) for name, value in args.items()}
         log = StreamLog()
@@ -233,17 +236,19 @@ class RecordingTap:
                 yield chunk
                 log.taken()
         except GeneratorExit:  # the engine stopped reading, holding log.held
-            self._log(port, call, encoded, log.so_far(), last_chunk=chunk_json(log.held))
+            last = chunk_json(log.held)
+            self._log(port, call, encoded, log.so_far(), last_chunk=last, ended=log.ended)
             raise
         except asyncio.CancelledError:
-            self._log(port, call, encoded, log.so_far() if log.read else None, cancelled=True)
+            partial = log.so_far() if log.read else None
+            self._log(port, call, encoded, partial, ended=log.ended, cancelled=True)
             raise
         except Exception as error:
             partial = log.so_far() if log.read else None
-            self._log(port, call, encoded, partial, RecordedError.of(error))
+            self._log(port, call, encoded, partial, RecordedError.of(error), ended=log.ended)
             raise
         else:
-            answer, broken = log.ended()
+            answer, broken = log.answer()
             self._log(port, call, encoded, answer, broken)
         finally:
             close = getattr(chunks, "aclose", None)

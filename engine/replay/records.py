@@ -95,7 +95,8 @@ class PortCall:
 
     A streamed model call (``LLM.stream``, ``streams.py``) may hold both: the reply
     so far and the ``error`` its stream raised part-way; ``last_chunk`` is the
-    chunk after which the engine stopped reading it. ``cancelled`` says the turn
+    chunk after which the engine stopped reading it; ``ended`` says a stream cut
+    short had sent its end (``ReplyFinished``) before. ``cancelled`` says the turn
     was stopped while the call ran (its stream's consumer left, or its deadline
     passed): the call has no answer but a stream's reply so far.
     """
@@ -108,6 +109,7 @@ class PortCall:
     answer: Any = None
     error: RecordedError | None = None
     last_chunk: Any = None
+    ended: bool = False
     cancelled: bool = False
 
     @property
@@ -123,7 +125,7 @@ class PortCall:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: ``answer`` or ``error`` (a stream cut short may hold both), then
-        ``last_chunk`` and ``cancelled`` when they apply."""
+        ``last_chunk``, ``ended`` and ``cancelled`` when they apply."""
         data: dict[str, Any] = {
             "n": self.n,
             "step": self.step,
@@ -137,6 +139,8 @@ class PortCall:
             data["error"] = self.error.to_dict()
         if self.last_chunk is not None:
             data["last_chunk"] = self.last_chunk
+        if self.ended and self.cut_short:
+            data["ended"] = True
         if self.cancelled:
             data["cancelled"] = True
         return data
@@ -154,5 +158,6 @@ class PortCall:
             answer=data.get("answer"),
             error=RecordedError.from_dict(error) if error is not None else None,
             last_chunk=data.get("last_chunk"),
+            ended=data.get("ended") is True,
             cancelled=data.get("cancelled") is True,
         )

@@ -373,7 +373,7 @@ class ReplayTap:
         if expected.cancelled:
             self._check_cut(expected)
         closed = expected.last_chunk is not None
-        chunks = replayed_chunks(expected.answer, whole=not expected.cut_short)
+        chunks = replayed_chunks(expected.answer, ended=expected.ended or not expected.cut_short)
         if closed:
             chunks.append(chunk_of(expected.last_chunk))
         given = 0

@@ -16,6 +16,9 @@ redaction treats the two alike. How the stream ended is in the call's other keys
   limit at the same chunk, by the same number of characters;
 - the turn was stopped while the stream ran: ``cancelled``, and the reply so far.
 
+A stream cut short after it had sent its end (``ReplyFinished``) also has
+``ended``: its replay sends the end again before what comes after it.
+
 A replay yields the recorded reply again as chunks (``replayed_chunks``: the
 ``split_reply`` pieces, ``REPLAY_CHUNK_SIZE`` characters at most), so the engine
 puts it together again and the replay can check what it made.
@@ -114,21 +117,12 @@ def chunk_of(data: Any) -> Any:
     return data
 
 
-def _has_end(reply: LLMReply) -> bool:
-    """Whether the reply holds what only a ``ReplyFinished`` brings."""
-    return any(
-        value is not None
-        for value in (reply.usage, reply.model, reply.response_id, reply.finish_reason)
-    )
-
-
-def replayed_chunks(answer: Any, *, whole: bool) -> list[Any]:
+def replayed_chunks(answer: Any, *, ended: bool) -> list[Any]:
     """The chunks a replay yields for a recorded stream's ``answer``, in order.
 
-    ``whole``: the stream ended, so its chunks end with a ``ReplyFinished``; a
-    stream cut short ends with one only when its reply holds what one brings.
-    No answer (nothing came) is no chunk; an answer that is not a reply is one
-    chunk, as recorded.
+    They end with a ``ReplyFinished`` when the recorded stream had sent its end
+    (``ended``: it ended, or it was cut short after its end). No answer (nothing
+    came) is no chunk; an answer that is not a reply is one chunk, as recorded.
     """
     if answer is None:
         return []
@@ -136,7 +130,7 @@ def replayed_chunks(answer: Any, *, whole: bool) -> list[Any]:
     if not isinstance(reply, LLMReply):
         return [answer]
     chunks: list[Any] = list(split_reply(reply, REPLAY_CHUNK_SIZE))
-    if not whole and not _has_end(reply):
+    if not ended:
         chunks.pop()
     return chunks
 
@@ -148,10 +142,10 @@ class StreamLog:
     the next one: only then is the chunk part of the reply, so the chunk the
     engine holds when it stops reading is its last one (``held``), apart from the
     reply before it. The tap's own assembler never raises into the turn: a chunk
-    it cannot put together ends what it adds (``ended`` reports it).
+    it cannot put together ends what it adds (``answer`` reports it).
     """
 
-    __slots__ = ("_assembler", "_broken", "_texts", "held", "holding", "read")
+    __slots__ = ("_assembler", "_broken", "_texts", "ended", "held", "holding", "read")
 
     def __init__(self) -> None:
         self._assembler = ReplyAssembler()
@@ -161,6 +155,8 @@ class StreamLog:
         self.holding = False
         self.read = 0
         """How many chunks the engine has taken."""
+        self.ended = False
+        """Whether the engine has taken the stream's end (a ``ReplyFinished``)."""
 
     def hold(self, chunk: Any) -> None:
         """``chunk`` goes to the engine."""
@@ -170,6 +166,8 @@ class StreamLog:
         """The engine asked for another chunk: the one it held is part of the reply."""
         chunk, self.held, self.holding = self.held, None, False
         self.read += 1
+        if isinstance(chunk, ReplyFinished):
+            self.ended = True
         if self._broken is not None:
             return
         try:
@@ -192,7 +190,7 @@ class StreamLog:
             reply = LLMReply(text="".join(self._texts) if self._texts else None)
         return encode_value(reply)
 
-    def ended(self) -> tuple[Any, RecordedError | None]:
+    def answer(self) -> tuple[Any, RecordedError | None]:
         """The answer of a stream that ended, and the error that kept it from being a reply.
 
         The engine's own assembler raised the same ``MalformedStreamError``: a replay
