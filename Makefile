@@ -104,7 +104,7 @@ schemas: install
 conformance: install
 	$(PY) tests/conformance.py --write
 
-# examples/recordings/: the demo session and a faulted turn, recorded for replay
+# examples/recordings/: the demo session, a faulted turn and a streamed turn, recorded for replay
 # (examples/make_recordings.py); tests/test_example_recordings.py fails when they are stale.
 recordings: install
 	$(PY) examples/make_recordings.py examples/recordings

@@ -14,7 +14,10 @@ steps do into spans that follow the OpenTelemetry GenAI semantic conventions
   outcome; an ``aptix.rule.failed`` event per failed rule.
 - ``chat {model}`` (CLIENT), per model call: request/response model, response id,
   finish reasons, ``gen_ai.usage.input_tokens``/``output_tokens``; an
-  ``aptix.llm.retry`` event per retry.
+  ``aptix.llm.retry`` event per retry. A call answered as a stream (AGN-034 §4.7)
+  also has ``gen_ai.request.stream`` (true) and
+  ``gen_ai.response.time_to_first_chunk``: the seconds from the call's start to its
+  first chunk (``ModelFirstChunk``), retries before it included.
 - ``execute_tool {tool}`` (INTERNAL), per server-side tool execution:
   ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type``.
 
@@ -32,6 +35,10 @@ results, a mode change's reason — is recorded only when content capture is on
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``); ids, names, counts and
 timings always (DESIGN.md "Observability without leaks").
 
+The builder declares the events it reads (``SpanBuilder.event_types``): text deltas
+(``ModelTextDelta``) are not among them, so they never reach it, content capture
+or not — the whole reply is on the ``chat`` span already when content is captured.
+
 With ``Telemetry(spans=False)`` no span is started at all (what a replay uses, so
 a replayed turn never sends or duplicates spans); the trace is kept either way.
 
@@ -44,9 +51,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -78,6 +86,7 @@ from .events import (
     ModelCallFinished,
     ModelCallRetried,
     ModelCallStarted,
+    ModelFirstChunk,
     StepEnded,
     StepStarted,
     ToolCallHandled,
@@ -178,6 +187,8 @@ class Telemetry:
 OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
 ERROR_TYPE = "error.type"
+REQUEST_STREAM = "gen_ai.request.stream"
+TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 
 
 def _message_json(message: ChatMessage) -> dict[str, Any]:
@@ -286,8 +297,13 @@ class SpanBuilder:
     nest under the step, model call or tool execution that made them.
     """
 
+    event_types: ClassVar[frozenset[type[TurnEvent]]]
+    """The events it reads (every one it has a handler for): the dispatcher hands it
+    no other, text deltas among them (``TurnEvents``)."""
+
     __slots__ = (
         "_chat",
+        "_chat_began",
         "_messages",
         "_step",
         "_step_attributes",
@@ -310,6 +326,7 @@ class SpanBuilder:
         self._turn: _Open | None = None
         self._step: _Open | None = None
         self._chat: _Open | None = None
+        self._chat_began = 0.0
         self._tool: _Open | None = None
         self._step_failed_rules: set[str] = set()
         # What a step learns while it runs goes on its span in one call when it ends:
@@ -496,6 +513,14 @@ class SpanBuilder:
             self._chat_content(event.request, attributes)
         name = f"chat {event.model}" if event.model else "chat"
         self._chat = self._open(name, SpanKind.CLIENT, attributes)
+        self._chat_began = time.perf_counter()
+
+    def _chat_first_chunk(self, event: ModelFirstChunk) -> None:
+        """A streamed call's first chunk: the call is marked streamed, with its time to it."""
+        if self._chat is None:
+            return
+        elapsed = time.perf_counter() - self._chat_began
+        self._chat.span.set_attributes({REQUEST_STREAM: True, TIME_TO_FIRST_CHUNK: elapsed})
 
     def _chat_content(self, request: LLMRequest, attributes: dict[str, Any]) -> None:
         """The conversation, as the conventions want it, from per-message JSON kept per turn."""
@@ -663,6 +688,7 @@ _SPAN_HANDLERS: dict[type[TurnEvent], Callable[[SpanBuilder, Any], None]] = {
     TurnFaulted: SpanBuilder._fault,
     ModelCallStarted: SpanBuilder._chat_started,
     ModelCallRetried: SpanBuilder._chat_retried,
+    ModelFirstChunk: SpanBuilder._chat_first_chunk,
     ModelCallFinished: SpanBuilder._chat_finished,
     ToolExecutionStarted: SpanBuilder._tool_started,
     ToolExecuted: SpanBuilder._tool_finished,
@@ -672,6 +698,8 @@ _SPAN_HANDLERS: dict[type[TurnEvent], Callable[[SpanBuilder, Any], None]] = {
 }
 """Event type → the ``SpanBuilder`` method that handles it (a class-level table: a per-turn
 table of bound methods would be a reference cycle for the collector to find)."""
+
+SpanBuilder.event_types = frozenset(_SPAN_HANDLERS)
 
 
 def recording_failed(

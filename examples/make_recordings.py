@@ -12,7 +12,11 @@ files come out the same byte for byte on every run:
    ``call_unknown``: AGN-036 §5's manifest rules fault it after the continuation
    resolver, and nothing is stored;
 3. ``03-continuation.json`` — the right result; the model answers;
-4. ``04-follow-on.json`` — a new turn in review mode, with a server tool round.
+4. ``04-follow-on.json`` — a new turn in review mode, with a server tool round;
+5. ``05-streamed-initial.json`` — a new session's turn delivered as a stream
+   (``Pipeline.stream``, AGN-034 §4.7): the model's replies come in chunks, a
+   server tool round runs between them, and each model call is an ``LLM.stream``
+   port call (docs/RECORDING.md "Streamed model calls").
 
 ``tests/test_example_recordings.py`` replays them and checks they are current.
 """
@@ -23,6 +27,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +42,15 @@ from aptix_pipeline.engine import Telemetry
 EXAMPLES = Path(__file__).resolve().parent
 CALLER = Caller(org="acme", user="ana")
 FILE_CONTENTS = "def load_config(path):\n    return json.load(open(path))\n"
+STREAMED_SCRIPT: list[dict[str, Any]] = [
+    {"tool_calls": [{"id": "call_math", "name": "Math", "arguments": {}}]},
+    {
+        "text": "Adding them on the server. ",
+        "tool_calls": [{"id": "call_add", "name": "Add", "arguments": {"a": 2, "b": 3}}],
+    },
+    {"text": "2 + 3 = 5, as the server's Add tool computed."},
+]
+"""The streamed turn's model: expand Math, run Add on the server, then answer."""
 
 
 async def record_session() -> dict[str, TurnRecording]:
@@ -81,13 +95,32 @@ async def record_session() -> dict[str, TurnRecording]:
     third = await pipeline.execute(follow_on, CALLER)
     if not third.successful:
         raise SystemExit(f"the follow-on turn failed: {third.rule_ids}")
+    await record_streamed_turn(recorded.append)
     names = [
         "01-initial.json",
         "02-faulted-unknown-tool-call-id.json",
         "03-continuation.json",
         "04-follow-on.json",
+        "05-streamed-initial.json",
     ]
     return dict(zip(names, recorded, strict=True))
+
+
+async def record_streamed_turn(sink: Callable[[TurnRecording], None]) -> None:
+    """A new session's turn through ``Pipeline.stream``, taking every item; recorded."""
+    pipeline = embedded_pipeline(
+        llm=ScriptedLLM(STREAMED_SCRIPT, chunk_size=8),
+        store="memory",
+        clock=SteppingClock(),
+        ids=SequentialIds(),
+        telemetry=Telemetry.off(),
+        recording=RecordingOptions(sink=sink),
+    )
+    async with pipeline.stream({"Instruction": "What is 2 + 3?"}, CALLER) as stream:
+        async for _item in stream:  # progress, the text as it comes, then the result
+            pass
+    if stream.report is None or not stream.report.successful:
+        raise SystemExit("the streamed turn failed")
 
 
 def main() -> int:

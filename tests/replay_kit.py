@@ -4,11 +4,18 @@
 every pipeline recording its turns (``RecordingOptions``); each turn's report
 comes back with the steps its pipeline replaced, so a replay can run the same
 code (a scenario that broke a step on purpose replays with that step).
+``run_recorded(..., streamed=True)`` runs every request through ``Pipeline.stream``
+instead (``streamed_report``), taking every item as a client would.
+
+For streamed turns cut short: ``CutStreamLLM`` streams its replies but breaks off
+after some chunks (raising, or waiting for good, so a consumer that leaves stops
+the turn inside the stream); ``hanging_tool`` is a server tool that never answers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,17 +33,38 @@ from engine_kit import (
 from trace_scenarios import SCENARIOS, Kit, Store
 
 from aptix_pipeline import PipelineOptions, Recorder, RecordingOptions, TurnRecording
-from aptix_pipeline.contracts import LLM, Caller, PipelineStep, SessionStore, ToolExecutor
-from aptix_pipeline.engine import Pipeline, Telemetry, TurnReport
+from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
+from aptix_pipeline.contracts import (
+    LLM,
+    Caller,
+    LLMRequest,
+    PipelineStep,
+    ReplyChunk,
+    SessionStore,
+    ToolExecutor,
+    ToolInvocation,
+)
+from aptix_pipeline.engine import (
+    Pipeline,
+    RequestInput,
+    StreamProgress,
+    Telemetry,
+    TurnEvent,
+    TurnReport,
+)
 from aptix_pipeline.steps import StepFunction
 
 __all__ = [
     "DEMO_SCRIPT",
+    "CutStreamLLM",
     "RecordedTurn",
     "RecordingKit",
+    "StreamedRecordingKit",
     "demo_session",
+    "hanging_tool",
     "recording_pipeline",
     "run_recorded",
+    "streamed_report",
 ]
 
 Steps = Mapping[PipelineStep, StepFunction]
@@ -109,13 +137,97 @@ class RecordingKit(Kit):
         return report
 
 
+async def streamed_report(
+    pipeline: Pipeline,
+    request: RequestInput,
+    caller: Caller = CALLER,
+    *,
+    initial_mode: str | None = None,
+    leave_after: int | None = None,
+    leave_at: type[TurnEvent] | None = None,
+) -> TurnReport:
+    """Run one request through ``Pipeline.stream`` and take its items as a client would:
+    all of them, or ``leave_after`` of them, or up to the first progress item of a
+    ``leave_at`` event, before leaving (the turn is then cancelled); the turn's report."""
+    stream = pipeline.stream(request, caller, initial_mode=initial_mode)
+    taken = 0
+    async with stream:
+        async for item in stream:
+            taken += 1
+            if leave_after is not None and taken >= leave_after:
+                break
+            if isinstance(item, StreamProgress) and type(item.event) is leave_at:
+                break
+    assert stream.report is not None
+    return stream.report
+
+
+@dataclass
+class StreamedRecordingKit(RecordingKit):
+    """A ``RecordingKit`` whose requests run through ``Pipeline.stream`` (``streamed_report``)."""
+
+    async def run(
+        self,
+        pipeline: Pipeline,
+        request: Mapping[str, Any] | str,
+        caller: Caller = CALLER,
+        *,
+        initial_mode: str | None = None,
+    ) -> TurnReport:
+        """Stream one request, keeping its report and recorded turn."""
+        report = await streamed_report(pipeline, request, caller, initial_mode=initial_mode)
+        self.reports.append(report)
+        self.turns.append(RecordedTurn(report, self._steps[id(pipeline)]))
+        return report
+
+
 async def run_recorded(
-    name: str, store: Store, options: RecordingOptions | None = None
+    name: str, store: Store, options: RecordingOptions | None = None, *, streamed: bool = False
 ) -> RecordingKit:
-    """Run scenario ``name`` on ``store`` with every turn recorded."""
-    kit = RecordingKit(store, options=options or RecordingOptions())
+    """Run scenario ``name`` on ``store`` with every turn recorded (streamed, if asked)."""
+    kind = StreamedRecordingKit if streamed else RecordingKit
+    kit = kind(store, options=options or RecordingOptions())
     await SCENARIOS[name](kit)
     return kit
+
+
+class CutStreamLLM(ScriptedLLM):
+    """A ``ScriptedLLM`` whose first ``times`` streams break off after ``after`` chunks.
+
+    They raise ``ConnectionError`` there, or, with ``hang``, wait there for good:
+    a turn then ends only when something stops it (its consumer leaving).
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[Mapping[str, Any]],
+        *,
+        after: int,
+        hang: bool = False,
+        times: int = 1,
+        chunk_size: int = 4,
+    ) -> None:
+        super().__init__(replies, chunk_size=chunk_size)
+        self.after, self.hang, self.times = after, hang, times
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[ReplyChunk]:
+        """The scripted reply's chunks, broken off after ``after`` of them."""
+        cut = self.times > 0
+        self.times -= 1
+        given = 0
+        async for chunk in super().stream(request):
+            if cut and given == self.after:
+                if self.hang:
+                    await asyncio.Event().wait()
+                raise ConnectionError("the model's connection dropped")
+            given += 1
+            yield chunk
+
+
+async def hanging_tool(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+    """A server tool that never answers: only a stop or a deadline ends the turn."""
+    await asyncio.Event().wait()
+    raise AssertionError("an unset event was set")
 
 
 def recording_pipeline(

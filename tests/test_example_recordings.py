@@ -30,16 +30,20 @@ from make_recordings import record_session  # noqa: E402
 EXAMPLES = recordings_in(RECORDINGS)
 
 
-def test_the_examples_hold_the_demo_session_and_a_faulted_turn() -> None:
+def test_the_examples_hold_the_demo_session_a_faulted_turn_and_a_streamed_turn() -> None:
     recordings = [TurnRecording.load(path) for path in EXAMPLES]
     assert [r.trace.context_type for r in recordings] == [
         "Initial",
         "ClientToolCallContinuation",
         "ClientToolCallContinuation",
         "FollowOn",
+        "Initial",
     ]
-    assert [r.trace.outcome for r in recordings] == ["done", "faulted", "done", "done"]
+    assert [r.trace.outcome for r in recordings] == ["done", "faulted", "done", "done", "done"]
     assert recordings[1].trace.faulted_step == "client_tool_continuation_resolver"
+    model_calls = [[c.call for c in r.calls if c.port == "LLM"] for r in recordings]
+    assert model_calls[-1] == ["stream", "stream", "stream"]
+    assert {call for calls in model_calls[:-1] for call in calls} == {"complete"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)
@@ -69,7 +73,7 @@ def test_aptix_replay_of_every_example_succeeds() -> None:
         cwd=ROOT,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "4 of 4 recordings replay; 0 diverge" in run.stdout
+    assert "5 of 5 recordings replay; 0 diverge" in run.stdout
     assert "transition  step=client_tool_continuation_resolver" in run.stdout  # the trace
 
 

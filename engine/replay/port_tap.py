@@ -13,13 +13,19 @@ PascalCase form): that is what a recording holds and what a replay compares.
 The tap sits *inside* the engine's port guards (``engine/guarded_ports.py``), so
 it sees what the real port did — an exception included — and a replay feeds the
 same through the same guards.
+
+A model that streams (``StreamingLLM``, AGN-034 §4.7) is tapped by a
+``TappedStreamingLLM``, whose ``stream`` goes through the tap as well; any other
+model by a ``TappedLLM``, which has no ``stream``: the engine asks a model to
+stream when it is a ``StreamingLLM`` (by the methods it has), so a tapped model
+streams exactly when the real one does (a replay: when the recorded one did).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -31,12 +37,15 @@ from aptix_pipeline.contracts import (
     LLMRequest,
     ModeHistoryEntry,
     ModeSpec,
+    ReplyChunk,
     Session,
     StoredOutcome,
+    StreamingLLM,
     ToolExecutor,
     ToolInvocation,
     Turn,
 )
+from aptix_pipeline.engine.events import TurnFaulted
 from aptix_pipeline.engine.telemetry import provider_name_of
 from aptix_pipeline.steps import Ports
 
@@ -48,6 +57,7 @@ __all__ = [
     "TappedLLM",
     "TappedModeCatalog",
     "TappedStore",
+    "TappedStreamingLLM",
     "TappedTool",
     "TappedTransaction",
     "decode_answer",
@@ -59,6 +69,8 @@ T = TypeVar("T")
 STORE, TRANSACTION = "SessionStore", "SessionTransaction"
 MODES, AGENTS = "ModeCatalog", "AgentCatalog"
 LLM_PORT, TOOLS, CLOCK, IDS = "LLM", "ToolExecutor", "Clock", "IdSource"
+STREAM = "stream"
+"""The call name of a streamed model call (``LLM.stream``)."""
 
 _NOTHING: TypeAdapter[None] = TypeAdapter(type(None))
 _SESSION: TypeAdapter[Session] = TypeAdapter(Session)
@@ -120,6 +132,16 @@ class PortTap(Protocol):
 
     def begin(self, target: Any, org: str, user: str) -> Any:
         """``SessionStore.begin``: the real transaction when recording, ``None`` in a replay."""
+        ...
+
+    def stream(
+        self, target: Any, port: str, call: str, args: Mapping[str, Any]
+    ) -> AsyncIterator[Any]:
+        """Make (or answer) one streamed call: its chunks, as an async iterator."""
+        ...
+
+    def faulted(self, event: TurnFaulted) -> None:
+        """The turn faulted (``StepFollower`` tells): a stop from outside lands as a fault."""
         ...
 
 
@@ -293,6 +315,15 @@ class TappedLLM:
         )
 
 
+class TappedStreamingLLM(TappedLLM):
+    """A ``StreamingLLM`` whose calls, ``stream`` too, go through the tap (see the module doc)."""
+
+    def stream(self, request: LLMRequest) -> AsyncIterator[ReplyChunk]:
+        """See ``StreamingLLM``."""
+        chunks = self._tap.stream(self._target, LLM_PORT, STREAM, {"request": request})
+        return cast(AsyncIterator[ReplyChunk], chunks)
+
+
 class TappedTool:
     """A server tool (``ToolExecutor``) whose runs go through the tap; the call is its name."""
 
@@ -339,11 +370,14 @@ def tap_ports(
     *,
     server_tools: Sequence[str] = (),
     provider_name: str | None = None,
+    streaming: bool = False,
 ) -> Ports:
     """Ports for one turn whose every call goes through ``tap``.
 
-    With ``ports`` the real ports stand behind the tap (recording); without, there
-    is nothing behind it (replay) and ``server_tools`` names the tools the host had.
+    With ``ports`` the real ports stand behind the tap (recording), and the tapped
+    model streams when the real one is a ``StreamingLLM``; without, there is
+    nothing behind it (replay): ``server_tools`` names the tools the host had, and
+    ``streaming`` says whether the recorded model streamed.
     """
     tools: Mapping[str, ToolExecutor | None]
     if ports is None:
@@ -353,9 +387,11 @@ def tap_ports(
         tools, provider_name = dict(ports.tools), provider_name_of(ports.llm)
         store, modes, agents, llm = ports.store, ports.modes, ports.agents, ports.llm
         clock, ids = ports.clock, ports.ids
+        streaming = isinstance(llm, StreamingLLM)
+    tapped_llm = (TappedStreamingLLM if streaming else TappedLLM)(tap, llm, provider_name)
     return Ports(
         store=TappedStore(tap, store),
-        llm=TappedLLM(tap, llm, provider_name),
+        llm=tapped_llm,
         modes=TappedModeCatalog(tap, modes),
         agents=TappedAgentCatalog(tap, agents),
         clock=TappedClock(tap, clock),

@@ -12,6 +12,14 @@ Recording never changes a turn: the tap passes every call through unchanged, and
 a recording that cannot be made or delivered is logged and traced, never raised
 (DESIGN.md "What every part promises"; docs/RECORDING.md "When recording fails",
 docs/CONFORMANCE.md D160).
+
+A streamed turn (AGN-034 §4.7) is recorded too: its model's chunks go on to the
+engine as they come, and the call is logged once its stream ends, however it
+ends (``streams.py``). A turn stopped from outside — its stream's consumer left
+(``DESIGN/streaming/consumer-gone``) — ran, so it is recorded: the call it was
+stopped in is logged as ``cancelled``, and the recording says after how many
+port calls the stop came (``TurnRecording.stopped_after_call``), which is where
+its replay stops it again.
 """
 
 from __future__ import annotations
@@ -20,26 +28,28 @@ import asyncio
 import hashlib
 import json
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import TypeAdapter
 
 from aptix_pipeline import __version__
 from aptix_pipeline.contracts import Caller, scrubbed_logger
 from aptix_pipeline.engine.deep_json import encode_value
-from aptix_pipeline.engine.events import StepEnded, StepStarted, TurnEvent
+from aptix_pipeline.engine.events import StepEnded, StepStarted, TurnEvent, TurnFaulted
 from aptix_pipeline.engine.interceptors import Proceed, TurnCall
 from aptix_pipeline.engine.report import TurnReport
 from aptix_pipeline.engine.telemetry import provider_name_of, recording_failed
 from aptix_pipeline.engine.trace import StateTrace
 from aptix_pipeline.steps import PipelineOptions, Ports
+from aptix_pipeline.validators import TURN_CANCELLED
 
 from .port_tap import STORE, PortTap, tap_ports
 from .recording import TurnRecording, request_record, write_recording
 from .records import PortCall, RecordedError
+from .streams import StreamLog, chunk_json
 
 __all__ = [
     "Recorder",
@@ -138,11 +148,17 @@ def failure_summary(error: BaseException) -> str:
 
 
 class RecordingTap:
-    """The ``PortTap`` of a recorded turn: every call goes on to the real port, logged."""
+    """The ``PortTap`` of a recorded turn: every call goes on to the real port, logged.
+
+    A call the turn's stop cut short (``asyncio.CancelledError`` through it) is
+    logged as ``cancelled``; ``stopped_after`` is how many calls were logged when
+    the turn faulted for its consumer leaving (``faulted``).
+    """
 
     def __init__(self) -> None:
         self.step: str | None = None
         self.calls: list[PortCall] = []
+        self.stopped_after: int | None = None
 
     def _log(
         self,
@@ -151,8 +167,30 @@ class RecordingTap:
         args: dict[str, Any],
         answer: Any = None,
         error: RecordedError | None = None,
+        *,
+        last_chunk: Any = None,
+        ended: bool = False,
+        cancelled: bool = False,
     ) -> None:
-        self.calls.append(PortCall(len(self.calls) + 1, self.step, port, call, args, answer, error))
+        self.calls.append(
+            PortCall(
+                len(self.calls) + 1,
+                self.step,
+                port,
+                call,
+                args,
+                answer,
+                error,
+                last_chunk,
+                ended,
+                cancelled,
+            )
+        )
+
+    def faulted(self, event: TurnFaulted) -> None:
+        """Note where a consumer that left stopped the turn (``DESIGN/streaming/consumer-gone``)."""
+        if self.stopped_after is None and TURN_CANCELLED.id in event.fault.rule_ids:
+            self.stopped_after = len(self.calls)
 
     async def acall(
         self,
@@ -168,11 +206,54 @@ class RecordingTap:
         encoded = {name: encode_value(value) for name, value in args.items()}
         try:
             value = await getattr(target, method or call)(*args.values())
+        except asyncio.CancelledError:
+            self._log(port, call, encoded, cancelled=True)
+            raise
         except Exception as error:
             self._log(port, call, encoded, error=RecordedError.of(error))
             raise
         self._log(port, call, encoded, encode_value(value))
         return cast(T, value)
+
+    async def stream(
+        self, target: Any, port: str, call: str, args: Mapping[str, Any]
+    ) -> AsyncIterator[Any]:
+        """Pass the real stream's chunks on as they come; log the call once it ends.
+
+        However it ends (``streams.py``): with its reply; with the error it raised and
+        the reply so far; closed by the engine, with the reply before the last chunk
+        the engine read and that chunk; cut short by the turn's stop, with the reply
+        so far — and, cut short, whether its end had come. The real stream is closed
+        when this one is.
+        """
+        encoded = {name: encode_value(value) for name, value in args.items()}
+        log = StreamLog()
+        chunks: Any = None
+        try:
+            chunks = getattr(target, call)(*args.values())
+            async for chunk in chunks:
+                log.hold(chunk)
+                yield chunk
+                log.taken()
+        except GeneratorExit:  # the engine stopped reading, holding log.held
+            last = chunk_json(log.held)
+            self._log(port, call, encoded, log.so_far(), last_chunk=last, ended=log.ended)
+            raise
+        except asyncio.CancelledError:
+            partial = log.so_far() if log.read else None
+            self._log(port, call, encoded, partial, ended=log.ended, cancelled=True)
+            raise
+        except Exception as error:
+            partial = log.so_far() if log.read else None
+            self._log(port, call, encoded, partial, RecordedError.of(error), ended=log.ended)
+            raise
+        else:
+            answer, broken = log.answer()
+            self._log(port, call, encoded, answer, broken)
+        finally:
+            close = getattr(chunks, "aclose", None)
+            if close is not None:
+                await close()
 
     def call(
         self, target: Any, port: str, call: str, answer: TypeAdapter[T], args: Mapping[str, Any]
@@ -227,6 +308,7 @@ class RecordingTap:
             server_tools=tuple(sorted(server_tools)),
             trace_content=trace_content,
             idempotency_key=idempotency_key,
+            stopped_after_call=self.stopped_after,
         )
 
 
@@ -234,14 +316,18 @@ class StepFollower:
     """Tells a port tap which step is running, so each port call it sees is named by it.
 
     A listener of the turn's event stream (``engine/events.py``) that hears only
-    ``StepStarted`` and ``StepEnded``: between a step's end and the next one's
-    start no step runs, so a call made there (the rollback of a failed turn, after
-    the machine stopped) is named by none.
+    ``StepStarted``, ``StepEnded`` and ``TurnFaulted``: between a step's end and
+    the next one's start no step runs, so a call made there (the rollback of a
+    failed turn, after the machine stopped) is named by none; a fault is passed on
+    (``PortTap.faulted``). It never names ``ModelTextDelta``: following a turn does
+    not make it streamed.
     """
 
     __slots__ = ("tap",)
 
-    event_types = frozenset({StepStarted, StepEnded})
+    event_types: ClassVar[frozenset[type[TurnEvent]]] = frozenset(
+        {StepStarted, StepEnded, TurnFaulted}
+    )
 
     def __init__(self, tap: PortTap) -> None:
         self.tap = tap
@@ -252,6 +338,8 @@ class StepFollower:
             self.tap.step = cast(StepStarted, event).step
         elif kind is StepEnded:
             self.tap.step = None
+        elif kind is TurnFaulted:
+            self.tap.faulted(cast(TurnFaulted, event))
 
 
 class Recorder:

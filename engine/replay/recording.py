@@ -66,7 +66,9 @@ class TurnRecording:
     ``trace_content`` whether the trace holds user content (content capture);
     ``redacted`` whether user content was dropped; ``idempotency_key`` the key
     the turn was run with (``Pipeline.run``), so a replay keeps its answer under
-    the same keys.
+    the same keys; ``stopped_after_call`` how many port calls the turn had made
+    when it was stopped from outside (its stream's consumer left,
+    ``DESIGN/streaming/consumer-gone``), so a replay stops it at the same point.
     """
 
     engine_version: str
@@ -83,6 +85,7 @@ class TurnRecording:
     trace_content: bool = False
     redacted: bool = False
     idempotency_key: str | None = None
+    stopped_after_call: int | None = None
 
     @property
     def successful(self) -> bool:
@@ -117,7 +120,9 @@ class TurnRecording:
         redactor = Redactor.of(self.calls)
         calls = tuple(
             replace(
-                call, **redactor.port_call(call.port, call.call, call.args, call.answer, call.error)
+                call,
+                **redactor.port_call(call.port, call.call, call.args, call.answer, call.error),
+                last_chunk=redactor.value(call.last_chunk),
             )
             for call in self.calls
         )
@@ -144,6 +149,11 @@ class TurnRecording:
             "provider_name": self.provider_name,
             "server_tools": list(self.server_tools),
             "trace_content": self.trace_content,
+            **(
+                {"stopped_after_call": self.stopped_after_call}
+                if self.stopped_after_call is not None
+                else {}
+            ),
             "request": self.request,
             "calls": [call.to_dict() for call in self.calls],
             "trace": self.trace.to_dict(),
@@ -199,6 +209,7 @@ class TurnRecording:
                 trace_content=bool(data.get("trace_content", False)),
                 redacted=bool(data.get("redacted", False)),
                 idempotency_key=data.get("idempotency_key"),
+                stopped_after_call=_count(data.get("stopped_after_call")),
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"malformed turn recording: missing or bad {error}") from None
@@ -235,6 +246,15 @@ class TurnRecording:
                 stamp = re.sub(r"[^0-9A-Za-z]", "", self.clock_readings[0])[:24] or stamp
         digest = hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()[:12]
         return f"turn-{stamp}-{digest}.json"
+
+
+def _count(value: Any) -> int | None:
+    """``stopped_after_call``: a whole number 0 or more, or absent."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError("'stopped_after_call' (a whole number of port calls, 0 or more)")
+    return value
 
 
 def write_recording(recording: TurnRecording, directory: str | Path) -> Path:

@@ -92,6 +92,13 @@ class PortCall:
     that made it (``None``: after the machine stopped — the rollback of a failed
     turn). ``answer`` is the JSON form of what the port returned, unless it
     raised ``error``.
+
+    A streamed model call (``LLM.stream``, ``streams.py``) may hold both: the reply
+    so far and the ``error`` its stream raised part-way; ``last_chunk`` is the
+    chunk after which the engine stopped reading it; ``ended`` says a stream cut
+    short had sent its end (``ReplyFinished``) before. ``cancelled`` says the turn
+    was stopped while the call ran (its stream's consumer left, or its deadline
+    passed): the call has no answer but a stream's reply so far.
     """
 
     n: int
@@ -101,14 +108,24 @@ class PortCall:
     args: dict[str, Any]
     answer: Any = None
     error: RecordedError | None = None
+    last_chunk: Any = None
+    ended: bool = False
+    cancelled: bool = False
 
     @property
     def name(self) -> str:
         """``Port.call``, e.g. ``SessionTransaction.load_session``."""
         return f"{self.port}.{self.call}"
 
+    @property
+    def cut_short(self) -> bool:
+        """Whether the call did not end with an answer of its own (it raised, was closed
+        or was cancelled)."""
+        return self.error is not None or self.last_chunk is not None or self.cancelled
+
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form: ``answer`` or ``error``, never both."""
+        """The JSON form: ``answer`` or ``error`` (a stream cut short may hold both), then
+        ``last_chunk``, ``ended`` and ``cancelled`` when they apply."""
         data: dict[str, Any] = {
             "n": self.n,
             "step": self.step,
@@ -116,10 +133,16 @@ class PortCall:
             "call": self.call,
             "args": self.args,
         }
+        if not self.cut_short or self.answer is not None:
+            data["answer"] = self.answer
         if self.error is not None:
             data["error"] = self.error.to_dict()
-        else:
-            data["answer"] = self.answer
+        if self.last_chunk is not None:
+            data["last_chunk"] = self.last_chunk
+        if self.ended and self.cut_short:
+            data["ended"] = True
+        if self.cancelled:
+            data["cancelled"] = True
         return data
 
     @classmethod
@@ -134,4 +157,7 @@ class PortCall:
             args=dict(data["args"]),
             answer=data.get("answer"),
             error=RecordedError.from_dict(error) if error is not None else None,
+            last_chunk=data.get("last_chunk"),
+            ended=data.get("ended") is True,
+            cancelled=data.get("cancelled") is True,
         )

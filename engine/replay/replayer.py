@@ -10,6 +10,16 @@ the code behaves differently stops the replay and is named — the step, the por
 call, the expected and the actual value (``Divergence``). A replay whose calls
 all match then compares the ``StateTrace`` and the result with the recorded ones.
 
+A recorded streamed turn (``LLM.stream`` calls, AGN-034 §4.7) replays streamed:
+a subscriber that names ``ModelTextDelta`` makes the engine ask the model to
+stream, the tapped model answers with the recorded reply in chunks
+(``streams.py``), and the engine puts them together again. What it put together —
+the text it passed on and, on its model call record, the tool calls, model,
+response id, finish reason and tokens (with content capture, the tool calls'
+arguments too) — must be the recorded reply, or the call is named (``reply``). A
+turn whose stream's consumer left is stopped at the same point again: after the
+recorded number of port calls, inside the call the stop cut short.
+
 ``assert_replays`` and ``recordings_in`` make a folder of recordings a pytest
 regression suite::
 
@@ -22,33 +32,49 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar, cast
 
 from pydantic import TypeAdapter
 from pydantic_core import to_json
 
-from aptix_pipeline.contracts import AptixPipelineError, PermanentPortError, PipelineStep
+from aptix_pipeline.contracts import (
+    AptixPipelineError,
+    LLMReply,
+    PermanentPortError,
+    PipelineStep,
+)
 from aptix_pipeline.engine.deep_json import dump_json, encode_value
+from aptix_pipeline.engine.events import (
+    ModelCallFinished,
+    ModelTextDelta,
+    TurnEvent,
+    TurnFaulted,
+)
 from aptix_pipeline.engine.idempotency import RequestKeys, request_keys
+from aptix_pipeline.engine.machine import UNINTERRUPTED
 from aptix_pipeline.engine.pipeline import Pipeline
 from aptix_pipeline.engine.report import TurnReport
+from aptix_pipeline.engine.runner import TurnStop
 from aptix_pipeline.engine.telemetry import Telemetry
 from aptix_pipeline.steps import StepFunction
+from aptix_pipeline.validators import utf8_text
 
-from .port_tap import STORE, decode_answer, tap_ports
+from .port_tap import LLM_PORT, STORE, STREAM, decode_answer, tap_ports
 from .recorder import StepFollower
 from .recording import TurnRecording
 from .records import PortCall
 from .redaction import Redactor
+from .streams import chunk_of, replayed_chunks
 
 __all__ = [
     "Divergence",
     "ReplayDivergenceError",
     "ReplayOutcome",
     "ReplayTap",
+    "StreamFollower",
     "assert_replays",
     "first_difference",
     "recordings_in",
@@ -74,7 +100,13 @@ class Divergence:
     - ``extra_call`` — a call after the recording's last one;
     - ``missing_calls`` — the turn ended with recorded calls not made;
     - ``trace`` / ``result`` — every call matched, but the ``StateTrace`` or the
-      result differs (``where`` is the path inside it).
+      result differs (``where`` is the path inside it);
+    - ``reply`` — a streamed model call: the engine put another reply together
+      from the recorded one's chunks (``where``: ``answer.Text``, …);
+    - ``stream`` — a streamed model call: the code stopped reading the recorded
+      stream before where it ended, or read on past where it was closed;
+    - ``unreplayable`` — the recorded call was cut short by the turn's deadline,
+      which a replay, off the clock, cannot cut at the same point.
 
     ``call_number`` is the recorded call's ``n``; ``step`` the transition that was
     running (``None``: after the machine stopped).
@@ -101,6 +133,12 @@ class Divergence:
             f"{self.port_call} (recorded {during})",
             "trace": f"the state trace differs {during}",
             "result": "the result differs",
+            "reply": f"port call #{self.call_number} {self.port_call} {during}: "
+            "the engine put another reply together",
+            "stream": f"port call #{self.call_number} {self.port_call} {during}: "
+            "the code read the stream to another point",
+            "unreplayable": f"port call #{self.call_number} {self.port_call} {during}: "
+            "cut short by the turn's deadline, which a replay (off the clock) cannot repeat",
         }.get(self.kind, self.kind)
         lines = [f"divergence: {head}"]
         if self.where:
@@ -175,19 +213,42 @@ class _DivergedError(PermanentPortError):
     """Raised into the engine at a divergence: the turn stops (an LLM port does not retry)."""
 
 
-class ReplayTap:
-    """The ``PortTap`` of a replay: checks each call against the recording and answers it."""
+_REPLY: TypeAdapter[LLMReply] = TypeAdapter(LLMReply)
 
-    def __init__(self, recording: TurnRecording) -> None:
+
+class ReplayTap:
+    """The ``PortTap`` of a replay: checks each call against the recording and answers it.
+
+    ``stop`` is the turn's ``TurnStop`` when the recorded turn was stopped from
+    outside (``TurnRecording.stopped_after_call``): once the code has made that
+    many calls the stop is asked for, and the next awaited call the code makes in
+    a step (or the call recorded as cut short) waits for it to land, as the
+    recorded turn's did.
+    """
+
+    def __init__(self, recording: TurnRecording, stop: TurnStop | None = None) -> None:
         self.step: str | None = None
         self.divergence: Divergence | None = None
         self._calls = recording.calls
         self._redactor = Redactor.of(recording.calls) if recording.redacted else None
         self.position = 0
+        self._stop = stop
+        self._stop_after = recording.stopped_after_call if stop is not None else None
+        self.stopping = False
+        """The stop was asked for and has not landed yet."""
+        self._replied: PortCall | None = None
+        """A streamed call whose whole reply was yielded: checked when its model call ends."""
+        if stop is not None and self._stop_after == 0:
+            self._request_stop()
 
     def _diverge(self, divergence: Divergence) -> _DivergedError:
         self.divergence = divergence
         return _DivergedError(divergence.describe())
+
+    def _request_stop(self) -> None:
+        assert self._stop is not None
+        self._stop.request()
+        self.stopping = True
 
     def _expect(self, port: str, call: str, args: Mapping[str, Any]) -> PortCall:
         if self.divergence is not None:  # the turn is stopping: nothing more matches
@@ -226,7 +287,52 @@ class ReplayTap:
                 Divergence("arguments", self.step, expected.n, name, where, left, right)
             )
         self.position += 1
+        if self.position == self._stop_after:
+            self._request_stop()
         return expected
+
+    async def _halt(self) -> NoReturn:
+        """Wait for the turn's stop (asked for) to cancel it here."""
+        try:
+            await asyncio.get_running_loop().create_future()
+        finally:
+            self.stopping = False
+        raise AssertionError("a turn's stop cancels what it waits for")  # pragma: no cover
+
+    def _stoppable(self) -> bool:
+        """Whether a stop can land now: in a step the turn's stop may cancel (not the
+        commit, ``UNINTERRUPTED``, nor after the machine stopped)."""
+        return self.step is not None and self.step not in UNINTERRUPTED
+
+    async def _halt_if_stopping(self) -> None:
+        """An awaited call in a step, after the stop was asked for: the stop lands here."""
+        if self.stopping and self._stoppable():
+            await self._halt()
+
+    def _check_cut(self, expected: PortCall) -> None:
+        """A call the recorded turn's stop cut short: only a consumer's stop is repeated.
+
+        A call the deadline cut short (no recorded stop) is named ``unreplayable``: a
+        replay runs off the clock.
+        """
+        if self._stop is None or not self._stoppable():
+            raise self._diverge(
+                Divergence(
+                    "unreplayable",
+                    self.step,
+                    expected.n,
+                    expected.name,
+                    "",
+                    {"cancelled": True},
+                    _ABSENT,
+                )
+            )
+
+    async def _cut_short(self) -> NoReturn:
+        """The replay's stop lands in the call the recorded one landed in."""
+        if not self.stopping:
+            self._request_stop()
+        await self._halt()
 
     @staticmethod
     def _answer(expected: PortCall, answer: TypeAdapter[T]) -> T:
@@ -245,7 +351,89 @@ class ReplayTap:
         method: str | None = None,
     ) -> T:
         """Check the call against the next recorded one; answer as the real port did."""
-        return self._answer(self._expect(port, call, args), answer)
+        await self._halt_if_stopping()
+        expected = self._expect(port, call, args)
+        if expected.cancelled:
+            self._check_cut(expected)
+            await self._cut_short()
+        return self._answer(expected, answer)
+
+    async def stream(
+        self, target: Any, port: str, call: str, args: Mapping[str, Any]
+    ) -> AsyncIterator[Any]:
+        """Check the streamed call against the next recorded one; stream its reply again.
+
+        The recorded reply comes in chunks (``replayed_chunks``); then, as the stream
+        ended: nothing more (the reply is checked when the model call ends,
+        ``replied``), the recorded error, the recorded last chunk (the engine stops
+        reading there), or the turn's stop.
+        """
+        await self._halt_if_stopping()
+        expected = self._expect(port, call, args)
+        if expected.cancelled:
+            self._check_cut(expected)
+        closed = expected.last_chunk is not None
+        chunks = replayed_chunks(expected.answer, ended=expected.ended or not expected.cut_short)
+        if closed:
+            chunks.append(chunk_of(expected.last_chunk))
+        given = 0
+        try:
+            for chunk in chunks:
+                yield chunk
+                given += 1
+        except GeneratorExit:
+            if not closed or given != len(chunks) - 1:
+                self._read_to(expected, f"closed after chunk {given + 1}", len(chunks))
+            raise
+        if expected.cancelled:
+            await self._cut_short()
+        if expected.error is not None:
+            raise expected.error.to_exception()
+        if closed:
+            raise self._diverge(
+                self._stream_divergence(expected, f"read on after chunk {len(chunks)}", len(chunks))
+            )
+        self._replied = expected
+
+    def _stream_divergence(self, expected: PortCall, actual: str, chunks: int) -> Divergence:
+        """Where the engine stopped reading (``actual``) is not where the recorded one did."""
+        if expected.last_chunk is not None:
+            recorded = f"closed after chunk {chunks}"
+        else:
+            recorded = f"read to its end ({chunks} chunks)"
+        return Divergence("stream", self.step, expected.n, expected.name, "", recorded, actual)
+
+    def _read_to(self, expected: PortCall, actual: str, chunks: int) -> None:
+        """The engine closed the stream at another point than the recorded one."""
+        if self.divergence is None:  # the engine is unwinding: name it, do not raise into it
+            self.divergence = self._stream_divergence(expected, actual, chunks)
+
+    def replied(self, event: ModelCallFinished, text: str) -> None:
+        """A model call ended: a streamed reply yielded whole must be what the engine made.
+
+        ``text`` is what the engine passed on as it streamed (its text deltas, joined).
+        """
+        expected, self._replied = self._replied, None
+        if expected is None or not event.replied or self.divergence is not None:
+            return
+        recorded = decode_answer(_REPLY, expected.answer)
+        if not isinstance(recorded, LLMReply):
+            return
+        shown = event.reply  # the whole reply only with content capture
+        want = _reply_view(recorded, recorded.text, arguments=shown is not None)
+        made = _made_view(event, text, shown)
+        if self._redactor is not None:
+            want, made = self._redactor.value(want), self._redactor.value(made)
+        difference = first_difference(want, made)
+        if difference is not None:
+            where, left, right = difference
+            self.divergence = Divergence(
+                "reply", expected.step, expected.n, expected.name, f"answer.{where}", left, right
+            )
+
+    def faulted(self, event: TurnFaulted) -> None:
+        """A fault ended the turn's steps: a stop asked for has landed (or never will)."""
+        self.stopping = False
 
     def call(
         self, target: Any, port: str, call: str, answer: TypeAdapter[T], args: Mapping[str, Any]
@@ -274,6 +462,79 @@ class ReplayTap:
             {"calls": [call.name for call in self._calls[self.position :]]},
             _ABSENT,
         )
+
+
+def _reply_view(reply: LLMReply, text: str | None, *, arguments: bool) -> dict[str, Any]:
+    """What a replay compares of a streamed reply (PascalCase, as its JSON): the text,
+    the tool calls' ids and names (and arguments, with content capture), the model,
+    response id, finish reason and token counts. Text as the engine passes it on."""
+    usage = reply.usage
+    return {
+        "Text": utf8_text(text or ""),
+        "ToolCalls": [
+            {
+                "ToolCallId": utf8_text(call.tool_call_id),
+                "Name": utf8_text(call.name),
+                **({"ArgumentsJson": utf8_text(call.arguments_json)} if arguments else {}),
+            }
+            for call in reply.tool_calls
+        ],
+        "Model": reply.model,
+        "ResponseId": reply.response_id,
+        "FinishReason": reply.finish_reason,
+        "Usage": None
+        if usage is None
+        else {"InputTokens": usage.input_tokens, "OutputTokens": usage.output_tokens},
+    }
+
+
+def _made_view(event: ModelCallFinished, text: str, reply: LLMReply | None) -> dict[str, Any]:
+    """``_reply_view`` of what the engine made: its whole reply when the event holds it,
+    else its model call record; the text always as the engine streamed it."""
+    if reply is not None:
+        return _reply_view(reply, text, arguments=True)
+    call = event.call
+    tokens = (call.input_tokens, call.output_tokens)
+    return {
+        "Text": text,
+        "ToolCalls": [{"ToolCallId": id_, "Name": name} for id_, name in call.tool_calls],
+        "Model": call.response_model,
+        "ResponseId": call.response_id,
+        "FinishReason": call.finish_reason,
+        "Usage": None
+        if tokens == (None, None)
+        else {"InputTokens": tokens[0], "OutputTokens": tokens[1]},
+    }
+
+
+class StreamFollower(StepFollower):
+    """A replay's ``StepFollower`` for a streamed turn: it names ``ModelTextDelta``.
+
+    Naming it makes the engine stream the turn (``TurnEvents.streamed``). It joins
+    each model call's text deltas and hands them, with the call's end, to the tap
+    (``ReplayTap.replied``).
+    """
+
+    __slots__ = ("_text",)
+
+    event_types: ClassVar[frozenset[type[TurnEvent]]] = StepFollower.event_types | {
+        ModelTextDelta,
+        ModelCallFinished,
+    }
+
+    def __init__(self, tap: ReplayTap) -> None:
+        super().__init__(tap)
+        self._text: list[str] = []
+
+    def __call__(self, event: TurnEvent) -> None:
+        kind = type(event)
+        if kind is ModelTextDelta:
+            self._text.append(cast(ModelTextDelta, event).text)
+        elif kind is ModelCallFinished:
+            text, self._text = "".join(self._text), []
+            cast(ReplayTap, self.tap).replied(cast(ModelCallFinished, event), text)
+        else:
+            super().__call__(event)
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,7 +633,10 @@ async def replay(
     source = None if isinstance(recording, TurnRecording) else Path(recording)
     if not isinstance(recording, TurnRecording):
         recording = TurnRecording.load(recording)
-    tap = ReplayTap(recording)
+    # A turn its consumer stopped is stopped again, at the same point (ReplayTap).
+    stop = TurnStop() if recording.stopped_after_call is not None else None
+    tap = ReplayTap(recording, stop)
+    streamed = any(call.port == LLM_PORT and call.call == STREAM for call in recording.calls)
     # No waits and no turn deadline: a replay answers from the recording, off the clock.
     options = replace(
         recording.pipeline_options(),
@@ -383,7 +647,11 @@ async def replay(
     # The trace holds content exactly when the recorded one did, or the two differ.
     telemetry = replace(telemetry or Telemetry.off(), capture_content=recording.trace_content)
     ports = tap_ports(
-        tap, None, server_tools=recording.server_tools, provider_name=recording.provider_name
+        tap,
+        None,
+        server_tools=recording.server_tools,
+        provider_name=recording.provider_name,
+        streaming=streamed,
     )
     pipeline = Pipeline(ports, options, steps=steps, telemetry=telemetry)
     request = recording.request_input()
@@ -401,10 +669,11 @@ async def replay(
         request,
         recording.caller,
         initial_mode=recording.initial_mode,
-        listeners=[StepFollower(tap)],
+        listeners=[StreamFollower(tap) if streamed else StepFollower(tap)],
         answer_keys=keys.answer_keys(options.idempotency_ttl_seconds)
         if isinstance(keys, RequestKeys)
         else None,
+        stop=stop,
     )
     divergence = tap.divergence or tap.leftover() or _compared(recording, report)
     return ReplayOutcome(recording, report, divergence, source)
