@@ -74,8 +74,8 @@ _STREAM_SCHEMAS: dict[str, Any] = {
         "title": "StreamProgress",
         "description": "What the turn is doing (AGN-033 §1.3: progress is out-of-band): "
         "`kind` is turn_started, step_started, step_ended, model_call_started, "
-        "model_call_retried, model_first_chunk, model_call_finished, tool_started, "
-        "tool_finished, tool_call, mode_changed, warning or turn_faulted; the other "
+        "model_call_retried, model_first_chunk, llm_call, tool_started, "
+        "tool_finished, tool_call, mode_change, warning or fault; the other "
         "fields depend on it (step, state, taken, round, …). No user content unless "
         "the service captures content.",
         "type": "object",

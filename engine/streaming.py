@@ -37,7 +37,6 @@ from typing import Any, ClassVar, Final, TypeAlias
 from aptix_pipeline.contracts import AgentExecuteResponse, InvokeResult
 
 from .events import (
-    CheckRan,
     Listener,
     ModeChanged,
     ModelCallFinished,
@@ -50,7 +49,6 @@ from .events import (
     ToolCallHandled,
     ToolExecuted,
     ToolExecutionStarted,
-    TransitionTaken,
     TurnEvent,
     TurnFaulted,
     TurnFinished,
@@ -59,6 +57,7 @@ from .events import (
 )
 from .report import TurnReport
 from .runner import TurnStop
+from .trace import entry_to_dict
 
 __all__ = [
     "PROGRESS_EVENTS",
@@ -94,8 +93,14 @@ next step's start says as much — are left out; ask for them with ``progress=``
 def progress_json(event: TurnEvent) -> dict[str, Any]:
     """The JSON form of a progress event: ``kind``, then what it says (docs/STREAMING.md).
 
-    User content appears only where the event holds it (content capture on).
+    An event that carries a state-trace entry is shown as that entry is in the trace
+    (``entry_to_dict``: ``llm_call``, ``tool_call``, ``mode_change``, ``warning``,
+    ``fault``, ``guard``/``exit_hook``, ``transition``), so a progress item and the
+    trace read alike. User content appears only where the event holds it (content
+    capture on).
     """
+    if event.trace_entry:
+        return entry_to_dict(getattr(event, event.trace_entry))
     if isinstance(event, StepStarted):
         return {"kind": "step_started", "step": event.step, "state": event.source}
     if isinstance(event, StepEnded):
@@ -123,18 +128,6 @@ def progress_json(event: TurnEvent) -> dict[str, Any]:
         }
     if isinstance(event, ModelFirstChunk):
         return {"kind": "model_first_chunk", "round": event.round}
-    if isinstance(event, ModelCallFinished):
-        call = event.call
-        return {
-            "kind": "model_call_finished",
-            "round": call.round,
-            "attempts": call.attempts,
-            "tool_calls": [name for _, name in call.tool_calls],
-            "has_text": call.has_text,
-            "input_tokens": call.input_tokens,
-            "output_tokens": call.output_tokens,
-            "error": call.error,
-        }
     if isinstance(event, ToolExecutionStarted):
         data: dict[str, Any] = {
             "kind": "tool_started",
@@ -155,51 +148,8 @@ def progress_json(event: TurnEvent) -> dict[str, Any]:
         if event.result_json is not None:
             data["result_json"] = event.result_json
         return data
-    if isinstance(event, ToolCallHandled):
-        record = event.record
-        return {
-            "kind": "tool_call",
-            "tool_call_id": record.tool_call_id,
-            "name": record.name,
-            "side": str(record.side),
-            "outcome": str(record.outcome),
-            "rule_id": record.rule_id,
-        }
-    if isinstance(event, ModeChanged):
-        change = event.change
-        data = {
-            "kind": "mode_changed",
-            "from": change.previous_mode,
-            "to": change.new_mode,
-            "branch": change.branch,
-        }
-        if change.reason is not None:
-            data["reason"] = change.reason
-        return data
-    if isinstance(event, WarningRaised):
-        return {"kind": "warning", "code": event.warning.code, "message": event.warning.message}
-    if isinstance(event, TurnFaulted):
-        fault = event.fault
-        return {
-            "kind": "turn_faulted",
-            "step": fault.step,
-            "codes": list(fault.error_codes),
-            "rule_ids": list(fault.rule_ids),
-        }
     if isinstance(event, TurnStarted):
         return {"kind": "turn_started"}
-    if isinstance(event, CheckRan):
-        check = event.check
-        return {
-            "kind": "check",
-            "step": check.step,
-            "phase": check.phase,
-            "rule_ids": list(check.rule_ids),
-            "failed": list(check.failed),
-        }
-    if isinstance(event, TransitionTaken):
-        taken = event.transition
-        return {"kind": "transition", "step": taken.event, "from": taken.source, "to": taken.target}
     if isinstance(event, TurnFinished):
         return {"kind": "turn_finished", "successful": event.successful}
     return {"kind": type(event).__name__}  # a host's own event type
