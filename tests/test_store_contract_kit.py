@@ -85,9 +85,10 @@ class DictStore:
         # Every check before any write, and no await in between: all or nothing.
         for write in writes.sessions:
             stored = self.sessions.get(write.session.id)
-            taken = stored is not None if write.created else stored is None
-            if taken or (stored and stored.version != write.expected_version):
-                raise StoreConflictError(f"session {write.session.id!r} changed")
+            if write.created and stored is not None:
+                raise StoreConflictError(f"session {write.session.id!r} exists")
+            if not write.created and (stored is None or stored.version != write.expected_version):
+                raise StoreConflictError(f"session {write.session.id!r} changed since it was read")
         for turn in (w.turn for w in writes.turns if w.created):
             if turn.id in self.turns.get(turn.session_id, {}):
                 raise StoreConflictError(f"turn {turn.id!r} exists")
@@ -106,7 +107,6 @@ class DictStore:
             self.outcomes[(writes.org, writes.user, outcome.key)] = outcome
 
 
-@pytest.mark.decision("D280")
 class TestDictStore(StoreContract):
     """The whole kit on the host's store."""
 
