@@ -26,7 +26,16 @@ if TYPE_CHECKING:
     from .scripted_llm import ScriptedLLM, ScriptError, ScriptExhaustedError
     from .service_config import ConfigError, ServiceConfig
     from .sqlite_store import SQLiteStore
+    from .store_contract import StoreContract
     from .telemetry_setup import TelemetrySetupError, configure_tracing
+    from .unit_of_work import (
+        BufferedTransaction,
+        SessionWrite,
+        StoreBackend,
+        TurnWrite,
+        TurnWrites,
+        outcome_replaceable,
+    )
 
 _EXPORTS: dict[str, str] = {
     "BUILTIN_TOOLS": "builtin_tools",
@@ -54,8 +63,15 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "service_config",
     "ServiceConfig": "service_config",
     "SQLiteStore": "sqlite_store",
+    "StoreContract": "store_contract",
     "TelemetrySetupError": "telemetry_setup",
     "configure_tracing": "telemetry_setup",
+    "BufferedTransaction": "unit_of_work",
+    "SessionWrite": "unit_of_work",
+    "StoreBackend": "unit_of_work",
+    "TurnWrite": "unit_of_work",
+    "TurnWrites": "unit_of_work",
+    "outcome_replaceable": "unit_of_work",
 }
 """Each public name and the module it comes from."""
 
@@ -64,6 +80,7 @@ __all__ = [
     "DEFAULT_STORE_URL",
     "ApiKeyAuthenticator",
     "Authenticator",
+    "BufferedTransaction",
     "CatalogError",
     "ConfigCatalog",
     "ConfigError",
@@ -79,14 +96,20 @@ __all__ = [
     "ScriptedLLM",
     "SequentialIds",
     "ServiceConfig",
+    "SessionWrite",
     "SteppingClock",
+    "StoreBackend",
+    "StoreContract",
     "StreamBrokenError",
     "SystemClock",
     "TelemetrySetupError",
+    "TurnWrite",
+    "TurnWrites",
     "configure_tracing",
     "create_app",
     "embedded_pipeline",
     "open_store",
+    "outcome_replaceable",
 ]
 
 

@@ -6,10 +6,14 @@ and no store lock is held while the model thinks. Concurrency is optimistic: eac
 session a turn touches carries the version the turn read, and ``apply`` refuses
 (``StoreConflictError``) when another turn committed to that session in between.
 
-A store implements ``StoreBackend`` — five scoped reads and ``apply`` — and gets
-the full ``SessionTransaction`` port (contracts/ports.py) from ``BufferedTransaction``.
-Sessions, turns and messages are frozen values: a transaction hands out and keeps
-the objects it reads and is given, never copies; a change is a new object.
+A store implements ``StoreBackend`` — five reads, each scoped to one org and user
+(``read_session``, ``read_turn``, ``read_transcript``, ``read_pending_turn``,
+``read_outcome``), and one atomic ``apply`` — and gets the full
+``SessionTransaction`` port (contracts/ports.py) from ``BufferedTransaction``. The
+memory, SQLite and PostgreSQL stores do, and so may a host's (docs/STORES.md "A
+store of your own"). Sessions, turns and messages are frozen values: a
+transaction hands out and keeps the objects it reads and is given, never copies;
+a change is a new object.
 """
 
 from __future__ import annotations
@@ -67,7 +71,13 @@ def outcome_replaceable(stored: StoredOutcome | None, new: StoredOutcome) -> boo
 
 @dataclass(slots=True)
 class SessionWrite:
-    """A session a turn created or changed; ``expected_version`` is the version it read."""
+    """A session a turn created (``created``) or changed, as it stands after the turn.
+
+    ``expected_version`` is the version the turn read (0 for a new session): the
+    store writes the session with ``expected_version + 1``. ``new_history`` holds
+    the ModeHistory entries this turn appended; ``session.mode_history`` already
+    ends with them.
+    """
 
     session: Session
     created: bool
@@ -85,7 +95,11 @@ class TurnWrite:
 
 @dataclass(slots=True)
 class TurnWrites:
-    """Everything one turn writes, applied at once by ``StoreBackend.apply``."""
+    """Everything one turn writes, applied at once by ``StoreBackend.apply``.
+
+    ``org`` and ``user`` are the caller's; ``transcript`` holds (session id, turn
+    id, message) in the order the messages are appended.
+    """
 
     org: str
     user: str
@@ -96,7 +110,11 @@ class TurnWrites:
 
 
 class StoreBackend(Protocol):
-    """What a store provides to ``BufferedTransaction``; reads are scoped to org + user."""
+    """What a store provides to ``BufferedTransaction``: five reads and one atomic ``apply``.
+
+    Each read is scoped to org + user: another caller's session reads as not
+    found. ``apply`` is the only write, called once per committed turn.
+    """
 
     async def read_session(self, org: str, user: str, session_id: str) -> Session | None:
         """The session, if it belongs to this org and user."""
@@ -119,8 +137,11 @@ class StoreBackend(Protocol):
         ...
 
     async def apply(self, writes: TurnWrites) -> None:
-        """Write everything atomically; raise ``StoreConflictError`` on a version mismatch
-        or on an outcome whose key holds one that is not ``outcome_replaceable``."""
+        """Write everything atomically, or nothing and raise ``StoreConflictError`` when
+        a created session's id is taken, a changed session's stored version is not its
+        ``expected_version`` (another turn committed to it), a created turn's id is
+        taken in its session, or an outcome's key holds one that is not
+        ``outcome_replaceable``."""
         ...
 
 
@@ -158,7 +179,10 @@ class BufferedTransaction:
         """Buffer a new session of the caller."""
         self._open()
         if (session.org, session.user) != (self._org, self._user):
-            raise ValueError("a session is created for the caller's own org and user")
+            raise ValueError(
+                f"a session is created for the caller's own org and user "
+                f"({self._org!r}/{self._user!r}), not for {session.org!r}/{session.user!r}"
+            )
         if session.id in self._sessions or session.id in self._read:
             raise ValueError(f"session {session.id!r} already exists")
         self._sessions[session.id] = SessionWrite(session, True, 0)

@@ -1,14 +1,14 @@
-"""Stored outcomes (``StoredOutcome``, docs/CONFORMANCE.md D181) on every store.
+"""Stored outcomes (``StoredOutcome``, docs/CONFORMANCE.md D181) beyond the store contract.
 
-A committed turn keeps its answer under its keys, in the same commit as the turn
-(``SessionTransaction.save_outcome``). On the memory store, a SQLite file and a
-PostgreSQL database alike: an outcome reads back equal and only for its own org and
-user, a rollback keeps none, a key holding an unexpired outcome makes the whole
-commit a conflict that writes nothing, an expired one is replaced, and
-``purge_outcomes`` forgets exactly the expired ones. Then what only the SQL stores
-show: the bounded sweep of expired outcomes at commit, the SQLite file migrated
-from schema version 1, the PostgreSQL database from version 2, and two PostgreSQL
-transactions storing one key at once.
+The contract kit (tests/test_stores.py) holds every store to what the port promises
+of outcomes: they read back equal and only for their own org and user, a rollback
+keeps none, a key holding an unexpired outcome makes the whole commit a conflict
+that writes nothing, an expired one is replaced. Here, on the memory store, a
+SQLite file and a PostgreSQL database alike: ``purge_outcomes`` forgets exactly the
+expired ones, and a continuation answered once is answered again from the store.
+Then what only the SQL stores show: the bounded sweep of expired outcomes at
+commit, the SQLite file migrated from schema version 1, the PostgreSQL database
+from version 2, and two PostgreSQL transactions storing one key at once.
 """
 
 from __future__ import annotations
@@ -35,10 +35,8 @@ from engine_kit import (
 )
 from test_stores import (
     ORG,
-    OTHER_CALLERS,
     T0,
     USER,
-    entry,
     make_session,
     make_turn,
     seed,
@@ -51,20 +49,13 @@ from aptix_pipeline.adapters.postgres_migrations import MIGRATIONS, VERSION_TABL
 from aptix_pipeline.adapters.postgres_store import OUTCOME_SWEEP as PG_SWEEP
 from aptix_pipeline.adapters.postgres_store import PostgresStore
 from aptix_pipeline.adapters.sqlite_store import OUTCOME_SWEEP, SQLiteStore
-from aptix_pipeline.contracts import StoreConflictError, StoredOutcome, TurnStatus
+from aptix_pipeline.contracts import StoreConflictError, StoredOutcome
 
 pytestmark = pytest.mark.decision("D186")
 
 AnyStore = MemoryStore | SQLiteStore | PostgresStore
 PLUS_TWO = timezone(timedelta(hours=2))
 RESULT = '{"Successful": true, "Result": {"PrimaryOutputText": "done"}}'
-RESULTS = {
-    "plain": RESULT,
-    "escaped-nul": '{"Result": {"PrimaryOutputText": "a\\u0000b"}}',
-    "raw-nul": "a\x00b\x00",
-    "astral": '{"Result": {"PrimaryOutputText": "hi 👋🏽 𝄞 \U0010ffff"}}',
-    "long": '{"Text": "' + "x" * 200_000 + '"}',
-}
 
 
 @pytest.fixture(params=ALL_STORE_KINDS)
@@ -117,109 +108,6 @@ async def purge(store: AnyStore, now: datetime) -> int:
 
 
 # --- every store ----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("result_json", RESULTS.values(), ids=RESULTS.keys())
-async def test_a_committed_outcome_reads_back_equal(store: AnyStore, result_json: str) -> None:
-    await seed(store, turns=[make_turn()])
-    kept = outcome(result_json=result_json, created_at=T0.astimezone(PLUS_TWO))
-
-    await save(store, kept)
-    loaded = await read(store, kept.key)
-
-    assert loaded == kept
-    assert loaded is not None
-    assert loaded.result_json == result_json
-    assert loaded.expires_at is not None
-    assert loaded.created_at.utcoffset() is not None
-
-
-@pytest.mark.decision("D183")
-async def test_an_outcome_that_never_expires_reads_back_without_expiry(store: AnyStore) -> None:
-    await seed(store)
-    kept = outcome(ttl=None)
-
-    await save(store, kept)
-
-    assert await read(store, kept.key) == kept
-
-
-async def test_the_outcome_a_turn_creating_its_session_stores_is_kept(store: AnyStore) -> None:
-    # An Initial turn: the session, the turn and the answer arrive in one commit.
-    tx = store.begin(ORG, USER)
-    await tx.create_session(make_session())
-    await tx.open_turn(make_turn())
-    await tx.save_outcome(outcome())
-    await tx.commit()
-
-    assert await read(store, "key:k1") == outcome()
-
-
-@pytest.mark.parametrize(("org", "user"), OTHER_CALLERS)
-async def test_another_caller_reads_no_outcome_and_may_store_its_own(
-    store: AnyStore, org: str, user: str
-) -> None:
-    await seed(store)
-    await save(store, outcome())
-
-    assert await read(store, "key:k1", org, user) is None
-    # The same key of another caller is another key: no conflict.
-    await seed(store, make_session("s2", org=org, user=user))
-    tx = store.begin(org, user)
-    await tx.save_outcome(outcome(session_id="s2", digest="d2"))
-    await tx.commit()
-    assert (await read(store, "key:k1", org, user)) == outcome(session_id="s2", digest="d2")
-    assert await read(store, "key:k1") == outcome()
-
-
-async def test_a_transaction_sees_its_own_outcome_before_commit_and_a_rollback_keeps_none(
-    store: AnyStore,
-) -> None:
-    await seed(store)
-    tx = store.begin(ORG, USER)
-    await tx.save_outcome(outcome())
-    assert await tx.load_outcome("key:k1") == outcome()
-    assert await read(store, "key:k1") is None  # invisible to others until commit
-
-    await tx.rollback()
-
-    assert await read(store, "key:k1") is None
-
-
-@pytest.mark.parametrize("ttl", [timedelta(hours=1), None], ids=["unexpired", "never-expires"])
-async def test_a_second_outcome_under_a_held_key_makes_the_commit_conflict_and_write_nothing(
-    store: AnyStore, ttl: timedelta | None
-) -> None:
-    await seed(store, turns=[make_turn()], messages=[user_says("hi")])
-    first = outcome(ttl=ttl)
-    await save(store, first)
-    before = await snapshot(store)
-
-    tx = store.begin(ORG, USER)
-    await tx.set_session_mode("s1", entry("general", "review", turn_id="t2"))
-    await tx.set_solution_context("s1", "changed")
-    await tx.open_turn(make_turn("t2"))
-    await tx.complete_turn(make_turn("t2", status=TurnStatus.COMPLETED))
-    await tx.append_transcript("s1", "t2", [user_says("again")])
-    await tx.save_outcome(outcome("key:other", turn_id="t2"))
-    await tx.save_outcome(outcome(turn_id="t2", digest="d2", created_at=T0 + timedelta(minutes=30)))
-    with pytest.raises(StoreConflictError):
-        await tx.commit()
-
-    assert await snapshot(store) == before  # session, turns and transcript untouched
-    assert await read(store, "key:k1") == first
-    assert await read(store, "key:other") is None
-
-
-@pytest.mark.decision("D183")
-async def test_an_expired_outcome_is_replaced(store: AnyStore) -> None:
-    await seed(store, turns=[make_turn(), make_turn("t2")])
-    await save(store, outcome(ttl=timedelta(minutes=5)))
-    again = outcome(turn_id="t2", digest="d2", created_at=T0 + timedelta(minutes=5))
-
-    await save(store, again)  # expired exactly at the new outcome's time
-
-    assert await read(store, "key:k1") == again
 
 
 @pytest.mark.decision("D183")

@@ -1,10 +1,13 @@
-"""The SessionStore port contract (contracts/ports.py), on the memory store, a SQLite file
-and a PostgreSQL database.
+"""The store contract kit on the memory store, a SQLite file and a PostgreSQL database.
 
-Every test taking the ``store`` fixture runs once per store (PostgreSQL-only tests are
-in tests/test_postgres_store.py). The SQLite-only tests
-at the end check what only a real file can show: durability, WAL, the schema
+``aptix_pipeline.StoreContract`` holds the cases every SessionStore passes
+(contracts/ports.py); the three ``Test…Store`` classes run it on ours, each case on
+a fresh store (PostgreSQL: a fresh database, skipped like every PostgreSQL test where
+the server cannot run). Then what our stores' shared transaction adds beyond the
+port (adapters/unit_of_work.py), tests taking the ``store`` fixture, once per store;
+and at the end what only a real SQLite file can show: durability, WAL, the schema
 version, two processes, and that the store keeps off the event loop.
+PostgreSQL-only tests are in tests/test_postgres_store.py.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import pytest
 from engine_kit import ALL_STORE_KINDS, open_store_of_kind
 from pydantic import ValidationError
 
-from aptix_pipeline.adapters.memory_store import MemoryStore
-from aptix_pipeline.adapters.sqlite_store import SCHEMA_VERSION, SQLiteStore
+from aptix_pipeline import MemoryStore, PostgresStore, SQLiteStore, StoreContract
+from aptix_pipeline.adapters.sqlite_store import SCHEMA_VERSION
 from aptix_pipeline.contracts import (
     ChatMessage,
     ChatRole,
@@ -151,160 +154,88 @@ def without_version(session: Session | None) -> dict[str, object]:
     return session.model_dump(exclude={"version"})
 
 
-# --- the transaction is a SessionTransaction -----------------------------------------
+# --- the kit's cases on our three stores ------------------------------------------------
 
 
-def test_begin_gives_a_session_transaction(store: SessionStore) -> None:
-    assert isinstance(store, SessionStore)
-    assert isinstance(store.begin(ORG, USER), SessionTransaction)
+class OurStoreContract(StoreContract):
+    """The kit (aptix_pipeline.StoreContract) with the decisions its cases show here."""
+
+    @pytest.mark.decision("D61", "D67")
+    def test_created_session_round_trips_every_field(self) -> None:
+        super().test_created_session_round_trips_every_field()
+
+    @pytest.mark.decision("D63")
+    def test_uncommitted_writes_are_invisible_to_other_transactions(self) -> None:
+        super().test_uncommitted_writes_are_invisible_to_other_transactions()
+
+    @pytest.mark.decision("D186")
+    def test_a_committed_outcome_reads_back_equal(self) -> None:
+        super().test_a_committed_outcome_reads_back_equal()
+
+    @pytest.mark.decision("D183", "D186")
+    def test_an_outcome_that_never_expires_reads_back_without_expiry(self) -> None:
+        super().test_an_outcome_that_never_expires_reads_back_without_expiry()
+
+    @pytest.mark.decision("D186")
+    def test_the_outcome_of_a_turn_creating_its_session_is_kept(self) -> None:
+        super().test_the_outcome_of_a_turn_creating_its_session_is_kept()
+
+    @pytest.mark.decision("D186")
+    def test_another_caller_reads_no_outcome_and_may_store_its_own_under_the_key(self) -> None:
+        super().test_another_caller_reads_no_outcome_and_may_store_its_own_under_the_key()
+
+    @pytest.mark.decision("D186")
+    def test_a_transaction_sees_its_own_outcome_before_commit_and_a_rollback_keeps_none(
+        self,
+    ) -> None:
+        super().test_a_transaction_sees_its_own_outcome_before_commit_and_a_rollback_keeps_none()
+
+    @pytest.mark.decision("D186")
+    def test_a_second_outcome_under_a_held_key_makes_the_commit_conflict_and_write_nothing(
+        self,
+    ) -> None:
+        super().test_a_second_outcome_under_a_held_key_makes_the_commit_conflict_and_write_nothing()
+
+    @pytest.mark.decision("D183", "D186")
+    def test_an_expired_outcome_is_replaced(self) -> None:
+        super().test_an_expired_outcome_is_replaced()
+
+    @pytest.mark.decision("D221")
+    def test_every_stored_text_field_round_trips_exactly(self) -> None:
+        super().test_every_stored_text_field_round_trips_exactly()
 
 
-# --- round trip ----------------------------------------------------------------------
+class TestMemoryStore(OurStoreContract):
+    """The kit on the memory store."""
+
+    def make_store(self) -> MemoryStore:
+        return MemoryStore()
 
 
-@pytest.mark.decision("D61", "D67")
-async def test_created_session_round_trips_every_field(store: SessionStore) -> None:
-    session = make_session(mode="review")
+class TestSQLiteStore(OurStoreContract):
+    """The kit on a SQLite file, a fresh one for each case."""
 
-    await seed(store, session)
-    loaded, _, _ = await snapshot(store)
+    @pytest.fixture(autouse=True)
+    def _in_a_folder_of_its_own(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "aptix.db"
 
-    assert loaded is not None
-    assert without_version(loaded) == without_version(session)
-    assert loaded.created_at == T0
-    assert loaded.created_at.tzinfo is not None
+    def make_store(self) -> SQLiteStore:
+        return SQLiteStore(self.path)
 
 
-async def test_mode_history_given_at_creation_is_kept(store: SessionStore) -> None:
-    history = [entry("general", "review", minute=1), entry("review", "debug", minute=2)]
-    session = make_session(mode="debug", history=history)
+class TestPostgresStore(OurStoreContract):
+    """The kit on a PostgreSQL database of the test server (tests/pg_server.py), fresh for
+    each case; skipped, like every PostgreSQL test, where the server cannot run."""
 
-    await seed(store, session)
-    loaded, _, _ = await snapshot(store)
+    @pytest.fixture(autouse=True)
+    def _on_a_fresh_database(self, postgres_db_url: str) -> None:
+        self.url = postgres_db_url
 
-    assert loaded is not None
-    assert loaded.mode == "debug"
-    assert loaded.mode_history == history
-
-
-async def test_turn_round_trips_pending_calls_expanded_containers_and_status(
-    store: SessionStore,
-) -> None:
-    second = ToolCall(tool_call_id="call_2", name="run_tests", arguments_json="{}")
-    turn = make_turn(
-        status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[READ_FILE, second], expanded=["Math"]
-    )
-
-    await seed(store, turns=[turn])
-    _, (loaded, missing), _ = await snapshot(store)
-
-    assert loaded == turn
-    assert missing is None
+    def make_store(self) -> PostgresStore:
+        return PostgresStore(self.url, max_size=4)
 
 
-async def test_transcript_keeps_order_across_turns(store: SessionStore) -> None:
-    first_turn = [
-        user_says("read a.py"),
-        ChatMessage(role=ChatRole.ASSISTANT, content="", tool_calls=[READ_FILE]),
-    ]
-    second_turn = [
-        ChatMessage(
-            role=ChatRole.TOOL, content='{"text": "x"}', tool_call_id="call_1", name="read_file"
-        ),
-        assistant_says("a.py holds x"),
-        user_says("thanks"),
-    ]
-    await seed(store, turns=[make_turn("t1")], messages=first_turn)
-
-    tx = store.begin(ORG, USER)
-    await tx.open_turn(make_turn("t2"))
-    await tx.append_transcript("s1", "t2", second_turn[:2])
-    await tx.append_transcript("s1", "t2", second_turn[2:])
-    await tx.commit()
-    _, _, transcript = await snapshot(store)
-
-    assert transcript == [*first_turn, *second_turn]
-
-
-async def test_completed_turn_is_saved_with_its_new_status(store: SessionStore) -> None:
-    await seed(
-        store, turns=[make_turn(status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[READ_FILE])]
-    )
-
-    tx = store.begin(ORG, USER)
-    await tx.complete_turn(make_turn(status=TurnStatus.COMPLETED, expanded=["Math"]))
-    await tx.commit()
-    _, (turn, _), _ = await snapshot(store)
-
-    assert turn is not None
-    assert turn.status is TurnStatus.COMPLETED
-    assert turn.pending_tool_calls == []
-    assert turn.expanded_containers == ["Math"]
-
-
-async def test_sessions_do_not_share_turns_or_transcripts(store: SessionStore) -> None:
-    await seed(
-        store, make_session("s1"), turns=[make_turn("t1", "s1")], messages=[user_says("one")]
-    )
-    await seed(
-        store, make_session("s2"), turns=[make_turn("t9", "s2")], messages=[user_says("two")]
-    )
-
-    tx = store.begin(ORG, USER)
-
-    assert await tx.load_turn("s1", "t9") is None
-    assert await tx.load_turn("s2", "t1") is None
-    assert await tx.load_transcript("s1") == [user_says("one")]
-    assert await tx.load_transcript("s2") == [user_says("two")]
-
-
-# --- visibility ------------------------------------------------------------------------
-
-
-async def test_reads_see_the_transactions_own_writes_before_commit(store: SessionStore) -> None:
-    session = make_session()
-    tx = store.begin(ORG, USER)
-
-    await tx.create_session(session)
-    await tx.open_turn(make_turn())
-    await tx.append_transcript("s1", "t1", [user_says("hi")])
-    changed = await tx.set_session_mode("s1", entry("general", "review"))
-
-    loaded = await tx.load_session("s1")
-    assert loaded is not None
-    assert loaded.mode == "review"
-    assert loaded.mode_history == [entry("general", "review")]
-    assert changed.mode == "review"
-    assert await tx.load_turn("s1", "t1") == make_turn()
-    assert await tx.load_transcript("s1") == [user_says("hi")]
-
-
-@pytest.mark.decision("D63")
-async def test_uncommitted_writes_are_invisible_to_other_transactions(
-    store: SessionStore,
-) -> None:
-    await seed(
-        store, make_session("old"), turns=[make_turn("t1", "old")], messages=[user_says("a")]
-    )
-    writer = store.begin(ORG, USER)
-    await writer.create_session(make_session("new"))
-    await writer.open_turn(make_turn("t1", "new"))
-    await writer.append_transcript("new", "t1", [user_says("hidden")])
-    await writer.open_turn(make_turn("t2", "old"))
-    await writer.append_transcript("old", "t2", [user_says("hidden too")])
-    await writer.set_session_mode("old", entry("general", "review"))
-
-    reader = store.begin(ORG, USER)
-
-    assert await reader.load_session("new") is None
-    assert await reader.load_turn("new", "t1") is None
-    assert await reader.load_transcript("new") == []
-    old = await reader.load_session("old")
-    assert old is not None
-    assert old.mode == "general"
-    assert old.mode_history == []
-    assert await reader.load_turn("old", "t2") is None
-    assert await reader.load_transcript("old") == [user_says("a")]
+# --- what our stores' shared transaction adds (adapters/unit_of_work.py) --------------------
 
 
 async def test_loaded_session_cannot_change_the_transactions_state(store: SessionStore) -> None:
@@ -324,346 +255,9 @@ async def test_loaded_session_cannot_change_the_transactions_state(store: Sessio
     assert again.mode_history == []
 
 
-# --- rollback ------------------------------------------------------------------------
-
-
-async def test_rollback_writes_nothing(store: SessionStore) -> None:
-    await seed(store, turns=[make_turn("t1")], messages=[user_says("kept")])
-    before = await snapshot(store)
-
-    tx = store.begin(ORG, USER)
-    await tx.create_session(make_session("s2"))
-    await tx.open_turn(make_turn("t2"))
-    await tx.complete_turn(make_turn("t1", status=TurnStatus.COMPLETED))
-    await tx.append_transcript("s1", "t2", [user_says("dropped")])
-    await tx.set_session_mode("s1", entry("general", "review"))
-    await tx.rollback()
-
-    assert await snapshot(store) == before
-    assert (await snapshot(store, "s2"))[0] is None
-
-
-async def test_a_transaction_never_committed_writes_nothing(store: SessionStore) -> None:
-    await seed(store, messages=[user_says("kept")])
-    before = await snapshot(store)
-
-    abandoned = store.begin(ORG, USER)
-    await abandoned.create_session(make_session("s2"))
-    await abandoned.append_transcript("s1", "t1", [user_says("dropped")])
-    await abandoned.set_session_mode("s1", entry("general", "review"))
-    del abandoned
-
-    assert await snapshot(store) == before
-    assert (await snapshot(store, "s2"))[0] is None
-
-
-# --- isolation -----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("org", "user"), OTHER_CALLERS, ids=["other-org", "other-user"])
-async def test_another_caller_sees_nothing_of_the_session(
-    store: SessionStore, org: str, user: str
-) -> None:
-    await seed(store, turns=[make_turn()], messages=[user_says("private")])
-
-    tx = store.begin(org, user)
-
-    assert await tx.load_session("s1") is None
-    assert await tx.load_turn("s1", "t1") is None
-    assert await tx.load_transcript("s1") == []
-
-
-@pytest.mark.parametrize(("org", "user"), OTHER_CALLERS, ids=["other-org", "other-user"])
-async def test_another_caller_cannot_write_into_the_session(
-    store: SessionStore, org: str, user: str
-) -> None:
-    await seed(store, turns=[make_turn()], messages=[user_says("private")])
-    before = await snapshot(store)
-    tx = store.begin(org, user)
-
-    with pytest.raises(LookupError):
-        await tx.open_turn(make_turn("t2"))
-    with pytest.raises(LookupError):
-        await tx.set_session_mode("s1", entry("general", "review"))
-    with pytest.raises(LookupError):
-        await tx.complete_turn(make_turn(status=TurnStatus.COMPLETED))
-    with pytest.raises(LookupError):
-        await tx.append_transcript("s1", "t1", [user_says("intruder")])
-    await tx.commit()
-
-    assert await snapshot(store) == before
-
-
-@pytest.mark.parametrize(("org", "user"), OTHER_CALLERS, ids=["other-org", "other-user"])
-async def test_another_caller_cannot_take_over_a_session_id(
-    store: SessionStore, org: str, user: str
-) -> None:
-    await seed(store, messages=[user_says("private")])
-    before = await snapshot(store)
-    tx = store.begin(org, user)
-    await tx.create_session(make_session(org=org, user=user, mode="review"))
-
-    with pytest.raises(StoreConflictError):
-        await tx.commit()
-
-    assert await snapshot(store) == before
-
-
-@pytest.mark.parametrize(("org", "user"), OTHER_CALLERS, ids=["other-org", "other-user"])
-async def test_create_session_for_another_org_or_user_is_refused(
-    store: SessionStore, org: str, user: str
-) -> None:
-    tx = store.begin(ORG, USER)
-
-    with pytest.raises(ValueError, match="own org and user"):
-        await tx.create_session(make_session(org=org, user=user))
-    await tx.commit()
-
-    assert (await snapshot(store))[0] is None
-
-
-async def test_creating_an_existing_session_is_refused(store: SessionStore) -> None:
-    await seed(store)
-    tx = store.begin(ORG, USER)
-    await tx.load_session("s1")
-
-    with pytest.raises(ValueError, match="already exists"):
-        await tx.create_session(make_session())
-
-
-async def test_the_same_new_session_created_twice_concurrently_conflicts(
-    store: SessionStore,
-) -> None:
-    first, second = store.begin(ORG, USER), store.begin(ORG, USER)
-    await first.create_session(make_session(mode="general"))
-    await second.create_session(make_session(mode="review"))
-    await first.commit()
-
-    with pytest.raises(StoreConflictError):
-        await second.commit()
-
-    session, _, _ = await snapshot(store)
-    assert session is not None
-    assert session.mode == "general"
-
-
-# --- SetSessionMode ------------------------------------------------------------------
-
-
-async def test_set_session_mode_changes_mode_and_appends_history(store: SessionStore) -> None:
-    await seed(store)
-    tx = store.begin(ORG, USER)
-
-    returned = await tx.set_session_mode("s1", entry("general", "review"))
-    await tx.commit()
-    loaded, _, _ = await snapshot(store)
-
-    assert returned.mode == "review"
-    assert returned.mode_history == [entry("general", "review")]
-    assert loaded is not None
-    assert loaded.mode == "review"
-    assert loaded.mode_history == [entry("general", "review")]
-
-
-async def test_several_mode_changes_are_kept_in_order(store: SessionStore) -> None:
-    await seed(store)
-    changes = [
-        entry("general", "review", minute=1),
-        entry("review", "general", minute=2),
-        entry("general", "debug", minute=3),
-    ]
-    tx = store.begin(ORG, USER)
-    for change in changes:
-        await tx.set_session_mode("s1", change)
-    await tx.commit()
-    later = entry("debug", "review", minute=4, turn_id="t2")
-    tx = store.begin(ORG, USER)
-    await tx.set_session_mode("s1", later)
-    await tx.commit()
-
-    loaded, _, _ = await snapshot(store)
-
-    assert loaded is not None
-    assert loaded.mode == "review"
-    assert loaded.mode_history == [*changes, later]
-
-
-async def test_mode_change_of_a_session_created_in_the_same_transaction_is_kept(
-    store: SessionStore,
-) -> None:
-    tx = store.begin(ORG, USER)
-    await tx.create_session(make_session())
-    await tx.set_session_mode("s1", entry("general", "review"))
-    await tx.commit()
-
-    loaded, _, _ = await snapshot(store)
-
-    assert loaded is not None
-    assert loaded.mode == "review"
-    assert loaded.mode_history == [entry("general", "review")]
-
-
-async def test_set_session_mode_from_the_wrong_previous_mode_is_refused(
-    store: SessionStore,
-) -> None:
-    await seed(store)
-    tx = store.begin(ORG, USER)
-
-    with pytest.raises(ValueError, match="'review'"):
-        await tx.set_session_mode("s1", entry("review", "debug"))
-
-    loaded = await tx.load_session("s1")
-    assert loaded is not None
-    assert loaded.mode == "general"
-    assert loaded.mode_history == []
-
-
-async def test_set_session_mode_on_a_missing_session_is_a_lookup_error(
-    store: SessionStore,
-) -> None:
-    tx = store.begin(ORG, USER)
-
-    with pytest.raises(LookupError):
-        await tx.set_session_mode("nope", entry("general", "review"))
-
-
-# --- optimistic concurrency ----------------------------------------------------------
-
-
-async def test_the_second_of_two_racing_commits_conflicts_and_writes_nothing(
-    store: SessionStore,
-) -> None:
-    await seed(
-        store,
-        turns=[make_turn("t1", status=TurnStatus.AWAITING_CLIENT_TOOLS)],
-        messages=[user_says("start")],
-    )
-    winner, loser = store.begin(ORG, USER), store.begin(ORG, USER)
-    assert await winner.load_session("s1") is not None
-    assert await loser.load_session("s1") is not None
-
-    await winner.append_transcript("s1", "t1", [assistant_says("winner")])
-    await winner.commit()
-    await loser.open_turn(make_turn("t2"))
-    await loser.complete_turn(make_turn("t1", status=TurnStatus.COMPLETED))
-    await loser.append_transcript("s1", "t2", [assistant_says("loser")])
-    await loser.set_session_mode("s1", entry("general", "review"))
-    with pytest.raises(StoreConflictError):
-        await loser.commit()
-
-    session, (t1, t2), transcript = await snapshot(store)
-    assert session is not None
-    assert session.mode == "general"
-    assert session.mode_history == []
-    assert t1 is not None
-    assert t1.status is TurnStatus.AWAITING_CLIENT_TOOLS
-    assert t2 is None
-    assert transcript == [user_says("start"), assistant_says("winner")]
-
-
-async def test_a_conflicting_turn_succeeds_when_retried_in_a_new_transaction(
-    store: SessionStore,
-) -> None:
-    await seed(store)
-    winner, loser = store.begin(ORG, USER), store.begin(ORG, USER)
-    await winner.load_session("s1")
-    await loser.load_session("s1")
-    await winner.set_session_mode("s1", entry("general", "review"))
-    await winner.commit()
-    await loser.append_transcript("s1", "t1", [user_says("lost")])
-    with pytest.raises(StoreConflictError):
-        await loser.commit()
-
-    retry = store.begin(ORG, USER)
-    await retry.set_session_mode("s1", entry("review", "debug"))
-    await retry.append_transcript("s1", "t1", [user_says("retried")])
-    await retry.commit()
-
-    session, _, transcript = await snapshot(store)
-    assert session is not None
-    assert session.mode_history == [entry("general", "review"), entry("review", "debug")]
-    assert transcript == [user_says("retried")]
-
-
-async def test_transactions_on_different_sessions_do_not_conflict(store: SessionStore) -> None:
-    await seed(store, make_session("s1"))
-    await seed(store, make_session("s2"))
-    one, two = store.begin(ORG, USER), store.begin(ORG, USER)
-    await one.load_session("s1")
-    await two.load_session("s2")
-
-    await one.append_transcript("s1", "t1", [user_says("one")])
-    await two.append_transcript("s2", "t1", [user_says("two")])
-    await one.commit()
-    await two.commit()
-
-    assert (await snapshot(store, "s1"))[2] == [user_says("one")]
-    assert (await snapshot(store, "s2"))[2] == [user_says("two")]
-
-
-async def test_a_commit_without_writes_does_not_make_others_conflict(store: SessionStore) -> None:
-    await seed(store)
-    writer, reader = store.begin(ORG, USER), store.begin(ORG, USER)
-    await writer.load_session("s1")
-    await reader.load_session("s1")
-    await reader.load_transcript("s1")
-
-    await reader.commit()
-    await writer.append_transcript("s1", "t1", [user_says("after a read-only commit")])
-    await writer.commit()
-
-    assert (await snapshot(store))[2] == [user_says("after a read-only commit")]
-
+# --- misuse --------------------------------------------------------------------------
 
 Use = Callable[[SessionTransaction], Awaitable[object]]
-REFUSED: dict[str, Use] = {
-    "set_session_mode": lambda tx: tx.set_session_mode("s1", entry("review", "debug")),
-    "open_turn": lambda tx: tx.open_turn(make_turn("t1")),
-    "complete_turn": lambda tx: tx.complete_turn(make_turn("t9")),
-}
-
-
-@pytest.mark.parametrize("refused", REFUSED.values(), ids=REFUSED.keys())
-async def test_a_refused_write_leaves_nothing_to_commit(store: SessionStore, refused: Use) -> None:
-    await seed(store, turns=[make_turn("t1")])
-    other = store.begin(ORG, USER)
-    await other.load_session("s1")
-    tx = store.begin(ORG, USER)
-
-    with pytest.raises((ValueError, LookupError)):
-        await refused(tx)
-    await tx.commit()
-    await other.append_transcript("s1", "t1", [user_says("not a conflict")])
-    await other.commit()
-
-    assert (await snapshot(store))[2] == [user_says("not a conflict")]
-
-
-async def test_of_many_concurrent_turns_on_one_session_exactly_one_commits(
-    store: SessionStore,
-) -> None:
-    await seed(store)
-    all_read = asyncio.Barrier(10)
-
-    async def turn(index: int) -> bool:
-        tx = store.begin(ORG, USER)
-        await tx.load_session("s1")
-        await all_read.wait()
-        await tx.append_transcript("s1", f"t{index}", [user_says(f"turn {index}")])
-        try:
-            await tx.commit()
-        except StoreConflictError:
-            return False
-        return True
-
-    outcomes = await asyncio.gather(*(turn(i) for i in range(10)))
-
-    assert outcomes.count(True) == 1
-    winner = outcomes.index(True)
-    assert (await snapshot(store))[2] == [user_says(f"turn {winner}")]
-
-
-# --- misuse --------------------------------------------------------------------------
 
 USES: dict[str, Use] = {
     "load_session": lambda tx: tx.load_session("s1"),
@@ -695,115 +289,6 @@ async def test_a_transaction_used_after_it_ended_raises(
     assert await snapshot(store) == before
 
 
-async def test_opening_an_existing_turn_is_refused(store: SessionStore) -> None:
-    await seed(store, turns=[make_turn("t1")])
-    tx = store.begin(ORG, USER)
-
-    with pytest.raises(ValueError, match="'t1'"):
-        await tx.open_turn(make_turn("t1"))
-    await tx.open_turn(make_turn("t2"))
-    with pytest.raises(ValueError, match="'t2'"):
-        await tx.open_turn(make_turn("t2"))
-
-
-async def test_opening_a_turn_in_a_missing_session_is_a_lookup_error(
-    store: SessionStore,
-) -> None:
-    tx = store.begin(ORG, USER)
-
-    with pytest.raises(LookupError):
-        await tx.open_turn(make_turn("t1", "nope"))
-
-
-async def test_completing_an_unknown_turn_is_a_lookup_error(store: SessionStore) -> None:
-    await seed(store, turns=[make_turn("t1")])
-    tx = store.begin(ORG, USER)
-
-    with pytest.raises(LookupError, match="'t9'"):
-        await tx.complete_turn(make_turn("t9", status=TurnStatus.COMPLETED))
-
-
-async def test_a_commit_with_no_writes_is_fine(store: SessionStore) -> None:
-    await seed(store, messages=[user_says("kept")])
-    before = await snapshot(store)
-
-    empty = store.begin(ORG, USER)
-    await empty.commit()
-    reads_only = store.begin(ORG, USER)
-    await reads_only.load_session("s1")
-    await reads_only.load_transcript("s1")
-    await reads_only.load_turn("s1", "t1")
-    await reads_only.commit()
-
-    assert await snapshot(store) == before
-
-
-# --- pending turns and solution context ---------------------------------------------------
-
-
-async def test_find_pending_turn_sees_stored_and_buffered_turns(store: SessionStore) -> None:
-    waiting = make_turn("t1", status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[READ_FILE])
-    await seed(store, turns=[waiting, make_turn("t2", status=TurnStatus.COMPLETED)])
-
-    tx = store.begin(ORG, USER)
-    found = await tx.find_pending_turn("s1")
-    await tx.complete_turn(waiting.model_copy(update={"status": TurnStatus.COMPLETED}))
-    after_settling = await tx.find_pending_turn("s1")
-    await tx.open_turn(make_turn("t3", status=TurnStatus.AWAITING_CLIENT_TOOLS))
-    buffered = await tx.find_pending_turn("s1")
-
-    assert found is not None
-    assert (found.id, found.pending_tool_calls) == ("t1", [READ_FILE])
-    assert after_settling is None
-    assert buffered is not None
-    assert buffered.id == "t3"
-
-
-async def test_find_pending_turn_is_none_without_one_or_for_another_caller(
-    store: SessionStore,
-) -> None:
-    await seed(store, turns=[make_turn("t1", status=TurnStatus.COMPLETED)])
-    await seed(
-        store,
-        make_session("s2"),
-        turns=[make_turn("t9", "s2", status=TurnStatus.AWAITING_CLIENT_TOOLS)],
-    )
-
-    own = store.begin(ORG, USER)
-    other = store.begin("globex", USER)
-
-    assert await own.find_pending_turn("s1") is None
-    assert (await own.find_pending_turn("s2")) is not None
-    assert await other.find_pending_turn("s2") is None
-
-
-async def test_find_pending_turn_finds_its_own_session_s_turn_among_many_sessions(
-    store: SessionStore,
-) -> None:
-    for n in range(12):
-        await seed(
-            store,
-            make_session(f"s{n}"),
-            turns=[
-                make_turn(f"done{n}", f"s{n}", status=TurnStatus.COMPLETED),
-                make_turn(f"wait{n}", f"s{n}", status=TurnStatus.AWAITING_CLIENT_TOOLS),
-            ],
-        )
-    settle = store.begin(ORG, USER)
-    waiting = await settle.load_turn("s3", "wait3")
-    assert waiting is not None
-    await settle.complete_turn(waiting.model_copy(update={"status": TurnStatus.COMPLETED}))
-    await settle.commit()
-
-    tx = store.begin(ORG, USER)
-    found = {n: await tx.find_pending_turn(f"s{n}") for n in range(12)}
-
-    assert found.pop(3) is None
-    assert {n: (turn.id, turn.session_id) for n, turn in found.items() if turn} == {
-        n: (f"wait{n}", f"s{n}") for n in found
-    }
-
-
 async def test_memory_store_finds_a_pending_turn_among_many_other_turns() -> None:
     store = MemoryStore()
     for n in range(200):
@@ -828,32 +313,6 @@ async def test_memory_store_finds_a_pending_turn_among_many_other_turns() -> Non
     assert found is not None
     assert found.id == "first"  # several pending turns (set by hand): the first written
     assert others == [None] * 200
-
-
-async def test_set_solution_context_replaces_it_at_commit_only(store: SessionStore) -> None:
-    await seed(store)
-
-    tx = store.begin(ORG, USER)
-    updated = await tx.set_solution_context("s1", "solution: other.sln")
-    seen_by_others, _, _ = await snapshot(store)
-    await tx.commit()
-    committed, _, _ = await snapshot(store)
-
-    assert updated.solution_context_text == "solution: other.sln"
-    assert seen_by_others is not None
-    assert seen_by_others.solution_context_text == "solution: aptix.sln"
-    assert committed is not None
-    assert committed.solution_context_text == "solution: other.sln"
-    assert committed.mode == "general"
-
-
-async def test_set_solution_context_of_another_callers_session_is_a_lookup_error(
-    store: SessionStore,
-) -> None:
-    await seed(store)
-
-    with pytest.raises(LookupError):
-        await store.begin("globex", USER).set_solution_context("s1", "stolen")
 
 
 # --- SQLite only -----------------------------------------------------------------------
