@@ -30,6 +30,10 @@ its own, each optional:
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
 
+The catalog brings the executors of the demo tools it offers
+(``ConfigCatalog(demo_tools=True)``): the CLI and the HTTP service have no other
+server tools to run.
+
 Secrets come only from the environment. Relative paths (the SQLite file, the
 script) are resolved against the configuration file's folder. Every mistake is a
 ``ConfigError`` naming the file, the table and the key (DESIGN.md "Bad input gets
@@ -404,7 +408,7 @@ def _builtin_catalog() -> ConfigCatalog:
     data = tomllib.loads(text)
     for agent in data.get("agents", []):
         agent.pop("model", None)
-    return ConfigCatalog(data, source="default_config.toml")
+    return ConfigCatalog(data, source="default_config.toml", demo_tools=True)
 
 
 def parse_service_config(
@@ -426,7 +430,9 @@ def parse_service_config(
     catalog_tables = {key: data[key] for key in _CATALOG_TABLES if key in data}
     try:
         catalog = (
-            ConfigCatalog(catalog_tables, source=source) if catalog_tables else _builtin_catalog()
+            ConfigCatalog(catalog_tables, source=source, demo_tools=True)
+            if catalog_tables
+            else _builtin_catalog()
         )
     except CatalogError as error:
         raise ConfigError(str(error)) from None

@@ -59,6 +59,7 @@ from .streaming import (
     progress_json,
 )
 from .telemetry import Telemetry
+from .tool_routing import ListsAgents, ListsModes, ToolRoutingError, ToolRoutingProblem
 from .trace import CheckRecord, FaultRecord, LLMCallRecord, StateTrace, TransitionRecord
 
 if TYPE_CHECKING:
@@ -96,6 +97,8 @@ __all__ = [
     "GraphvizMissingError",
     "LLMCallRecord",
     "Listener",
+    "ListsAgents",
+    "ListsModes",
     "ModeChanged",
     "ModelCallFinished",
     "ModelCallRetried",
@@ -117,6 +120,8 @@ __all__ = [
     "ToolCallHandled",
     "ToolExecuted",
     "ToolExecutionStarted",
+    "ToolRoutingError",
+    "ToolRoutingProblem",
     "TransitionRecord",
     "TransitionTaken",
     "TurnCall",
