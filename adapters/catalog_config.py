@@ -5,13 +5,20 @@ One file configures both ports (docs/CONFIGURATION.md "The catalog"):
 - ``[[modes]]`` — ``name``, ``display_name`` and ``server_tools`` (names of
   ``[[server_tools]]`` entries). A mode ``"general"`` must exist: it is every new
   session's default (AGN-011 §3.1).
-- ``[[server_tools]]`` — tool definitions (``executes_on = "server"``), with the
-  container design's metadata where a tool is a container or a member of one.
+- ``[[server_tools]]`` — tool definitions, with the container design's metadata
+  where a tool is a container or a member of one.
 - ``[[agents]]`` — ``id``, ``name``, ``system_prompt``, ``model``, ``default``
   and ``[[agents.client_tools]]``.
 - ``[[conversations]]`` — ``id``, ``name``, ``instructions``, ``default``.
 
-Without a file, ``default_config.toml`` (shipped with the package) is used.
+The table says where a tool runs: ``executes_on`` defaults to ``"server"`` in
+``[[server_tools]]`` and to ``"client"`` in ``[[agents.client_tools]]``, and the
+other side is refused (a ``ToolDefinition`` built in Python has no default).
+
+Without a file, ``default_config.toml`` (shipped with the package) is used; it
+brings the executors of its demo tools (``ConfigCatalog.tools``,
+``builtin_tools.py``). Another catalog brings them only when read with
+``demo_tools=True``, and then only for the demo tools its modes offer.
 Mistakes are reported as ``CatalogError`` naming the entry and the problem.
 """
 
@@ -20,8 +27,10 @@ from __future__ import annotations
 import hashlib
 import json
 import tomllib
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -33,7 +42,10 @@ from aptix_pipeline.contracts import (
     ConversationContext,
     ModeSpec,
     ToolDefinition,
+    ToolExecutor,
 )
+
+from .builtin_tools import BUILTIN_TOOLS
 
 __all__ = ["CatalogError", "ConfigCatalog"]
 
@@ -141,9 +153,18 @@ def _default(items: list[Any], what: str, source: str) -> Any:
 
 
 class ConfigCatalog:
-    """``ModeCatalog`` and ``AgentCatalog`` from one configuration; see the module docstring."""
+    """``ModeCatalog`` and ``AgentCatalog`` from one configuration; see the module docstring.
 
-    def __init__(self, data: dict[str, Any], *, source: str = "configuration") -> None:
+    ``demo_tools`` brings the executors of the demo tools (``BUILTIN_TOOLS``: ``Add``,
+    ``Multiply``, ``review_checklist``) that the catalog's modes offer, in ``tools``;
+    ``ConfigCatalog.default()`` does. The whole catalog can be read at once
+    (``all_modes``, ``all_agents``), so a ``Pipeline`` built on it checks its tool
+    routing when it is built (``engine/tool_routing.py``).
+    """
+
+    def __init__(
+        self, data: dict[str, Any], *, source: str = "configuration", demo_tools: bool = False
+    ) -> None:
         try:
             config = _Config.model_validate(data)
         except ValidationError as error:
@@ -206,30 +227,48 @@ class ConfigCatalog:
         self._default_conversation: str | None = (
             default_conversation.id if default_conversation else None
         )
+        offered = {tool.name for mode in self._modes.values() for tool in mode.server_tools}
+        self.tools: Mapping[str, ToolExecutor] = MappingProxyType(
+            {name: run for name, run in BUILTIN_TOOLS.items() if name in offered}
+            if demo_tools
+            else {}
+        )
+        """The executors that come with the catalog: the demo tools' it offers, with
+        ``demo_tools``; else none."""
 
     @classmethod
-    def from_toml(cls, text: str, *, source: str = "configuration") -> ConfigCatalog:
+    def from_toml(
+        cls, text: str, *, source: str = "configuration", demo_tools: bool = False
+    ) -> ConfigCatalog:
         """A catalog from TOML text."""
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
             raise CatalogError(f"{source}: not valid TOML: {error}") from None
-        return cls(data, source=source)
+        return cls(data, source=source, demo_tools=demo_tools)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> ConfigCatalog:
+    def from_file(cls, path: str | Path, *, demo_tools: bool = False) -> ConfigCatalog:
         """A catalog from a TOML file."""
         try:
             text = Path(path).read_text(encoding="utf-8")
         except UnicodeDecodeError as error:
             raise CatalogError(f"{path}: not UTF-8 text: {error}") from None
-        return cls.from_toml(text, source=str(path))
+        return cls.from_toml(text, source=str(path), demo_tools=demo_tools)
 
     @classmethod
     def default(cls) -> ConfigCatalog:
-        """The built-in catalog (``default_config.toml``)."""
+        """The built-in catalog (``default_config.toml``), with its demo tools' executors."""
         text = resources.files(__package__).joinpath("default_config.toml").read_text("utf-8")
-        return cls.from_toml(text, source="default_config.toml")
+        return cls.from_toml(text, source="default_config.toml", demo_tools=True)
+
+    def all_modes(self) -> list[ModeSpec]:
+        """Every mode, in file order, without awaiting."""
+        return list(self._modes.values())
+
+    def all_agents(self) -> list[AgentContext]:
+        """Every agent, in file order, without awaiting."""
+        return list(self._agents.values())
 
     async def get_mode(self, mode: str) -> ModeSpec | None:
         """The mode's entry, or ``None``."""

@@ -1,19 +1,42 @@
 """The embedded defaults, assembled: a ``Pipeline`` on SQLite (or memory) in one call.
 
 ``embedded_pipeline(store="sqlite:aptix.db", llm=ScriptedLLM.from_file(...))``
-gives a pipeline on the SQLite store, the built-in catalog (or a TOML file), the
-built-in server tools, the system clock and random ids — what ``aptix run`` and
-``make demo`` use. Every part can be replaced.
+gives a pipeline on the SQLite store, the built-in catalog with its demo server
+tools (or a TOML file, or a host's own catalog), the system clock and random ids —
+what ``aptix run`` and ``make demo`` use. Every part can be replaced.
+
+The catalog is any object that is both a ``ModeCatalog`` and an ``AgentCatalog``
+(``CatalogPorts``). The demo tools' executors (``BUILTIN_TOOLS``) come only with
+the built-in catalog, a ``ConfigCatalog`` read with ``demo_tools=True``, or
+``embedded_pipeline(demo_tools=True)``; a host's catalog brings none. The
+pipeline is built by ``Pipeline``, which refuses executors that do not match the
+catalog's tools (``engine/tool_routing.py``) when the catalog can be read at once;
+a host's catalog is checked by ``await pipeline.verify()``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
-from aptix_pipeline.engine import Listener, Pipeline, Runtime, Telemetry, TurnInterceptor
+from aptix_pipeline.contracts import (
+    LLM,
+    AgentCatalog,
+    Clock,
+    IdSource,
+    ModeCatalog,
+    SessionStore,
+    ToolExecutor,
+)
+from aptix_pipeline.engine import (
+    Listener,
+    ListsModes,
+    Pipeline,
+    Runtime,
+    Telemetry,
+    TurnInterceptor,
+)
 from aptix_pipeline.engine.replay import Recorder, RecordingOptions
 from aptix_pipeline.steps import PipelineOptions, Ports
 
@@ -27,7 +50,20 @@ from .sqlite_store import SQLiteStore, Synchronous, synchronous_mode
 if TYPE_CHECKING:
     from .postgres_store import PostgresStore
 
-__all__ = ["DEFAULT_STORE_URL", "embedded_pipeline", "open_store", "sqlite_target"]
+__all__ = [
+    "DEFAULT_STORE_URL",
+    "CatalogPorts",
+    "embedded_pipeline",
+    "open_store",
+    "sqlite_target",
+]
+
+
+class CatalogPorts(ModeCatalog, AgentCatalog, Protocol):
+    """A catalog that is both ports: the Mode Catalog and the Agent Catalog
+    (``contracts/ports.py``). ``ConfigCatalog`` is one; a host's own class is one
+    when it has their four methods."""
+
 
 DEFAULT_STORE_URL = "sqlite:aptix.db"
 """The store of ``aptix run`` and of a configuration without a ``[store]`` table (a file
@@ -82,13 +118,23 @@ def open_store(spec: str | Path) -> MemoryStore | SQLiteStore | PostgresStore:
     )
 
 
+def _demo_executors(catalog: CatalogPorts) -> dict[str, ToolExecutor]:
+    """The demo tools' executors for the demo tools ``catalog`` offers; all of them when
+    it cannot be read at once (``Pipeline.verify`` then names any it does not offer)."""
+    if not isinstance(catalog, ListsModes):
+        return dict(BUILTIN_TOOLS)
+    offered = {tool.name for mode in catalog.all_modes() for tool in mode.server_tools}
+    return {name: run for name, run in BUILTIN_TOOLS.items() if name in offered}
+
+
 def embedded_pipeline(
     *,
     llm: LLM,
     store: SessionStore | str | Path = "memory",
     config: str | Path | None = None,
-    catalog: ConfigCatalog | None = None,
+    catalog: CatalogPorts | None = None,
     tools: Mapping[str, ToolExecutor] | None = None,
+    demo_tools: bool = False,
     clock: Clock | None = None,
     ids: IdSource | None = None,
     options: PipelineOptions | None = None,
@@ -98,7 +144,16 @@ def embedded_pipeline(
     interceptors: Sequence[TurnInterceptor] = (),
     runtime: Runtime = "compiled",
 ) -> Pipeline:
-    """A pipeline on the embedded defaults; ``tools`` adds to (or replaces) the built-ins.
+    """A pipeline on the embedded defaults; see the module docstring.
+
+    The catalog is ``catalog`` (any ``CatalogPorts``: a loaded ``ConfigCatalog``
+    such as ``ServiceConfig.catalog``, or a host's own), else the TOML file
+    ``config``, else the built-in catalog. The server tools' executors are the
+    catalog's own (``ConfigCatalog.tools``: the built-in catalog's demo tools), then
+    with ``demo_tools`` those of the demo tools the catalog offers, then ``tools``,
+    each replacing the one before under the same name. Building raises
+    ``ToolRoutingError`` naming each tool when they do not match a catalog that
+    can be read at once; ``await pipeline.verify()`` checks a host's catalog.
 
     ``telemetry`` says where spans go (default: the global OpenTelemetry provider);
     ``recording`` records every turn for replay: a ``Recorder`` composed outside
@@ -106,12 +161,15 @@ def embedded_pipeline(
     turn (``engine/interceptors.py``);
     ``listeners`` hear every event of every turn (docs/EVENTS.md); ``runtime`` is
     the turn runner (``Pipeline``).
-
-    ``catalog`` is an already loaded catalog (e.g. ``ServiceConfig.catalog``); it
-    takes the place of ``config``.
     """
     if catalog is None:
         catalog = ConfigCatalog.from_file(config) if config is not None else ConfigCatalog.default()
+    executors: dict[str, ToolExecutor] = (
+        dict(catalog.tools) if isinstance(catalog, ConfigCatalog) else {}
+    )
+    if demo_tools:
+        executors.update(_demo_executors(catalog))
+    executors.update(tools or {})
     session_store = open_store(store) if isinstance(store, str | Path) else store
     ports = Ports(
         store=session_store,
@@ -120,7 +178,7 @@ def embedded_pipeline(
         agents=catalog,
         clock=clock or SystemClock(),
         ids=ids or RandomIds(),
-        tools={**BUILTIN_TOOLS, **(tools or {})},
+        tools=executors,
     )
     recorders = (Recorder(recording),) if recording is not None else ()
     return Pipeline(

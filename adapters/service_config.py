@@ -32,6 +32,10 @@ its own, each optional:
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
 
+The catalog brings the executors of the demo tools it offers
+(``ConfigCatalog(demo_tools=True)``): the CLI and the HTTP service have no other
+server tools to run.
+
 Secrets come only from the environment. Relative paths (the SQLite file, the
 script) are resolved against the configuration file's folder. Every mistake is a
 ``ConfigError`` naming the file, the table and the key (DESIGN.md "Bad input gets
@@ -62,7 +66,7 @@ from aptix_pipeline.contracts import (
     ToolExecutor,
     scrub_urls,
 )
-from aptix_pipeline.engine import Pipeline, Telemetry
+from aptix_pipeline.engine import Pipeline, Telemetry, ToolRoutingError, check_tool_routing
 from aptix_pipeline.engine.replay import RecordingOptions
 from aptix_pipeline.steps import MAX_IDEMPOTENCY_TTL_SECONDS, PipelineOptions, TranscriptPolicy
 
@@ -411,7 +415,7 @@ def _builtin_catalog() -> ConfigCatalog:
     data = tomllib.loads(text)
     for agent in data.get("agents", []):
         agent.pop("model", None)
-    return ConfigCatalog(data, source="default_config.toml")
+    return ConfigCatalog(data, source="default_config.toml", demo_tools=True)
 
 
 def parse_service_config(
@@ -433,10 +437,16 @@ def parse_service_config(
     catalog_tables = {key: data[key] for key in _CATALOG_TABLES if key in data}
     try:
         catalog = (
-            ConfigCatalog(catalog_tables, source=source) if catalog_tables else _builtin_catalog()
+            ConfigCatalog(catalog_tables, source=source, demo_tools=True)
+            if catalog_tables
+            else _builtin_catalog()
         )
     except CatalogError as error:
         raise ConfigError(str(error)) from None
+    try:  # a server tool the file declares has no executor here: say so before serving
+        check_tool_routing(catalog.all_modes(), catalog.all_agents(), catalog.tools)
+    except ToolRoutingError as error:
+        raise ConfigError(f"{source}: {error}") from None
     engine = _table(_Engine, data.get("engine", {}), "engine", source)
     server = _table(_Server, data.get("server", {}), "server", source)
     recording = None

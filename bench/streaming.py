@@ -100,6 +100,7 @@ def _pipeline(model: ChunkedModel) -> Pipeline:
         agents=catalog,
         clock=SystemClock(),
         ids=RandomIds(),
+        tools=catalog.tools,  # the built-in catalog's demo tools
     )
     return Pipeline(ports, PipelineOptions(), telemetry=Telemetry.off())
 

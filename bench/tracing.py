@@ -72,6 +72,7 @@ def bench_pipeline(
         agents=catalog,
         clock=SystemClock(),
         ids=RandomIds(),
+        tools=catalog.tools,  # the built-in catalog's demo tools
     )
     interceptors = [Recorder(recording)] if recording is not None else []
     return Pipeline(ports, PipelineOptions(), telemetry=telemetry, interceptors=interceptors)

@@ -99,6 +99,7 @@ def bench_ports(llm: LLM, store: SessionStore | None = None) -> Ports:
         agents=catalog,
         clock=SystemClock(),
         ids=RandomIds(),
+        tools=catalog.tools,  # the built-in catalog's demo tools
     )
 
 

@@ -3,7 +3,9 @@
 - ``ToolCall`` is AGN-033 §5.1; ``ToolResult`` is AGN-033 §5.2 / AGN-034 §5.
 - ``ToolDefinition`` carries the container metadata of the container parameter
   validation design (IsContainer, PluginName, FunctionNames, FunctionCount,
-  SourceType) and a JSON Schema for its arguments.
+  SourceType), a JSON Schema for its arguments, and where it runs
+  (``executes_on``, required: AGN-011 §4.3 merges client and server tools, and
+  a call of one goes where its definition says).
 - ``ToolCallManifest`` is the pairing of emitted calls and returned results that
   AGN-036 §5 validates.
 - ``ContainerInvocationErrorResponse`` and ``ValidationErrorResponse`` are the
@@ -128,6 +130,11 @@ class ToolCallManifest(WireModel):
 class ToolDefinition(WireModel):
     """A tool the model may call, with its argument schema and container metadata.
 
+    ``executes_on`` has no default: ``"server"`` means the engine runs a call of
+    it with the executor registered under its name (``Ports.tools``), ``"client"``
+    means the call ends the turn and the client runs it (AGN-011 §4.3). Leaving it
+    out is refused, naming the tool.
+
     A *container* (``is_container``) groups the functions named in
     ``function_names``; it must be called with no arguments to expand (container
     design, "Validation Decision Tree"). A member function names its container in
@@ -139,7 +146,7 @@ class ToolDefinition(WireModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: dict(_EMPTY_OBJECT_SCHEMA))
-    executes_on: Literal["client", "server"] = "client"
+    executes_on: Literal["client", "server"]
     is_container: bool = False
     plugin_name: str | None = None
     function_names: tuple[str, ...] | None = None
@@ -151,6 +158,18 @@ class ToolDefinition(WireModel):
         # A definition is a frozen value shared by every turn that advertises it:
         # copying a context (AGN-036 §4.10's PRE snapshot) need not copy its schemas.
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _says_where_it_runs(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "executes_on" not in data and "ExecutesOn" not in data:
+            name = data.get("name", data.get("Name"))
+            raise ValueError(
+                f"tool {name!r} does not say where it runs: give executes_on='server' "
+                "(an executor registered under its name runs it) or executes_on='client' "
+                "(the client runs it)"
+            )
+        return data
 
     @field_validator("parameters")
     @classmethod

@@ -59,6 +59,13 @@ from .streaming import (
     progress_json,
 )
 from .telemetry import Telemetry
+from .tool_routing import (
+    ListsAgents,
+    ListsModes,
+    ToolRoutingError,
+    ToolRoutingProblem,
+    check_tool_routing,
+)
 from .trace import CheckRecord, FaultRecord, LLMCallRecord, StateTrace, TransitionRecord
 
 if TYPE_CHECKING:
@@ -96,6 +103,8 @@ __all__ = [
     "GraphvizMissingError",
     "LLMCallRecord",
     "Listener",
+    "ListsAgents",
+    "ListsModes",
     "ModeChanged",
     "ModelCallFinished",
     "ModelCallRetried",
@@ -117,6 +126,8 @@ __all__ = [
     "ToolCallHandled",
     "ToolExecuted",
     "ToolExecutionStarted",
+    "ToolRoutingError",
+    "ToolRoutingProblem",
     "TransitionRecord",
     "TransitionTaken",
     "TurnCall",
@@ -128,6 +139,7 @@ __all__ = [
     "TurnStarted",
     "TurnStream",
     "WarningRaised",
+    "check_tool_routing",
     "diagram_text",
     "format_for",
     "pipeline_diagram",

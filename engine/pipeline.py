@@ -68,6 +68,7 @@ from .report import RequestInput, ResponseResult, TurnReport, answered_report
 from .runner import RUNTIMES, Runtime, TurnStop, Walked, compile_machine, walk
 from .streaming import PROGRESS_EVENTS, TurnStream
 from .telemetry import SpanBuilder, Telemetry, answered_without_a_turn, provider_name_of
+from .tool_routing import check_tool_routing_now, verify_tool_routing
 from .trace import CheckRecord, StateTrace, TransitionRecord
 
 __all__ = ["Pipeline"]
@@ -136,6 +137,12 @@ class Pipeline:
     that raises is logged and changes nothing. ``runtime`` is ``"compiled"`` (the
     default: ``TurnMachine`` compiled into a table, ``engine/runner.py``) or
     ``"statechart"`` (python-statemachine's own runtime, the reference).
+
+    Building refuses, with a ``ToolRoutingError`` naming each tool, executors in
+    ``ports.tools`` that do not match where the catalog's tools run
+    (``engine/tool_routing.py``) when the catalogs can be read at once
+    (``ConfigCatalog``); ``await verify()`` checks catalogs that are read by
+    awaiting.
     """
 
     def __init__(
@@ -151,6 +158,7 @@ class Pipeline:
     ) -> None:
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
+        check_tool_routing_now(ports)
         self.ports = ports
         self.runtime: Runtime = runtime
         self.telemetry = (telemetry or Telemetry()).resolved()
@@ -171,6 +179,18 @@ class Pipeline:
         self._single_flight = SingleFlight()
         self._answers = AnswerBook(self._ports.store, ports.clock)
         compile_machine()  # once per process: a machine the runner cannot run fails here
+
+    async def verify(self) -> None:
+        """Check that the executors match where the catalog's tools run, reading the
+        catalogs through their ports; raise ``ToolRoutingError`` naming each tool.
+
+        A server tool that a mode offers needs an executor; an executor needs a
+        server tool of its name; ``agent_change_mode`` is exempt
+        (``engine/tool_routing.py``). Building the pipeline runs the same check
+        when its catalogs can be read at once; a host's catalog that is read by
+        awaiting is checked here, once, before the first turn.
+        """
+        await verify_tool_routing(self.ports)
 
     async def execute(
         self,

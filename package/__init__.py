@@ -145,6 +145,7 @@ if TYPE_CHECKING:
         ToolCallHandled,
         ToolExecuted,
         ToolExecutionStarted,
+        ToolRoutingError,
         TransitionRecord,
         TransitionTaken,
         TurnCall,
@@ -295,6 +296,7 @@ _EXPORTS: dict[str, str] = {
     "AptixPipelineError": "contracts",
     "PermanentPortError": "contracts",
     "StoreConflictError": "contracts",
+    "ToolRoutingError": "engine",
     # Rules and validators (AGN-036, AGN-034, AGN-033)
     "Rule": "validators",
     "all_rules": "validators",
@@ -503,6 +505,7 @@ __all__ = [
     "ToolExecutor",
     "ToolInvocation",
     "ToolResult",
+    "ToolRoutingError",
     "TransitionRecord",
     "TransitionTaken",
     "Turn",

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from aptix_pipeline import PipelineOptions, Ports
-from aptix_pipeline.adapters.builtin_tools import BUILTIN_TOOLS
 from aptix_pipeline.adapters.catalog_config import ConfigCatalog
 from aptix_pipeline.adapters.clocks import SteppingClock
 from aptix_pipeline.adapters.ids import SequentialIds
@@ -133,7 +132,8 @@ def make_pipeline(
 
     ``replies`` is a ScriptedLLM script (returned too, to inspect ``requests``) or
     any LLM port. ``config`` is catalog TOML text (default: the built-in catalog);
-    ``tools`` adds server tool executors to the built-in ones. Retries do not wait.
+    ``tools`` adds server tool executors to the catalog's own (the built-in catalog's
+    demo tools; none for ``config``). Retries do not wait.
     ``telemetry`` is the pipeline's (default: spans to the global provider, the
     API's no-op unless a test configured the SDK); ``runtime`` the turn runner's;
     ``listeners`` get every event of every turn.
@@ -153,7 +153,7 @@ def make_pipeline(
         agents=catalog,
         clock=SteppingClock(),
         ids=SequentialIds(),
-        tools={**BUILTIN_TOOLS, **(tools or {})},
+        tools={**catalog.tools, **(tools or {})},
     )
     opts = options or PipelineOptions(retry_wait_seconds=0, retry_max_wait_seconds=0)
     pipeline = Pipeline(

@@ -70,7 +70,7 @@ def _agent_prompt(ctx: PipelineContext) -> None:
 
 def _agent_tools(ctx: PipelineContext) -> None:
     assert ctx.agent_context is not None
-    ctx.agent_context.client_tools.append(ToolDefinition(name="grep"))
+    ctx.agent_context.client_tools.append(ToolDefinition(name="grep", executes_on="client"))
 
 
 def _manifest_result(ctx: PipelineContext) -> None:

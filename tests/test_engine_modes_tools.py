@@ -39,7 +39,16 @@ from engine_kit import (
     warning_codes,
 )
 
-from aptix_pipeline import PipelineOptions
+from aptix_pipeline import (
+    AgentContext,
+    ConfigCatalog,
+    ConversationContext,
+    ModeSpec,
+    PipelineOptions,
+    SequentialIds,
+    SteppingClock,
+    embedded_pipeline,
+)
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
@@ -227,6 +236,11 @@ executes_on = "server"
 )
 
 # --- helpers ----------------------------------------------------------------------------
+
+
+async def never_runs(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+    """The executor of a server tool a scenario offers but never calls."""
+    raise AssertionError(f"{invocation.name} was not to be called")
 
 
 def names(request: LLMRequest) -> list[str]:
@@ -469,7 +483,10 @@ async def test_server_tool_named_like_a_client_tool_is_left_out_with_a_warning(
     store: SessionStore,
 ) -> None:
     pipeline, llm = make_pipeline(
-        store, [calls(call("c1", "read_file", {"path": "a.py"}))], config=SHADOWING_CONFIG
+        store,
+        [calls(call("c1", "read_file", {"path": "a.py"}))],
+        config=SHADOWING_CONFIG,
+        tools={"read_file": never_runs, "lookup": never_runs},
     )
 
     report, response = await start(pipeline)
@@ -1061,7 +1078,10 @@ async def test_container_error_guidance_names_only_the_first_five_functions(
     store: SessionStore,
 ) -> None:
     pipeline, llm = make_pipeline(
-        store, [calls(call("x1", "Math", {"a": 1})), text("sorry")], config=BIG_CONTAINER_CONFIG
+        store,
+        [calls(call("x1", "Math", {"a": 1})), text("sorry")],
+        config=BIG_CONTAINER_CONFIG,
+        tools=dict.fromkeys(SEVEN_FUNCTIONS, never_runs),
     )
 
     await start(pipeline)
@@ -1240,17 +1260,42 @@ async def test_raising_server_tool_is_an_error_for_the_model_not_a_fault(
     assert "adder on fire" in (results[0].error_message or "")
 
 
+class AwaitedCatalog:
+    """A catalog read only by awaiting, as a host's database-backed one is: building the
+    pipeline cannot check its tools (``Pipeline.verify`` can), so a turn may meet a
+    server tool that has no executor."""
+
+    def __init__(self, inner: ConfigCatalog) -> None:
+        self.inner = inner
+
+    async def get_mode(self, mode: str) -> ModeSpec | None:
+        return await self.inner.get_mode(mode)
+
+    async def list_modes(self) -> list[ModeSpec]:
+        return await self.inner.list_modes()
+
+    async def get_agent_context(self, agent_context_id: str | None) -> AgentContext | None:
+        return await self.inner.get_agent_context(agent_context_id)
+
+    async def get_conversation_context(
+        self, conversation_context_id: str | None
+    ) -> ConversationContext | None:
+        return await self.inner.get_conversation_context(conversation_context_id)
+
+
 @pytest.mark.decision("D30")
 async def test_server_tool_without_executor_is_an_error_for_the_model(
     store: SessionStore,
 ) -> None:
-    pipeline, llm = make_pipeline(
-        store, [calls(call("w1", "weather")), text("no weather")], config=UNEXECUTABLE_CONFIG
+    llm = ScriptedLLM([calls(call("w1", "weather")), text("no weather")])
+    catalog = AwaitedCatalog(ConfigCatalog.from_toml(UNEXECUTABLE_CONFIG))
+    pipeline = embedded_pipeline(
+        llm=llm, store=store, catalog=catalog, clock=SteppingClock(), ids=SequentialIds()
     )
 
     report, response = await start(pipeline)
 
-    answer = tool_answer(scripted(llm).requests[1], "w1")
+    answer = tool_answer(llm.requests[1], "w1")
     assert set(answer) == {"error"}
     assert "weather" in answer["error"]
     assert [(c.name, c.side, c.outcome) for c in report.tool_calls] == [

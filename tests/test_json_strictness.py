@@ -63,7 +63,7 @@ def test_response_tool_call_arguments_with_nan_are_refused() -> None:
 
 @pytest.mark.decision("D22")
 def test_tool_call_arguments_with_infinity_are_malformed() -> None:
-    tool = ToolDefinition(name="calc", parameters={"type": "object"})
+    tool = ToolDefinition(name="calc", executes_on="client", parameters={"type": "object"})
 
     verdict = check_tool_call(tool, "calc", '{"x": Infinity}')
 

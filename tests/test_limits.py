@@ -400,7 +400,11 @@ async def test_a_model_reply_over_the_size_limit_faults_the_turn_without_another
 ) -> None:
     llm = HangingLLM(answer_first=5, reply=reply)
     pipeline, _ = make_pipeline(
-        MemoryStore(), llm, config=TOOLS_TOML, options=_options(max_model_reply_chars=100)
+        MemoryStore(),
+        llm,
+        config=TOOLS_TOML,
+        tools={"slow_lookup": _found},
+        options=_options(max_model_reply_chars=100),
     )
     report = await pipeline.run({"Instruction": "hi"}, CALLER)
 

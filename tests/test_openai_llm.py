@@ -44,6 +44,7 @@ KEY = "sk-test-0123456789abcdef"
 
 READ_FILE = ToolDefinition(
     name="read_file",
+    executes_on="client",
     description="Read a file.",
     parameters={
         "type": "object",
@@ -51,7 +52,7 @@ READ_FILE = ToolDefinition(
         "required": ["path"],
     },
 )
-NO_ARGS = ToolDefinition(name="review_checklist")
+NO_ARGS = ToolDefinition(name="review_checklist", executes_on="client")
 
 
 class RecordedWaits:

@@ -121,14 +121,14 @@ def test_plain_schemas_are_recognised(schema: Any) -> None:
 def test_other_schemas_are_judged_by_jsonschema(schema: dict[str, Any], message: str) -> None:
     assert not _plainly_valid(schema)
     with pytest.raises(ValueError, match=message):
-        ToolDefinition(name="t", parameters=schema)
+        ToolDefinition(name="t", executes_on="client", parameters=schema)
 
 
 def test_a_plain_definition_does_not_import_jsonschema() -> None:
     code = (
         "import sys\n"
         "from aptix_pipeline.contracts import ToolDefinition\n"
-        "ToolDefinition(name='t', parameters={'type': 'object', "
+        "ToolDefinition(name='t', executes_on='client', parameters={'type': 'object', "
         "'properties': {'a': {'type': 'number'}}, 'required': ['a']})\n"
         "assert 'jsonschema' not in sys.modules, 'jsonschema was imported'\n"
     )
@@ -140,7 +140,10 @@ def test_a_schema_shared_by_several_definitions_is_checked_once() -> None:
     schema = {"type": "object", "properties": {"checked_once": {"type": "string"}}}
     before = _schema_problem.cache_info()
 
-    tools = [ToolDefinition(name=f"tool_{n}", parameters=dict(schema)) for n in range(3)]
+    tools = [
+        ToolDefinition(name=f"tool_{n}", executes_on="client", parameters=dict(schema))
+        for n in range(3)
+    ]
 
     after = _schema_problem.cache_info()
     assert [tool.parameters for tool in tools] == [schema] * 3

@@ -483,3 +483,52 @@ def test_aptix_run_with_the_configs_openai_compatible_model(tmp_path: Path) -> N
     assert [(c.body["model"], c.headers["authorization"]) for c in calls] == [
         ("m1", "Bearer sk-run")
     ]
+
+
+CATALOG_WITH_A_SERVER_TOOL = """
+[[modes]]
+name = "general"
+display_name = "General"
+server_tools = ["lookup"]
+
+[[server_tools]]
+name = "lookup"
+description = "Look something up"
+parameters = {type = "object", properties = {}}
+
+[[agents]]
+id = "assistant"
+name = "Assistant"
+default = true
+system_prompt = "Be brief."
+
+[[conversations]]
+id = "workspace"
+default = true
+instructions = "x"
+"""
+
+
+@pytest.mark.decision("D284")
+def test_a_config_whose_server_tool_has_no_executor_is_refused_naming_it(tmp_path: Path) -> None:
+    path = _write(tmp_path, CATALOG_WITH_A_SERVER_TOOL + SCRIPTED)
+
+    with pytest.raises(ConfigError, match=r"aptix\.toml: server tool 'lookup' .* has no executor"):
+        load_service_config(path)
+
+
+def test_aptix_run_refuses_a_config_whose_server_tool_has_no_executor(tmp_path: Path) -> None:
+    path = _write(tmp_path, CATALOG_WITH_A_SERVER_TOOL + SCRIPTED)
+    request = tmp_path / "request.json"
+    request.write_text('{"Instruction": "hi"}', encoding="utf-8")
+
+    run = subprocess.run(
+        [str(APTIX), "run", str(request), "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert run.returncode == 2
+    assert "server tool 'lookup'" in run.stderr
+    assert "Traceback" not in run.stderr

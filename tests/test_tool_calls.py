@@ -35,6 +35,7 @@ KNOWN = "CPV/tool-known"
 MATH_FUNCTIONS = ("Add", "Multiply", "Abs", "Square", "Subtract", "Min", "SolveQuadratic")
 MATH = ToolDefinition(
     name="Math",
+    executes_on="server",
     description="Math plugin with Add, Multiply, Abs, Square, Subtract...",
     is_container=True,
     plugin_name="Math",
@@ -42,9 +43,12 @@ MATH = ToolDefinition(
     function_count=len(MATH_FUNCTIONS),
     source_type=SourceType.PLUGIN,
 )
-UNNAMED_CONTAINER = ToolDefinition(name="Weather", is_container=True, source_type=SourceType.MCP)
+UNNAMED_CONTAINER = ToolDefinition(
+    name="Weather", executes_on="server", is_container=True, source_type=SourceType.MCP
+)
 READ_FILE = ToolDefinition(
     name="read_file",
+    executes_on="client",
     parameters={
         "type": "object",
         "properties": {
@@ -61,7 +65,7 @@ READ_FILE = ToolDefinition(
         "additionalProperties": False,
     },
 )
-NO_PARAMETERS = ToolDefinition(name="now")
+NO_PARAMETERS = ToolDefinition(name="now", executes_on="client")
 
 MATH_CALL = '{"function": "Add", "a": 5, "b": 10}'
 VALID_READ = {
@@ -273,7 +277,11 @@ def test_container_with_five_or_fewer_functions_lists_them_all_without_ellipsis(
 ) -> None:
     names = MATH_FUNCTIONS[:count]
     small = ToolDefinition(
-        name="Math", is_container=True, function_names=names, function_count=count
+        name="Math",
+        executes_on="server",
+        is_container=True,
+        function_names=names,
+        function_count=count,
     )
 
     guidance = container_rejection(check(small, MATH_CALL)).retry_guidance
@@ -444,6 +452,7 @@ def test_unknown_property_error_names_only_the_extra_property() -> None:
     # A name the schema admits through patternProperties is not an unknown property.
     tool = ToolDefinition(
         name="tag",
+        executes_on="client",
         parameters={
             "type": "object",
             "properties": {"name": {"type": "string"}},
@@ -562,25 +571,29 @@ def test_rejection_json_of_an_allowed_call_raises(verdict: ToolCallVerdict) -> N
 
 def test_tool_with_an_invalid_json_schema_is_refused() -> None:
     with pytest.raises(ValidationError, match="Parameters is not a valid JSON Schema"):
-        ToolDefinition(name="read_file", parameters={"type": "nope"})
+        ToolDefinition(name="read_file", executes_on="client", parameters={"type": "nope"})
 
 
 def test_function_count_that_does_not_match_function_names_is_refused() -> None:
     with pytest.raises(ValidationError, match="FunctionCount"):
         ToolDefinition(
-            name="Math", is_container=True, function_names=("Add", "Multiply"), function_count=3
+            name="Math",
+            executes_on="server",
+            is_container=True,
+            function_names=("Add", "Multiply"),
+            function_count=3,
         )
 
 
 def test_function_names_on_a_regular_tool_are_refused() -> None:
     with pytest.raises(ValidationError, match="FunctionNames"):
-        ToolDefinition(name="Add", function_names=("Add",))
+        ToolDefinition(name="Add", executes_on="server", function_names=("Add",))
 
 
 @pytest.mark.parametrize("name", ["read file", "", "Math Add", "a" * 65])
 def test_tool_name_that_is_not_a_plain_identifier_is_refused(name: str) -> None:
     with pytest.raises(ValidationError) as refused:
-        ToolDefinition(name=name)
+        ToolDefinition(name=name, executes_on="client")
 
     assert [error["loc"] for error in refused.value.errors()] == [("name",)]
 
@@ -597,13 +610,14 @@ def test_tool_name_that_is_not_a_plain_identifier_is_refused(name: str) -> None:
 )
 def test_tool_whose_schema_refers_outside_itself_is_refused(schema: dict[str, Any]) -> None:
     with pytest.raises(ValidationError, match=r"\$ref"):
-        ToolDefinition(name="t", parameters=schema)
+        ToolDefinition(name="t", executes_on="client", parameters=schema)
 
 
 @pytest.mark.decision("D25")
 def test_local_references_are_followed() -> None:
     tool = ToolDefinition(
         name="t",
+        executes_on="client",
         parameters={
             "type": "object",
             "properties": {"depth": {"$ref": "#/$defs/positive"}},
@@ -621,7 +635,9 @@ def test_local_references_are_followed() -> None:
 @pytest.mark.decision("D25")
 def test_a_schema_that_cannot_be_applied_is_a_rejection_not_an_exception() -> None:
     # model_construct skips the definition checks, as a hand-built definition could.
-    tool = ToolDefinition.model_construct(name="t", parameters={"$ref": "#/$defs/missing"})
+    tool = ToolDefinition.model_construct(
+        name="t", executes_on="client", parameters={"$ref": "#/$defs/missing"}
+    )
 
     verdict = check_tool_call(tool, "t", '{"a": 1}')
 
@@ -646,6 +662,7 @@ def test_a_schema_that_cannot_be_applied_is_a_rejection_not_an_exception() -> No
 def test_string_formats_are_checked(fmt: str, good: str, bad: str) -> None:
     tool = ToolDefinition(
         name="t",
+        executes_on="client",
         parameters={"type": "object", "properties": {"x": {"type": "string", "format": fmt}}},
     )
 
