@@ -53,9 +53,11 @@ def _free_port() -> int:
     return port
 
 
-def _config(folder: Path, replies: int) -> Path:
-    """A configuration: SQLite in ``folder``, a script of ``replies`` final answers, one key."""
-    script = {"replies": [{"text": f"Hello {n}."} for n in range(replies)]}
+def write_config(folder: Path, replies: int, script: dict[str, Any] | None = None) -> Path:
+    """A configuration: SQLite in ``folder``, a script of ``replies`` final answers (or
+    ``script``), one key."""
+    if script is None:
+        script = {"replies": [{"text": f"Hello {n}."} for n in range(replies)]}
     (folder / "replies.json").write_text(json.dumps(script), encoding="utf-8")
     path = folder / "aptix.toml"
     digest = hashlib.sha256(KEY.encode()).hexdigest()
@@ -239,7 +241,7 @@ def run(
     """Start a server, warm it up, load it at each level; the rows, one per level."""
     warmup = 50
     with tempfile.TemporaryDirectory(prefix="aptix-http-bench-") as folder:
-        config = _config(Path(folder), replies=warmup + requests * len(levels) + 10)
+        config = write_config(Path(folder), replies=warmup + requests * len(levels) + 10)
         with serving(config, extra) as (base, pid):
             asyncio.run(_level(base, 5, warmup, seconds, client))
             rows = []

@@ -13,7 +13,6 @@ Target: the first delta within 5 ms.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import statistics
 import tempfile
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from http_load import KEY, PATH, serving
+from http_load import KEY, PATH, serving, write_config
 
 __all__ = ["first_delta_over_http"]
 
@@ -30,17 +29,7 @@ _END = b"\r\n0\r\n\r\n"  # the last chunk of a chunked body
 
 def _config(folder: Path, replies: int) -> Path:
     text = "The diff is small and every test passes. " * 5
-    script = {"replies": [{"text": text}] * replies, "chunk_size": 4}
-    (folder / "replies.json").write_text(json.dumps(script), encoding="utf-8")
-    path = folder / "aptix.toml"
-    digest = hashlib.sha256(KEY.encode()).hexdigest()
-    path.write_text(
-        '[store]\nurl = "sqlite:bench.db"\n'
-        '[model]\nkind = "scripted"\nscript = "replies.json"\n'
-        f'[[auth.keys]]\norg = "bench"\nuser = "stream"\nkey_sha256 = "{digest}"\n',
-        encoding="utf-8",
-    )
-    return path
+    return write_config(folder, replies, {"replies": [{"text": text}] * replies, "chunk_size": 4})
 
 
 def _request(host: str, port: int, stream: bool) -> bytes:

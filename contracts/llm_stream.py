@@ -85,6 +85,21 @@ class _CallParts:
         self.arguments: list[str] = []
 
 
+def _first(parts: _CallParts, field: str, what: str, value: str | None, index: int) -> int:
+    """Keep a call's id or name from its first piece; a later piece may only repeat it."""
+    if not value:
+        return 0
+    held = getattr(parts, field)
+    if held is None:
+        setattr(parts, field, value)
+        return len(value)
+    if held != value:
+        raise MalformedStreamError(
+            f"tool call #{index} was given a second {what}: {held!r} then {value!r}"
+        )
+    return 0
+
+
 class ReplyAssembler:
     """Puts a streamed reply together, chunk by chunk (see the module docstring).
 
@@ -134,25 +149,8 @@ class ReplyAssembler:
         parts = self._calls.get(index)
         if parts is None:
             parts = self._calls[index] = _CallParts()
-        added = 0
-        if chunk.tool_call_id:
-            if parts.tool_call_id is None:
-                parts.tool_call_id = chunk.tool_call_id
-                added += len(chunk.tool_call_id)
-            elif parts.tool_call_id != chunk.tool_call_id:
-                raise MalformedStreamError(
-                    f"tool call #{index} was given a second id: {parts.tool_call_id!r} "
-                    f"then {chunk.tool_call_id!r}"
-                )
-        if chunk.name:
-            if parts.name is None:
-                parts.name = chunk.name
-                added += len(chunk.name)
-            elif parts.name != chunk.name:
-                raise MalformedStreamError(
-                    f"tool call #{index} was given a second name: {parts.name!r} "
-                    f"then {chunk.name!r}"
-                )
+        added = _first(parts, "tool_call_id", "id", chunk.tool_call_id, index)
+        added += _first(parts, "name", "name", chunk.name, index)
         if chunk.arguments:
             parts.arguments.append(chunk.arguments)
             added += len(chunk.arguments)
