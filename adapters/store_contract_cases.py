@@ -49,7 +49,19 @@ from .embedded import embedded_pipeline
 from .ids import SequentialIds
 from .scripted_llm import ScriptedLLM
 
-__all__ = ["StoreContract"]
+__all__ = [
+    "StoreContract",
+    "assistant_says",
+    "read_outcome",
+    "sample_entry",
+    "sample_outcome",
+    "sample_session",
+    "sample_turn",
+    "save_outcomes",
+    "seed_store",
+    "store_snapshot",
+    "user_says",
+]
 
 _ORG, _USER = "acme", "ana"
 _OTHER_CALLERS = (("globex", _USER), (_ORG, "bob"))
@@ -109,7 +121,7 @@ default = true
 # --- what the cases are made of ------------------------------------------------------------
 
 
-def _session(
+def sample_session(
     session_id: str = "s1",
     *,
     org: str = _ORG,
@@ -117,6 +129,7 @@ def _session(
     mode: str | None = "general",
     history: Sequence[ModeHistoryEntry] = (),
 ) -> Session:
+    """A session of ``org``/``user`` as the cases store it; a host's own store tests may use it."""
     return Session(
         id=session_id,
         org=org,
@@ -130,7 +143,7 @@ def _session(
     )
 
 
-def _turn(
+def sample_turn(
     turn_id: str = "t1",
     session_id: str = "s1",
     *,
@@ -138,6 +151,7 @@ def _turn(
     pending: Sequence[ToolCall] = (),
     expanded: Sequence[str] = (),
 ) -> Turn:
+    """A turn of ``session_id`` as the cases store it."""
     return Turn(
         id=turn_id,
         session_id=session_id,
@@ -149,9 +163,10 @@ def _turn(
     )
 
 
-def _entry(
+def sample_entry(
     previous: str, new: str, *, minute: int = 0, turn_id: str = "t1", reason: str | None = None
 ) -> ModeHistoryEntry:
+    """A ModeHistory entry of acme/ana from ``previous`` to ``new``, ``minute`` minutes in."""
     return ModeHistoryEntry(
         previous_mode=previous,
         new_mode=new,
@@ -164,15 +179,17 @@ def _entry(
     )
 
 
-def _user_says(text: str) -> ChatMessage:
+def user_says(text: str) -> ChatMessage:
+    """A user message of the transcript."""
     return ChatMessage(role=ChatRole.USER, content=text)
 
 
-def _assistant_says(text: str) -> ChatMessage:
+def assistant_says(text: str) -> ChatMessage:
+    """An assistant message of the transcript."""
     return ChatMessage(role=ChatRole.ASSISTANT, content=text)
 
 
-def _outcome(
+def sample_outcome(
     key: str = "key:k1",
     *,
     session_id: str = "s1",
@@ -182,6 +199,7 @@ def _outcome(
     ttl: timedelta | None = timedelta(hours=1),
     digest: str = "d1",
 ) -> StoredOutcome:
+    """A stored answer under ``key``, expiring ``ttl`` after ``created_at`` (never: ``None``)."""
     return StoredOutcome(
         key=key,
         request_digest=digest,
@@ -193,7 +211,7 @@ def _outcome(
     )
 
 
-async def _seed(
+async def seed_store(
     store: SessionStore,
     session: Session | None = None,
     *,
@@ -201,7 +219,7 @@ async def _seed(
     messages: Sequence[ChatMessage] = (),
 ) -> Session:
     """Create and commit a session (by default ``s1`` of acme/ana) with turns and messages."""
-    session = session or _session()
+    session = session or sample_session()
     tx = store.begin(session.org, session.user)
     await tx.create_session(session)
     for turn in turns:
@@ -215,7 +233,7 @@ async def _seed(
 _Snapshot = tuple[Session | None, list[Turn | None], list[ChatMessage]]
 
 
-async def _snapshot(
+async def store_snapshot(
     store: SessionStore,
     session_id: str = "s1",
     turn_ids: Sequence[str] = ("t1", "t2"),
@@ -232,7 +250,7 @@ async def _snapshot(
     return session, turns, transcript
 
 
-async def _save(store: SessionStore, *outcomes: StoredOutcome, org: str = _ORG) -> None:
+async def save_outcomes(store: SessionStore, *outcomes: StoredOutcome, org: str = _ORG) -> None:
     """Commit ``outcomes`` in one transaction of ``org``/ana."""
     tx = store.begin(org, _USER)
     for each in outcomes:
@@ -240,7 +258,7 @@ async def _save(store: SessionStore, *outcomes: StoredOutcome, org: str = _ORG) 
     await tx.commit()
 
 
-async def _read(
+async def read_outcome(
     store: SessionStore, key: str, org: str = _ORG, user: str = _USER
 ) -> StoredOutcome | None:
     """The caller's outcome under ``key``, read in a fresh transaction."""
@@ -341,10 +359,10 @@ class StoreContract:
 
     @_case()
     async def test_created_session_round_trips_every_field(self, store: SessionStore) -> None:
-        session = _session(mode="review")
+        session = sample_session(mode="review")
 
-        await _seed(store, session)
-        loaded, _, _ = await _snapshot(store)
+        await seed_store(store, session)
+        loaded, _, _ = await store_snapshot(store)
 
         assert loaded is not None
         assert _without_version(loaded) == _without_version(session)
@@ -353,10 +371,13 @@ class StoreContract:
 
     @_case()
     async def test_mode_history_given_at_creation_is_kept(self, store: SessionStore) -> None:
-        history = [_entry("general", "review", minute=1), _entry("review", "debug", minute=2)]
+        history = [
+            sample_entry("general", "review", minute=1),
+            sample_entry("review", "debug", minute=2),
+        ]
 
-        await _seed(store, _session(mode="debug", history=history))
-        loaded, _, _ = await _snapshot(store)
+        await seed_store(store, sample_session(mode="debug", history=history))
+        loaded, _, _ = await store_snapshot(store)
 
         assert loaded is not None
         assert loaded.mode == "debug"
@@ -367,12 +388,12 @@ class StoreContract:
         self, store: SessionStore
     ) -> None:
         second = ToolCall(tool_call_id="call_2", name="run_tests", arguments_json="{}")
-        turn = _turn(
+        turn = sample_turn(
             status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[_READ_FILE, second], expanded=["Math"]
         )
 
-        await _seed(store, turns=[turn])
-        _, (loaded, missing), _ = await _snapshot(store)
+        await seed_store(store, turns=[turn])
+        _, (loaded, missing), _ = await store_snapshot(store)
 
         assert loaded == turn
         assert missing is None
@@ -380,36 +401,36 @@ class StoreContract:
     @_case()
     async def test_transcript_keeps_order_across_turns(self, store: SessionStore) -> None:
         first_turn = [
-            _user_says("read a.py"),
+            user_says("read a.py"),
             ChatMessage(role=ChatRole.ASSISTANT, content="", tool_calls=[_READ_FILE]),
         ]
         second_turn = [
             ChatMessage(
                 role=ChatRole.TOOL, content='{"text": "x"}', tool_call_id="call_1", name="read_file"
             ),
-            _assistant_says("a.py holds x"),
-            _user_says("thanks"),
+            assistant_says("a.py holds x"),
+            user_says("thanks"),
         ]
-        await _seed(store, turns=[_turn("t1")], messages=first_turn)
+        await seed_store(store, turns=[sample_turn("t1")], messages=first_turn)
 
         tx = store.begin(_ORG, _USER)
-        await tx.open_turn(_turn("t2"))
+        await tx.open_turn(sample_turn("t2"))
         await tx.append_transcript("s1", "t2", second_turn[:2])
         await tx.append_transcript("s1", "t2", second_turn[2:])
         await tx.commit()
-        _, _, transcript = await _snapshot(store)
+        _, _, transcript = await store_snapshot(store)
 
         assert transcript == [*first_turn, *second_turn]
 
     @_case()
     async def test_completed_turn_is_saved_with_its_new_status(self, store: SessionStore) -> None:
-        waiting = _turn(status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[_READ_FILE])
-        await _seed(store, turns=[waiting])
+        waiting = sample_turn(status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[_READ_FILE])
+        await seed_store(store, turns=[waiting])
 
         tx = store.begin(_ORG, _USER)
-        await tx.complete_turn(_turn(status=TurnStatus.COMPLETED, expanded=["Math"]))
+        await tx.complete_turn(sample_turn(status=TurnStatus.COMPLETED, expanded=["Math"]))
         await tx.commit()
-        _, (turn, _), _ = await _snapshot(store)
+        _, (turn, _), _ = await store_snapshot(store)
 
         assert turn is not None
         assert turn.status is TurnStatus.COMPLETED
@@ -418,15 +439,25 @@ class StoreContract:
 
     @_case()
     async def test_sessions_do_not_share_turns_or_transcripts(self, store: SessionStore) -> None:
-        await _seed(store, _session("s1"), turns=[_turn("t1", "s1")], messages=[_user_says("one")])
-        await _seed(store, _session("s2"), turns=[_turn("t9", "s2")], messages=[_user_says("two")])
+        await seed_store(
+            store,
+            sample_session("s1"),
+            turns=[sample_turn("t1", "s1")],
+            messages=[user_says("one")],
+        )
+        await seed_store(
+            store,
+            sample_session("s2"),
+            turns=[sample_turn("t9", "s2")],
+            messages=[user_says("two")],
+        )
 
         tx = store.begin(_ORG, _USER)
 
         assert await tx.load_turn("s1", "t9") is None
         assert await tx.load_turn("s2", "t1") is None
-        assert await tx.load_transcript("s1") == [_user_says("one")]
-        assert await tx.load_transcript("s2") == [_user_says("two")]
+        assert await tx.load_transcript("s1") == [user_says("one")]
+        assert await tx.load_transcript("s2") == [user_says("two")]
 
     # --- what a transaction sees, and what others see -------------------------------------
 
@@ -436,31 +467,36 @@ class StoreContract:
     ) -> None:
         tx = store.begin(_ORG, _USER)
 
-        await tx.create_session(_session())
-        await tx.open_turn(_turn())
-        await tx.append_transcript("s1", "t1", [_user_says("hi")])
-        changed = await tx.set_session_mode("s1", _entry("general", "review"))
+        await tx.create_session(sample_session())
+        await tx.open_turn(sample_turn())
+        await tx.append_transcript("s1", "t1", [user_says("hi")])
+        changed = await tx.set_session_mode("s1", sample_entry("general", "review"))
 
         loaded = await tx.load_session("s1")
         assert loaded is not None
         assert loaded.mode == "review"
-        assert loaded.mode_history == [_entry("general", "review")]
+        assert loaded.mode_history == [sample_entry("general", "review")]
         assert changed.mode == "review"
-        assert await tx.load_turn("s1", "t1") == _turn()
-        assert await tx.load_transcript("s1") == [_user_says("hi")]
+        assert await tx.load_turn("s1", "t1") == sample_turn()
+        assert await tx.load_transcript("s1") == [user_says("hi")]
 
     @_case()
     async def test_uncommitted_writes_are_invisible_to_other_transactions(
         self, store: SessionStore
     ) -> None:
-        await _seed(store, _session("old"), turns=[_turn("t1", "old")], messages=[_user_says("a")])
+        await seed_store(
+            store,
+            sample_session("old"),
+            turns=[sample_turn("t1", "old")],
+            messages=[user_says("a")],
+        )
         writer = store.begin(_ORG, _USER)
-        await writer.create_session(_session("new"))
-        await writer.open_turn(_turn("t1", "new"))
-        await writer.append_transcript("new", "t1", [_user_says("hidden")])
-        await writer.open_turn(_turn("t2", "old"))
-        await writer.append_transcript("old", "t2", [_user_says("hidden too")])
-        await writer.set_session_mode("old", _entry("general", "review"))
+        await writer.create_session(sample_session("new"))
+        await writer.open_turn(sample_turn("t1", "new"))
+        await writer.append_transcript("new", "t1", [user_says("hidden")])
+        await writer.open_turn(sample_turn("t2", "old"))
+        await writer.append_transcript("old", "t2", [user_says("hidden too")])
+        await writer.set_session_mode("old", sample_entry("general", "review"))
 
         reader = store.begin(_ORG, _USER)
 
@@ -472,43 +508,43 @@ class StoreContract:
         assert old.mode == "general"
         assert old.mode_history == []
         assert await reader.load_turn("old", "t2") is None
-        assert await reader.load_transcript("old") == [_user_says("a")]
+        assert await reader.load_transcript("old") == [user_says("a")]
 
     @_case()
     async def test_rollback_writes_nothing(self, store: SessionStore) -> None:
-        await _seed(store, turns=[_turn("t1")], messages=[_user_says("kept")])
-        before = await _snapshot(store)
+        await seed_store(store, turns=[sample_turn("t1")], messages=[user_says("kept")])
+        before = await store_snapshot(store)
 
         tx = store.begin(_ORG, _USER)
-        await tx.create_session(_session("s2"))
-        await tx.open_turn(_turn("t2"))
-        await tx.complete_turn(_turn("t1", status=TurnStatus.COMPLETED))
-        await tx.append_transcript("s1", "t2", [_user_says("dropped")])
-        await tx.set_session_mode("s1", _entry("general", "review"))
+        await tx.create_session(sample_session("s2"))
+        await tx.open_turn(sample_turn("t2"))
+        await tx.complete_turn(sample_turn("t1", status=TurnStatus.COMPLETED))
+        await tx.append_transcript("s1", "t2", [user_says("dropped")])
+        await tx.set_session_mode("s1", sample_entry("general", "review"))
         await tx.set_solution_context("s1", "dropped")
         await tx.rollback()
 
-        assert await _snapshot(store) == before
-        assert (await _snapshot(store, "s2"))[0] is None
+        assert await store_snapshot(store) == before
+        assert (await store_snapshot(store, "s2"))[0] is None
 
     @_case()
     async def test_a_transaction_never_committed_writes_nothing(self, store: SessionStore) -> None:
-        await _seed(store, messages=[_user_says("kept")])
-        before = await _snapshot(store)
+        await seed_store(store, messages=[user_says("kept")])
+        before = await store_snapshot(store)
 
         abandoned = store.begin(_ORG, _USER)
-        await abandoned.create_session(_session("s2"))
-        await abandoned.append_transcript("s1", "t1", [_user_says("dropped")])
-        await abandoned.set_session_mode("s1", _entry("general", "review"))
+        await abandoned.create_session(sample_session("s2"))
+        await abandoned.append_transcript("s1", "t1", [user_says("dropped")])
+        await abandoned.set_session_mode("s1", sample_entry("general", "review"))
         del abandoned
 
-        assert await _snapshot(store) == before
-        assert (await _snapshot(store, "s2"))[0] is None
+        assert await store_snapshot(store) == before
+        assert (await store_snapshot(store, "s2"))[0] is None
 
     @_case()
     async def test_a_commit_with_no_writes_changes_nothing(self, store: SessionStore) -> None:
-        await _seed(store, messages=[_user_says("kept")])
-        before = await _snapshot(store)
+        await seed_store(store, messages=[user_says("kept")])
+        before = await store_snapshot(store)
 
         empty = store.begin(_ORG, _USER)
         await empty.commit()
@@ -518,16 +554,16 @@ class StoreContract:
         await reads_only.load_turn("s1", "t1")
         await reads_only.commit()
 
-        assert await _snapshot(store) == before
+        assert await store_snapshot(store) == before
 
     # --- isolation by org and user --------------------------------------------------------
 
     @_case()
     async def test_another_caller_sees_nothing_of_the_session(self, store: SessionStore) -> None:
-        await _seed(
+        await seed_store(
             store,
-            turns=[_turn(status=TurnStatus.AWAITING_CLIENT_TOOLS)],
-            messages=[_user_says("private")],
+            turns=[sample_turn(status=TurnStatus.AWAITING_CLIENT_TOOLS)],
+            messages=[user_says("private")],
         )
 
         for org, user in _OTHER_CALLERS:
@@ -543,37 +579,37 @@ class StoreContract:
 
     @_case()
     async def test_another_caller_cannot_write_into_the_session(self, store: SessionStore) -> None:
-        await _seed(store, turns=[_turn()], messages=[_user_says("private")])
-        before = await _snapshot(store)
+        await seed_store(store, turns=[sample_turn()], messages=[user_says("private")])
+        before = await store_snapshot(store)
 
         for org, user in _OTHER_CALLERS:
             tx = store.begin(org, user)
             with pytest.raises(LookupError):
-                await tx.open_turn(_turn("t2"))
+                await tx.open_turn(sample_turn("t2"))
             with pytest.raises(LookupError):
-                await tx.set_session_mode("s1", _entry("general", "review"))
+                await tx.set_session_mode("s1", sample_entry("general", "review"))
             with pytest.raises(LookupError):
-                await tx.complete_turn(_turn(status=TurnStatus.COMPLETED))
+                await tx.complete_turn(sample_turn(status=TurnStatus.COMPLETED))
             with pytest.raises(LookupError):
-                await tx.append_transcript("s1", "t1", [_user_says("intruder")])
+                await tx.append_transcript("s1", "t1", [user_says("intruder")])
             with pytest.raises(LookupError):
                 await tx.set_solution_context("s1", "stolen")
             await tx.commit()
 
-        assert await _snapshot(store) == before
+        assert await store_snapshot(store) == before
 
     @_case()
     async def test_another_caller_cannot_take_over_a_session_id(self, store: SessionStore) -> None:
-        await _seed(store, messages=[_user_says("private")])
-        before = await _snapshot(store)
+        await seed_store(store, messages=[user_says("private")])
+        before = await store_snapshot(store)
 
         for org, user in _OTHER_CALLERS:
             tx = store.begin(org, user)
-            await tx.create_session(_session(org=org, user=user, mode="review"))
+            await tx.create_session(sample_session(org=org, user=user, mode="review"))
             with pytest.raises(StoreConflictError):
                 await tx.commit()
 
-        assert await _snapshot(store) == before
+        assert await store_snapshot(store) == before
 
     @_case()
     async def test_creating_a_session_for_another_org_or_user_is_refused(
@@ -583,33 +619,33 @@ class StoreContract:
 
         for org, user in _OTHER_CALLERS:
             with pytest.raises(ValueError, match=org if org != _ORG else user):
-                await tx.create_session(_session(org=org, user=user))
+                await tx.create_session(sample_session(org=org, user=user))
         await tx.commit()
 
-        assert (await _snapshot(store))[0] is None
+        assert (await store_snapshot(store))[0] is None
 
     @_case()
     async def test_creating_an_existing_session_is_refused(self, store: SessionStore) -> None:
-        await _seed(store)
+        await seed_store(store)
         tx = store.begin(_ORG, _USER)
         await tx.load_session("s1")
 
         with pytest.raises(ValueError, match="s1"):
-            await tx.create_session(_session())
+            await tx.create_session(sample_session())
 
     @_case()
     async def test_the_same_new_session_created_by_two_transactions_commits_once(
         self, store: SessionStore
     ) -> None:
         first, second = store.begin(_ORG, _USER), store.begin(_ORG, _USER)
-        await first.create_session(_session(mode="general"))
-        await second.create_session(_session(mode="review"))
+        await first.create_session(sample_session(mode="general"))
+        await second.create_session(sample_session(mode="review"))
         await first.commit()
 
         with pytest.raises(StoreConflictError):
             await second.commit()
 
-        session, _, _ = await _snapshot(store)
+        session, _, _ = await store_snapshot(store)
         assert session is not None
         assert session.mode == "general"
 
@@ -617,14 +653,14 @@ class StoreContract:
 
     @_case()
     async def test_opening_an_existing_turn_is_refused(self, store: SessionStore) -> None:
-        await _seed(store, turns=[_turn("t1")])
+        await seed_store(store, turns=[sample_turn("t1")])
         tx = store.begin(_ORG, _USER)
 
         with pytest.raises(ValueError, match="t1"):
-            await tx.open_turn(_turn("t1"))
-        await tx.open_turn(_turn("t2"))
+            await tx.open_turn(sample_turn("t1"))
+        await tx.open_turn(sample_turn("t2"))
         with pytest.raises(ValueError, match="t2"):
-            await tx.open_turn(_turn("t2"))
+            await tx.open_turn(sample_turn("t2"))
 
     @_case()
     async def test_opening_a_turn_in_a_missing_session_is_a_lookup_error(
@@ -633,28 +669,28 @@ class StoreContract:
         tx = store.begin(_ORG, _USER)
 
         with pytest.raises(LookupError, match="nope"):
-            await tx.open_turn(_turn("t1", "nope"))
+            await tx.open_turn(sample_turn("t1", "nope"))
 
     @_case()
     async def test_completing_an_unknown_turn_is_a_lookup_error(self, store: SessionStore) -> None:
-        await _seed(store, turns=[_turn("t1")])
+        await seed_store(store, turns=[sample_turn("t1")])
         tx = store.begin(_ORG, _USER)
 
         with pytest.raises(LookupError, match="t9"):
-            await tx.complete_turn(_turn("t9", status=TurnStatus.COMPLETED))
+            await tx.complete_turn(sample_turn("t9", status=TurnStatus.COMPLETED))
 
     @_case()
     async def test_find_pending_turn_sees_stored_and_buffered_turns(
         self, store: SessionStore
     ) -> None:
-        waiting = _turn("t1", status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[_READ_FILE])
-        await _seed(store, turns=[waiting, _turn("t2", status=TurnStatus.COMPLETED)])
+        waiting = sample_turn("t1", status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[_READ_FILE])
+        await seed_store(store, turns=[waiting, sample_turn("t2", status=TurnStatus.COMPLETED)])
 
         tx = store.begin(_ORG, _USER)
         found = await tx.find_pending_turn("s1")
         await tx.complete_turn(waiting.model_copy(update={"status": TurnStatus.COMPLETED}))
         after_settling = await tx.find_pending_turn("s1")
-        await tx.open_turn(_turn("t3", status=TurnStatus.AWAITING_CLIENT_TOOLS))
+        await tx.open_turn(sample_turn("t3", status=TurnStatus.AWAITING_CLIENT_TOOLS))
         buffered = await tx.find_pending_turn("s1")
 
         assert found is not None
@@ -667,7 +703,9 @@ class StoreContract:
     async def test_find_pending_turn_is_none_when_no_turn_awaits_results(
         self, store: SessionStore
     ) -> None:
-        await _seed(store, turns=[_turn("t1", status=TurnStatus.COMPLETED), _turn("t2")])
+        await seed_store(
+            store, turns=[sample_turn("t1", status=TurnStatus.COMPLETED), sample_turn("t2")]
+        )
 
         tx = store.begin(_ORG, _USER)
 
@@ -679,12 +717,12 @@ class StoreContract:
         self, store: SessionStore
     ) -> None:
         for n in range(12):
-            await _seed(
+            await seed_store(
                 store,
-                _session(f"s{n}"),
+                sample_session(f"s{n}"),
                 turns=[
-                    _turn(f"done{n}", f"s{n}", status=TurnStatus.COMPLETED),
-                    _turn(f"wait{n}", f"s{n}", status=TurnStatus.AWAITING_CLIENT_TOOLS),
+                    sample_turn(f"done{n}", f"s{n}", status=TurnStatus.COMPLETED),
+                    sample_turn(f"wait{n}", f"s{n}", status=TurnStatus.AWAITING_CLIENT_TOOLS),
                 ],
             )
         settle = store.begin(_ORG, _USER)
@@ -707,37 +745,37 @@ class StoreContract:
     async def test_set_session_mode_changes_mode_and_appends_history(
         self, store: SessionStore
     ) -> None:
-        await _seed(store)
+        await seed_store(store)
         tx = store.begin(_ORG, _USER)
 
-        returned = await tx.set_session_mode("s1", _entry("general", "review"))
+        returned = await tx.set_session_mode("s1", sample_entry("general", "review"))
         await tx.commit()
-        loaded, _, _ = await _snapshot(store)
+        loaded, _, _ = await store_snapshot(store)
 
         assert returned.mode == "review"
-        assert returned.mode_history == [_entry("general", "review")]
+        assert returned.mode_history == [sample_entry("general", "review")]
         assert loaded is not None
         assert loaded.mode == "review"
-        assert loaded.mode_history == [_entry("general", "review")]
+        assert loaded.mode_history == [sample_entry("general", "review")]
 
     @_case()
     async def test_several_mode_changes_are_kept_in_order(self, store: SessionStore) -> None:
-        await _seed(store)
+        await seed_store(store)
         changes = [
-            _entry("general", "review", minute=1),
-            _entry("review", "general", minute=2),
-            _entry("general", "debug", minute=3),
+            sample_entry("general", "review", minute=1),
+            sample_entry("review", "general", minute=2),
+            sample_entry("general", "debug", minute=3),
         ]
         tx = store.begin(_ORG, _USER)
         for change in changes:
             await tx.set_session_mode("s1", change)
         await tx.commit()
-        later = _entry("debug", "review", minute=4, turn_id="t2")
+        later = sample_entry("debug", "review", minute=4, turn_id="t2")
         tx = store.begin(_ORG, _USER)
         await tx.set_session_mode("s1", later)
         await tx.commit()
 
-        loaded, _, _ = await _snapshot(store)
+        loaded, _, _ = await store_snapshot(store)
 
         assert loaded is not None
         assert loaded.mode == "review"
@@ -748,25 +786,25 @@ class StoreContract:
         self, store: SessionStore
     ) -> None:
         tx = store.begin(_ORG, _USER)
-        await tx.create_session(_session())
-        await tx.set_session_mode("s1", _entry("general", "review"))
+        await tx.create_session(sample_session())
+        await tx.set_session_mode("s1", sample_entry("general", "review"))
         await tx.commit()
 
-        loaded, _, _ = await _snapshot(store)
+        loaded, _, _ = await store_snapshot(store)
 
         assert loaded is not None
         assert loaded.mode == "review"
-        assert loaded.mode_history == [_entry("general", "review")]
+        assert loaded.mode_history == [sample_entry("general", "review")]
 
     @_case()
     async def test_set_session_mode_from_the_wrong_previous_mode_is_a_value_error(
         self, store: SessionStore
     ) -> None:
-        await _seed(store)
+        await seed_store(store)
         tx = store.begin(_ORG, _USER)
 
         with pytest.raises(ValueError, match="review"):
-            await tx.set_session_mode("s1", _entry("review", "debug"))
+            await tx.set_session_mode("s1", sample_entry("review", "debug"))
 
         loaded = await tx.load_session("s1")
         assert loaded is not None
@@ -780,7 +818,7 @@ class StoreContract:
         tx = store.begin(_ORG, _USER)
 
         with pytest.raises(LookupError, match="nope"):
-            await tx.set_session_mode("nope", _entry("general", "review"))
+            await tx.set_session_mode("nope", sample_entry("general", "review"))
 
     # --- the solution context (AGN-034 §4.5) ------------------------------------------------
 
@@ -788,13 +826,13 @@ class StoreContract:
     async def test_set_solution_context_replaces_it_at_commit_only(
         self, store: SessionStore
     ) -> None:
-        await _seed(store)
+        await seed_store(store)
 
         tx = store.begin(_ORG, _USER)
         updated = await tx.set_solution_context("s1", "solution: other.sln")
-        seen_by_others, _, _ = await _snapshot(store)
+        seen_by_others, _, _ = await store_snapshot(store)
         await tx.commit()
-        committed, _, _ = await _snapshot(store)
+        committed, _, _ = await store_snapshot(store)
 
         assert updated.solution_context_text == "solution: other.sln"
         assert seen_by_others is not None
@@ -809,69 +847,72 @@ class StoreContract:
     async def test_the_second_of_two_racing_commits_conflicts_and_writes_nothing(
         self, store: SessionStore
     ) -> None:
-        await _seed(
+        await seed_store(
             store,
-            turns=[_turn("t1", status=TurnStatus.AWAITING_CLIENT_TOOLS)],
-            messages=[_user_says("start")],
+            turns=[sample_turn("t1", status=TurnStatus.AWAITING_CLIENT_TOOLS)],
+            messages=[user_says("start")],
         )
         winner, loser = store.begin(_ORG, _USER), store.begin(_ORG, _USER)
         assert await winner.load_session("s1") is not None
         assert await loser.load_session("s1") is not None
 
-        await winner.append_transcript("s1", "t1", [_assistant_says("winner")])
+        await winner.append_transcript("s1", "t1", [assistant_says("winner")])
         await winner.commit()
-        await loser.open_turn(_turn("t2"))
-        await loser.complete_turn(_turn("t1", status=TurnStatus.COMPLETED))
-        await loser.append_transcript("s1", "t2", [_assistant_says("loser")])
-        await loser.set_session_mode("s1", _entry("general", "review"))
+        await loser.open_turn(sample_turn("t2"))
+        await loser.complete_turn(sample_turn("t1", status=TurnStatus.COMPLETED))
+        await loser.append_transcript("s1", "t2", [assistant_says("loser")])
+        await loser.set_session_mode("s1", sample_entry("general", "review"))
         with pytest.raises(StoreConflictError):
             await loser.commit()
 
-        session, (t1, t2), transcript = await _snapshot(store)
+        session, (t1, t2), transcript = await store_snapshot(store)
         assert session is not None
         assert session.mode == "general"
         assert session.mode_history == []
         assert t1 is not None
         assert t1.status is TurnStatus.AWAITING_CLIENT_TOOLS
         assert t2 is None
-        assert transcript == [_user_says("start"), _assistant_says("winner")]
+        assert transcript == [user_says("start"), assistant_says("winner")]
 
     @_case(race=True)
     async def test_a_conflicting_turn_succeeds_when_retried_in_a_new_transaction(
         self, store: SessionStore
     ) -> None:
-        await _seed(store)
+        await seed_store(store)
         winner, loser = store.begin(_ORG, _USER), store.begin(_ORG, _USER)
         await winner.load_session("s1")
         await loser.load_session("s1")
-        await winner.set_session_mode("s1", _entry("general", "review"))
+        await winner.set_session_mode("s1", sample_entry("general", "review"))
         await winner.commit()
-        await loser.append_transcript("s1", "t1", [_user_says("lost")])
+        await loser.append_transcript("s1", "t1", [user_says("lost")])
         with pytest.raises(StoreConflictError):
             await loser.commit()
 
         retry = store.begin(_ORG, _USER)
-        await retry.set_session_mode("s1", _entry("review", "debug"))
-        await retry.append_transcript("s1", "t1", [_user_says("retried")])
+        await retry.set_session_mode("s1", sample_entry("review", "debug"))
+        await retry.append_transcript("s1", "t1", [user_says("retried")])
         await retry.commit()
 
-        session, _, transcript = await _snapshot(store)
+        session, _, transcript = await store_snapshot(store)
         assert session is not None
-        assert session.mode_history == [_entry("general", "review"), _entry("review", "debug")]
-        assert transcript == [_user_says("retried")]
+        assert session.mode_history == [
+            sample_entry("general", "review"),
+            sample_entry("review", "debug"),
+        ]
+        assert transcript == [user_says("retried")]
 
     @_case(race=True)
     async def test_of_many_concurrent_turns_on_one_session_exactly_one_commits(
         self, store: SessionStore
     ) -> None:
-        await _seed(store)
+        await seed_store(store)
         all_read = asyncio.Barrier(10)
 
         async def turn(index: int) -> bool:
             tx = store.begin(_ORG, _USER)
             await tx.load_session("s1")
             await all_read.wait()
-            await tx.append_transcript("s1", f"t{index}", [_user_says(f"turn {index}")])
+            await tx.append_transcript("s1", f"t{index}", [user_says(f"turn {index}")])
             try:
                 await tx.commit()
             except StoreConflictError:
@@ -882,49 +923,51 @@ class StoreContract:
 
         assert outcomes.count(True) == 1
         winner = outcomes.index(True)
-        assert (await _snapshot(store))[2] == [_user_says(f"turn {winner}")]
+        assert (await store_snapshot(store))[2] == [user_says(f"turn {winner}")]
 
     @_case()
     async def test_transactions_on_different_sessions_do_not_conflict(
         self, store: SessionStore
     ) -> None:
-        await _seed(store, _session("s1"))
-        await _seed(store, _session("s2"))
+        await seed_store(store, sample_session("s1"))
+        await seed_store(store, sample_session("s2"))
         one, two = store.begin(_ORG, _USER), store.begin(_ORG, _USER)
         await one.load_session("s1")
         await two.load_session("s2")
 
-        await one.append_transcript("s1", "t1", [_user_says("one")])
-        await two.append_transcript("s2", "t1", [_user_says("two")])
+        await one.append_transcript("s1", "t1", [user_says("one")])
+        await two.append_transcript("s2", "t1", [user_says("two")])
         await one.commit()
         await two.commit()
 
-        assert (await _snapshot(store, "s1"))[2] == [_user_says("one")]
-        assert (await _snapshot(store, "s2"))[2] == [_user_says("two")]
+        assert (await store_snapshot(store, "s1"))[2] == [user_says("one")]
+        assert (await store_snapshot(store, "s2"))[2] == [user_says("two")]
 
     @_case()
     async def test_a_commit_without_writes_does_not_make_others_conflict(
         self, store: SessionStore
     ) -> None:
-        await _seed(store)
+        await seed_store(store)
         writer, reader = store.begin(_ORG, _USER), store.begin(_ORG, _USER)
         await writer.load_session("s1")
         await reader.load_session("s1")
         await reader.load_transcript("s1")
 
         await reader.commit()
-        await writer.append_transcript("s1", "t1", [_user_says("after a read-only commit")])
+        await writer.append_transcript("s1", "t1", [user_says("after a read-only commit")])
         await writer.commit()
 
-        assert (await _snapshot(store))[2] == [_user_says("after a read-only commit")]
+        assert (await store_snapshot(store))[2] == [user_says("after a read-only commit")]
 
     @_case()
     async def test_a_refused_write_leaves_nothing_to_commit(self, store: SessionStore) -> None:
-        await _seed(store, turns=[_turn("t1")])
+        await seed_store(store, turns=[sample_turn("t1")])
         refusals: dict[str, Callable[[SessionTransaction], Awaitable[object]]] = {
-            "set_session_mode": lambda tx: tx.set_session_mode("s1", _entry("review", "debug")),
-            "open_turn": lambda tx: tx.open_turn(_turn("t1")),
-            "complete_turn": lambda tx: tx.complete_turn(_turn("t9")),
+            "set_session_mode": lambda tx: tx.set_session_mode(
+                "s1", sample_entry("review", "debug")
+            ),
+            "open_turn": lambda tx: tx.open_turn(sample_turn("t1")),
+            "complete_turn": lambda tx: tx.complete_turn(sample_turn("t9")),
         }
 
         for name, refused in refusals.items():
@@ -934,26 +977,26 @@ class StoreContract:
             with pytest.raises((ValueError, LookupError)):
                 await refused(tx)
             await tx.commit()
-            await other.append_transcript("s1", "t1", [_user_says(f"after {name}")])
+            await other.append_transcript("s1", "t1", [user_says(f"after {name}")])
             await other.commit()  # the refused write made no conflict
 
-        transcript = (await _snapshot(store))[2]
-        assert transcript == [_user_says(f"after {name}") for name in refusals]
+        transcript = (await store_snapshot(store))[2]
+        assert transcript == [user_says(f"after {name}") for name in refusals]
 
     # --- stored outcomes (D181, D183, D186) -------------------------------------------------
 
     @_case()
     async def test_a_committed_outcome_reads_back_equal(self, store: SessionStore) -> None:
-        await _seed(store, turns=[_turn()])
+        await seed_store(store, turns=[sample_turn()])
         kept = {
-            name: _outcome(f"key:{n}", result_json=text, created_at=_T0.astimezone(_PLUS_TWO))
+            name: sample_outcome(f"key:{n}", result_json=text, created_at=_T0.astimezone(_PLUS_TWO))
             for n, (name, text) in enumerate(_RESULTS.items())
         }
 
-        await _save(store, *kept.values())
+        await save_outcomes(store, *kept.values())
 
         for name, outcome in kept.items():
-            loaded = await _read(store, outcome.key)
+            loaded = await read_outcome(store, outcome.key)
             assert loaded == outcome, f"the {name} outcome changed in the store"
             assert loaded is not None
             assert loaded.expires_at is not None
@@ -963,55 +1006,55 @@ class StoreContract:
     async def test_an_outcome_that_never_expires_reads_back_without_expiry(
         self, store: SessionStore
     ) -> None:
-        await _seed(store)
+        await seed_store(store)
 
-        await _save(store, _outcome(ttl=None))
+        await save_outcomes(store, sample_outcome(ttl=None))
 
-        assert await _read(store, "key:k1") == _outcome(ttl=None)
+        assert await read_outcome(store, "key:k1") == sample_outcome(ttl=None)
 
     @_case()
     async def test_the_outcome_of_a_turn_creating_its_session_is_kept(
         self, store: SessionStore
     ) -> None:
         tx = store.begin(_ORG, _USER)  # an Initial turn: session, turn and answer in one commit
-        await tx.create_session(_session())
-        await tx.open_turn(_turn())
-        await tx.save_outcome(_outcome())
+        await tx.create_session(sample_session())
+        await tx.open_turn(sample_turn())
+        await tx.save_outcome(sample_outcome())
         await tx.commit()
 
-        assert await _read(store, "key:k1") == _outcome()
+        assert await read_outcome(store, "key:k1") == sample_outcome()
 
     @_case()
     async def test_another_caller_reads_no_outcome_and_may_store_its_own_under_the_key(
         self, store: SessionStore
     ) -> None:
-        await _seed(store)
-        await _save(store, _outcome())
+        await seed_store(store)
+        await save_outcomes(store, sample_outcome())
 
         for n, (org, user) in enumerate(_OTHER_CALLERS):
-            assert await _read(store, "key:k1", org, user) is None, f"{org}/{user} reads it"
-            theirs = _outcome(session_id=f"other{n}", digest=f"other{n}")
-            await _seed(store, _session(f"other{n}", org=org, user=user))
+            assert await read_outcome(store, "key:k1", org, user) is None, f"{org}/{user} reads it"
+            theirs = sample_outcome(session_id=f"other{n}", digest=f"other{n}")
+            await seed_store(store, sample_session(f"other{n}", org=org, user=user))
             tx = store.begin(org, user)
             await tx.save_outcome(theirs)
             await tx.commit()  # another caller's key is another key: no conflict
-            assert await _read(store, "key:k1", org, user) == theirs
+            assert await read_outcome(store, "key:k1", org, user) == theirs
 
-        assert await _read(store, "key:k1") == _outcome()
+        assert await read_outcome(store, "key:k1") == sample_outcome()
 
     @_case()
     async def test_a_transaction_sees_its_own_outcome_before_commit_and_a_rollback_keeps_none(
         self, store: SessionStore
     ) -> None:
-        await _seed(store)
+        await seed_store(store)
         tx = store.begin(_ORG, _USER)
-        await tx.save_outcome(_outcome())
-        assert await tx.load_outcome("key:k1") == _outcome()
-        assert await _read(store, "key:k1") is None  # invisible to others until commit
+        await tx.save_outcome(sample_outcome())
+        assert await tx.load_outcome("key:k1") == sample_outcome()
+        assert await read_outcome(store, "key:k1") is None  # invisible to others until commit
 
         await tx.rollback()
 
-        assert await _read(store, "key:k1") is None
+        assert await read_outcome(store, "key:k1") is None
 
     @_case()
     async def test_a_second_outcome_under_a_held_key_makes_the_commit_conflict_and_write_nothing(
@@ -1019,23 +1062,23 @@ class StoreContract:
     ) -> None:
         for ttl in (timedelta(hours=1), None):  # unexpired, and never expiring
             session_id = "s1" if ttl else "s2"
-            await _seed(
+            await seed_store(
                 store,
-                _session(session_id),
-                turns=[_turn("t1", session_id)],
-                messages=[_user_says("hi")],
+                sample_session(session_id),
+                turns=[sample_turn("t1", session_id)],
+                messages=[user_says("hi")],
             )
-            first = _outcome(f"key:{session_id}", session_id=session_id, ttl=ttl)
-            await _save(store, first)
-            before = await _snapshot(store, session_id)
+            first = sample_outcome(f"key:{session_id}", session_id=session_id, ttl=ttl)
+            await save_outcomes(store, first)
+            before = await store_snapshot(store, session_id)
 
             tx = store.begin(_ORG, _USER)
-            await tx.set_session_mode(session_id, _entry("general", "review", turn_id="t2"))
+            await tx.set_session_mode(session_id, sample_entry("general", "review", turn_id="t2"))
             await tx.set_solution_context(session_id, "changed")
-            await tx.open_turn(_turn("t2", session_id))
-            await tx.complete_turn(_turn("t2", session_id, status=TurnStatus.COMPLETED))
-            await tx.append_transcript(session_id, "t2", [_user_says("again")])
-            await tx.save_outcome(_outcome(f"key:other-{session_id}", turn_id="t2"))
+            await tx.open_turn(sample_turn("t2", session_id))
+            await tx.complete_turn(sample_turn("t2", session_id, status=TurnStatus.COMPLETED))
+            await tx.append_transcript(session_id, "t2", [user_says("again")])
+            await tx.save_outcome(sample_outcome(f"key:other-{session_id}", turn_id="t2"))
             later = _T0 + timedelta(minutes=30)
             await tx.save_outcome(
                 first.model_copy(
@@ -1045,19 +1088,19 @@ class StoreContract:
             with pytest.raises(StoreConflictError):
                 await tx.commit()
 
-            assert await _snapshot(store, session_id) == before  # nothing of the turn stored
-            assert await _read(store, first.key) == first
-            assert await _read(store, f"key:other-{session_id}") is None
+            assert await store_snapshot(store, session_id) == before  # nothing of the turn stored
+            assert await read_outcome(store, first.key) == first
+            assert await read_outcome(store, f"key:other-{session_id}") is None
 
     @_case()
     async def test_an_expired_outcome_is_replaced(self, store: SessionStore) -> None:
-        await _seed(store, turns=[_turn(), _turn("t2")])
-        await _save(store, _outcome(ttl=timedelta(minutes=5)))
-        again = _outcome(turn_id="t2", digest="d2", created_at=_T0 + timedelta(minutes=5))
+        await seed_store(store, turns=[sample_turn(), sample_turn("t2")])
+        await save_outcomes(store, sample_outcome(ttl=timedelta(minutes=5)))
+        again = sample_outcome(turn_id="t2", digest="d2", created_at=_T0 + timedelta(minutes=5))
 
-        await _save(store, again)  # expired exactly at the new outcome's time
+        await save_outcomes(store, again)  # expired exactly at the new outcome's time
 
-        assert await _read(store, "key:k1") == again
+        assert await read_outcome(store, "key:k1") == again
 
     # --- text of every kind -----------------------------------------------------------------
 
@@ -1071,19 +1114,21 @@ class StoreContract:
                 ChatMessage(role=ChatRole.ASSISTANT, content=text, tool_calls=[call]),
                 ChatMessage(role=ChatRole.TOOL, content=text, tool_call_id="call_1"),
             ]
-            session = _session(session_id, history=[_entry("x", "general", reason=text)])
-            await _seed(
+            session = sample_session(
+                session_id, history=[sample_entry("x", "general", reason=text)]
+            )
+            await seed_store(
                 store,
                 session.model_copy(update={"solution_context_text": text}),
-                turns=[_turn("t1", session_id, pending=[call])],
+                turns=[sample_turn("t1", session_id, pending=[call])],
                 messages=messages,
             )
             tx = store.begin(_ORG, _USER)  # a change keeps it too
             await tx.set_solution_context(session_id, text + "!")
-            await tx.set_session_mode(session_id, _entry("general", "review", reason=text))
+            await tx.set_session_mode(session_id, sample_entry("general", "review", reason=text))
             await tx.commit()
 
-            loaded, [turn, _], transcript = await _snapshot(store, session_id)
+            loaded, [turn, _], transcript = await store_snapshot(store, session_id)
             assert loaded is not None
             assert loaded.solution_context_text == text + "!", name
             assert [e.reason for e in loaded.mode_history] == [text, text], name
@@ -1128,7 +1173,7 @@ class StoreContract:
         assert third.successful, third.errors
         assert third.result is not None
 
-        session, turns, transcript = await _snapshot(
+        session, turns, transcript = await store_snapshot(
             store, session_id, [turn_id, third.result.turn_id]
         )
         assert session is not None
@@ -1141,5 +1186,5 @@ class StoreContract:
             "review a.py",
             "thanks",
         ]
-        assert transcript[-1] == _assistant_says("you are welcome")
-        assert await _snapshot(store, session_id, [], org="globex") == (None, [], [])
+        assert transcript[-1] == assistant_says("you are welcome")
+        assert await store_snapshot(store, session_id, [], org="globex") == (None, [], [])

@@ -33,23 +33,24 @@ from engine_kit import (
     open_store_of_kind,
     text,
 )
-from test_stores import (
-    ORG,
-    T0,
-    USER,
-    make_session,
-    make_turn,
-    seed,
-    snapshot,
-    user_says,
-)
+from test_stores import ORG, T0, USER
 
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.postgres_migrations import MIGRATIONS, VERSION_TABLE
 from aptix_pipeline.adapters.postgres_store import OUTCOME_SWEEP as PG_SWEEP
 from aptix_pipeline.adapters.postgres_store import PostgresStore
 from aptix_pipeline.adapters.sqlite_store import OUTCOME_SWEEP, SQLiteStore
-from aptix_pipeline.contracts import StoreConflictError, StoredOutcome
+from aptix_pipeline.adapters.store_contract_cases import (
+    read_outcome,
+    sample_outcome,
+    sample_session,
+    sample_turn,
+    save_outcomes,
+    seed_store,
+    store_snapshot,
+    user_says,
+)
+from aptix_pipeline.contracts import StoreConflictError
 
 pytestmark = pytest.mark.decision("D186")
 
@@ -65,43 +66,6 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         yield opened
 
 
-def outcome(
-    key: str = "key:k1",
-    *,
-    session_id: str = "s1",
-    turn_id: str = "t1",
-    result_json: str = RESULT,
-    created_at: datetime = T0,
-    ttl: timedelta | None = timedelta(hours=1),
-    digest: str = "d1",
-) -> StoredOutcome:
-    return StoredOutcome(
-        key=key,
-        request_digest=digest,
-        session_id=session_id,
-        turn_id=turn_id,
-        result_json=result_json,
-        created_at=created_at,
-        expires_at=None if ttl is None else created_at + ttl,
-    )
-
-
-async def save(store: AnyStore, *outcomes: StoredOutcome, org: str = ORG) -> None:
-    """Commit ``outcomes`` in one transaction of ``org``/ana (session s1 must exist)."""
-    tx = store.begin(org, USER)
-    for each in outcomes:
-        await tx.save_outcome(each)
-    await tx.commit()
-
-
-async def read(store: AnyStore, key: str, org: str = ORG, user: str = USER) -> StoredOutcome | None:
-    """The caller's outcome under ``key``, read in a fresh transaction."""
-    tx = store.begin(org, user)
-    found = await tx.load_outcome(key)
-    await tx.rollback()
-    return found
-
-
 async def purge(store: AnyStore, now: datetime) -> int:
     """``purge_outcomes``, a coroutine on every store."""
     return await store.purge_outcomes(now)
@@ -112,19 +76,19 @@ async def purge(store: AnyStore, now: datetime) -> int:
 
 @pytest.mark.decision("D183")
 async def test_purge_forgets_only_the_outcomes_expired_by_then(store: AnyStore) -> None:
-    await seed(store)
-    short = outcome("key:short", ttl=timedelta(minutes=1))
-    due = outcome("key:due", ttl=timedelta(minutes=10))
-    long = outcome("key:long", ttl=timedelta(days=1))
-    never = outcome("key:never", ttl=None)
-    await save(store, short, due, long, never)
+    await seed_store(store)
+    short = sample_outcome("key:short", ttl=timedelta(minutes=1))
+    due = sample_outcome("key:due", ttl=timedelta(minutes=10))
+    long = sample_outcome("key:long", ttl=timedelta(days=1))
+    never = sample_outcome("key:never", ttl=None)
+    await save_outcomes(store, short, due, long, never)
 
     assert await purge(store, T0 + timedelta(minutes=10)) == 2
 
-    assert await read(store, "key:short") is None
-    assert await read(store, "key:due") is None
-    assert await read(store, "key:long") == long
-    assert await read(store, "key:never") == never
+    assert await read_outcome(store, "key:short") is None
+    assert await read_outcome(store, "key:due") is None
+    assert await read_outcome(store, "key:long") == long
+    assert await read_outcome(store, "key:never") == never
     assert await purge(store, T0 + timedelta(minutes=10)) == 0
 
 
@@ -154,16 +118,16 @@ async def test_a_commit_storing_an_outcome_sweeps_a_bounded_number_of_expired_on
 ) -> None:
     assert OUTCOME_SWEEP == PG_SWEEP
     async with open_store_of_kind(kind, request, tmp_path) as sql:
-        await seed(sql)
-        old = [outcome(f"key:old-{n:03}", ttl=timedelta(minutes=1)) for n in range(150)]
-        await save(sql, *old, outcome("key:kept", ttl=None))
+        await seed_store(sql)
+        old = [sample_outcome(f"key:old-{n:03}", ttl=timedelta(minutes=1)) for n in range(150)]
+        await save_outcomes(sql, *old, sample_outcome("key:kept", ttl=None))
 
-        await save(sql, outcome("key:new", created_at=T0 + timedelta(hours=1)))
+        await save_outcomes(sql, sample_outcome("key:new", created_at=T0 + timedelta(hours=1)))
 
-        left = [each for each in old if await read(sql, each.key) is not None]
+        left = [each for each in old if await read_outcome(sql, each.key) is not None]
         assert len(left) == 150 - OUTCOME_SWEEP
-        assert await read(sql, "key:kept") is not None
-        assert await read(sql, "key:new") is not None
+        assert await read_outcome(sql, "key:kept") is not None
+        assert await read_outcome(sql, "key:new") is not None
 
 
 V1_SCHEMA = (
@@ -190,7 +154,7 @@ async def test_a_sqlite_file_at_schema_version_1_is_migrated_to_2_keeping_its_da
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "v1.db"
-    session, turn, message = make_session(), make_turn(), user_says("hi")
+    session, turn, message = sample_session(), sample_turn(), user_says("hi")
     with closing(sqlite3.connect(path)) as raw, raw:
         for statement in V1_SCHEMA:
             raw.execute(statement)
@@ -218,9 +182,9 @@ async def test_a_sqlite_file_at_schema_version_1_is_migrated_to_2_keeping_its_da
 
     with SQLiteStore(path) as store:
         assert store.schema_version == 2
-        loaded, (loaded_turn, _), transcript = await snapshot(store)
-        await save(store, outcome())
-        assert await read(store, "key:k1") == outcome()
+        loaded, (loaded_turn, _), transcript = await store_snapshot(store)
+        await save_outcomes(store, sample_outcome())
+        assert await read_outcome(store, "key:k1") == sample_outcome()
 
     assert loaded is not None
     assert loaded.model_dump(exclude={"version"}) == session.model_dump(exclude={"version"})
@@ -234,12 +198,12 @@ async def test_a_sqlite_file_at_schema_version_1_is_migrated_to_2_keeping_its_da
 
 
 async def test_a_sqlite_outcome_keeps_its_times_offset_exactly(tmp_path: Path) -> None:
-    kept = outcome(created_at=datetime(2026, 3, 4, 5, 6, 7, 891_234, tzinfo=PLUS_TWO))
+    kept = sample_outcome(created_at=datetime(2026, 3, 4, 5, 6, 7, 891_234, tzinfo=PLUS_TWO))
     with SQLiteStore(tmp_path / "aptix.db") as store:
-        await seed(store)
-        await save(store, kept)
+        await seed_store(store)
+        await save_outcomes(store, kept)
     with SQLiteStore(tmp_path / "aptix.db") as reopened:
-        loaded = await read(reopened, kept.key)
+        loaded = await read_outcome(reopened, kept.key)
 
     assert loaded == kept
     assert loaded is not None
@@ -274,8 +238,8 @@ async def test_a_postgres_database_at_schema_version_2_is_migrated_to_3_keeping_
         tx = store.begin(ORG, USER)
         loaded = await tx.load_session("s1")
         await tx.rollback()
-        await save(store, outcome())
-        assert await read(store, "key:k1") == outcome()
+        await save_outcomes(store, sample_outcome())
+        assert await read_outcome(store, "key:k1") == sample_outcome()
 
     assert loaded is not None
     assert loaded.mode == "general"
@@ -285,9 +249,9 @@ async def test_a_postgres_database_at_schema_version_2_is_migrated_to_3_keeping_
 async def _commit_initial_turn(store: PostgresStore, session_id: str, key: str) -> str:
     """An Initial turn storing its answer under ``key``; ``"won"`` or ``"conflict"``."""
     tx = store.begin(ORG, USER)
-    await tx.create_session(make_session(session_id))
-    await tx.open_turn(make_turn("t1", session_id))
-    await tx.save_outcome(outcome(key, session_id=session_id, digest=session_id))
+    await tx.create_session(sample_session(session_id))
+    await tx.open_turn(sample_turn("t1", session_id))
+    await tx.save_outcome(sample_outcome(key, session_id=session_id, digest=session_id))
     try:
         await tx.commit()
     except StoreConflictError:
@@ -304,7 +268,7 @@ async def test_postgres_of_many_transactions_storing_one_key_at_once_exactly_one
 
         assert sorted(ends) == ["conflict"] * 7 + ["won"]
         winner = ids[ends.index("won")]
-        stored = await read(store, "key:race")
+        stored = await read_outcome(store, "key:race")
         assert stored is not None
         assert stored.session_id == winner
         tx = store.begin(ORG, USER)
@@ -320,7 +284,7 @@ async def test_postgres_a_commit_waiting_on_an_uncommitted_insert_of_its_key(
     """Behind another worker's uncommitted answer for its key, a commit waits: it conflicts
     when that answer commits, and stores its own when it is rolled back."""
     async with PostgresStore(postgres_db_url, max_size=2) as store:
-        await seed(store, make_session("s0"))
+        await seed_store(store, sample_session("s0"))
         async with await psycopg.AsyncConnection.connect(postgres_db_url) as other:
             await other.execute(
                 "INSERT INTO aptix_outcomes (org, user_name, key, request_digest, session_id, "
@@ -338,7 +302,7 @@ async def test_postgres_a_commit_waiting_on_an_uncommitted_insert_of_its_key(
                 await other.rollback()
                 assert await commit == "won"
 
-        stored = await read(store, "key:race")
+        stored = await read_outcome(store, "key:race")
         assert stored is not None
         assert stored.session_id == ("s0" if other_ends == "commit" else "s1")
         tx = store.begin(ORG, USER)

@@ -16,8 +16,8 @@ import asyncio
 import sqlite3
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -26,10 +26,16 @@ from pydantic import ValidationError
 
 from aptix_pipeline import MemoryStore, PostgresStore, SQLiteStore, StoreContract
 from aptix_pipeline.adapters.sqlite_store import SCHEMA_VERSION
+from aptix_pipeline.adapters.store_contract_cases import (
+    assistant_says,
+    sample_entry,
+    sample_session,
+    sample_turn,
+    seed_store,
+    store_snapshot,
+    user_says,
+)
 from aptix_pipeline.contracts import (
-    ChatMessage,
-    ChatRole,
-    ModeHistoryEntry,
     Session,
     SessionStore,
     SessionTransaction,
@@ -54,99 +60,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 # --- builders ------------------------------------------------------------------------
 
 
-def make_session(
-    session_id: str = "s1",
-    *,
-    org: str = ORG,
-    user: str = USER,
-    mode: str | None = "general",
-    history: Sequence[ModeHistoryEntry] = (),
-) -> Session:
-    return Session(
-        id=session_id,
-        org=org,
-        user=user,
-        mode=mode,
-        mode_history=list(history),
-        agent_context_id="assistant",
-        conversation_context_id="workspace",
-        solution_context_text="solution: aptix.sln",
-        created_at=T0,
-    )
-
-
-def make_turn(
-    turn_id: str = "t1",
-    session_id: str = "s1",
-    *,
-    status: TurnStatus = TurnStatus.OPEN,
-    pending: Sequence[ToolCall] = (),
-    expanded: Sequence[str] = (),
-) -> Turn:
-    return Turn(
-        id=turn_id,
-        session_id=session_id,
-        mode="general",
-        status=status,
-        pending_tool_calls=list(pending),
-        expanded_containers=list(expanded),
-        created_at=T0 + timedelta(seconds=1),
-    )
-
-
-def entry(previous: str, new: str, *, minute: int = 0, turn_id: str = "t1") -> ModeHistoryEntry:
-    return ModeHistoryEntry(
-        previous_mode=previous,
-        new_mode=new,
-        timestamp=T0 + timedelta(minutes=minute),
-        reason=f"{previous} to {new}",
-        org=ORG,
-        user=USER,
-        branch=minute % 2 == 1,
-        turn_id=turn_id,
-    )
-
-
-def user_says(text: str) -> ChatMessage:
-    return ChatMessage(role=ChatRole.USER, content=text)
-
-
-def assistant_says(text: str) -> ChatMessage:
-    return ChatMessage(role=ChatRole.ASSISTANT, content=text)
-
-
 READ_FILE = ToolCall(tool_call_id="call_1", name="read_file", arguments_json='{"path": "a.py"}')
-
-
-async def seed(
-    store: SessionStore,
-    session: Session | None = None,
-    *,
-    turns: Sequence[Turn] = (),
-    messages: Sequence[ChatMessage] = (),
-) -> Session:
-    """Create and commit a session (default ``s1`` of acme/ana) with turns and messages."""
-    session = session or make_session()
-    tx = store.begin(session.org, session.user)
-    await tx.create_session(session)
-    for turn in turns:
-        await tx.open_turn(turn)
-    if messages:
-        await tx.append_transcript(session.id, turns[0].id if turns else "t0", messages)
-    await tx.commit()
-    return session
-
-
-async def snapshot(
-    store: SessionStore, session_id: str = "s1", turn_ids: Sequence[str] = ("t1", "t2")
-) -> tuple[Session | None, list[Turn | None], list[ChatMessage]]:
-    """What the owner sees now, read in a fresh transaction."""
-    tx = store.begin(ORG, USER)
-    session = await tx.load_session(session_id)
-    turns = [await tx.load_turn(session_id, turn_id) for turn_id in turn_ids]
-    transcript = await tx.load_transcript(session_id)
-    await tx.rollback()
-    return session, turns, transcript
 
 
 def without_version(session: Session | None) -> dict[str, object]:
@@ -239,7 +153,7 @@ class TestPostgresStore(OurStoreContract):
 
 
 async def test_loaded_session_cannot_change_the_transactions_state(store: SessionStore) -> None:
-    await seed(store)
+    await seed_store(store)
     tx = store.begin(ORG, USER)
 
     loaded = await tx.load_session("s1")
@@ -247,7 +161,7 @@ async def test_loaded_session_cannot_change_the_transactions_state(store: Sessio
     with pytest.raises(ValidationError):  # a session is a frozen value: shared, never copied
         setattr(loaded, "mode", "tampered")  # noqa: B010
     with pytest.raises(ValidationError):
-        setattr(loaded, "mode_history", [entry("x", "y")])  # noqa: B010
+        setattr(loaded, "mode_history", [sample_entry("x", "y")])  # noqa: B010
 
     again = await tx.load_session("s1")
     assert again is not None
@@ -261,13 +175,13 @@ Use = Callable[[SessionTransaction], Awaitable[object]]
 
 USES: dict[str, Use] = {
     "load_session": lambda tx: tx.load_session("s1"),
-    "create_session": lambda tx: tx.create_session(make_session("s2")),
+    "create_session": lambda tx: tx.create_session(sample_session("s2")),
     "load_turn": lambda tx: tx.load_turn("s1", "t1"),
-    "open_turn": lambda tx: tx.open_turn(make_turn("t2")),
-    "complete_turn": lambda tx: tx.complete_turn(make_turn()),
+    "open_turn": lambda tx: tx.open_turn(sample_turn("t2")),
+    "complete_turn": lambda tx: tx.complete_turn(sample_turn()),
     "load_transcript": lambda tx: tx.load_transcript("s1"),
     "append_transcript": lambda tx: tx.append_transcript("s1", "t1", [user_says("late")]),
-    "set_session_mode": lambda tx: tx.set_session_mode("s1", entry("general", "review")),
+    "set_session_mode": lambda tx: tx.set_session_mode("s1", sample_entry("general", "review")),
     "commit": lambda tx: tx.commit(),
 }
 
@@ -277,8 +191,8 @@ USES: dict[str, Use] = {
 async def test_a_transaction_used_after_it_ended_raises(
     store: SessionStore, use: Use, close: str
 ) -> None:
-    await seed(store, turns=[make_turn()])
-    before = await snapshot(store)
+    await seed_store(store, turns=[sample_turn()])
+    before = await store_snapshot(store)
     tx = store.begin(ORG, USER)
     await tx.load_session("s1")
     await (tx.commit() if close == "commit" else tx.rollback())
@@ -286,23 +200,25 @@ async def test_a_transaction_used_after_it_ended_raises(
     with pytest.raises(RuntimeError):
         await use(tx)
 
-    assert await snapshot(store) == before
+    assert await store_snapshot(store) == before
 
 
 async def test_memory_store_finds_a_pending_turn_among_many_other_turns() -> None:
     store = MemoryStore()
     for n in range(200):
-        await seed(
+        await seed_store(
             store,
-            make_session(f"s{n}"),
-            turns=[make_turn(f"t{n}.{k}", f"s{n}", status=TurnStatus.COMPLETED) for k in range(50)],
+            sample_session(f"s{n}"),
+            turns=[
+                sample_turn(f"t{n}.{k}", f"s{n}", status=TurnStatus.COMPLETED) for k in range(50)
+            ],
         )
-    await seed(
+    await seed_store(
         store,
-        make_session("target"),
+        sample_session("target"),
         turns=[
-            make_turn("first", "target", status=TurnStatus.AWAITING_CLIENT_TOOLS),
-            make_turn("second", "target", status=TurnStatus.AWAITING_CLIENT_TOOLS),
+            sample_turn("first", "target", status=TurnStatus.AWAITING_CLIENT_TOOLS),
+            sample_turn("second", "target", status=TurnStatus.AWAITING_CLIENT_TOOLS),
         ],
     )
 
@@ -320,21 +236,21 @@ async def test_memory_store_finds_a_pending_turn_among_many_other_turns() -> Non
 
 async def test_sqlite_data_survives_close_and_reopen(tmp_path: Path) -> None:
     path = tmp_path / "aptix.db"
-    turn = make_turn(
+    turn = sample_turn(
         status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[READ_FILE], expanded=["Math"]
     )
     with SQLiteStore(path) as first:
-        await seed(first, turns=[turn], messages=[user_says("hi"), assistant_says("hello")])
+        await seed_store(first, turns=[turn], messages=[user_says("hi"), assistant_says("hello")])
         tx = first.begin(ORG, USER)
-        await tx.set_session_mode("s1", entry("general", "review"))
+        await tx.set_session_mode("s1", sample_entry("general", "review"))
         await tx.commit()
 
     with SQLiteStore(path) as reopened:
-        session, (t1, _), transcript = await snapshot(reopened)
+        session, (t1, _), transcript = await store_snapshot(reopened)
 
     assert session is not None
     assert without_version(session) == without_version(
-        make_session(mode="review", history=[entry("general", "review")])
+        sample_session(mode="review", history=[sample_entry("general", "review")])
     )
     assert t1 == turn
     assert transcript == [user_says("hi"), assistant_says("hello")]
@@ -375,7 +291,7 @@ def test_sqlite_refuses_a_file_from_a_newer_schema(tmp_path: Path) -> None:
 
 async def test_sqlite_store_used_after_close_raises(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "aptix.db")
-    await seed(store)
+    await seed_store(store)
     tx = store.begin(ORG, USER)
     await tx.load_session("s1")
     await tx.append_transcript("s1", "t1", [user_says("too late")])
@@ -394,18 +310,18 @@ async def test_sqlite_two_stores_on_one_file_see_each_others_commits_and_conflic
 ) -> None:
     path = tmp_path / "aptix.db"
     with SQLiteStore(path) as one, SQLiteStore(path) as two:
-        await seed(one)
+        await seed_store(one)
         winner, loser = one.begin(ORG, USER), two.begin(ORG, USER)
         assert await loser.load_session("s1") is not None
         await winner.load_session("s1")
-        await winner.set_session_mode("s1", entry("general", "review"))
+        await winner.set_session_mode("s1", sample_entry("general", "review"))
         await winner.commit()
         await loser.append_transcript("s1", "t1", [user_says("lost")])
 
         with pytest.raises(StoreConflictError):
             await loser.commit()
 
-        session, _, transcript = await snapshot(two)
+        session, _, transcript = await store_snapshot(two)
         assert session is not None
         assert session.mode == "review"
         assert transcript == []
@@ -439,7 +355,7 @@ CHILD = textwrap.dedent(
 async def test_sqlite_two_processes_share_one_file(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     with SQLiteStore(path) as store:
-        await seed(store, make_session("from-parent", mode="debug"))
+        await seed_store(store, sample_session("from-parent", mode="debug"))
 
         child = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -470,8 +386,8 @@ async def test_sqlite_concurrent_transactions_creating_their_own_sessions_all_co
 
         async def turn(index: int) -> None:
             tx = store.begin(ORG, USER)
-            await tx.create_session(make_session(f"s{index}"))
-            await tx.open_turn(make_turn("t1", f"s{index}"))
+            await tx.create_session(sample_session(f"s{index}"))
+            await tx.open_turn(sample_turn("t1", f"s{index}"))
             await asyncio.sleep(0)
             await tx.append_transcript(f"s{index}", "t1", [user_says(f"hello {index}")])
             await tx.commit()
@@ -479,7 +395,7 @@ async def test_sqlite_concurrent_transactions_creating_their_own_sessions_all_co
         await asyncio.gather(*(turn(i) for i in range(10)))
 
         for index in range(10):
-            session, (t1, _), transcript = await snapshot(store, f"s{index}")
+            session, (t1, _), transcript = await store_snapshot(store, f"s{index}")
             assert session is not None
             assert t1 is not None
             assert transcript == [user_says(f"hello {index}")]
@@ -501,8 +417,8 @@ async def test_sqlite_commits_do_not_block_the_event_loop(tmp_path: Path) -> Non
         ticks_during_commits = 0
         for index in range(50):
             tx = store.begin(ORG, USER)
-            await tx.create_session(make_session(f"s{index}"))
-            await tx.open_turn(make_turn("t1", f"s{index}"))
+            await tx.create_session(sample_session(f"s{index}"))
+            await tx.open_turn(sample_turn("t1", f"s{index}"))
             await tx.append_transcript(f"s{index}", "t1", [user_says("x" * 1000)] * 20)
             before = ticks
             await tx.commit()
