@@ -156,6 +156,7 @@ if TYPE_CHECKING:
     from .engine.replay import (
         RECORDING_FORMAT,
         Divergence,
+        LivePorts,
         PortCall,
         RecordedError,
         Recorder,
@@ -331,6 +332,7 @@ _EXPORTS: dict[str, str] = {
     "recordings_in": "engine.replay",
     "ReplayOutcome": "engine.replay",
     "Divergence": "engine.replay",
+    "LivePorts": "engine.replay",
     "ReplayDivergenceError": "engine.replay",
     # Recording and replay (docs/RECORDING.md)
     "Recorder": "engine.replay",
@@ -407,6 +409,7 @@ __all__ = [
     "LLMReply",
     "LLMRequest",
     "Listener",
+    "LivePorts",
     "MalformedStreamError",
     "MemoryStore",
     "ModeCatalog",
