@@ -128,6 +128,11 @@ class RecordingKit(Kit):
         self._ports[id(made)] = made.ports
         return made
 
+    def keep(self, pipeline: Pipeline, report: TurnReport) -> None:
+        """Keep the recorded turn ``pipeline`` ran, with its steps and ports."""
+        key = id(pipeline)
+        self.turns.append(RecordedTurn(report, self._steps[key], self._ports[key]))
+
     async def run(
         self,
         pipeline: Pipeline,
@@ -138,7 +143,7 @@ class RecordingKit(Kit):
     ) -> TurnReport:
         """``Kit.run``, keeping the recorded turn."""
         report = await super().run(pipeline, request, caller, initial_mode=initial_mode)
-        self.turns.append(RecordedTurn(report, self._steps[id(pipeline)], self._ports[id(pipeline)]))
+        self.keep(pipeline, report)
         return report
 
 
@@ -182,7 +187,7 @@ class StreamedRecordingKit(RecordingKit):
         """Stream one request, keeping its report and recorded turn."""
         report = await streamed_report(pipeline, request, caller, initial_mode=initial_mode)
         self.reports.append(report)
-        self.turns.append(RecordedTurn(report, self._steps[id(pipeline)], self._ports[id(pipeline)]))
+        self.keep(pipeline, report)
         return report
 
 

@@ -4,11 +4,15 @@
 ports answer from the recording (``port_tap.py``): each call the code
 makes now must be the next recorded call — the same port and call, made during
 the same step, with the same arguments — and gets the recorded answer (or the
-recorded exception) back. Nothing real is called; no span is emitted unless
+recorded exception) back. Nothing real is called, but the ports the host runs
+``live`` (``live.py``): its model, server tools or catalogs answer themselves, and
+what they answer must be what was recorded (``answer``). No span is emitted unless
 ``telemetry`` asks for spans. Like Temporal's replayer, the first place where
 the code behaves differently stops the replay and is named — the step, the port
 call, the expected and the actual value (``Divergence``). A replay whose calls
 all match then compares the ``StateTrace`` and the result with the recorded ones.
+The divergence stops the turn as a step fault, so it ends without a traceback:
+its rollback is answered quietly, and the replay logs the divergence once.
 
 A recorded streamed turn (``LLM.stream`` calls, AGN-034 §4.7) replays streamed:
 a subscriber that names ``ModelTextDelta`` makes the engine ask the model to
@@ -25,7 +29,7 @@ regression suite::
 
     @pytest.mark.parametrize("path", recordings_in("recordings"), ids=lambda p: p.name)
     def test_recorded_turn_replays(path):
-        assert_replays(path)
+        assert_replays(path)  # live=LivePorts(...): the host's own ports checked too
 """
 
 from __future__ import annotations
