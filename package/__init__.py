@@ -164,6 +164,7 @@ if TYPE_CHECKING:
     from .engine.replay import (
         RECORDING_FORMAT,
         Divergence,
+        LivePorts,
         PortCall,
         RecordedError,
         Recorder,
@@ -340,6 +341,7 @@ _EXPORTS: dict[str, str] = {
     "recordings_in": "engine.replay",
     "ReplayOutcome": "engine.replay",
     "Divergence": "engine.replay",
+    "LivePorts": "engine.replay",
     "ReplayDivergenceError": "engine.replay",
     # Recording and replay (docs/RECORDING.md)
     "Recorder": "engine.replay",
@@ -425,6 +427,7 @@ __all__ = [
     "LLMReply",
     "LLMRequest",
     "Listener",
+    "LivePorts",
     "MalformedStreamError",
     "MemoryStore",
     "ModeCatalog",

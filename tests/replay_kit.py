@@ -52,7 +52,7 @@ from aptix_pipeline.engine import (
     TurnEvent,
     TurnReport,
 )
-from aptix_pipeline.steps import StepFunction
+from aptix_pipeline.steps import Ports, StepFunction
 
 __all__ = [
     "DEMO_SCRIPT",
@@ -72,10 +72,12 @@ Steps = Mapping[PipelineStep, StepFunction]
 
 @dataclass(frozen=True)
 class RecordedTurn:
-    """One recorded turn of a scenario: its report, recording and the steps it ran with."""
+    """One recorded turn of a scenario: its report, recording, the steps it ran with and
+    the host's ports it ran on (to run some of them live in a replay)."""
 
     report: TurnReport
     steps: Steps | None
+    ports: Ports
 
     @property
     def recording(self) -> TurnRecording:
@@ -91,6 +93,7 @@ class RecordingKit(Kit):
     options: RecordingOptions = field(default_factory=RecordingOptions)
     turns: list[RecordedTurn] = field(default_factory=list)
     _steps: dict[int, Steps | None] = field(default_factory=dict)
+    _ports: dict[int, Ports] = field(default_factory=dict)
 
     def pipeline(
         self,
@@ -109,6 +112,7 @@ class RecordingKit(Kit):
             interceptors=[Recorder(self.options)],
         )
         self._steps[id(made)] = None
+        self._ports[id(made)] = made.ports
         return made
 
     def rebuilt(self, base: Pipeline, *, steps: Steps | None = None, **ports: Any) -> Pipeline:
@@ -121,7 +125,13 @@ class RecordingKit(Kit):
             interceptors=[Recorder(self.options)],
         )
         self._steps[id(made)] = steps
+        self._ports[id(made)] = made.ports
         return made
+
+    def keep(self, pipeline: Pipeline, report: TurnReport) -> None:
+        """Keep the recorded turn ``pipeline`` ran, with its steps and ports."""
+        key = id(pipeline)
+        self.turns.append(RecordedTurn(report, self._steps[key], self._ports[key]))
 
     async def run(
         self,
@@ -133,7 +143,7 @@ class RecordingKit(Kit):
     ) -> TurnReport:
         """``Kit.run``, keeping the recorded turn."""
         report = await super().run(pipeline, request, caller, initial_mode=initial_mode)
-        self.turns.append(RecordedTurn(report, self._steps[id(pipeline)]))
+        self.keep(pipeline, report)
         return report
 
 
@@ -177,7 +187,7 @@ class StreamedRecordingKit(RecordingKit):
         """Stream one request, keeping its report and recorded turn."""
         report = await streamed_report(pipeline, request, caller, initial_mode=initial_mode)
         self.reports.append(report)
-        self.turns.append(RecordedTurn(report, self._steps[id(pipeline)]))
+        self.keep(pipeline, report)
         return report
 
 

@@ -8,11 +8,13 @@ It builds on the engine's runtime and the runtime never imports it (DESIGN.md
 - ``recording.py``: ``TurnRecording``, its versioned JSON form and its files;
 - ``redaction.py``: a recording without user content, that still replays;
 - ``recorder.py``: the ``Recorder`` interceptor that records a pipeline's turns;
-- ``replayer.py``: ``replay``, which re-runs a recording and names the first divergence.
+- ``replayer.py``: ``replay``, which re-runs a recording and names the first divergence;
+- ``live.py``: ``LivePorts``, the host's own ports a replay runs live.
 """
 
 from __future__ import annotations
 
+from .live import LivePorts
 from .recorder import Recorder, RecordingOptions, config_digest
 from .recording import RECORDING_FORMAT, TurnRecording, write_recording
 from .records import PortCall, RecordedError
@@ -30,6 +32,7 @@ from .replayer import (
 __all__ = [
     "RECORDING_FORMAT",
     "Divergence",
+    "LivePorts",
     "PortCall",
     "RecordedError",
     "Recorder",

@@ -49,6 +49,8 @@ from aptix_pipeline.engine.events import TurnFaulted
 from aptix_pipeline.engine.telemetry import provider_name_of
 from aptix_pipeline.steps import Ports
 
+from .live import LivePorts
+
 __all__ = [
     "PortTap",
     "TappedAgentCatalog",
@@ -371,18 +373,24 @@ def tap_ports(
     server_tools: Sequence[str] = (),
     provider_name: str | None = None,
     streaming: bool = False,
+    live: LivePorts | None = None,
 ) -> Ports:
     """Ports for one turn whose every call goes through ``tap``.
 
     With ``ports`` the real ports stand behind the tap (recording), and the tapped
-    model streams when the real one is a ``StreamingLLM``; without, there is
-    nothing behind it (replay): ``server_tools`` names the tools the host had, and
-    ``streaming`` says whether the recorded model streamed.
+    model streams when the real one is a ``StreamingLLM``; without, only the
+    ``live`` ones do (replay, ``live.py``): ``server_tools`` names the tools the
+    host had (the live ones join them), and ``streaming`` says whether the
+    recorded model streamed — a live model that cannot stream is then asked to
+    ``complete``, which the replay names as another call.
     """
     tools: Mapping[str, ToolExecutor | None]
     if ports is None:
-        tools = dict.fromkeys(server_tools)
-        store = modes = agents = llm = clock = ids = None
+        live = live or LivePorts()
+        tools = {**dict.fromkeys(server_tools), **live.tools}
+        llm, modes, agents = live.llm, live.modes, live.agents
+        store = clock = ids = None
+        streaming = streaming and (llm is None or isinstance(llm, StreamingLLM))
     else:
         tools, provider_name = dict(ports.tools), provider_name_of(ports.llm)
         store, modes, agents, llm = ports.store, ports.modes, ports.agents, ports.llm

@@ -4,11 +4,15 @@
 ports answer from the recording (``port_tap.py``): each call the code
 makes now must be the next recorded call — the same port and call, made during
 the same step, with the same arguments — and gets the recorded answer (or the
-recorded exception) back. Nothing real is called; no span is emitted unless
+recorded exception) back. Nothing real is called, but the ports the host runs
+``live`` (``live.py``): its model, server tools or catalogs answer themselves, and
+what they answer must be what was recorded (``answer``). No span is emitted unless
 ``telemetry`` asks for spans. Like Temporal's replayer, the first place where
 the code behaves differently stops the replay and is named — the step, the port
 call, the expected and the actual value (``Divergence``). A replay whose calls
 all match then compares the ``StateTrace`` and the result with the recorded ones.
+The divergence stops the turn as a step fault, so it ends without a traceback:
+its rollback is answered quietly, and the replay logs the divergence once.
 
 A recorded streamed turn (``LLM.stream`` calls, AGN-034 §4.7) replays streamed:
 a subscriber that names ``ModelTextDelta`` makes the engine ask the model to
@@ -25,14 +29,14 @@ regression suite::
 
     @pytest.mark.parametrize("path", recordings_in("recordings"), ids=lambda p: p.name)
     def test_recorded_turn_replays(path):
-        assert_replays(path)
+        assert_replays(path)  # live=LivePorts(...): the host's own ports checked too
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, TypeVar, cast
@@ -42,9 +46,12 @@ from pydantic_core import to_json
 
 from aptix_pipeline.contracts import (
     AptixPipelineError,
+    ErrorCode,
+    InvokeError,
     LLMReply,
     PermanentPortError,
     PipelineStep,
+    scrubbed_logger,
 )
 from aptix_pipeline.engine.deep_json import dump_json, encode_value
 from aptix_pipeline.engine.events import (
@@ -59,15 +66,16 @@ from aptix_pipeline.engine.pipeline import Pipeline
 from aptix_pipeline.engine.report import TurnReport
 from aptix_pipeline.engine.runner import TurnStop
 from aptix_pipeline.engine.telemetry import Telemetry
-from aptix_pipeline.steps import StepFunction
+from aptix_pipeline.steps import StepFaultError, StepFunction
 from aptix_pipeline.validators import utf8_text
 
-from .port_tap import LLM_PORT, STORE, STREAM, decode_answer, tap_ports
+from .live import LivePorts
+from .port_tap import LLM_PORT, STORE, STREAM, TRANSACTION, decode_answer, tap_ports
 from .recorder import StepFollower
 from .recording import TurnRecording
-from .records import PortCall
+from .records import PortCall, RecordedError
 from .redaction import Redactor
-from .streams import chunk_of, replayed_chunks
+from .streams import StreamLog, chunk_json, chunk_of, replayed_chunks
 
 __all__ = [
     "Divergence",
@@ -85,6 +93,10 @@ __all__ = [
 T = TypeVar("T")
 
 _SHOWN = 240  # characters of a value a divergence message shows
+_ROLLBACK = "rollback"
+_CALL_KEYS = ("n", "step", "port", "call", "args")
+
+logger = scrubbed_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +118,9 @@ class Divergence:
     - ``stream`` — a streamed model call: the code stopped reading the recorded
       stream before where it ended, or read on past where it was closed;
     - ``unreplayable`` — the recorded call was cut short by the turn's deadline,
-      which a replay, off the clock, cannot cut at the same point.
+      which a replay, off the clock, cannot cut at the same point;
+    - ``answer`` — a port running live (``live.py``) answered, or raised, other
+      than the recorded one (``where``: ``answer.Text``, ``error.message``, …).
 
     ``call_number`` is the recorded call's ``n``; ``step`` the transition that was
     running (``None``: after the machine stopped).
@@ -139,6 +153,8 @@ class Divergence:
             "the code read the stream to another point",
             "unreplayable": f"port call #{self.call_number} {self.port_call} {during}: "
             "cut short by the turn's deadline, which a replay (off the clock) cannot repeat",
+            "answer": f"port call #{self.call_number} {self.port_call} {during}: "
+            "the live port answered otherwise",
         }.get(self.kind, self.kind)
         lines = [f"divergence: {head}"]
         if self.where:
@@ -209,8 +225,19 @@ class _Absent:
 _ABSENT = _Absent()
 
 
-class _DivergedError(PermanentPortError):
-    """Raised into the engine at a divergence: the turn stops (an LLM port does not retry)."""
+class _DivergedError(StepFaultError, PermanentPortError):
+    """Raised into the engine at a divergence: the turn stops there, and quietly.
+
+    A step fault (``port_failed``, naming the port) passes through the port guards,
+    the model's retries and a server tool's error handling unchanged, and the runner
+    logs no traceback for it: a diverging replay ends with its divergence, which
+    ``replay`` reports (and logs once).
+    """
+
+    def __init__(self, divergence: Divergence) -> None:
+        port = (divergence.port_call or "").partition(".")[0] or "replay"
+        message = f"the replay diverged: {divergence.describe()}"
+        super().__init__([InvokeError(code=ErrorCode.PORT_FAILED, field=port, message=message)])
 
 
 _REPLY: TypeAdapter[LLMReply] = TypeAdapter(LLMReply)
@@ -236,6 +263,8 @@ class ReplayTap:
         self._stop_after = recording.stopped_after_call if stop is not None else None
         self.stopping = False
         """The stop was asked for and has not landed yet."""
+        self._stop_due = False
+        """The stop is to be asked for once the live call running now has answered."""
         self._replied: PortCall | None = None
         """A streamed call whose whole reply was yielded: checked when its model call ends."""
         if stop is not None and self._stop_after == 0:
@@ -243,16 +272,24 @@ class ReplayTap:
 
     def _diverge(self, divergence: Divergence) -> _DivergedError:
         self.divergence = divergence
-        return _DivergedError(divergence.describe())
+        return _DivergedError(divergence)
 
     def _request_stop(self) -> None:
         assert self._stop is not None
         self._stop.request()
         self.stopping = True
 
-    def _expect(self, port: str, call: str, args: Mapping[str, Any]) -> PortCall:
+    def _expect(
+        self, port: str, call: str, args: Mapping[str, Any], *, live: bool = False
+    ) -> PortCall:
+        """The next recorded call, which the call the code makes now must be; else diverge.
+
+        ``live``: a live port will make the call; a stop due after it is asked for
+        once it has answered (``_live_done``), as the recorded one came after the
+        real port had answered.
+        """
         if self.divergence is not None:  # the turn is stopping: nothing more matches
-            raise _DivergedError(self.divergence.describe())
+            raise _DivergedError(self.divergence)
         actual = {name: encode_value(value) for name, value in args.items()}
         if self._redactor is not None:
             actual = self._redactor.port_call(port, call, actual, None, None)["args"]
@@ -288,8 +325,17 @@ class ReplayTap:
             )
         self.position += 1
         if self.position == self._stop_after:
-            self._request_stop()
+            if live and not expected.cancelled:
+                self._stop_due = True
+            else:
+                self._request_stop()
         return expected
+
+    def _live_done(self) -> None:
+        """A live port answered: the stop due after its call is asked for now."""
+        if self._stop_due:
+            self._stop_due = False
+            self._request_stop()
 
     async def _halt(self) -> NoReturn:
         """Wait for the turn's stop (asked for) to cancel it here."""
@@ -350,13 +396,87 @@ class ReplayTap:
         *,
         method: str | None = None,
     ) -> T:
-        """Check the call against the next recorded one; answer as the real port did."""
+        """Check the call against the next recorded one; answer as the real port did.
+
+        A live port (``target``, ``live.py``) answers itself, and its answer or
+        exception must be the recorded one (``answer`` divergence). Once the replay
+        has diverged, the rollback of the stopping turn is answered quietly: a replay
+        has no transaction to undo, and the divergence is what it reports.
+        """
+        if self.divergence is not None and (port, call) == (TRANSACTION, _ROLLBACK):
+            return cast(T, None)
         await self._halt_if_stopping()
-        expected = self._expect(port, call, args)
+        live = target is not None
+        expected = self._expect(port, call, args, live=live)
         if expected.cancelled:
             self._check_cut(expected)
             await self._cut_short()
-        return self._answer(expected, answer)
+        if not live:
+            return self._answer(expected, answer)
+        try:
+            value = await getattr(target, method or call)(*args.values())
+        except Exception as error:
+            self._check_live(expected, None, RecordedError.of(error))
+            self._live_done()
+            raise
+        self._check_live(expected, encode_value(value), None)
+        self._live_done()
+        return cast(T, value)
+
+    def _check_live(
+        self,
+        expected: PortCall,
+        answer: Any,
+        error: RecordedError | None,
+        *,
+        last_chunk: Any = None,
+        ended: bool = False,
+    ) -> None:
+        """What a live port did must be what the recorded one did; else diverge (raises)."""
+        divergence = self._live_divergence(expected, answer, error, last_chunk, ended)
+        if divergence is not None:
+            raise self._diverge(divergence)
+
+    def _live_divergence(
+        self,
+        expected: PortCall,
+        answer: Any,
+        error: RecordedError | None,
+        last_chunk: Any,
+        ended: bool,
+    ) -> Divergence | None:
+        """The ``answer`` divergence of a live call, or ``None`` when it did as recorded.
+
+        Both sides are compared in their recorded form (``PortCall.to_dict``: the
+        answer, the error's type, message and classes, a stream's last chunk and
+        end), redacted like the recording; ``where`` is a path such as
+        ``answer.Text`` or ``error.message``.
+        """
+        made = PortCall(
+            expected.n,
+            expected.step,
+            expected.port,
+            expected.call,
+            expected.args,
+            answer,
+            error,
+            last_chunk,
+            ended,
+        )
+        if self._redactor is not None:
+            redacted = self._redactor.port_call(made.port, made.call, {}, answer, error)
+            made = replace(
+                made,
+                answer=redacted["answer"],
+                error=redacted["error"],
+                last_chunk=self._redactor.value(last_chunk),
+            )
+        want, got = _outcome_of(expected), _outcome_of(made)
+        difference = first_difference(want, got)
+        if difference is None:
+            return None
+        where, left, right = difference
+        return Divergence("answer", self.step, expected.n, expected.name, where, left, right)
 
     async def stream(
         self, target: Any, port: str, call: str, args: Mapping[str, Any]
@@ -369,7 +489,16 @@ class ReplayTap:
         reading there), or the turn's stop.
         """
         await self._halt_if_stopping()
-        expected = self._expect(port, call, args)
+        live = target is not None
+        expected = self._expect(port, call, args, live=live)
+        if live and not expected.cancelled:
+            passed = self._live_stream(target, expected, call, args)
+            try:
+                async for chunk in passed:
+                    yield chunk
+            finally:
+                await passed.aclose()
+            return
         if expected.cancelled:
             self._check_cut(expected)
         closed = expected.last_chunk is not None
@@ -394,6 +523,46 @@ class ReplayTap:
                 self._stream_divergence(expected, f"read on after chunk {len(chunks)}", len(chunks))
             )
         self._replied = expected
+
+    async def _live_stream(
+        self, target: Any, expected: PortCall, call: str, args: Mapping[str, Any]
+    ) -> AsyncGenerator[Any]:
+        """The live model's stream, passed on chunk by chunk and, once it ends, checked.
+
+        It is logged as a recording logs it (``StreamLog``): however it ends — with
+        its reply, raising, or closed by the engine — the call it makes must be the
+        recorded one (``_check_live``). A stream that ended as recorded has its
+        reply checked again once the engine has put it together (``replied``).
+        """
+        log = StreamLog()
+        chunks: Any = None
+        try:
+            chunks = getattr(target, call)(*args.values())
+            async for chunk in chunks:
+                log.hold(chunk)
+                yield chunk
+                log.taken()
+        except GeneratorExit:  # the engine stopped reading, holding log.held
+            if self.divergence is None:  # it is unwinding: name the difference, raise nothing
+                self.divergence = self._live_divergence(
+                    expected, log.so_far(), None, chunk_json(log.held), log.ended
+                )
+            self._live_done()
+            raise
+        except Exception as error:
+            partial = log.so_far() if log.read else None
+            self._check_live(expected, partial, RecordedError.of(error), ended=log.ended)
+            self._live_done()
+            raise
+        else:
+            answer, broken = log.answer()
+            self._check_live(expected, answer, broken)
+            self._live_done()
+            self._replied = expected
+        finally:
+            close = getattr(chunks, "aclose", None)
+            if close is not None:
+                await close()
 
     def _stream_divergence(self, expected: PortCall, actual: str, chunks: int) -> Divergence:
         """Where the engine stopped reading (``actual``) is not where the recorded one did."""
@@ -462,6 +631,15 @@ class ReplayTap:
             {"calls": [call.name for call in self._calls[self.position :]]},
             _ABSENT,
         )
+
+
+def _outcome_of(call: PortCall) -> dict[str, Any]:
+    """What a port call did, in its recorded JSON form: its answer or error, and for a
+    stream its last chunk and end."""
+    data = call.to_dict()
+    for key in _CALL_KEYS:
+        del data[key]
+    return data
 
 
 def _reply_view(reply: LLMReply, text: str | None, *, arguments: bool) -> dict[str, Any]:
@@ -616,23 +794,47 @@ def _compared(recording: TurnRecording, report: TurnReport) -> Divergence | None
     return None
 
 
+def _refuse_redacted(recording: TurnRecording, live: LivePorts) -> None:
+    """A redacted recording holds placeholders where the model's and the tools' input was:
+    a live model or tool would be asked about ``[redacted]``, so it is refused."""
+    if not recording.redacted:
+        return
+    refused = [name for name in live.names if name not in ("modes", "agents")]
+    if refused:
+        raise ValueError(
+            f"live {', '.join(refused)}: the recording is redacted, so the model requests "
+            "and tool arguments it holds are placeholders; replay it with the model and "
+            "tools answering from the recording (live catalogs are fine), or run them "
+            "live against an unredacted recording"
+        )
+
+
 async def replay(
     recording: TurnRecording | str | Path,
     *,
     steps: Mapping[PipelineStep, StepFunction] | None = None,
     telemetry: Telemetry | None = None,
+    live: LivePorts | Mapping[str, Any] | None = None,
 ) -> ReplayOutcome:
     """Re-run a recorded turn (a ``TurnRecording`` or a file) against today's code.
 
     ``steps`` replaces step functions, as for ``Pipeline``; ``telemetry`` turns
-    spans on (default: none). The recorded options apply, without the waits
+    spans on (default: none). ``live`` runs the host's own model, server tools or
+    catalogs of today instead of answering them from the recording
+    (``LivePorts``, or ``{"llm": ..., "tools": {...}, "catalog": ...}``): their
+    calls are checked as any, and what they answer must be what was recorded
+    (an ``answer`` divergence). The recorded options apply, without the waits
     between LLM retries (they change nothing a replay compares). Raises
-    ``ValueError`` only for a file that is not a recording; a divergence is in
-    the outcome.
+    ``ValueError`` for a file that is not a recording, and for a live model or
+    tool with a redacted recording; ``TypeError`` or ``ValueError`` for a ``live``
+    that is not one (naming the key). A divergence is in the outcome, and logged
+    (INFO, the call and the path, no values).
     """
+    ports = LivePorts.of(live)
     source = None if isinstance(recording, TurnRecording) else Path(recording)
     if not isinstance(recording, TurnRecording):
         recording = TurnRecording.load(recording)
+    _refuse_redacted(recording, ports)
     # A turn its consumer stopped is stopped again, at the same point (ReplayTap).
     stop = TurnStop() if recording.stopped_after_call is not None else None
     tap = ReplayTap(recording, stop)
@@ -646,14 +848,15 @@ async def replay(
     )
     # The trace holds content exactly when the recorded one did, or the two differ.
     telemetry = replace(telemetry or Telemetry.off(), capture_content=recording.trace_content)
-    ports = tap_ports(
+    tapped = tap_ports(
         tap,
         None,
         server_tools=recording.server_tools,
         provider_name=recording.provider_name,
         streaming=streamed,
+        live=ports,
     )
-    pipeline = Pipeline(ports, options, steps=steps, telemetry=telemetry)
+    pipeline = Pipeline(tapped, options, steps=steps, telemetry=telemetry)
     request = recording.request_input()
     # The turn keeps its answer under the keys it was recorded with (D181); a stored
     # answer is never read in a replay: the recorded turn ran, so the replay runs it.
@@ -676,7 +879,24 @@ async def replay(
         stop=stop,
     )
     divergence = tap.divergence or tap.leftover() or _compared(recording, report)
+    if divergence is not None:
+        logger.info(
+            "replay of %s diverged: %s%s",
+            source or "a recording",
+            divergence.kind,
+            _placed(divergence),
+        )
     return ReplayOutcome(recording, report, divergence, source)
+
+
+def _placed(divergence: Divergence) -> str:
+    """Where a divergence is, for a log line: its call and path, never its values (they
+    may be user content)."""
+    at = f" at port call #{divergence.call_number} {divergence.port_call}"
+    place = at if divergence.call_number is not None else ""
+    if divergence.step:
+        place += f" during step {divergence.step}"
+    return place + (f", {divergence.where}" if divergence.where else "")
 
 
 def replay_sync(
@@ -684,18 +904,24 @@ def replay_sync(
     *,
     steps: Mapping[PipelineStep, StepFunction] | None = None,
     telemetry: Telemetry | None = None,
+    live: LivePorts | Mapping[str, Any] | None = None,
 ) -> ReplayOutcome:
     """``replay`` for scripts and tests without an event loop of their own."""
-    return asyncio.run(replay(recording, steps=steps, telemetry=telemetry))
+    return asyncio.run(replay(recording, steps=steps, telemetry=telemetry, live=live))
 
 
 def assert_replays(
     recording: TurnRecording | str | Path,
     *,
     steps: Mapping[PipelineStep, StepFunction] | None = None,
+    live: LivePorts | Mapping[str, Any] | None = None,
 ) -> ReplayOutcome:
-    """Replay and raise ``ReplayDivergenceError`` (an ``AssertionError``) on a divergence."""
-    outcome = replay_sync(recording, steps=steps)
+    """Replay and raise ``ReplayDivergenceError`` (an ``AssertionError``) on a divergence.
+
+    ``live`` as for ``replay``: a folder of recordings (``recordings_in``) then checks
+    the host's own model, tools and catalogs too.
+    """
+    outcome = replay_sync(recording, steps=steps, live=live)
     if not outcome.ok:
         raise ReplayDivergenceError(outcome)
     return outcome
