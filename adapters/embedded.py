@@ -8,14 +8,15 @@ built-in server tools, the system clock and random ids — what ``aptix run`` an
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aptix_pipeline.contracts import LLM, Clock, IdSource, SessionStore, ToolExecutor
 from aptix_pipeline.engine import Listener, Pipeline, Runtime, Telemetry, TurnInterceptor
 from aptix_pipeline.engine.replay import Recorder, RecordingOptions
-from aptix_pipeline.steps import PipelineOptions, Ports
+from aptix_pipeline.steps import Hooks, PipelineOptions, Ports
+from aptix_pipeline.validators import HostRule
 
 from .builtin_tools import BUILTIN_TOOLS
 from .catalog_config import ConfigCatalog
@@ -97,6 +98,8 @@ def embedded_pipeline(
     listeners: Sequence[Listener] = (),
     interceptors: Sequence[TurnInterceptor] = (),
     runtime: Runtime = "compiled",
+    hooks: Hooks | None = None,
+    rules: Iterable[HostRule] = (),
 ) -> Pipeline:
     """A pipeline on the embedded defaults; ``tools`` adds to (or replaces) the built-ins.
 
@@ -105,7 +108,8 @@ def embedded_pipeline(
     ``interceptors`` (``engine/replay/recorder.py``); ``interceptors`` wrap every
     turn (``engine/interceptors.py``);
     ``listeners`` hear every event of every turn (docs/EVENTS.md); ``runtime`` is
-    the turn runner (``Pipeline``).
+    the turn runner (``Pipeline``); ``hooks`` and ``rules`` are the host's hooks and
+    guard rules (``Pipeline``, docs/EXTENDING.md "Hooks and host rules").
 
     ``catalog`` is an already loaded catalog (e.g. ``ServiceConfig.catalog``); it
     takes the place of ``config``.
@@ -130,4 +134,6 @@ def embedded_pipeline(
         listeners=listeners,
         interceptors=(*recorders, *interceptors),
         runtime=runtime,
+        hooks=hooks,
+        rules=rules,
     )
