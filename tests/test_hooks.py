@@ -401,6 +401,20 @@ async def test_a_raising_hook_faults_the_turn_with_internal_and_stores_nothing(
 
 
 @pytest.mark.decision("D288")
+@pytest.mark.parametrize("name", ["before_model_request", "after_model_reply"])
+async def test_a_hook_that_raises_on_a_streamed_turn_faults_with_internal_too(name: str) -> None:
+    llm = ScriptedLLM([text("Streamed in pieces.")], chunk_size=4)
+    pipeline, _ = hooked(llm, FAILING[name])
+
+    items = await drain(pipeline.stream({"Instruction": "Hi"}, CALLER))
+
+    [error] = result_of(items).result.errors
+    assert (error.code, error.rule_id) == (ErrorCode.INTERNAL, None)  # not an interrupted stream
+    assert error.message.startswith(f"the {name} hook raised ValueError")
+    assert len(llm.requests) == (0 if name == "before_model_request" else 1)
+
+
+@pytest.mark.decision("D288")
 @pytest.mark.parametrize(
     ("hooks", "message"),
     [
