@@ -16,7 +16,7 @@ a host's catalog is checked by ``await pipeline.verify()``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -38,7 +38,8 @@ from aptix_pipeline.engine import (
     TurnInterceptor,
 )
 from aptix_pipeline.engine.replay import Recorder, RecordingOptions
-from aptix_pipeline.steps import PipelineOptions, Ports
+from aptix_pipeline.steps import Hooks, PipelineOptions, Ports
+from aptix_pipeline.validators import HostRule
 
 from .builtin_tools import BUILTIN_TOOLS
 from .catalog_config import ConfigCatalog
@@ -143,6 +144,8 @@ def embedded_pipeline(
     listeners: Sequence[Listener] = (),
     interceptors: Sequence[TurnInterceptor] = (),
     runtime: Runtime = "compiled",
+    hooks: Hooks | None = None,
+    rules: Iterable[HostRule] = (),
 ) -> Pipeline:
     """A pipeline on the embedded defaults; see the module docstring.
 
@@ -160,7 +163,8 @@ def embedded_pipeline(
     ``interceptors`` (``engine/replay/recorder.py``); ``interceptors`` wrap every
     turn (``engine/interceptors.py``);
     ``listeners`` hear every event of every turn (docs/EVENTS.md); ``runtime`` is
-    the turn runner (``Pipeline``).
+    the turn runner (``Pipeline``); ``hooks`` and ``rules`` are the host's hooks and
+    guard rules (``Pipeline``, docs/EXTENDING.md "Hooks and host rules").
     """
     if catalog is None:
         catalog = ConfigCatalog.from_file(config) if config is not None else ConfigCatalog.default()
@@ -188,4 +192,6 @@ def embedded_pipeline(
         listeners=listeners,
         interceptors=(*recorders, *interceptors),
         runtime=runtime,
+        hooks=hooks,
+        rules=rules,
     )

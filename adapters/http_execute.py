@@ -54,7 +54,7 @@ IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 """The response header (``true``) of an answer stored by an earlier copy of the request."""
 
-_STATUS: Mapping[ErrorCode, int] = {
+_STATUS: Mapping[str, int] = {  # a host code (host.<name>) answers 500
     ErrorCode.INVALID_REQUEST: 400,
     ErrorCode.TOOL_CALL_MANIFEST_INVALID: 400,
     ErrorCode.NOT_FOUND: 404,

@@ -58,7 +58,14 @@ from .request import (
     WorkspaceHints,
 )
 from .response import AgentExecuteResponse, FileRef, ResponseKind, Usage
-from .result import ErrorCode, InvokeError, InvokeResult, InvokeWarning
+from .result import (
+    HOST_ERROR_CODE_PATTERN,
+    ErrorCode,
+    HostErrorCode,
+    InvokeError,
+    InvokeResult,
+    InvokeWarning,
+)
 from .tools import (
     CONTAINER_ERROR_TYPE,
     VALIDATION_ERROR_TYPE,
@@ -78,6 +85,7 @@ from .wire import WireModel
 __all__ = [
     "CONTAINER_ERROR_TYPE",
     "DEFAULT_MODE",
+    "HOST_ERROR_CODE_PATTERN",
     "LLM",
     "VALIDATION_ERROR_TYPE",
     "AgentCatalog",
@@ -99,6 +107,7 @@ __all__ = [
     "Envelope",
     "ErrorCode",
     "FileRef",
+    "HostErrorCode",
     "IdSource",
     "InputArtifact",
     "InvokeError",

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Final, Generic, TypeVar
 
 from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    StringConstraints,
     field_validator,
     model_serializer,
     model_validator,
@@ -24,7 +25,14 @@ from pydantic import (
 
 from .wire import WireModel
 
-__all__ = ["ErrorCode", "InvokeError", "InvokeResult", "InvokeWarning"]
+__all__ = [
+    "HOST_ERROR_CODE_PATTERN",
+    "ErrorCode",
+    "HostErrorCode",
+    "InvokeError",
+    "InvokeResult",
+    "InvokeWarning",
+]
 
 T = TypeVar("T")
 
@@ -52,8 +60,22 @@ class ErrorCode(StrEnum):
     INTERNAL = "internal"
 
 
+HOST_ERROR_CODE_PATTERN: Final = r"^host\.[a-z0-9]+(?:[._-][a-z0-9]+)*$"
+"""A host's own error code: ``host.`` and a lowercase name (``host.closed``)."""
+
+HostErrorCode = Annotated[str, StringConstraints(pattern=HOST_ERROR_CODE_PATTERN)]
+"""An error code of the host's own rules (docs/EXTENDING.md "Hooks and host rules").
+
+Its ``host.`` prefix keeps it apart from every ``ErrorCode`` value, so a client can
+tell the engine's failures from the host's and no host code ever reads as one of ours.
+"""
+
+
 class InvokeError(WireModel):
     """One error: a code, a one-line message and, where a rule failed, its id.
+
+    ``Code`` is an ``ErrorCode``, or a host's own ``host.<name>`` code
+    (``HostErrorCode``) when one of the host's rules failed.
 
     ``Field`` names the request or context field at fault (a JSON path such as
     ``InputArtifacts[0].RelativePath``); ``ToolCallId`` and ``ToolName`` name the
@@ -63,7 +85,7 @@ class InvokeError(WireModel):
 
     model_config = ConfigDict(frozen=True)
 
-    code: ErrorCode
+    code: ErrorCode | HostErrorCode
     message: str
     rule_id: str | None = None
     field: str | None = None

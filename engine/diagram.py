@@ -10,6 +10,11 @@ UML ``event [guard] / action`` label); a step whose set is empty (§4.1 PRE, §4
 POST: N/A) shows none. ``server_tool_round`` shows its DESIGN.md R5 round limit,
 ``complete`` that it commits the turn.
 
+A host's own guard rules (``HostRules``, ``Pipeline.rules``) are drawn with
+``rules=``: each joins its step's guard in the label after the section
+(``llm_client PRE §4.9 + host/no-weekend / POST §4.9``) and in the tooltip's
+``PRE:`` line, after the DDR ids. Without them the picture is the engine's alone.
+
 Four formats (``DiagramFormat``):
 
 - ``mermaid``: ``stateDiagram-v2`` text from python-statemachine's
@@ -53,7 +58,7 @@ from statemachine.contrib.diagram.model import (
 from statemachine.contrib.diagram.renderers.mermaid import MermaidRenderer, MermaidRendererConfig
 
 from aptix_pipeline.contracts import AptixPipelineError, PipelineStep
-from aptix_pipeline.validators import ROUND_LIMIT, Phase, step_rule_ids
+from aptix_pipeline.validators import ROUND_LIMIT, HostRule, HostRules, Phase, step_rule_ids
 
 from .machine import COMPLETE, FAULT, SERVER_TOOL_ROUND, TurnMachine
 from .trace import StateTrace
@@ -130,6 +135,14 @@ _STEP_SECTIONS: Mapping[str, str] = {
 _EdgeKey = tuple[str, str, str]
 """(source, event, target): one transition of the machine."""
 
+_HostIds = tuple[tuple[str, tuple[str, ...]], ...]
+"""(step, its host rule ids) for each step with host rules: hashable, for the cache."""
+
+
+def _host_ids(rules: HostRules | Iterable[HostRule]) -> _HostIds:
+    hosted = rules if isinstance(rules, HostRules) else HostRules(rules)
+    return tuple((step.value, hosted.ids(step)) for step in PipelineStep if hosted.ids(step))
+
 
 @dataclass(frozen=True, slots=True)
 class _Edge:
@@ -161,7 +174,9 @@ def _names(callbacks: Iterable[object]) -> list[str]:
     return [str(callback) for callback in callbacks]
 
 
-def _edge(source: str, target: str, event: str, transition: object) -> _Edge:
+def _edge(
+    source: str, target: str, event: str, transition: object, host: Mapping[str, tuple[str, ...]]
+) -> _Edge:
     cond = _names(getattr(transition, "cond", ()))
     validators = _names(getattr(transition, "validators", ()))
     afters = _names(getattr(transition, "after", ()))
@@ -173,15 +188,18 @@ def _edge(source: str, target: str, event: str, transition: object) -> _Edge:
         pre_ids = step_rule_ids(step, Phase.PRE) if f"pre_{event}" in validators else ()
         posts = [name for name in afters if name.startswith(f"post_{event}")]
         post_ids = step_rule_ids(step, Phase.POST) if posts else ()
+        host_ids = host.get(event, ()) if f"pre_{event}" in validators else ()
+        guard_ids = (*pre_ids, *host_ids)
         lines = [f"{event}: AGN-036 {section}"]
-        lines += [f"PRE: {', '.join(pre_ids)}"] if pre_ids else ["PRE: N/A"]
+        lines += [f"PRE: {', '.join(guard_ids)}"] if guard_ids else ["PRE: N/A"]
         lines += [f"POST: {', '.join(post_ids)}"] if post_ids else ["POST: N/A"]
+        pre = " + ".join([*([section] if pre_ids else []), *host_ids]) or None
         return _Edge(
             source,
             event,
             target,
             condition,
-            section if pre_ids else None,
+            pre,
             f"POST {section}" if post_ids else None,
             "\n".join(lines),
         )
@@ -197,14 +215,16 @@ def _edge(source: str, target: str, event: str, transition: object) -> _Edge:
 
 
 @functools.cache
-def _edges() -> tuple[_Edge, ...]:
-    """Every transition of ``TurnMachine``, in definition order (state by state)."""
+def _edges(host: _HostIds = ()) -> tuple[_Edge, ...]:
+    """Every transition of ``TurnMachine``, in definition order (state by state), with
+    ``host`` rule ids in their steps' guards."""
+    hosted = dict(host)
     edges: list[_Edge] = []
     for state in TurnMachine.states:
         for transition in state.transitions:
             for event in transition.events:
                 for target in transition.targets:
-                    edges.append(_edge(state.id, target.id, str(event), transition))
+                    edges.append(_edge(state.id, target.id, str(event), transition, hosted))
     return tuple(edges)
 
 
@@ -292,9 +312,9 @@ _MERMAID_FAULTED = "fill:#ffebe9,stroke:#cf222e,stroke-width:2px,color:#82071e"
 _FAULT_MARK = "✗"
 
 
-def _mermaid(path: _Path | None) -> str:
+def _mermaid(path: _Path | None, host: _HostIds = ()) -> str:
     transitions = []
-    for edge in _edges():
+    for edge in _edges(host):
         label = edge.label
         if path is not None:
             if edge.key == path.faulting:
@@ -332,7 +352,7 @@ def _attrs(attributes: Mapping[str, str]) -> str:
     return ", ".join(f"{name}={_q(value)}" for name, value in attributes.items())
 
 
-def _dot(path: _Path | None) -> str:
+def _dot(path: _Path | None, host: _HostIds = ()) -> str:
     title = "TurnMachine: one agent turn (AGN-036 §4)"
     if path is not None:
         title = f"{title}\npath: {path.caption}"
@@ -383,7 +403,7 @@ def _dot(path: _Path | None) -> str:
                 attributes |= {"color": _MUTED, "fontcolor": _MUTED}
         lines.append(f"    {state.id} [{_attrs(attributes)}];")
     lines.append(f"    __start__ -> {initial};")
-    for edge in _edges():
+    for edge in _edges(host):
         attributes = {"label": edge.label, "tooltip": edge.tooltip}
         if edge.event == FAULT:
             attributes |= {"style": "dashed", "color": _MUTED, "fontcolor": _MUTED}
@@ -407,9 +427,15 @@ def _dot(path: _Path | None) -> str:
 
 
 def diagram_text(
-    fmt: DiagramFormat | str = DiagramFormat.MERMAID, *, path: StateTrace | None = None
+    fmt: DiagramFormat | str = DiagramFormat.MERMAID,
+    *,
+    path: StateTrace | None = None,
+    rules: HostRules | Iterable[HostRule] = (),
 ) -> str:
     """The pipeline diagram as Mermaid or DOT text; with ``path``, that run drawn on it.
+
+    ``rules`` are a host's guard rules (``Pipeline.rules``): each shows in its step's
+    guard, after the AGN-036 section (see the module docstring).
 
     Mermaid: visited states get the ``visited`` class, ``faulted`` the ``fault``
     class, and each taken edge's label starts with its order numbers (``#1``,
@@ -421,14 +447,20 @@ def diagram_text(
     """
     kind = DiagramFormat(fmt)
     marks = _path(path) if path is not None else None
+    host = _host_ids(rules)
     if kind is DiagramFormat.MERMAID:
-        return _mermaid(marks)
+        return _mermaid(marks, host)
     if kind is DiagramFormat.DOT:
-        return _dot(marks)
+        return _dot(marks, host)
     raise ValueError(f"{kind.value} is not a text format; use pipeline_diagram()")
 
 
-def pipeline_diagram(fmt: DiagramFormat | str, *, path: StateTrace | None = None) -> bytes:
+def pipeline_diagram(
+    fmt: DiagramFormat | str,
+    *,
+    path: StateTrace | None = None,
+    rules: HostRules | Iterable[HostRule] = (),
+) -> bytes:
     """The pipeline diagram in ``fmt`` as bytes (text formats UTF-8); see ``diagram_text``.
 
     svg/png run Graphviz's ``dot`` on the DOT text: ``GraphvizMissingError`` when it
@@ -436,8 +468,8 @@ def pipeline_diagram(fmt: DiagramFormat | str, *, path: StateTrace | None = None
     """
     kind = DiagramFormat(fmt)
     if kind in (DiagramFormat.MERMAID, DiagramFormat.DOT):
-        return diagram_text(kind, path=path).encode("utf-8")
-    source = diagram_text(DiagramFormat.DOT, path=path)
+        return diagram_text(kind, path=path, rules=rules).encode("utf-8")
+    source = diagram_text(DiagramFormat.DOT, path=path, rules=rules)
     try:
         return run_graphviz(source, kind.value)
     except GraphvizNotFoundError:

@@ -188,6 +188,8 @@ class ModelCallFinished(TurnEvent):
 
     ``replied`` says whether the model answered (a call can fail after its reply, when
     the step raises); ``reply`` is the model's reply only with content capture.
+    ``exception`` is what the model port raised when the call failed for it (its
+    last attempt's exception; its message may quote user content).
     """
 
     trace_entry: ClassVar[str] = "call"
@@ -195,6 +197,7 @@ class ModelCallFinished(TurnEvent):
     call: LLMCallRecord
     replied: bool
     reply: LLMReply | None = None
+    exception: BaseException | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +235,8 @@ class ToolExecuted(TurnEvent):
 
     ``outcome`` is ``ToolCallRecord.outcome`` (``None`` when the execution stopped
     before it reported one); ``failed`` when it ended in an error; ``result_json``
-    with capture only.
+    with capture only; ``exception`` what the tool raised, when it raised (its
+    message may quote user content).
     """
 
     tool_call_id: str
@@ -240,6 +244,7 @@ class ToolExecuted(TurnEvent):
     outcome: ToolCallFate | None
     failed: bool
     result_json: str | None = None
+    exception: BaseException | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,12 +280,18 @@ class WarningRaised(TurnEvent):
 
 @dataclass(frozen=True, slots=True)
 class TurnFaulted(TurnEvent):
-    """The turn faulted at ``fault.step``; ``errors`` are the result's errors."""
+    """The turn faulted at ``fault.step``; ``errors`` are the result's errors.
+
+    ``cause`` is the exception behind a fault the engine named, when one is: what a
+    host's port, tool, hook or rule raised (its message may quote user content). A
+    step that raised is logged with its traceback instead.
+    """
 
     trace_entry: ClassVar[str] = "fault"
 
     fault: FaultRecord
     errors: tuple[InvokeError, ...]
+    cause: BaseException | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,13 +561,14 @@ class _ModelCall:
         if self._flush is not None:  # the text kept for the next delta goes first
             self._flush.cancel()
             self._send_text()
+        raised = None
         if error is not None:
-            cause = error.__cause__ or error  # the port's own error, not the step's wrapping
-            self.failure = type(cause).__name__
+            raised = error.__cause__  # the port's own error, not the step's wrapping
+            self.failure = type(raised or error).__name__
         record = self._record(reporter.capture_content)
         reply = self.reply
         shown = reply if reporter.capture_content else None
-        reporter.emit(ModelCallFinished(reporter.run_id, record, reply is not None, shown))
+        reporter.emit(ModelCallFinished(reporter.run_id, record, reply is not None, shown, raised))
         # A retry library may keep the observation in a reference cycle until the
         # garbage collector runs: let it not keep the turn and its events with it.
         self._reporter = self._request = self.reply = None
@@ -639,6 +651,7 @@ class _ToolRun:
         "arguments",
         "call_id",
         "description",
+        "exception",
         "failed",
         "name",
         "outcome",
@@ -658,6 +671,7 @@ class _ToolRun:
         self.outcome: ToolCallFate | None = None
         self.failed = False
         self.result_json: str | None = None
+        self.exception: BaseException | None = None
 
     def __enter__(self) -> _ToolRun:
         reporter = self._reporter
@@ -672,11 +686,26 @@ class _ToolRun:
         reporter = self._reporter
         shown = self.result_json if reporter.capture_content else None
         reporter.emit(
-            ToolExecuted(reporter.run_id, self.call_id, self.name, self.outcome, self.failed, shown)
+            ToolExecuted(
+                reporter.run_id,
+                self.call_id,
+                self.name,
+                self.outcome,
+                self.failed,
+                shown,
+                self.exception,
+            )
         )
 
-    def finished(self, outcome: ToolCallFate, result_json: str, error: str | None) -> None:
+    def finished(
+        self,
+        outcome: ToolCallFate,
+        result_json: str,
+        error: str | None,
+        exception: BaseException | None = None,
+    ) -> None:
         self.outcome, self.result_json, self.failed = outcome, result_json, error is not None
+        self.exception = exception
 
 
 class StepReporter:

@@ -25,6 +25,11 @@ another server round follows, DESIGN.md R5). Two transitions are not DDR steps:
 limit) and ``complete`` commits the turn, so ``done`` means persisted. ``fault``
 leaves every state that is not final.
 
+A host's own guard rules (``HostRule``, ``Pipeline(rules=...)``) join a step's
+guard: once its PRE rules have passed, the guard runs the step's host rules
+(``TurnRun.host_guards``), and its one check record names both (D290). The class
+stays the same for every pipeline; the rules come with the turn.
+
 This class is the one definition of the path: the diagram is drawn from it
 (``engine/diagram.py``), and turns run on a runner compiled from it once per
 process (``engine/runner.py``), or on python-statemachine's own runtime as the
@@ -46,11 +51,12 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from statemachine import State, StateChart
 
-from aptix_pipeline.contracts import ContextType, PipelineStep, scrubbed_logger
+from aptix_pipeline.contracts import ContextType, InvokeError, PipelineStep, scrubbed_logger
 from aptix_pipeline.steps import (
     STEP_FUNCTIONS,
     StepFaultError,
@@ -58,9 +64,12 @@ from aptix_pipeline.steps import (
     TurnScope,
     check_round_limit,
     complete_turn,
+    error_text,
 )
 from aptix_pipeline.validators import (
     ContextSnapshot,
+    HostRule,
+    HostRules,
     Phase,
     snapshot_context,
     step_rule_ids,
@@ -76,8 +85,10 @@ __all__ = [
     "FAULT",
     "SERVER_TOOL_ROUND",
     "UNINTERRUPTED",
+    "HostGuard",
     "TurnMachine",
     "TurnRun",
+    "host_guards",
 ]
 
 logger = scrubbed_logger(__name__)
@@ -92,6 +103,35 @@ does not start one; once started, it finishes and the turn's answer stands."""
 
 def _no_events(event: object) -> None:
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class HostGuard:
+    """A step's host rules, as its guard runs them once its PRE rules have passed.
+
+    ``passed`` is the guard's record when every rule held: the step's PRE rule ids,
+    then its host rule ids.
+    """
+
+    rules: tuple[HostRule, ...]
+    passed: CheckRecord
+
+
+_NO_HOST_GUARDS: Mapping[PipelineStep, HostGuard] = MappingProxyType({})
+
+
+def host_guards(rules: HostRules) -> Mapping[PipelineStep, HostGuard]:
+    """Each step's ``HostGuard`` for a pipeline's host rules (made once per pipeline)."""
+    guards = {
+        step: HostGuard(
+            hosted,
+            CheckRecord(
+                step.value, "PRE", (*step_rule_ids(step, Phase.PRE), *(r.id for r in hosted))
+            ),
+        )
+        for step, hosted in rules.by_step.items()
+    }
+    return MappingProxyType(guards) if guards else _NO_HOST_GUARDS
 
 
 @dataclass(slots=True)
@@ -114,6 +154,8 @@ class TurnRun:
     before_response: ContextSnapshot | None = None
     stop: Any = None
     """A ``TurnStop`` (``engine/runner.py``) that cancels the turn from outside, or ``None``."""
+    host_guards: Mapping[PipelineStep, HostGuard] = field(default_factory=lambda: _NO_HOST_GUARDS)
+    """The host's rules, by step (``host_guards``); empty for a pipeline without any."""
 
 
 # --- cond=: the path, by ctx.Type, never by trial (DESIGN.md "The machine") -------------
@@ -166,14 +208,65 @@ def _checked(model: TurnRun, passed: CheckRecord, result: Any) -> None:
     raise StepFaultError(result.errors)
 
 
+def _verdict(rule: HostRule, model: TurnRun) -> InvokeError | None:
+    """What ``rule``'s check says of the turn's context: ``None`` when it holds.
+
+    A check that raises (or answers other than ``True``, ``False`` or a string)
+    faults the turn under the rule's own id and code; the runner logs the cause.
+    """
+    try:
+        verdict = rule.check(model.scope.ctx)
+    except Exception as error:
+        raise StepFaultError([rule.error(f"the rule raised {error_text(error)}")]) from error
+    if verdict is True:
+        return None
+    if verdict is False or isinstance(verdict, str):
+        return rule.error(verdict or None)
+    raise StepFaultError(
+        [rule.error(f"the rule returned {type(verdict).__name__}, not True, False or a str")]
+    )
+
+
+def _host_checked(model: TurnRun, hosted: HostGuard) -> None:
+    """Run a step's host rules (its PRE rules passed); report one check for the guard."""
+    errors: list[InvokeError] = []
+    try:
+        for rule in hosted.rules:
+            error = _verdict(rule, model)
+            if error is not None:
+                errors.append(error)
+    except StepFaultError as fault:  # the rules before it reported too
+        errors.extend(fault.errors)
+        _report_host_check(model, hosted, errors)
+        raise StepFaultError(errors) from fault.__cause__
+    _report_host_check(model, hosted, errors)
+    if errors:
+        raise StepFaultError(errors)
+
+
+def _report_host_check(model: TurnRun, hosted: HostGuard, errors: list[InvokeError]) -> None:
+    passed = hosted.passed
+    if not errors:
+        model.emit(CheckRan(model.run_id, passed))
+        return
+    failed = tuple(error.rule_id for error in errors if error.rule_id)
+    model.emit(CheckRan(model.run_id, CheckRecord(passed.step, "PRE", passed.rule_ids, failed)))
+
+
 @functools.cache
 def pre(step: PipelineStep) -> Callable[[TurnRun], None]:
-    """The guard of ``step``: its PRE rule set (``validate_pre_step``, AGN-036 §4)."""
+    """The guard of ``step``: its PRE rule set (``validate_pre_step``, AGN-036 §4), then
+    the host's rules for it, if any (``TurnRun.host_guards``)."""
     rule_ids = step_rule_ids(step, Phase.PRE)
     passed = CheckRecord(step.value, "PRE", rule_ids)
 
     def guard(model: TurnRun) -> None:
-        _checked(model, passed, validate_pre_step(model.scope.ctx, step))
+        result = validate_pre_step(model.scope.ctx, step)
+        hosted = model.host_guards.get(step) if model.host_guards else None
+        if hosted is None or not result.successful:
+            _checked(model, passed, result)
+        else:
+            _host_checked(model, hosted)
 
     guard.__name__ = guard.__qualname__ = f"pre_{step.value}"
     guard.__doc__ = f"AGN-036 PRE of {step.value}: {', '.join(rule_ids)}"

@@ -21,7 +21,7 @@ scope and events, so many turns run concurrently in one event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Collection, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -39,12 +39,15 @@ from aptix_pipeline.contracts import (
 from aptix_pipeline.steps import (
     STEP_FUNCTIONS,
     AnswerKeys,
+    Hooks,
     PipelineOptions,
     Ports,
     StepFaultError,
     StepFunction,
     TurnScope,
+    hooked_ports,
 )
+from aptix_pipeline.validators import HostRule, HostRules
 
 from .events import (
     EventSink,
@@ -63,7 +66,7 @@ from .events import (
 from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore, port_failed
 from .idempotency import AnswerBook, RequestKeys, SingleFlight, request_keys
 from .interceptors import TurnCall, TurnInterceptor
-from .machine import TurnRun
+from .machine import TurnRun, host_guards
 from .report import RequestInput, ResponseResult, TurnReport, answered_report
 from .runner import RUNTIMES, Runtime, TurnStop, Walked, compile_machine, walk
 from .streaming import PROGRESS_EVENTS, TurnStream
@@ -143,6 +146,14 @@ class Pipeline:
     (``engine/tool_routing.py``) when the catalogs can be read at once
     (``ConfigCatalog``); ``await verify()`` checks catalogs that are read by
     awaiting.
+
+    ``hooks`` run the host's code around each model request and each server tool
+    run (``Hooks``, ``steps/hooks.py``): they wrap the model and the executors, so
+    interceptors (a ``Recorder``) see the hooked ports in ``TurnCall.ports``.
+    ``rules`` are the host's own guard rules (``HostRule``), each run in its step's
+    guard once the step's PRE rules have passed; ``self.rules`` holds them
+    (``HostRules``: refused when an id is outside ``host/`` or used twice).
+    docs/EXTENDING.md "Hooks and host rules".
     """
 
     def __init__(
@@ -155,18 +166,27 @@ class Pipeline:
         listeners: Sequence[Listener] = (),
         interceptors: Sequence[TurnInterceptor] = (),
         runtime: Runtime = "compiled",
+        hooks: Hooks | None = None,
+        rules: Iterable[HostRule] = (),
     ) -> None:
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
+        if hooks is not None and not isinstance(hooks, Hooks):
+            raise TypeError(f"hooks must be a Hooks, not {hooks!r}")
         check_tool_routing_now(ports)
         self.ports = ports
+        self.hooks = hooks
+        self.rules = rules if isinstance(rules, HostRules) else HostRules(rules)
+        self._host_guards = host_guards(self.rules)
+        # The hooks wrap the host's ports; interceptors and the turn see them hooked.
+        self._turn_ports = hooked_ports(ports, hooks) if hooks is not None else ports
         self.runtime: Runtime = runtime
         self.telemetry = (telemetry or Telemetry()).resolved()
         self._tracer = self.telemetry.tracer()
         self._capture_content = bool(self.telemetry.capture_content)
         self._provider_name = provider_name_of(ports.llm) or "aptix"
         # Steps see the store and catalogs through guards that name a failing port.
-        self._ports = _guarded(ports)
+        self._ports = _guarded(self._turn_ports)
         self.options = options or PipelineOptions()
         self.interceptors: tuple[TurnInterceptor, ...] = tuple(interceptors)
         unknown = set(steps or {}) - set(PipelineStep)
@@ -400,7 +420,7 @@ class Pipeline:
             caller=_caller(caller),
             initial_mode=initial_mode,
             idempotency_key=idempotency_key,
-            ports=self.ports,
+            ports=self._turn_ports,
             options=self.options,
             telemetry=self.telemetry,
         )
@@ -426,7 +446,7 @@ class Pipeline:
                 call.caller,
                 initial_mode=call.initial_mode,
                 answer_keys=answer_keys,
-                ports=None if call.ports is self.ports else _guarded(call.ports),
+                ports=None if call.ports is self._turn_ports else _guarded(call.ports),
                 listeners=gathered,
                 stop=stop,
             )
@@ -470,6 +490,7 @@ class Pipeline:
             raw_request=request,
             initial_mode=initial_mode,
             answer_keys=answer_keys,
+            capture_content=self._capture_content,
         )
         trace = TraceBuilder()
         subscribers: list[EventSink] = [trace]
@@ -499,6 +520,7 @@ class Pipeline:
             run_id=run_id,
             step_events=events.wants(StepStarted) or events.wants(StepEnded),
             stop=stop,
+            host_guards=self._host_guards,
         )
         walked = Walked((), (), None)
         emit(TurnStarted(run_id, self._provider_name))

@@ -39,7 +39,7 @@ from typing import Any, Literal, Protocol
 from statemachine import State, StateChart
 
 from aptix_pipeline.contracts import AptixPipelineError, ErrorCode, InvokeError, scrubbed_logger
-from aptix_pipeline.steps import StepFaultError, described
+from aptix_pipeline.steps import StepFaultError, described, exception_type, traceback_text
 from aptix_pipeline.validators import TURN_CANCELLED, TURN_DEADLINE
 
 from .events import StepEnded, StepStarted, TransitionTaken, TurnFaulted
@@ -378,8 +378,34 @@ class TurnStop:
             limit.reschedule(asyncio.get_running_loop().time())
 
 
-def _errors_of(event: str, error: Exception) -> tuple[InvokeError, ...]:
+def _log_cause(event: str, error: StepFaultError, cause: BaseException, capture: bool) -> None:
+    """The traceback of what a host's port, tool, hook or rule raised, once (D292).
+
+    Its messages, and the errors' (which quote them), only with content capture:
+    they may quote user content (D162).
+    """
+    codes = ", ".join(str(e.code) for e in error.errors)
+    if capture:
+        logger.error("step %s faulted (%s): %s", event, codes, error, exc_info=cause)
+    else:
+        logger.error(
+            "step %s faulted (%s): %s raised\n%s",
+            event,
+            codes,
+            exception_type(cause),
+            traceback_text(cause, messages=False),
+        )
+
+
+def _errors_of(event: str, error: Exception, capture: bool = False) -> tuple[InvokeError, ...]:
     if isinstance(error, StepFaultError):
+        cause = error.__cause__
+        if cause is not None and (
+            not isinstance(cause, AptixPipelineError) or cause.__cause__ is not None
+        ):
+            # The engine's own refusals (a PermanentPortError, a replay's divergence)
+            # say all in words; anything else a host's code raised is logged.
+            _log_cause(event, error, cause, capture)
         return error.errors
     logger.exception("step %s raised", event, exc_info=error)
     return (
@@ -389,6 +415,13 @@ def _errors_of(event: str, error: Exception) -> tuple[InvokeError, ...]:
             field=event,
         ),
     )
+
+
+def _cause_of(error: Exception) -> BaseException | None:
+    """The exception behind a fault the engine named: a ``StepFaultError``'s cause (what a
+    host's port, tool, hook or rule raised). A step that raised is logged, not carried:
+    its traceback runs through the runtime, which differs between runtimes."""
+    return error.__cause__ if isinstance(error, StepFaultError) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,9 +473,11 @@ class _Walk:
                 StepEnded(model.run_id, self.event, state, state != self.source, context_type, mode)
             )
 
-    def _faulted(self, event: str, errors: tuple[InvokeError, ...]) -> None:
+    def _faulted(
+        self, event: str, errors: tuple[InvokeError, ...], cause: BaseException | None = None
+    ) -> None:
         self.errors, self.faulted_step = errors, event
-        self.model.emit(TurnFaulted(self.model.run_id, _fault_record(event, errors), errors))
+        self.model.emit(TurnFaulted(self.model.run_id, _fault_record(event, errors), errors, cause))
 
     async def advance(self, stop_before: frozenset[str] = frozenset()) -> None:
         """Take transitions until a final state, or until the next is one of ``stop_before``.
@@ -471,7 +506,8 @@ class _Walk:
                 try:
                     await cursor.take(transition)
                 except Exception as error:  # a failed guard or exit hook, a raising step
-                    self._faulted(event, _errors_of(event, error))
+                    errors = _errors_of(event, error, scope.capture_content)
+                    self._faulted(event, errors, _cause_of(error))
                 self.in_step = False
                 if step_events:
                     ctx, state = scope.context, cursor.state
@@ -480,7 +516,7 @@ class _Walk:
                     )
                     emit(StepEnded(run_id, event, state, state != source, context_type, mode))
             except Exception as error:  # no route leaves the state: never raise
-                self._faulted(event, _errors_of(event, error))
+                self._faulted(event, _errors_of(event, error), _cause_of(error))
             if self.errors:
                 await self._fault()
             else:

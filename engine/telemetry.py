@@ -27,7 +27,17 @@ steps do into spans that follow the OpenTelemetry GenAI semantic conventions
 
 Events: ``aptix.mode.changed``, ``aptix.warning`` (e.g. several mode changes),
 ``aptix.tool.container_invocation_error``, ``aptix.tool.argument_validation_error``,
-``aptix.tool.unknown``, ``aptix.llm.retry``, ``aptix.rule.failed``.
+``aptix.tool.unknown``, ``aptix.llm.retry``, ``aptix.rule.failed``, and the
+conventions' ``exception``: what a host's code raised, on the innermost span it
+happened in — the ``chat`` span of a model call that failed, the ``execute_tool``
+span of a tool that raised, else the ``step`` span of the step the turn faulted in
+(a store, a catalog, a hook, a host rule, a raising step); each exception once.
+It holds ``exception.type`` and ``exception.stacktrace``; the message
+(``exception.message``, and in the stack trace) only with content capture, since
+an exception's message may quote user content.
+
+A host's rules (``Pipeline(rules=...)``) show in their step's guard attributes and
+``aptix.rule.failed`` events exactly as the DDR rules do, under their ``host/`` ids.
 
 User content — instructions, the model's text and messages, tool arguments and
 results, a mode change's reason — is recorded only when content capture is on
@@ -52,6 +62,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -304,6 +315,7 @@ class SpanBuilder:
     __slots__ = (
         "_chat",
         "_chat_began",
+        "_exceptions",
         "_messages",
         "_step",
         "_step_attributes",
@@ -336,6 +348,7 @@ class SpanBuilder:
         # Content capture: each message is serialized once per turn, not once per round.
         self._messages: dict[int, tuple[ChatMessage, str]] = {}
         self._tool_definitions: tuple[tuple[int, ...], str] | None = None
+        self._exceptions: list[BaseException] | None = None  # those on a span already
 
     def __call__(self, event: TurnEvent) -> None:
         """Update the spans for ``event``."""
@@ -363,6 +376,25 @@ class SpanBuilder:
     def _open(self, name: str, kind: SpanKind, attributes: dict[str, Any]) -> _Open:
         span = self.tracer.start_span(name, kind=kind, attributes=attributes)
         return _Open(span, otel_context.attach(trace.set_span_in_context(span)))
+
+    def _exception(self, span: Span, error: BaseException) -> None:
+        """``error`` as the conventions' ``exception`` event on ``span``, once per turn."""
+        recorded = self._exceptions
+        if recorded is None:
+            recorded = self._exceptions = []
+        elif any(known is error for known in recorded):
+            return
+        recorded.append(error)
+        if self.capture_content:
+            span.record_exception(error)
+            return
+        kind = type(error)
+        name = kind.__qualname__
+        if kind.__module__ not in ("builtins", None):
+            name = f"{kind.__module__}.{name}"
+        frames = "".join(traceback.format_tb(error.__traceback__))
+        stacktrace = f"Traceback (most recent call last):\n{frames}{name}"
+        span.add_event("exception", {"exception.type": name, "exception.stacktrace": stacktrace})
 
     @staticmethod
     def _current() -> Span | None:
@@ -488,6 +520,8 @@ class SpanBuilder:
         if self._step is None:
             return
         record, span = event.fault, self._step.span
+        if event.cause is not None:
+            self._exception(span, event.cause)
         self._step_attributes[ERROR_TYPE] = (
             record.error_codes[0] if record.error_codes else "_OTHER"
         )
@@ -592,6 +626,8 @@ class SpanBuilder:
         if call.error is not None:
             span.set_attribute(ERROR_TYPE, call.error)
             span.set_status(Status(StatusCode.ERROR, call.error))
+        if event.exception is not None:
+            self._exception(span, event.exception)
         opened.close()
 
     # --- tools, mode changes, warnings -----------------------------------------------
@@ -627,6 +663,8 @@ class SpanBuilder:
             if event.failed:
                 span.set_attribute(ERROR_TYPE, outcome)
                 span.set_status(Status(StatusCode.ERROR, outcome))
+        if event.exception is not None:
+            self._exception(span, event.exception)
         opened.close()
 
     def _tool_call(self, event: ToolCallHandled) -> None:

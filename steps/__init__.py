@@ -18,7 +18,24 @@ from .agent_context_resolver import agent_context_resolver
 from .agent_session_creator import agent_session_creator
 from .client_tool_continuation_resolver import client_tool_continuation_resolver
 from .completion import complete_turn
+from .exception_text import (
+    SHORT_ERROR_CHARS,
+    TOOL_ERROR_DETAILS,
+    ToolErrorDetail,
+    error_text,
+    exception_type,
+    traceback_text,
+)
 from .faults import StepFaultError, described
+from .hooks import (
+    AfterModelReply,
+    AfterTool,
+    BeforeModelRequest,
+    HookFailedError,
+    Hooks,
+    ToolExecution,
+    hooked_ports,
+)
 from .llm_client import check_round_limit, llm_client
 from .mode_change import AGENT_CHANGE_MODE
 from .prompt_content_provider_initializer import prompt_content_provider_initializer
@@ -40,9 +57,16 @@ from .tool_records import ModeChange, RejectionKind, ToolCallFate, ToolCallRecor
 __all__ = [
     "AGENT_CHANGE_MODE",
     "MAX_IDEMPOTENCY_TTL_SECONDS",
+    "SHORT_ERROR_CHARS",
     "STEP_FUNCTIONS",
+    "TOOL_ERROR_DETAILS",
     "TRANSCRIPT_POLICIES",
+    "AfterModelReply",
+    "AfterTool",
     "AnswerKeys",
+    "BeforeModelRequest",
+    "HookFailedError",
+    "Hooks",
     "ModeChange",
     "PipelineOptions",
     "Ports",
@@ -52,11 +76,17 @@ __all__ = [
     "ToolCallFate",
     "ToolCallRecord",
     "ToolCallSide",
+    "ToolErrorDetail",
+    "ToolExecution",
     "TranscriptPolicy",
     "TurnScope",
     "check_round_limit",
     "complete_turn",
     "described",
+    "error_text",
+    "exception_type",
+    "hooked_ports",
+    "traceback_text",
 ]
 
 StepFunction = Callable[[TurnScope], Awaitable[None]]

@@ -19,6 +19,12 @@ follows the call does not depend on how the reply came. A failure before any
 text has gone out is retried as usual; after, it faults the turn
 (``DESIGN/streaming/interrupted``): text the client has seen cannot be taken back
 by a second, different reply.
+
+The host's hooks (``steps/hooks.py``) run inside the model and tool ports; one that
+fails faults the turn with ``internal`` here (``hook_fault``), never retried nor
+reported to the model as a tool failure. A server tool that raises is reported
+to the model and in ``ToolResults`` with the text ``tool_error_detail`` allows
+(``steps/exception_text.py``); its traceback is logged once and goes to its span.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from aptix_pipeline.contracts import (
     ToolDefinition,
     ToolResult,
     Usage,
+    scrubbed_logger,
 )
 from aptix_pipeline.validators import (
     MODEL_REPLY_SIZE,
@@ -70,7 +77,9 @@ from aptix_pipeline.validators import (
     utf8_text,
 )
 
+from .exception_text import error_text, exception_type, traceback_text
 from .faults import StepFaultError, described
+from .hooks import HookFailedError, hook_fault
 from .mode_change import AGENT_CHANGE_MODE, change_mode
 from .observer import LLMCallObservation
 from .scope import TurnScope
@@ -82,6 +91,8 @@ __all__ = [
     "reply_size",
     "system_message",
 ]
+
+logger = scrubbed_logger(__name__)
 
 
 def reply_size(reply: LLMReply) -> int:
@@ -177,7 +188,7 @@ async def _streamed(
             if type(chunk) is ReplyTextDelta and chunk.text:
                 observation.text_delta(chunk.text)
         return assembler.reply()
-    except StepFaultError:
+    except (StepFaultError, HookFailedError):
         raise
     except Exception as error:
         if assembler.has_text:
@@ -243,7 +254,9 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
                 # Exceptions only: cancellation, KeyboardInterrupt and SystemExit end the turn;
                 # the engine's own faults (a streamed reply cut short, too large) are final.
                 retry=retry_if_exception_type(Exception)
-                & retry_if_not_exception_type((PermanentPortError, StepFaultError)),
+                & retry_if_not_exception_type(
+                    (PermanentPortError, StepFaultError, HookFailedError)
+                ),
                 before_sleep=before_sleep,
                 reraise=True,
             ):
@@ -257,7 +270,7 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
         try:
             try:  # most calls succeed at once: the retry machinery starts only on a failure
                 reply = await ask()
-            except StepFaultError:
+            except (StepFaultError, HookFailedError):
                 raise
             except Exception as first:
                 reply = await retried(first)
@@ -265,6 +278,8 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
                 raise TypeError(f"the LLM port returned {type(reply).__name__}, not an LLMReply")
         except StepFaultError:
             raise
+        except HookFailedError as error:  # the host's hook, not the model: never retried
+            raise hook_fault(error) from error
         except Exception as error:
             raise StepFaultError(
                 [
@@ -373,6 +388,19 @@ def _result_json(text: object) -> str:
     return json.dumps(text, default=str, allow_nan=False, ensure_ascii=True)
 
 
+def _log_tool_failure(scope: TurnScope, name: str, failure: Exception) -> None:
+    """A failing tool's traceback, once; its message only with content capture (D292)."""
+    if scope.capture_content:
+        logger.warning("server tool %r raised", name, exc_info=failure)
+    else:
+        logger.warning(
+            "server tool %r raised %s\n%s",
+            name,
+            exception_type(failure),
+            traceback_text(failure, messages=False),
+        )
+
+
 async def _run_server_tool(
     scope: TurnScope, call: ToolCall, tool: ToolDefinition, arguments: dict[str, Any]
 ) -> None:
@@ -380,6 +408,7 @@ async def _run_server_tool(
     started = clock.now()
     outcome: ToolCallFate = ToolCallFate.EXECUTED
     content, error, rule_id = "", None, None
+    raised: Exception | None = None
     limit: asyncio.Timeout | None = None
     with scope.observer.tool_execution(call, tool, arguments) as observation:
         try:
@@ -397,16 +426,22 @@ async def _run_server_tool(
                 content = _result_json(answer)
         except StepFaultError:
             raise
+        except HookFailedError as failure:  # the host's after_tool hook: the turn faults
+            raise hook_fault(failure) from failure
         except Exception as failure:
-            outcome, error = ToolCallFate.FAILED, described(failure)
+            outcome, raised = ToolCallFate.FAILED, failure
+            error = error_text(failure, scope.options.tool_error_detail)
             if isinstance(failure, TimeoutError) and limit is not None and limit.expired():
                 rule_id = SERVER_TOOL_TIMEOUT.id  # our timeout, not one the tool raised
                 error = (
                     f"TimeoutError: server tool {tool.name!r} did not answer within "
                     f"{scope.options.server_tool_timeout_seconds:g} s"
                 )
+                logger.warning("%s", error)
+            else:
+                _log_tool_failure(scope, tool.name, failure)
             content = json.dumps({"error": error})
-        observation.finished(outcome, content, error)
+        observation.finished(outcome, content, error, raised)
     elapsed = max(0, int((clock.now() - started).total_seconds() * 1000))
     scope.server_results.append(
         ToolResult(

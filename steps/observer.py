@@ -61,8 +61,15 @@ class LLMCallObservation(Protocol):
 class ToolObservation(Protocol):
     """One server-side tool execution in progress."""
 
-    def finished(self, outcome: ToolCallFate, result_json: str, error: str | None) -> None:
-        """The tool ran: its outcome (``ToolCallRecord.outcome``), result and error text."""
+    def finished(
+        self,
+        outcome: ToolCallFate,
+        result_json: str,
+        error: str | None,
+        exception: BaseException | None = None,
+    ) -> None:
+        """The tool ran: its outcome (``ToolCallRecord.outcome``), result and error text;
+        ``exception`` is what the tool raised, when it raised."""
         ...
 
 
@@ -114,7 +121,13 @@ class _NullCall:
     def replied(self, reply: LLMReply, attempts: int) -> None:
         return None
 
-    def finished(self, outcome: ToolCallFate, result_json: str, error: str | None) -> None:
+    def finished(
+        self,
+        outcome: ToolCallFate,
+        result_json: str,
+        error: str | None,
+        exception: BaseException | None = None,
+    ) -> None:
         return None
 
 

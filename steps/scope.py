@@ -34,6 +34,7 @@ from aptix_pipeline.contracts import (
     Usage,
 )
 
+from .exception_text import TOOL_ERROR_DETAILS, ToolErrorDetail
 from .observer import NullObserver, TurnObserver
 from .tool_records import ModeChange, ToolCallRecord
 
@@ -111,6 +112,14 @@ class PipelineOptions:
       retries (default 86,400 s, a day): an identical continuation, or a request
       with the same idempotency key, is answered from it without running again
       (docs/CONFORMANCE.md D181-D185). ``None`` keeps answers for good.
+
+    Failures (docs/EXTENDING.md "Hooks and host rules"):
+
+    - ``tool_error_detail``: how much of a failing server tool's exception its
+      ``ToolResults[].ErrorMessage`` and the model's tool message hold:
+      ``"short"`` (the default; the class and the first line of the message, at most
+      200 characters), ``"class"`` (the class alone) or ``"full"`` (the class and the
+      whole message). Never a traceback (``steps/exception_text.py``).
     """
 
     max_server_tool_rounds: int = 8
@@ -128,6 +137,7 @@ class PipelineOptions:
     max_clipboard_images: int = 20
     max_tool_results: int = 128
     idempotency_ttl_seconds: float | None = 86_400.0
+    tool_error_detail: ToolErrorDetail = "short"
 
     def __post_init__(self) -> None:
         if min(self.max_input_artifacts, self.max_clipboard_images, self.max_tool_results) < 0:
@@ -163,6 +173,11 @@ class PipelineOptions:
             raise ValueError(
                 f"transcript_policy must be one of {', '.join(TRANSCRIPT_POLICIES)}, "
                 f"not {self.transcript_policy!r}"
+            )
+        if self.tool_error_detail not in TOOL_ERROR_DETAILS:
+            raise ValueError(
+                f"tool_error_detail must be one of {', '.join(TOOL_ERROR_DETAILS)}, "
+                f"not {self.tool_error_detail!r}"
             )
 
 
@@ -214,6 +229,9 @@ class TurnScope:
     """Where the commit keeps the turn's answer for retries (``None``: nowhere)."""
     observer: TurnObserver = field(default_factory=NullObserver)
     """Where the steps report model calls, tool calls and mode changes (state trace, spans)."""
+    capture_content: bool = False
+    """Whether user content may be recorded: the log of a host's exception then holds
+    its message (``traceback_text``, D292)."""
 
     def warn(self, warning: InvokeWarning) -> None:
         """Add a warning to the turn's result and tell the observer."""

@@ -581,7 +581,8 @@ def test_aptix_serve_with_the_openai_compatible_adapter(tmp_path: Path) -> None:
     assert calls[0].headers["authorization"] == "Bearer sk-loopback"
     assert calls[0].body["model"] == "fake-model"
     assert "Application shutdown complete" in shutdown  # the model client and store closed
-    assert "Traceback" not in shutdown
+    assert "Traceback" not in shutdown[shutdown.index("Shutting down") :]
+    assert shutdown.count("step llm_client faulted (port_failed)") == 1  # the 400, logged once
 
 
 def _workers_started(log: Path, *, expected: int, seconds: float = 30.0) -> int:

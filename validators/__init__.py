@@ -10,6 +10,7 @@ imported; the rules the steps and the runner enforce while they work are in
 
 from . import turn_work
 from .core import has_text, validate_core
+from .host_rules import HOST_RULE_ID_PATTERN, HostCheck, HostRule, HostRules
 from .json_text import strict_json_loads, text_depth_exceeds, utf8_text, value_depth_exceeds
 from .manifest import manifest_for, validate_tool_call_manifest
 from .protocol import (
@@ -22,7 +23,7 @@ from .protocol import (
 )
 from .request import classify_request, is_base64, parse_request, validate_request
 from .response import guard_machine_payloads, parse_response, validate_response
-from .rules import Rule, all_rules
+from .rules import HOST_RULE_PREFIX, Rule, all_rules
 from .snapshot import ContextSnapshot, snapshot_context
 from .steps import Phase, step_rule_ids, validate_post_step, validate_pre_step
 from .tool_calls import ToolCallOutcome, ToolCallVerdict, check_tool_call
@@ -31,8 +32,13 @@ from .turn_work import *  # noqa: F403 - the rules the steps and the runner chec
 __all__ = [
     "CONTINUATION_PREFIX",
     "FOLLOW_ON_TURN_SETTLED",
+    "HOST_RULE_ID_PATTERN",
+    "HOST_RULE_PREFIX",
     "KEY_PREFIX",
     "ContextSnapshot",
+    "HostCheck",
+    "HostRule",
+    "HostRules",
     "Phase",
     "Rule",
     "ToolCallOutcome",

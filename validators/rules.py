@@ -9,6 +9,10 @@ enforce while they work — and registered here, so the conformance table
 (docs/CONFORMANCE.md) can be checked against the code. Importing any part of the
 package imports this subpackage's ``__init__`` and with it every declaring
 module, so ``all_rules()`` is the same full set whatever was imported.
+
+The ``host/`` namespace belongs to a host's own rules (``host_rules.py``): they
+are never registered here, and ``rule()`` refuses an id in it, so a host's rule
+id never names one of the engine's and ``all_rules()`` stays the DDR set.
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ from types import MappingProxyType
 
 from aptix_pipeline.contracts import ErrorCode, InvokeError, InvokeResult
 
-__all__ = ["OK", "Rule", "all_rules", "outcome", "rule"]
+__all__ = ["HOST_RULE_PREFIX", "OK", "Rule", "all_rules", "outcome", "rule"]
+
+HOST_RULE_PREFIX = "host/"
+"""The ids of a host's own rules start with it (``host_rules.py``); the engine's never do."""
 
 _REGISTRY: dict[str, Rule] = {}
 
@@ -69,6 +76,8 @@ def rule(rule_id: str, section: str, message: str, code: ErrorCode, *, module: s
     if module != __package__ and not module.startswith(f"{__package__}."):
         # Declared elsewhere, a rule would be missing until its module was imported.
         raise ValueError(f"rule {rule_id} must be declared in {__package__}, not {module}")
+    if rule_id.startswith(HOST_RULE_PREFIX):
+        raise ValueError(f"rule {rule_id}: the {HOST_RULE_PREFIX} namespace is the host's")
     if rule_id in _REGISTRY:
         raise ValueError(f"rule id declared twice: {rule_id}")
     declared = Rule(rule_id, section, message, code, module)

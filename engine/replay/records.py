@@ -14,14 +14,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from aptix_pipeline.contracts import PermanentPortError, StoreConflictError, scrub_urls
+from aptix_pipeline.steps import HookFailedError
 
 __all__ = ["PortCall", "RecordedError"]
 
 # Exceptions a replay raises as themselves (beyond the builtins): the engine
-# treats these differently from any other failure (no retry, ``conflict``).
+# treats these differently from any other failure (no retry, ``conflict``, a
+# hook's failure faulting with ``internal``).
 _ENGINE_ERRORS: dict[str, type[Exception]] = {
     "PermanentPortError": PermanentPortError,
     "StoreConflictError": StoreConflictError,
+    "HookFailedError": HookFailedError,
 }
 
 
