@@ -68,7 +68,12 @@ from aptix_pipeline.contracts import (
 )
 from aptix_pipeline.engine import Pipeline, Telemetry, ToolRoutingError, check_tool_routing
 from aptix_pipeline.engine.replay import RecordingOptions
-from aptix_pipeline.steps import MAX_IDEMPOTENCY_TTL_SECONDS, PipelineOptions, TranscriptPolicy
+from aptix_pipeline.steps import (
+    MAX_IDEMPOTENCY_TTL_SECONDS,
+    PipelineOptions,
+    ToolErrorDetail,
+    TranscriptPolicy,
+)
 
 from .catalog_config import CatalogError, ConfigCatalog
 from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store, sqlite_target
@@ -168,6 +173,7 @@ class _Engine(_Table):
     max_model_reply_chars: int = Field(default=1_000_000, ge=1)
     max_transcript_messages: int = Field(default=1000, ge=1)
     transcript_policy: TranscriptPolicy = "truncate"
+    tool_error_detail: ToolErrorDetail = "short"
     max_json_depth: int = Field(default=64, ge=1)
     max_errors: int = Field(default=20, ge=1)
     max_input_artifacts: int = Field(default=100, ge=0)

@@ -37,8 +37,10 @@ class TurnCall:
     """One turn as an interceptor sees it, before it runs.
 
     ``request`` and ``caller`` are as the host gave them (``caller`` normalized to a
-    ``Caller``); ``ports`` and ``options`` are the pipeline's own, unguarded;
-    ``telemetry`` is the pipeline's, with ``capture_content`` resolved.
+    ``Caller``); ``ports`` are those a turn runs on — the host's, wrapped by its
+    ``Hooks`` when it has any (``Pipeline.turn_ports``), not yet guarded;
+    ``options`` are the pipeline's; ``telemetry`` is the pipeline's, with
+    ``capture_content`` resolved.
     """
 
     request: RequestInput

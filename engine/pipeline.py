@@ -200,6 +200,12 @@ class Pipeline:
         self._answers = AnswerBook(self._ports.store, ports.clock)
         compile_machine()  # once per process: a machine the runner cannot run fails here
 
+    @property
+    def turn_ports(self) -> Ports:
+        """The ports a turn runs on: ``ports``, with the ``hooks`` wrapped around the model
+        and the server tools (``LivePorts.of_pipeline`` replays a recording on them)."""
+        return self._turn_ports
+
     async def verify(self) -> None:
         """Check that the executors match where the catalog's tools run, reading the
         catalogs through their ports; raise ``ToolRoutingError`` naming each tool.

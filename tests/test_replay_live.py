@@ -38,7 +38,9 @@ from test_engine_paths import FlakyLLM
 from trace_scenarios import SCENARIOS
 
 from aptix_pipeline import (
+    Caller,
     Divergence,
+    Hooks,
     LivePorts,
     PipelineOptions,
     RecordingOptions,
@@ -46,6 +48,7 @@ from aptix_pipeline import (
     ReplayOutcome,
     TurnRecording,
     assert_replays,
+    embedded_pipeline,
     recordings_in,
     replay,
 )
@@ -803,3 +806,28 @@ async def test_a_diverged_turn_is_rolled_back_quietly_and_ends_faulted_at_the_di
     assert error.message.startswith("the replay diverged: divergence: port call #")
     assert outcome.report.trace is not None
     assert outcome.report.trace.outcome == "faulted"
+
+
+async def test_a_pipelines_own_ports_replay_live_with_its_hooks() -> None:
+    class Shouting:
+        async def complete(self, request: LLMRequest) -> LLMReply:
+            return LLMReply(text=request.messages[-1].content.upper())
+
+    def answer_cached(request: LLMRequest) -> LLMReply | None:
+        return LLMReply(text="cached") if "cache" in request.messages[-1].content else None
+
+    pipeline = embedded_pipeline(
+        llm=Shouting(),
+        recording=RecordingOptions(),
+        hooks=Hooks(before_model_request=answer_cached),
+    )
+    report = await pipeline.run({"Instruction": "from the cache"}, Caller(org="acme", user="ana"))
+    assert report.recording is not None
+
+    with_hooks = await replay(report.recording, live=LivePorts.of_pipeline(pipeline))
+    bare = await replay(report.recording, live=LivePorts(llm=pipeline.ports.llm))
+
+    assert with_hooks.ok, with_hooks.describe()
+    assert not bare.ok
+    assert bare.divergence is not None
+    assert (bare.divergence.kind, bare.divergence.where) == ("answer", "answer.Text")

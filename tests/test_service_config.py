@@ -193,6 +193,7 @@ def test_relative_paths_are_resolved_against_the_files_folder(
         ("[engine]\nidempotency_ttl_seconds = nan\n", "[engine].idempotency_ttl_seconds"),
         ("[engine]\nidempotency_ttl_seconds = 1e12\n", "[engine].idempotency_ttl_seconds"),
         ("[engine]\nidempotency_ttl_seconds = '1d'\n", "[engine].idempotency_ttl_seconds"),
+        ("[engine]\ntool_error_detail = 'traceback'\n", "[engine].tool_error_detail"),
         ("[[modes]]\nname = 'review'\ndisplay_name = 'R'\n", "agents: Field required"),
         ("[server\n", "not valid TOML"),
     ],
@@ -532,3 +533,17 @@ def test_aptix_run_refuses_a_config_whose_server_tool_has_no_executor(tmp_path: 
     assert run.returncode == 2
     assert "server tool 'lookup'" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.decision("D289")
+@pytest.mark.parametrize(
+    ("text", "detail"),
+    [("", "short"), ("[engine]\ntool_error_detail = 'class'\n", "class")],
+    ids=["default-short", "class"],
+)
+def test_tool_error_detail_sets_what_a_failing_tool_tells_the_client(
+    tmp_path: Path, text: str, detail: str
+) -> None:
+    config = load_service_config(_write(tmp_path, text), env={})
+
+    assert config.options.tool_error_detail == detail

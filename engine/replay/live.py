@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aptix_pipeline.contracts import LLM, AgentCatalog, ModeCatalog, ToolExecutor
+
+if TYPE_CHECKING:
+    from aptix_pipeline.engine import Pipeline
 
 __all__ = ["LIVE_KEYS", "LivePorts"]
 
@@ -49,6 +52,13 @@ class LivePorts:
     tools: Mapping[str, ToolExecutor] = field(default_factory=dict)
     modes: ModeCatalog | None = None
     agents: AgentCatalog | None = None
+
+    @classmethod
+    def of_pipeline(cls, pipeline: Pipeline) -> LivePorts:
+        """A pipeline's own model, server tools and catalogs, as its turns run them: with
+        its hooks (``Pipeline.turn_ports``), so a replay runs the host's code of today."""
+        ports = pipeline.turn_ports
+        return cls(llm=ports.llm, tools=dict(ports.tools), modes=ports.modes, agents=ports.agents)
 
     def __post_init__(self) -> None:
         if self.llm is not None and not isinstance(self.llm, LLM):
