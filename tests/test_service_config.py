@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fake_openai_server import fake_openai_server
+from test_tool_routing import CATALOG
 
 from aptix_pipeline import PipelineOptions
 from aptix_pipeline.adapters.http_app import ApiKeyAuthenticator
@@ -486,40 +487,16 @@ def test_aptix_run_with_the_configs_openai_compatible_model(tmp_path: Path) -> N
     ]
 
 
-CATALOG_WITH_A_SERVER_TOOL = """
-[[modes]]
-name = "general"
-display_name = "General"
-server_tools = ["lookup"]
-
-[[server_tools]]
-name = "lookup"
-description = "Look something up"
-parameters = {type = "object", properties = {}}
-
-[[agents]]
-id = "assistant"
-name = "Assistant"
-default = true
-system_prompt = "Be brief."
-
-[[conversations]]
-id = "workspace"
-default = true
-instructions = "x"
-"""
-
-
 @pytest.mark.decision("D284")
 def test_a_config_whose_server_tool_has_no_executor_is_refused_naming_it(tmp_path: Path) -> None:
-    path = _write(tmp_path, CATALOG_WITH_A_SERVER_TOOL + SCRIPTED)
+    path = _write(tmp_path, CATALOG + SCRIPTED)
 
     with pytest.raises(ConfigError, match=r"aptix\.toml: server tool 'lookup' .* has no executor"):
         load_service_config(path)
 
 
 def test_aptix_run_refuses_a_config_whose_server_tool_has_no_executor(tmp_path: Path) -> None:
-    path = _write(tmp_path, CATALOG_WITH_A_SERVER_TOOL + SCRIPTED)
+    path = _write(tmp_path, CATALOG + SCRIPTED)
     request = tmp_path / "request.json"
     request.write_text('{"Instruction": "hi"}', encoding="utf-8")
 
