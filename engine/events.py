@@ -170,6 +170,8 @@ class ModelCallStarted(TurnEvent):
     tools: tuple[str, ...]
     messages: int
     request: LLMRequest | None = None
+    streamed: bool = False
+    """The model is asked to stream its reply (a streamed turn, a ``StreamingLLM``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -519,10 +521,13 @@ class _ModelCall:
         "failure",
         "reply",
         "retries",
+        "streamed",
         "streaming",
     )
 
-    def __init__(self, reporter: StepReporter, request: LLMRequest, round_: int) -> None:
+    def __init__(
+        self, reporter: StepReporter, request: LLMRequest, round_: int, streamed: bool
+    ) -> None:
         self._reporter: StepReporter | None = reporter
         self._request: LLMRequest | None = request
         self._round = round_
@@ -532,6 +537,7 @@ class _ModelCall:
         self.failure: str | None = None
         self._attempts = 1
         self.streaming = reporter.emit_text is not None
+        self.streamed = streamed
         self._chunked = False
         self._pending: list[str] = []
         self._flush: asyncio.Handle | None = None
@@ -550,6 +556,7 @@ class _ModelCall:
                     self._tools,
                     len(request.messages),
                     request if reporter.capture_content else None,
+                    self.streamed,
                 )
             )
         return self
@@ -736,10 +743,16 @@ class StepReporter:
         """Where text deltas go; ``None`` when the turn is not streamed."""
         self.rounds = 0
 
-    def llm_call(self, request: LLMRequest) -> _ModelCall:
-        """One model call: ``ModelCallStarted``, then ``ModelCallFinished`` however it ends."""
+    @property
+    def streaming(self) -> bool:
+        """Whether the turn is streamed (someone reads its text deltas)."""
+        return self.emit_text is not None
+
+    def llm_call(self, request: LLMRequest, *, streamed: bool = False) -> _ModelCall:
+        """One model call: ``ModelCallStarted``, then ``ModelCallFinished`` however it ends;
+        ``streamed`` when the model is asked to stream."""
         self.rounds += 1
-        return _ModelCall(self, request, self.rounds)
+        return _ModelCall(self, request, self.rounds, streamed)
 
     def tool_execution(self, call: ToolCall, tool: ToolDefinition, arguments: Any) -> _ToolRun:
         """One server-side tool execution: ``ToolExecutionStarted``, then ``ToolExecuted``."""

@@ -543,6 +543,8 @@ class SpanBuilder:
         }
         if event.model:
             attributes["gen_ai.request.model"] = event.model
+        if event.streamed:
+            attributes[REQUEST_STREAM] = True
         if event.request is not None:
             self._chat_content(event.request, attributes)
         name = f"chat {event.model}" if event.model else "chat"
@@ -550,11 +552,11 @@ class SpanBuilder:
         self._chat_began = time.perf_counter()
 
     def _chat_first_chunk(self, event: ModelFirstChunk) -> None:
-        """A streamed call's first chunk: the call is marked streamed, with its time to it."""
+        """A streamed call's first chunk: its time to it."""
         if self._chat is None:
             return
         elapsed = time.perf_counter() - self._chat_began
-        self._chat.span.set_attributes({REQUEST_STREAM: True, TIME_TO_FIRST_CHUNK: elapsed})
+        self._chat.span.set_attribute(TIME_TO_FIRST_CHUNK, elapsed)
 
     def _chat_content(self, request: LLMRequest, attributes: dict[str, Any]) -> None:
         """The conversation, as the conventions want it, from per-message JSON kept per turn."""

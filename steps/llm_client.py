@@ -220,12 +220,12 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
         tools=scope.advertised_tools,
     )
     attempts = 1
-    with scope.observer.llm_call(request) as observation:
-        llm = scope.ports.llm
-        limit = options.max_model_reply_chars
-        # A StreamingLLM is one with a stream method: looked up, not isinstance-checked
-        # (a runtime Protocol check costs more than the rest of the call's set-up).
-        stream = getattr(llm, "stream", None) if observation.streaming else None
+    llm = scope.ports.llm
+    limit = options.max_model_reply_chars
+    # A StreamingLLM is one with a stream method: looked up, not isinstance-checked
+    # (a runtime Protocol check costs more than the rest of the call's set-up).
+    stream = getattr(llm, "stream", None) if scope.observer.streaming else None
+    with scope.observer.llm_call(request, streamed=stream is not None) as observation:
         if stream is not None:
             streaming = cast(StreamingLLM, llm)
 

@@ -80,8 +80,16 @@ class TurnObserver(Protocol):
     that and lets the exception propagate.
     """
 
-    def llm_call(self, request: LLMRequest) -> AbstractContextManager[LLMCallObservation]:
-        """Around one model call (all its attempts) of the LLMClient (AGN-036 §4.9)."""
+    @property
+    def streaming(self) -> bool:
+        """Whether the turn is delivered as a stream (AGN-034 §4.7)."""
+        ...
+
+    def llm_call(
+        self, request: LLMRequest, *, streamed: bool = False
+    ) -> AbstractContextManager[LLMCallObservation]:
+        """Around one model call (all its attempts) of the LLMClient (AGN-036 §4.9);
+        ``streamed`` when the model is asked to stream its reply."""
         ...
 
     def tool_execution(
@@ -137,8 +145,12 @@ _NULL_CALL = _NullCall()
 class NullObserver:
     """An observer that records nothing."""
 
+    streaming = False
+
     @contextmanager
-    def llm_call(self, request: LLMRequest) -> Iterator[LLMCallObservation]:
+    def llm_call(
+        self, request: LLMRequest, *, streamed: bool = False
+    ) -> Iterator[LLMCallObservation]:
         """Nothing to observe."""
         yield _NULL_CALL
 

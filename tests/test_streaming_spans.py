@@ -125,6 +125,21 @@ async def test_a_streamed_turn_on_a_model_that_cannot_stream_marks_no_chat_span(
 
 
 @pytest.mark.decision("D269")
+async def test_a_streamed_call_that_fails_before_its_first_chunk_is_marked_streamed(
+    recorded: Recorded,
+) -> None:
+    """Every attempt's stream fails before any chunk: the call failed, streamed."""
+    failing = CutStreamLLM([text(REPLY)] * 3, after=0, times=3, chunk_size=PIECE)
+
+    await stream_turn(recorded, failing)
+
+    [span] = chats(recorded)
+    attributes = attributes_of(span)
+    assert attributes[STREAM] is True
+    assert TTFC not in attributes  # no chunk ever came
+
+
+@pytest.mark.decision("D269")
 async def test_the_time_to_first_chunk_runs_from_the_calls_start_over_its_retries(
     recorded: Recorded,
 ) -> None:
