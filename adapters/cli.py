@@ -29,8 +29,10 @@
   Graphviz missing).
 - ``aptix replay FILE|DIR... [--diagram OUT] [--spans]`` re-runs recorded turns
   (``engine/replay/replayer.py``) with ports answering from the recording, prints each
-  trace and names the first divergence. ``--diagram`` draws the recorded turn's
-  path. Exit codes: 0 every recording replays, 1 one diverges, 2 usage error.
+  trace and names the first divergence; ``--live CONFIG [--live-model]`` runs that
+  configuration's catalog, server tools (and model) live. ``--diagram`` draws the
+  recorded turn's path. Exit codes: 0 every recording replays, 1 one diverges, 2
+  usage error.
 
 Start-up: this module imports only the standard library at import time. Typer
 and the Typer ``app`` (``cli_app.py``) are built on first use (``main()``, or

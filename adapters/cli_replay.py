@@ -1,9 +1,12 @@
-"""``aptix replay FILE|DIR... [--diagram OUT] [--spans]``: recorded turns re-run.
+"""``aptix replay FILE|DIR... [--live CONFIG [--live-model]] [--diagram OUT] [--spans]``.
 
 Each recording is re-run (``engine/replay/replayer.py``) with the ports answering from it;
-the command prints each trace and names the first divergence. ``--diagram`` draws
-the recorded turn's path. Exit codes: 0 every recording replays, 1 one diverges,
-2 for a usage error.
+the command prints each trace and names the first divergence. ``--live CONFIG``
+runs that configuration's catalog and server tools live instead, and with
+``--live-model`` its ``[model]`` too (``LivePorts``, docs/RECORDING.md "Replaying
+against your own code"), so a change of prompt, mode, tool or model shows as an
+``answer`` divergence. ``--diagram`` draws the recorded turn's path. Exit codes: 0
+every recording replays, 1 one diverges, 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
     from aptix_pipeline.engine import DiagramFormat, Telemetry
-    from aptix_pipeline.engine.replay import TurnRecording
+    from aptix_pipeline.engine.replay import LivePorts, TurnRecording
 
 __all__ = ["replay"]
 
@@ -41,15 +44,35 @@ def replay(
         typer.Option("--spans", help="Emit spans (OTEL_TRACES_EXPORTER); off by default."),
     ] = False,
     quiet: Annotated[bool, typer.Option(help="Only the verdict of each recording.")] = False,
+    live: Annotated[
+        Path | None,
+        typer.Option(
+            "--live",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="Run this configuration's catalog and server tools live (docs/RECORDING.md).",
+        ),
+    ] = None,
+    live_model: Annotated[
+        bool,
+        typer.Option("--live-model", help="With --live, run its \\[model] live too."),
+    ] = False,
 ) -> None:
     """Re-run recorded turns against this code; name the first divergence of each.
 
-    Ports answer from the recording and every call is checked against it. Exit
+    Ports answer from the recording and every call is checked against it; with
+    --live, the configuration's catalog and server tools (and with --live-model
+    its model) answer instead, and must answer as the recorded ones did. Exit
     codes: 0 when every recording replays, 1 when one diverges, 2 for a usage
-    error (not a recording, an unknown format, a diagram that cannot be drawn).
+    error (not a recording, an unknown format, a diagram that cannot be drawn, a
+    configuration that does not load).
     """
+    if live_model and live is None:
+        raise _refuse("--live-model needs --live CONFIG")
     paths, recordings, fmt = _recordings(files, diagram_out)
-    diverged = _replay_all(paths, recordings, spans=spans, quiet=quiet)
+    ports = _live_ports(live, live_model) if live is not None else None
+    diverged = _replay_all(paths, recordings, spans=spans, quiet=quiet, live=ports)
     if diagram_out is not None and fmt is not None:
         _draw_path(recordings[0], fmt, diagram_out)
     if len(paths) > 1:
@@ -84,6 +107,23 @@ def _recordings(
     return paths, recordings, fmt
 
 
+def _live_ports(config: Path, model: bool) -> LivePorts:
+    """The configuration's catalog and server tools (and model) as live ports."""
+    from aptix_pipeline.engine.replay import LivePorts
+
+    from .service_config import ConfigError, build_llm, load_service_config
+
+    try:
+        service = load_service_config(config)
+        if model and service.model is None:
+            raise ConfigError(f"{config}: --live-model needs a [model] table")
+        llm = build_llm(service.model) if model and service.model is not None else None
+    except ConfigError as error:
+        raise _refuse(str(error)) from None
+    catalog = service.catalog
+    return LivePorts(llm=llm, tools=dict(catalog.tools), modes=catalog, agents=catalog)
+
+
 def _telemetry(spans: bool) -> tuple[Telemetry | None, TracerProvider | None]:
     """With ``--spans``, telemetry exporting as OTEL_TRACES_EXPORTER says, and its
     provider to flush; without, neither."""
@@ -101,7 +141,12 @@ def _telemetry(spans: bool) -> tuple[Telemetry | None, TracerProvider | None]:
 
 
 def _replay_all(
-    paths: list[Path], recordings: list[TurnRecording], *, spans: bool, quiet: bool
+    paths: list[Path],
+    recordings: list[TurnRecording],
+    *,
+    spans: bool,
+    quiet: bool,
+    live: LivePorts | None = None,
 ) -> int:
     """Replay each recording and print its trace (with ``--quiet``, only the first and last
     line of one that replays); how many diverge."""
@@ -114,7 +159,10 @@ def _replay_all(
     diverged = 0
     try:
         for path, recording in zip(paths, recordings, strict=True):
-            outcome = asyncio.run(replay_turn(recording, telemetry=telemetry))
+            try:
+                outcome = asyncio.run(replay_turn(recording, telemetry=telemetry, live=live))
+            except ValueError as error:  # a live model or tool for a redacted recording
+                raise _refuse(f"{path}: {error}") from None
             outcome = replace(outcome, source=path)
             lines = outcome.describe()
             typer.echo("\n".join([lines[0], lines[-1]] if quiet and outcome.ok else lines))

@@ -109,3 +109,68 @@ def test_the_recording_page_path_picture_shows_the_faulted_example_turn() -> Non
     )
     page = (ROOT / "docs" / "RECORDING.md").read_text(encoding="utf-8")
     assert "](../diagrams/example-faulted-turn.svg)" in page
+
+
+def _aptix_replay(*args: str) -> subprocess.CompletedProcess[str]:
+    aptix = str(Path(sys.executable).parent / "aptix")
+    return subprocess.run(
+        [aptix, "replay", *args], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+
+
+BUILTIN_CATALOG = ROOT / "adapters" / "default_config.toml"
+
+
+@pytest.mark.decision("D293")
+def test_aptix_replay_live_runs_a_configs_catalog_and_tools(tmp_path: Path) -> None:
+    same = tmp_path / "same.toml"
+    same.write_text(BUILTIN_CATALOG.read_text(encoding="utf-8"), encoding="utf-8")
+    changed = tmp_path / "changed.toml"
+    changed.write_text(
+        same.read_text(encoding="utf-8").replace("Be brief and precise.", "Be brief."),
+        encoding="utf-8",
+    )
+
+    kept = _aptix_replay(str(RECORDINGS), "--live", str(same), "--quiet")
+    edited = _aptix_replay(str(RECORDINGS / "01-initial.json"), "--live", str(changed))
+
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "5 of 5 recordings replay; 0 diverge" in kept.stdout
+    assert edited.returncode == 1, edited.stdout + edited.stderr
+    assert "AgentCatalog.get_agent_context" in edited.stdout
+    assert "at:       answer.SystemPrompt" in edited.stdout
+
+
+def test_aptix_replay_live_model_runs_the_configs_model(tmp_path: Path) -> None:
+    (tmp_path / "replies.json").write_text('[{"text": "Another answer."}]', encoding="utf-8")
+    config = tmp_path / "model.toml"
+    config.write_text(
+        BUILTIN_CATALOG.read_text(encoding="utf-8")
+        + '\n[model]\nkind = "scripted"\nscript = "replies.json"\n',
+        encoding="utf-8",
+    )
+
+    run = _aptix_replay(
+        str(RECORDINGS / "04-follow-on.json"), "--live", str(config), "--live-model"
+    )
+
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "LLM.complete during step llm_client: the live port answered otherwise" in run.stdout
+    assert "at:       answer." in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--live-model"], "--live-model needs --live CONFIG"),
+        (["--live", "{catalog}", "--live-model"], "--live-model needs a [model] table"),
+    ],
+    ids=["model-without-config", "config-without-model"],
+)
+def test_aptix_replay_live_refuses_what_it_cannot_run(args: list[str], message: str) -> None:
+    shown = [arg.format(catalog=BUILTIN_CATALOG) for arg in args]
+
+    run = _aptix_replay(str(RECORDINGS / "01-initial.json"), *shown)
+
+    assert run.returncode == 2
+    assert message in run.stderr
