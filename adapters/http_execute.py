@@ -65,18 +65,25 @@ _STATUS: Mapping[str, int] = {  # a host code (host.<name>) answers 500
 }
 
 
-def http_status(result: InvokeResult[AgentExecuteResponse]) -> int:
+def http_status(
+    result: InvokeResult[AgentExecuteResponse], host_statuses: Mapping[str, int] | None = None
+) -> int:
     """The HTTP status of a turn's result (docs/CONFORMANCE.md D82).
 
     200 when Successful; otherwise by the first error's code: ``invalid_request``
     and ``tool_call_manifest_invalid`` 400, ``not_found`` 404, ``conflict`` 409,
     ``port_failed`` (the model or store failed) 502, ``deadline_exceeded`` (the turn
-    ran past ``turn_deadline_seconds``) 504, anything else 500. The body
-    is the ``InvokeResult`` either way.
+    ran past ``turn_deadline_seconds``) 504, ``cancelled`` 499, a host rule's code
+    the ``http_status`` its ``HostRule`` gives (``host_statuses``), anything else
+    500. The body is the ``InvokeResult`` either way.
     """
     if result.successful:
         return 200
-    return _STATUS.get(result.errors[0].code, 500)
+    code = result.errors[0].code
+    status = _STATUS.get(code)
+    if status is None and host_statuses:
+        status = host_statuses.get(str(code))
+    return status or 500
 
 
 @dataclass(slots=True)
@@ -129,12 +136,12 @@ def _replayed(report: TurnReport | None) -> dict[str, str] | None:
     return {REPLAYED_HEADER: "true"} if report is not None and report.replayed else None
 
 
-def _answer(report: TurnReport) -> Response:
+def _answer(report: TurnReport, pipeline: Pipeline) -> Response:
     """The turn's ``InvokeResult`` as the response, its status by ``http_status``."""
     result = report.result
     return Response(
         result.to_json(),
-        status_code=http_status(result),
+        status_code=http_status(result, pipeline.rules.http_statuses),
         media_type="application/json",
         headers=_replayed(report),
     )
@@ -153,7 +160,7 @@ async def _stream_turn(
     held = await hold_until_begun(stream)
     ended = stream.report  # the turn ended while its items were held
     if ended is not None and not ended.successful:
-        return _answer(ended)
+        return _answer(ended, pipeline)
     return EventStreamResponse(
         stream,
         held,
@@ -189,4 +196,4 @@ async def run_turn(service: ServiceState, request: Request) -> Response:
     if asks_to_stream(body) or accepts_event_stream(request.headers.getlist("accept")):
         return await _stream_turn(service, pipeline, body, caller, key)
     # The raw body: parsed once, by the engine.
-    return _answer(await pipeline.run(body, caller, idempotency_key=key))
+    return _answer(await pipeline.run(body, caller, idempotency_key=key), pipeline)

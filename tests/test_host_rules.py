@@ -9,15 +9,18 @@ and codes outside the host's namespaces, and an id used twice, are refused.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from builders import context_before
 from engine_kit import CALLER, NOTHING_STORED, make_pipeline, ok, stored, text
 from jsonschema import Draft202012Validator
+from server_thread import server_thread
 from span_kit import Recorded, attributes_of, events_named
 
 from aptix_pipeline import (
@@ -40,6 +43,8 @@ from aptix_pipeline import (
     diagram_text,
     embedded_pipeline,
 )
+from aptix_pipeline.adapters.http_app import ApiKeyAuthenticator, create_app
+from aptix_pipeline.adapters.service_config import ApiKey
 from aptix_pipeline.engine import CheckRan, CheckRecord, TurnEvent
 from aptix_pipeline.engine.machine import TurnRun, host_guards, pre
 from aptix_pipeline.validators import Phase, step_rule_ids
@@ -394,3 +399,59 @@ def test_a_host_rule_whose_check_is_not_a_function_is_refused() -> None:
             code="host.x",
             check="yes",  # type: ignore[arg-type]
         )
+
+
+# --- over HTTP: the status a host rule's refusal answers ---------------------------------------
+
+
+@pytest.mark.decision("D291")
+@pytest.mark.parametrize(("status", "expected"), [(None, 500), (403, 403)], ids=["default", "403"])
+def test_a_turn_a_host_rule_refused_answers_the_rules_http_status(
+    status: int | None, expected: int
+) -> None:
+    given = {} if status is None else {"http_status": status}
+    rule_ = HostRule(
+        id="host/no-weekend",
+        step=PipelineStep.REASONER,
+        message=CLOSED,
+        code="host.closed",
+        check=no_weekend,
+        **given,
+    )
+    pipeline = embedded_pipeline(llm=ScriptedLLM([text("Hello.")] * 2), rules=[rule_])
+    keys = [ApiKey(org="acme", user="ana", sha256=hashlib.sha256(b"k").digest())]
+    app = create_app(pipeline, authenticator=ApiKeyAuthenticator(keys))
+
+    with server_thread(app) as port:
+        url = f"http://127.0.0.1:{port}/v1/agent/execute"
+        headers = {"Authorization": "Bearer k"}
+        refused = httpx.post(url, json={"Instruction": "weekend plans"}, headers=headers)
+        answered = httpx.post(url, json={"Instruction": "Hi"}, headers=headers)
+
+    assert refused.status_code == expected
+    assert refused.json()["Errors"][0]["Code"] == "host.closed"
+    assert refused.json()["Errors"][0]["RuleId"] == "host/no-weekend"
+    assert answered.status_code == 200
+
+
+@pytest.mark.parametrize("status", [200, 302, 600, True, "403"], ids=str)
+def test_a_host_rule_status_that_is_not_an_error_status_is_refused(status: Any) -> None:
+    with pytest.raises(ValueError, match=r"HostRule.http_status of host/x: .* \(400-599\)"):
+        HostRule(
+            id="host/x",
+            step=PipelineStep.REASONER,
+            message="m",
+            code="host.x",
+            check=no_weekend,
+            http_status=status,
+        )
+
+
+def test_one_host_code_answers_one_http_status() -> None:
+    first = HostRule("host/a", PipelineStep.REASONER, "m", "host.closed", no_weekend, 403)
+    second = HostRule("host/b", PipelineStep.LLM_CLIENT, "m", "host.closed", no_weekend, 422)
+
+    given_twice = r"host error code host\.closed is given HTTP status 403 and 422"
+    with pytest.raises(ValueError, match=given_twice):
+        HostRules([first, second])
+    assert HostRules([first]).http_statuses == {"host.closed": 403}

@@ -60,8 +60,10 @@ class HostRule:
     """One rule of the host's, in ``step``'s guard; see the module docstring.
 
     ``message`` is the one-line requirement (an error says it was broken, with the
-    check's string after a colon); ``code`` the error code its errors carry. Bad
-    values are refused with a ``ValueError`` naming the field.
+    check's string after a colon); ``code`` the error code its errors carry;
+    ``http_status`` the status the HTTP service answers a turn it refused with (a
+    4xx or 5xx; default 500, as for the engine's own rules). Bad values are
+    refused with a ``ValueError`` naming the field.
     """
 
     id: str
@@ -69,6 +71,7 @@ class HostRule:
     message: str
     code: str
     check: HostCheck = field(compare=False)
+    http_status: int = 500
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not _ID.fullmatch(self.id):
@@ -100,6 +103,11 @@ class HostRule:
             )
         if not callable(self.check):
             raise TypeError(f"HostRule.check of {self.id} must be a function of the context")
+        status = self.http_status
+        if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599:
+            raise ValueError(
+                f"HostRule.http_status of {self.id}: {status!r} is not an error status (400-599)"
+            )
 
     def error(self, detail: str | None = None) -> InvokeError:
         """The error this rule reports; ``detail`` is appended to the one-line message."""
@@ -110,7 +118,7 @@ class HostRule:
 class HostRules:
     """The host rules of one pipeline, by step, in the order given; see the module docstring."""
 
-    __slots__ = ("_by_step", "_rules")
+    __slots__ = ("_by_step", "_rules", "_statuses")
 
     def __init__(self, rules: Iterable[HostRule] = ()) -> None:
         given: list[HostRule] = []
@@ -124,6 +132,15 @@ class HostRules:
             seen[rule.id] = rule
             given.append(rule)
         self._rules = tuple(given)
+        statuses: dict[str, int] = {}
+        for rule in self._rules:
+            known = statuses.setdefault(rule.code, rule.http_status)
+            if known != rule.http_status:
+                raise ValueError(
+                    f"host error code {rule.code} is given HTTP status {known} and "
+                    f"{rule.http_status} (by {rule.id}); one code answers one status"
+                )
+        self._statuses: Mapping[str, int] = MappingProxyType(statuses)
         by_step: dict[PipelineStep, tuple[HostRule, ...]] = {}
         for rule in self._rules:
             by_step[rule.step] = (*by_step.get(rule.step, ()), rule)
@@ -145,6 +162,11 @@ class HostRules:
     def by_step(self) -> Mapping[PipelineStep, tuple[HostRule, ...]]:
         """Each step that has host rules, and its rules in the order given."""
         return self._by_step
+
+    @property
+    def http_statuses(self) -> Mapping[str, int]:
+        """Each host error code and the HTTP status a turn refused with it answers."""
+        return self._statuses
 
     def ids(self, step: PipelineStep) -> tuple[str, ...]:
         """The ids of ``step``'s host rules, in order (empty when it has none)."""
