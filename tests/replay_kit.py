@@ -59,7 +59,6 @@ __all__ = [
     "CutStreamLLM",
     "RecordedTurn",
     "RecordingKit",
-    "StreamedRecordingKit",
     "demo_session",
     "hanging_tool",
     "recording_pipeline",
@@ -172,31 +171,11 @@ async def streamed_report(
     return stream.report
 
 
-@dataclass
-class StreamedRecordingKit(RecordingKit):
-    """A ``RecordingKit`` whose requests run through ``Pipeline.stream`` (``streamed_report``)."""
-
-    async def run(
-        self,
-        pipeline: Pipeline,
-        request: Mapping[str, Any] | str,
-        caller: Caller = CALLER,
-        *,
-        initial_mode: str | None = None,
-    ) -> TurnReport:
-        """Stream one request, keeping its report and recorded turn."""
-        report = await streamed_report(pipeline, request, caller, initial_mode=initial_mode)
-        self.reports.append(report)
-        self.keep(pipeline, report)
-        return report
-
-
 async def run_recorded(
     name: str, store: Store, options: RecordingOptions | None = None, *, streamed: bool = False
 ) -> RecordingKit:
     """Run scenario ``name`` on ``store`` with every turn recorded (streamed, if asked)."""
-    kind = StreamedRecordingKit if streamed else RecordingKit
-    kit = kind(store, options=options or RecordingOptions())
+    kit = RecordingKit(store, streamed=streamed, options=options or RecordingOptions())
     await SCENARIOS[name](kit)
     return kit
 
