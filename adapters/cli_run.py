@@ -260,20 +260,14 @@ def _build_pipeline(
 
 
 def _streams(stream: bool | None, body: bytes) -> bool:
-    """``--stream``/``--no-stream`` as given, else the request's own ``"Stream": true``.
-
-    Only a JSON object whose ``Stream`` is ``true`` asks for it: any other body runs
-    as given and the pipeline names what is wrong with it.
-    """
+    """``--stream``/``--no-stream`` as given, else the request's own ``"Stream": true``
+    (``asks_to_stream``: any other body runs as given, and the pipeline names what is
+    wrong with it)."""
     if stream is not None:
         return stream
-    import json
+    from aptix_pipeline.engine import asks_to_stream
 
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return False
-    return isinstance(data, dict) and data.get("Stream") is True
+    return asks_to_stream(body)
 
 
 def _run_turn(

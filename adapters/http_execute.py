@@ -27,14 +27,13 @@ from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
 from aptix_pipeline.contracts import AgentExecuteResponse, Caller, ErrorCode, InvokeResult
-from aptix_pipeline.engine import Pipeline, TurnReport
+from aptix_pipeline.engine import Pipeline, TurnReport, asks_to_stream
 
 from .http_auth import Authenticator, authenticated_caller
 from .http_sse import (
     DEFAULT_SSE_KEEPALIVE_SECONDS,
     EventStreamResponse,
     accepts_event_stream,
-    asks_to_stream,
     hold_until_begun,
 )
 

@@ -51,7 +51,6 @@ __all__ = [
     "KEEP_ALIVE",
     "EventStreamResponse",
     "accepts_event_stream",
-    "asks_to_stream",
     "hold_until_begun",
     "sse_event",
 ]
@@ -90,23 +89,6 @@ def accepts_event_stream(values: Iterable[str]) -> bool:
             if 0 < quality <= 1:
                 return True
     return False
-
-
-def asks_to_stream(body: bytes) -> bool:
-    """Whether the request body is a JSON object with ``"Stream": true`` (AGN-034 §4.7).
-
-    Most bodies do not name the field and are not parsed here (the engine parses
-    every body once); one whose keys may be spelled with JSON escapes is. A body
-    that does not parse gets ``False``: the engine refuses it, and the refusal is
-    the same JSON answer either way.
-    """
-    if b"Stream" not in body and b"\\u" not in body:
-        return False
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(data, dict) and data.get("Stream") is True
 
 
 def _begins(item: StreamItem) -> bool:

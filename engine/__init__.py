@@ -56,6 +56,7 @@ from .streaming import (
     StreamProgress,
     StreamResult,
     TurnStream,
+    asks_to_stream,
     progress_json,
 )
 from .telemetry import Telemetry
@@ -139,6 +140,7 @@ __all__ = [
     "TurnStarted",
     "TurnStream",
     "WarningRaised",
+    "asks_to_stream",
     "check_tool_routing",
     "diagram_text",
     "format_for",

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections import deque
 from collections.abc import Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ __all__ = [
     "StreamProgress",
     "StreamResult",
     "TurnStream",
+    "asks_to_stream",
     "progress_json",
 ]
 
@@ -153,6 +155,23 @@ def progress_json(event: TurnEvent) -> dict[str, Any]:
     if isinstance(event, TurnFinished):
         return {"kind": "turn_finished", "successful": event.successful}
     return {"kind": type(event).__name__}  # a host's own event type
+
+
+def asks_to_stream(body: bytes) -> bool:
+    """Whether the request body is a JSON object with ``"Stream": true`` (AGN-034 §4.7).
+
+    Most bodies do not name the field and are not parsed here (the engine parses
+    every body once); one whose keys may be spelled with JSON escapes is. A body
+    that does not parse gets ``False``: the engine refuses it, and the refusal is
+    the same JSON answer either way.
+    """
+    if b"Stream" not in body and b"\\u" not in body:
+        return False
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("Stream") is True
 
 
 @dataclass(frozen=True, slots=True)

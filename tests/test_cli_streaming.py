@@ -358,3 +358,24 @@ def test_the_streaming_example_of_the_cli_page_prints_what_it_shows(tmp_path: Pa
     assert [_comparable(output) for output in outputs] == [
         _comparable(output) for _, output in session
     ]
+
+
+@pytest.mark.decision("D267")
+def test_a_request_too_deep_to_read_for_its_stream_flag_is_refused_by_its_rule(
+    tmp_path: Path,
+) -> None:
+    deep = '{"Instruction": ' + "[" * 100_000 + "]" * 100_000 + ', "Stream": true}'
+    (tmp_path / "request.json").write_text(deep, encoding="utf-8")
+    script = _write(tmp_path / "script.json", [{"text": "never"}])
+
+    run = subprocess.run(
+        [str(APTIX), "run", "request.json", "--llm-script", str(script), "--compact"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+
+    assert run.returncode == 1, run.stderr
+    assert "RecursionError" not in run.stderr
+    assert json.loads(run.stdout)["Errors"][0]["RuleId"] == "DESIGN/limits/json-depth"

@@ -46,10 +46,10 @@ from aptix_pipeline.adapters.http_app import (
     ApiKeyAuthenticator,
     create_app,
 )
-from aptix_pipeline.adapters.http_sse import accepts_event_stream, asks_to_stream
+from aptix_pipeline.adapters.http_sse import accepts_event_stream
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.adapters.service_config import ApiKey, ConfigError, load_service_config
-from aptix_pipeline.engine import TurnEvent, TurnFinished
+from aptix_pipeline.engine import TurnEvent, TurnFinished, asks_to_stream
 
 SSE = {**ANA, "Accept": "text/event-stream"}
 ANSWER = "app.py is fine; line 3 could use a clearer name."
