@@ -31,6 +31,7 @@ from .llm_stream import (
     ReplyFinished,
     ReplyTextDelta,
     ReplyToolCallDelta,
+    close_stream,
     split_reply,
 )
 from .ports import (
@@ -153,6 +154,7 @@ __all__ = [
     "ValidationErrorResponse",
     "WireModel",
     "WorkspaceHints",
+    "close_stream",
     "scrub_logger",
     "scrub_urls",
     "scrubbed_logger",

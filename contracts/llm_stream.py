@@ -33,6 +33,7 @@ __all__ = [
     "ReplyFinished",
     "ReplyTextDelta",
     "ReplyToolCallDelta",
+    "close_stream",
     "split_reply",
 ]
 
@@ -207,3 +208,14 @@ def split_reply(reply: LLMReply, chunk_size: int) -> list[ReplyChunk]:
         )
     chunks.append(ReplyFinished(reply.usage, reply.model, reply.response_id, reply.finish_reason))
     return chunks
+
+
+async def close_stream(chunks: object) -> None:
+    """Close a model's stream that is no longer read (``aclose``, when it has one).
+
+    An async generator left unclosed keeps its HTTP response open until the garbage
+    collector finds it; every reader of a ``StreamingLLM`` closes it this way.
+    """
+    close = getattr(chunks, "aclose", None)
+    if close is not None:
+        await close()

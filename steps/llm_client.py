@@ -61,6 +61,7 @@ from aptix_pipeline.contracts import (
     ToolDefinition,
     ToolResult,
     Usage,
+    close_stream,
     scrubbed_logger,
 )
 from aptix_pipeline.validators import (
@@ -195,9 +196,7 @@ async def _streamed(
             raise _interrupted(error) from error
         raise
     finally:
-        close = getattr(chunks, "aclose", None)
-        if close is not None:
-            await close()
+        await close_stream(chunks)
 
 
 def _interrupted(error: BaseException) -> StepFaultError:

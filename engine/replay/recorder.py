@@ -36,7 +36,7 @@ from typing import Any, ClassVar, TypeVar, cast
 from pydantic import TypeAdapter
 
 from aptix_pipeline import __version__
-from aptix_pipeline.contracts import Caller, scrubbed_logger
+from aptix_pipeline.contracts import Caller, close_stream, scrubbed_logger
 from aptix_pipeline.engine.deep_json import encode_value
 from aptix_pipeline.engine.events import StepEnded, StepStarted, TurnEvent, TurnFaulted
 from aptix_pipeline.engine.interceptors import Proceed, TurnCall
@@ -251,9 +251,7 @@ class RecordingTap:
             answer, broken = log.answer()
             self._log(port, call, encoded, answer, broken)
         finally:
-            close = getattr(chunks, "aclose", None)
-            if close is not None:
-                await close()
+            await close_stream(chunks)
 
     def call(
         self, target: Any, port: str, call: str, answer: TypeAdapter[T], args: Mapping[str, Any]

@@ -51,6 +51,7 @@ from aptix_pipeline.contracts import (
     LLMReply,
     PermanentPortError,
     PipelineStep,
+    close_stream,
     scrubbed_logger,
 )
 from aptix_pipeline.engine.deep_json import dump_json, encode_value
@@ -560,9 +561,7 @@ class ReplayTap:
             self._live_done()
             self._replied = expected
         finally:
-            close = getattr(chunks, "aclose", None)
-            if close is not None:
-                await close()
+            await close_stream(chunks)
 
     def _stream_divergence(self, expected: PortCall, actual: str, chunks: int) -> Divergence:
         """Where the engine stopped reading (``actual``) is not where the recorded one did."""
