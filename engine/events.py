@@ -536,7 +536,7 @@ class _ModelCall:
         self.reply: LLMReply | None = None
         self.failure: str | None = None
         self._attempts = 1
-        self.streaming = reporter.emit_text is not None
+        self.streaming = reporter.streaming
         self.streamed = streamed
         self._chunked = False
         self._pending: list[str] = []
