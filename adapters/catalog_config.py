@@ -2,13 +2,15 @@
 
 One file configures both ports (docs/CONFIGURATION.md "The catalog"):
 
-- ``[[modes]]`` — ``name``, ``display_name`` and ``server_tools`` (names of
-  ``[[server_tools]]`` entries). A mode ``"general"`` must exist: it is every new
+- ``[[modes]]`` — ``name``, ``display_name``, ``server_tools`` (names of
+  ``[[server_tools]]`` entries) and ``vision`` (default ``true``: images reach the
+  model in this mode). A mode ``"general"`` must exist: it is every new
   session's default (AGN-011 §3.1).
 - ``[[server_tools]]`` — tool definitions, with the container design's metadata
   where a tool is a container or a member of one.
-- ``[[agents]]`` — ``id``, ``name``, ``system_prompt``, ``model``, ``default``
-  and ``[[agents.client_tools]]``.
+- ``[[agents]]`` — ``id``, ``name``, ``system_prompt``, ``model``, ``default``,
+  ``vision`` (default ``true``: the agent's model takes images) and
+  ``[[agents.client_tools]]``.
 - ``[[conversations]]`` — ``id``, ``name``, ``instructions``, ``default``.
 
 The table says where a tool runs: ``executes_on`` defaults to ``"server"`` in
@@ -64,6 +66,7 @@ class _Mode(_Strict):
     name: str = Field(min_length=1)
     display_name: str = Field(min_length=1)
     server_tools: list[str] = Field(default_factory=list)
+    vision: bool = True
 
 
 class _Agent(_Strict):
@@ -72,6 +75,7 @@ class _Agent(_Strict):
     system_prompt: str = ""
     model: str | None = None
     default: bool = False
+    vision: bool = True
     client_tools: list[dict[str, Any]] = Field(default_factory=list)
 
 
@@ -199,6 +203,7 @@ class ConfigCatalog:
                 name=mode.name,
                 display_name=mode.display_name,
                 server_tools=tuple(by_name[name] for name in mode.server_tools),
+                vision=mode.vision,
             )
         _unique([a.id for a in config.agents], "agent", source)
         _unique([c.id for c in config.conversations], "conversation", source)
@@ -216,6 +221,7 @@ class ConfigCatalog:
                 system_prompt=agent.system_prompt,
                 model=agent.model,
                 client_tools=client_tools,
+                vision=agent.vision,
             )
         self._conversations = {
             c.id: ConversationContext(id=c.id, name=c.name, instructions=c.instructions)

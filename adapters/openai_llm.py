@@ -38,6 +38,11 @@ timeout, a server error event, a stream that ends before its reply is finished,
 D259), which the engine retries only while no text has reached the client.
 Chunks with no choices and no usage are skipped; chunks of the wrong shape are
 reported, naming the chunk and the field (D258).
+
+Images: a user message with image parts (``ChatMessage.parts``) is sent as a list
+of content parts, its text parts as ``text`` and its images as ``image_url`` parts
+whose URL is a ``data:`` URI holding the bytes (``ImagePart.data_url``), in
+``complete`` and ``stream`` alike. A message without images is sent as its text.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ import openai
 from openai.types.chat import (
     ChatCompletion,
     ChatCompletionChunk,
+    ChatCompletionContentPartParam,
     ChatCompletionMessageParam,
     ChatCompletionToolParam,
 )
@@ -76,6 +82,7 @@ from aptix_pipeline.contracts import (
     AptixPipelineError,
     ChatMessage,
     ChatRole,
+    ImagePart,
     LLMReply,
     LLMRequest,
     PermanentPortError,
@@ -284,11 +291,24 @@ def _server_message(error: openai.APIStatusError) -> str:
     return error.message
 
 
+def _user_parts(message: ChatMessage) -> list[ChatCompletionContentPartParam]:
+    """A user message's parts as chat-completions content parts: images as data URIs."""
+    parts: list[ChatCompletionContentPartParam] = []
+    for part in message.parts or ():
+        if isinstance(part, ImagePart):
+            parts.append({"type": "image_url", "image_url": {"url": part.data_url()}})
+        else:
+            parts.append({"type": "text", "text": part.text})
+    return parts
+
+
 def _message_param(message: ChatMessage, index: int) -> ChatCompletionMessageParam:
     """One transcript message as a chat-completions message."""
     if message.role is ChatRole.SYSTEM:
         return {"role": "system", "content": message.content}
     if message.role is ChatRole.USER:
+        if message.images:
+            return {"role": "user", "content": _user_parts(message)}
         return {"role": "user", "content": message.content}
     if message.role is ChatRole.TOOL:
         if not message.tool_call_id:

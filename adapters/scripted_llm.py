@@ -14,6 +14,11 @@ Replies are played in order, one per model call, across turns; a call after the
 last reply fails with ``ScriptExhaustedError``. ``requests`` keeps every request the
 script answered, so tests can check what the model was shown.
 
+A reply's text may hold ``{received}``: it is played as a summary of the parts of
+the newest user message the model was sent — ``received: text 'look at this',
+image img1 image/png 68 bytes`` — so a demo shows what reached the model (an
+image the model was not shown reads as the text of its described reference).
+
 It streams too (``StreamingLLM``, AGN-034 §4.7): a streamed turn gets each reply
 in chunks of ``chunk_size`` characters (default 16), ``chunk_delay_seconds``
 apart (default 0: as fast as the loop runs), in the shape ``split_reply`` makes.
@@ -32,6 +37,8 @@ from typing import Any
 
 from aptix_pipeline.contracts import (
     AptixPipelineError,
+    ChatRole,
+    ImagePart,
     LLMReply,
     LLMRequest,
     PermanentPortError,
@@ -41,7 +48,11 @@ from aptix_pipeline.contracts import (
     split_reply,
 )
 
-__all__ = ["ScriptError", "ScriptExhaustedError", "ScriptedLLM"]
+__all__ = ["RECEIVED", "ScriptError", "ScriptExhaustedError", "ScriptedLLM", "received"]
+
+RECEIVED = "{received}"
+"""In a reply's text, played as ``received(request)``."""
+_QUOTED = 60
 
 
 class ScriptError(AptixPipelineError, ValueError):
@@ -91,6 +102,30 @@ def _tool_call(data: object, where: str) -> ToolCall:
     arguments = data.get("arguments", {})
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
     return ToolCall(tool_call_id=call_id, name=name, arguments_json=text)
+
+
+def _quoted(text: str) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= _QUOTED else flat[: _QUOTED - 1] + "…")
+
+
+def received(request: LLMRequest) -> str:
+    """What the newest user message of ``request`` held, part by part.
+
+    ``received: text 'look at this', image img1 image/png 68 bytes``; a message
+    without parts is one text. An image names its clipboard ``Id`` or artifact path.
+    """
+    message = next((m for m in reversed(request.messages) if m.role is ChatRole.USER), None)
+    if message is None:
+        return "received: no user message"
+    described = [
+        f"image {part.clipboard_image_id or part.relative_path or '-'} "
+        f"{part.mime_type} {part.size_bytes} bytes"
+        if isinstance(part, ImagePart)
+        else f"text {_quoted(part.text)}"
+        for part in message.parts or ()
+    ]
+    return "received: " + ", ".join(described or [f"text {_quoted(message.content)}"])
 
 
 def parse_reply(data: object, index: int) -> LLMReply:
@@ -204,4 +239,7 @@ class ScriptedLLM:
         self.requests.append(request)
         reply = self._replies[self._next]
         self._next += 1
+        if reply.text is not None and RECEIVED in reply.text:
+            echoed = reply.text.replace(RECEIVED, received(request))
+            return reply.model_copy(update={"text": echoed})
         return reply  # a frozen value: the script cannot be changed through it

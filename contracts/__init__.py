@@ -23,7 +23,7 @@ from .context import (
     TurnStatus,
 )
 from .errors import AptixPipelineError
-from .llm import ChatMessage, ChatRole, LLMReply, LLMRequest
+from .llm import ChatMessage, ChatRole, ContentPart, ImagePart, LLMReply, LLMRequest, TextPart
 from .llm_stream import (
     MalformedStreamError,
     ReplyAssembler,
@@ -103,6 +103,7 @@ __all__ = [
     "ClipboardImage",
     "Clock",
     "ContainerInvocationErrorResponse",
+    "ContentPart",
     "ContextType",
     "ConversationContext",
     "Envelope",
@@ -110,6 +111,7 @@ __all__ = [
     "FileRef",
     "HostErrorCode",
     "IdSource",
+    "ImagePart",
     "InputArtifact",
     "InvokeError",
     "InvokeResult",
@@ -142,6 +144,7 @@ __all__ = [
     "StoreConflictError",
     "StoredOutcome",
     "StreamingLLM",
+    "TextPart",
     "ToolCall",
     "ToolCallManifest",
     "ToolDefinition",

@@ -192,13 +192,19 @@ class StoredOutcome(FrozenWireModel):
 
 
 class AgentContext(WireModel):
-    """The agent a turn runs: its instructions and the client tools it advertises."""
+    """The agent a turn runs: its instructions and the client tools it advertises.
+
+    ``vision``: whether the agent's model takes images; without it (or in a mode
+    without it, ``ModeSpec.vision``) each image reaches the model as its described
+    reference, and the final response says so in ``UserWarnings`` (AGN-033 §4.3).
+    """
 
     id: str
     name: str
     system_prompt: str = ""
     model: str | None = None
     client_tools: list[ToolDefinition] = Field(default_factory=list)
+    vision: bool = True
 
 
 class ConversationContext(WireModel):

@@ -5,19 +5,40 @@ turn and the tools advertised for this call — and answers an ``LLMReply``: tex
 tool calls, or both (AGN-036 §4.9). ``ChatMessage`` is also what a session's
 transcript keeps, so a continuation or a follow-on turn can show the model what
 came before.
+
+A user message may carry content parts (``ChatMessage.parts``) next to its text:
+``TextPart`` for the instruction and each UTF-8 artifact, ``ImagePart`` for each
+clipboard image and base64 image artifact (AGN-034 §4.2, §4.3), each keeping where
+it came from. ``content`` stays the whole message as text, each image written as
+its described reference (``ImagePart.reference``), so code that reads only
+``content`` sees everything but the image bytes. On the wire an image's bytes are
+base64 (``Data``); the stored transcript keeps them (docs/CONTRACTS.md "Content
+parts").
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+from collections.abc import Sequence
 from enum import StrEnum
+from typing import Annotated, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, field_serializer, field_validator, model_validator
 
 from .response import Usage
 from .tools import ToolCall, ToolDefinition
 from .wire import FrozenWireModel, WireModel
 
-__all__ = ["ChatMessage", "ChatRole", "LLMReply", "LLMRequest"]
+__all__ = [
+    "ChatMessage",
+    "ChatRole",
+    "ContentPart",
+    "ImagePart",
+    "LLMReply",
+    "LLMRequest",
+    "TextPart",
+]
 
 
 class ChatRole(StrEnum):
@@ -29,11 +50,90 @@ class ChatRole(StrEnum):
     TOOL = "tool"
 
 
+class TextPart(FrozenWireModel):
+    """Text the model reads: the instruction, an artifact's contents, a reference.
+
+    An artifact's part names it: ``relative_path`` (AGN-034 §4.2) and, when the
+    client gave one, its ``language``; ``text`` then starts with that label.
+    """
+
+    type: Literal["text"] = "text"
+    text: str
+    relative_path: str | None = None
+    language: str | None = None
+
+
+class ImagePart(FrozenWireModel):
+    """An image the model may see: its bytes, MIME type and provenance.
+
+    ``clipboard_image_id`` is the ``Id`` of the clipboard image it came from
+    (AGN-034 §4.3); ``relative_path`` the ``RelativePath`` of the base64 artifact
+    (§4.2). In Python ``data`` is the bytes; in JSON it is their base64 (RFC 4648,
+    with padding), and base64 text is read back into bytes.
+    """
+
+    type: Literal["image"] = "image"
+    mime_type: str = Field(min_length=1)
+    data: bytes
+    clipboard_image_id: str | None = None
+    relative_path: str | None = None
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _from_base64(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("Data must be base64 (RFC 4648, with padding)") from None
+        return value
+
+    @field_serializer("data", when_used="json")
+    def _to_base64(self, value: bytes) -> str:
+        return base64.b64encode(value).decode("ascii")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if self.clipboard_image_id is not None and self.relative_path is not None:
+            raise ValueError("an image comes from a clipboard image or an artifact, not both")
+        return self
+
+    @property
+    def size_bytes(self) -> int:
+        """How many bytes the image has."""
+        return len(self.data)
+
+    @property
+    def source(self) -> str:
+        """Where the image came from, as the model and the user read it."""
+        if self.clipboard_image_id is not None:
+            return f"image {self.clipboard_image_id}"
+        if self.relative_path is not None:
+            return f"artifact {self.relative_path}"
+        return "image"
+
+    def reference(self) -> str:
+        """The image described, without its bytes: what a model without vision reads."""
+        return f"[{self.source}: {self.mime_type}, {self.size_bytes} bytes, not shown]"
+
+    def data_url(self) -> str:
+        """The image as a ``data:`` URI (RFC 2397), as vision APIs take it."""
+        return f"data:{self.mime_type};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+"""One part of a message's content, told apart by ``Type`` (``text`` or ``image``)."""
+
+
 class ChatMessage(FrozenWireModel):
     """One message of a conversation with the model.
 
     An assistant message may carry ``tool_calls``; a tool message answers one call,
     named by ``tool_call_id`` and ``name``, with its JSON result as ``content``.
+
+    A user message may carry ``parts`` (see the module docstring): then ``content``
+    is the same message as text, its parts joined by blank lines, each image as its
+    reference. ``ChatMessage.of_parts`` makes such a message.
     """
 
     role: ChatRole
@@ -41,6 +141,20 @@ class ChatMessage(FrozenWireModel):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+    parts: tuple[ContentPart, ...] | None = None
+
+    @classmethod
+    def of_parts(cls, role: ChatRole, parts: Sequence[TextPart | ImagePart]) -> ChatMessage:
+        """A message of these parts, ``content`` being their text (images as references)."""
+        text = "\n\n".join(
+            part.text if isinstance(part, TextPart) else part.reference() for part in parts
+        )
+        return cls(role=role, content=text, parts=tuple(parts))
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        """The message's image parts, in order."""
+        return tuple(part for part in self.parts or () if isinstance(part, ImagePart))
 
 
 class LLMRequest(WireModel):

@@ -541,6 +541,7 @@ async def llm_client(scope: TurnScope) -> None:
             ctx.response_payload = ResponsePayload(
                 primary_output_text=guard_machine_payloads(reply.text),
                 tool_results=list(scope.server_results) or None,
+                user_warnings=list(scope.user_warnings) or None,
                 usage=scope.usage,
             )
             ctx.response_type = ResponseType.FINAL

@@ -5,12 +5,23 @@ Loads the session's transcript and adds this request's part: the user's message
 FollowOn turns, or one tool message per returned result, in the manifest's order,
 on a continuation (AGN-036 §5). When done the provider is Ready (§4.7 POST).
 
+The user's message carries content parts (``contracts/llm.py``) when the request
+brings artifacts or images: each clipboard image and base64 ``image/*`` artifact
+as an image part, each UTF-8 artifact as a text part labelled with its path and
+language, any other base64 artifact as a described reference (name, MIME type,
+size), never its bytes. A model without vision — its agent's or its mode's
+``vision`` is off (docs/MODELS.md "Images") — is sent every image as its
+described reference instead, and the final response says which images of the
+turn it did not see (``UserWarnings``, AGN-033 §4.3). The stored transcript keeps
+the images, so a continuation or a later turn in a mode with vision shows them.
+
 A transcript longer than ``PipelineOptions.max_transcript_messages`` is cut or
 refused by ``transcript_policy`` (``DESIGN/limits/transcript-size``).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 
 from aptix_pipeline.contracts import (
@@ -19,9 +30,12 @@ from aptix_pipeline.contracts import (
     ChatMessage,
     ChatRole,
     ContextType,
+    ImagePart,
+    InputArtifact,
     InvokeWarning,
+    TextPart,
 )
-from aptix_pipeline.validators import TRANSCRIPT_SIZE
+from aptix_pipeline.validators import TRANSCRIPT_SIZE, is_image_type
 
 from .faults import StepFaultError
 from .scope import TurnScope
@@ -29,26 +43,95 @@ from .scope import TurnScope
 __all__ = ["prompt_content_provider_initializer", "user_message"]
 
 
+def _artifact_part(artifact: InputArtifact) -> TextPart | ImagePart:
+    """An artifact as the model gets it: an image, its text, or a described reference."""
+    where = artifact.relative_path or artifact.file_name
+    if artifact.effective_encoding is ArtifactEncoding.UTF8:
+        label = f"{where}, {artifact.language}" if artifact.language else where
+        return TextPart(
+            text=f"[artifact {label}]\n{artifact.contents}",
+            relative_path=artifact.relative_path,
+            language=artifact.language,
+        )
+    data = base64.b64decode(artifact.contents)  # valid: AGN-034/4.2/base64-contents-valid
+    if is_image_type(artifact.mime_type):
+        return ImagePart(
+            mime_type=artifact.mime_type or "", data=data, relative_path=artifact.relative_path
+        )
+    return TextPart(
+        text=f"[artifact {where}: {artifact.mime_type or 'binary'}, {len(data)} bytes, not shown]",
+        relative_path=artifact.relative_path,
+    )
+
+
 def user_message(request: AgentExecuteRequest) -> ChatMessage:
-    """The user's part of a turn as one message, in a fixed, readable layout."""
-    parts: list[str] = []
+    """The user's part of a turn as one message, in a fixed, readable layout.
+
+    Instruction, artifacts, clipboard images, RAG scope, workspace hints, in that
+    order. A message of text alone (no artifact, no image) has no parts.
+    """
+    parts: list[TextPart | ImagePart] = []
     if request.instruction:
-        parts.append(request.instruction)
-    for artifact in request.input_artifacts or []:
-        where = artifact.relative_path or artifact.file_name
-        if artifact.effective_encoding is ArtifactEncoding.BASE64:
-            parts.append(f"[artifact {where}: {artifact.mime_type or 'binary'}, base64, not shown]")
-        else:
-            parts.append(f"[artifact {where}]\n{artifact.contents}")
-    for image in request.clipboard_images or []:
-        parts.append(f"[image {image.id}: {image.mime_type}]")
+        parts.append(TextPart(text=request.instruction))
+    parts.extend(_artifact_part(artifact) for artifact in request.input_artifacts or [])
+    parts.extend(
+        ImagePart(
+            mime_type=image.mime_type,
+            data=base64.b64decode(image.data_base64),  # valid: …/clipboard-data-base64-valid
+            clipboard_image_id=image.id,
+        )
+        for image in request.clipboard_images or []
+    )
     if request.rag_scope:
         conditions = [c.model_dump(mode="json", by_alias=True) for c in request.rag_scope]
-        parts.append(f"[rag scope] {json.dumps(conditions, sort_keys=True)}")
+        parts.append(TextPart(text=f"[rag scope] {json.dumps(conditions, sort_keys=True)}"))
     if request.workspace_hints is not None:
         hints = request.workspace_hints.model_dump(mode="json", by_alias=True, exclude_none=True)
-        parts.append(f"[workspace] {json.dumps(hints, sort_keys=True)}")
-    return ChatMessage(role=ChatRole.USER, content="\n\n".join(parts))
+        parts.append(TextPart(text=f"[workspace] {json.dumps(hints, sort_keys=True)}"))
+    message = ChatMessage.of_parts(ChatRole.USER, parts)
+    if request.input_artifacts or request.clipboard_images:
+        return message
+    return message.model_copy(update={"parts": None})
+
+
+def _described(message: ChatMessage) -> ChatMessage:
+    """``message`` with each image part replaced by its described reference."""
+    if not message.images:
+        return message
+    parts = tuple(
+        TextPart(text=part.reference(), relative_path=part.relative_path)
+        if isinstance(part, ImagePart)
+        else part
+        for part in message.parts or ()
+    )
+    return message.model_copy(update={"parts": parts})
+
+
+async def _as_the_model_sees(scope: TurnScope, messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The messages for the model: images described when its agent or mode has no vision.
+
+    The turn's own images (those of its newest user message) that the model is not
+    shown are named in the final response's ``UserWarnings``; older turns' images
+    are described without a warning (their turn warned already).
+    """
+    if not any(message.images for message in messages):
+        return messages
+    ctx = scope.ctx
+    agent = ctx.agent_context
+    mode = await scope.ports.modes.get_mode(ctx.mode or "")
+    if agent is not None and not agent.vision:
+        blind = f"agent {agent.id!r} has no vision"
+    elif mode is not None and not mode.vision:
+        blind = f"mode {mode.name!r} has no vision"
+    else:
+        return messages
+    newest = next((m for m in reversed(messages) if m.role is ChatRole.USER), None)
+    for image in newest.images if newest is not None else ():
+        scope.user_warnings.append(
+            f"{image.source} ({image.mime_type}, {image.size_bytes} bytes) was not shown "
+            f"to the model: {blind}; it was told of the image instead"
+        )
+    return [_described(message) for message in messages]
 
 
 def _within_limit(
@@ -110,6 +193,8 @@ async def prompt_content_provider_initializer(scope: TurnScope) -> None:
         added = [user_message(scope.request)]
     else:
         added = []
-    scope.messages = [*_within_limit(scope, session_id, history), *added]
+    scope.messages = await _as_the_model_sees(
+        scope, [*_within_limit(scope, session_id, history), *added]
+    )
     scope.new_messages = list(added)
     ctx.prompt_provider_ready = True

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from contextlib import suppress
 
 from aptix_pipeline.contracts import AgentExecuteRequest, Envelope, InvokeError, PipelineContext
-from aptix_pipeline.validators import classify_request, parse_request, strict_json_loads
+from aptix_pipeline.validators import ImageCaps, classify_request, parse_request, strict_json_loads
 
 from .faults import StepFaultError
 from .scope import TurnScope
@@ -80,6 +80,11 @@ async def request_handler(scope: TurnScope) -> None:
             "ClipboardImages": scope.options.max_clipboard_images,
             "ToolResults": scope.options.max_tool_results,
         },
+        image_caps=ImageCaps(
+            scope.options.max_images,
+            scope.options.max_image_bytes,
+            scope.options.max_total_image_bytes,
+        ),
     )
     if parsed.result is None:
         raise StepFaultError(await _with_tool_names(scope, parsed.errors))

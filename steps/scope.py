@@ -108,6 +108,11 @@ class PipelineOptions:
       ``max_tool_results`` (128): per-request counts, past which the request is
       refused with ``DESIGN/limits/input-artifacts`` / ``clipboard-images`` /
       ``tool-results``.
+    - ``max_images`` (20), ``max_image_bytes`` (5 MiB), ``max_total_image_bytes``
+      (20 MiB): the images of a request (clipboard images and base64 ``image/*``
+      artifacts, which reach the model as image parts): their count, the decoded
+      bytes of each and of all; past a cap the request is refused with
+      ``DESIGN/limits/image-count`` / ``image-bytes`` / ``image-total-bytes``.
     - ``idempotency_ttl_seconds``: how long a committed turn's answer is kept for
       retries (default 86,400 s, a day): an identical continuation, or a request
       with the same idempotency key, is answered from it without running again
@@ -136,12 +141,17 @@ class PipelineOptions:
     max_input_artifacts: int = 100
     max_clipboard_images: int = 20
     max_tool_results: int = 128
+    max_images: int = 20
+    max_image_bytes: int = 5 * 1024 * 1024
+    max_total_image_bytes: int = 20 * 1024 * 1024
     idempotency_ttl_seconds: float | None = 86_400.0
     tool_error_detail: ToolErrorDetail = "short"
 
     def __post_init__(self) -> None:
         if min(self.max_input_artifacts, self.max_clipboard_images, self.max_tool_results) < 0:
             raise ValueError("count caps must be 0 or more")
+        if min(self.max_images, self.max_image_bytes, self.max_total_image_bytes) < 0:
+            raise ValueError("image caps must be 0 or more")
         if self.max_errors < 1:
             raise ValueError("max_errors must be 1 or more")
         if self.max_json_depth < 1:
@@ -224,6 +234,9 @@ class TurnScope:
     branch: bool | None = None
     """``branch`` of the turn's last successful ``agent_change_mode`` call (DESIGN.md R7)."""
     warnings: list[InvokeWarning] = field(default_factory=list)
+    user_warnings: list[str] = field(default_factory=list)
+    """What the final response's ``UserWarnings`` says (AGN-033 §4.3): an image the
+    model was not shown, for one."""
     mode_display_name: str | None = None
     answer_keys: AnswerKeys | None = None
     """Where the commit keeps the turn's answer for retries (``None``: nowhere)."""

@@ -21,7 +21,17 @@ from .protocol import (
     validate_idempotency_key,
     validate_turn_protocol,
 )
-from .request import classify_request, is_base64, parse_request, validate_request
+from .request import (
+    DEFAULT_IMAGE_CAPS,
+    ImageCaps,
+    ImageInput,
+    classify_request,
+    image_inputs,
+    is_base64,
+    is_image_type,
+    parse_request,
+    validate_request,
+)
 from .response import guard_machine_payloads, parse_response, validate_response
 from .rules import HOST_RULE_PREFIX, Rule, all_rules
 from .snapshot import ContextSnapshot, snapshot_context
@@ -31,6 +41,7 @@ from .turn_work import *  # noqa: F403 - the rules the steps and the runner chec
 
 __all__ = [
     "CONTINUATION_PREFIX",
+    "DEFAULT_IMAGE_CAPS",
     "FOLLOW_ON_TURN_SETTLED",
     "HOST_RULE_ID_PATTERN",
     "HOST_RULE_PREFIX",
@@ -39,6 +50,8 @@ __all__ = [
     "HostCheck",
     "HostRule",
     "HostRules",
+    "ImageCaps",
+    "ImageInput",
     "Phase",
     "Rule",
     "ToolCallOutcome",
@@ -48,7 +61,9 @@ __all__ = [
     "classify_request",
     "guard_machine_payloads",
     "has_text",
+    "image_inputs",
     "is_base64",
+    "is_image_type",
     "manifest_for",
     "parse_request",
     "parse_response",

@@ -13,7 +13,10 @@ Decisions where the DDRs are silent (docs/CONFORMANCE.md, "Decisions"):
   empty or ``false`` — the submission is "mechanical only" (AGN-034 §2.2) —
   including ``AgentContextId``/``ConversationContextId``, which only select an
   agent for a user turn;
-- base64 is the standard alphabet with padding, no whitespace (RFC 4648 §4).
+- base64 is the standard alphabet with padding, no whitespace (RFC 4648 §4);
+- a request's images are its clipboard images and its base64 artifacts whose
+  ``MimeType`` is an image type (``image_inputs``); the engine caps their count,
+  the decoded bytes of each and their total (``ImageCaps``, ``DESIGN/limits/image-…``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -47,8 +51,13 @@ from .rules import rule
 from .tool_results import ToolResultRules, tool_result_errors
 
 __all__ = [
+    "DEFAULT_IMAGE_CAPS",
     "SERVER_OWNED_FIELDS",
+    "ImageCaps",
+    "ImageInput",
     "classify_request",
+    "image_inputs",
+    "is_image_type",
     "parse_request",
     "validate_request",
 ]
@@ -86,6 +95,28 @@ _COUNT_CAPS = {
     ),
 }
 DEFAULT_COUNT_CAPS = {"InputArtifacts": 100, "ClipboardImages": 20, "ToolResults": 128}
+IMAGE_COUNT = rule(
+    "DESIGN/limits/image-count",
+    "DESIGN.md limits",
+    "the request holds more images (ClipboardImages and base64 image/* InputArtifacts) "
+    "than the engine allows",
+    _INVALID,
+    module=__name__,
+)
+IMAGE_BYTES = rule(
+    "DESIGN/limits/image-bytes",
+    "DESIGN.md limits",
+    "an image holds more bytes than the engine allows for one image",
+    _INVALID,
+    module=__name__,
+)
+IMAGE_TOTAL_BYTES = rule(
+    "DESIGN/limits/image-total-bytes",
+    "DESIGN.md limits",
+    "the request's images hold more bytes together than the engine allows",
+    _INVALID,
+    module=__name__,
+)
 ERROR_COUNT = rule(
     "DESIGN/limits/error-count",
     "DESIGN.md limits",
@@ -254,7 +285,7 @@ CLIPBOARD_ID_PRESENT = rule(
 CLIPBOARD_MIME_IMAGE = rule(
     "AGN-034/4.3/clipboard-mime-image",
     "AGN-034 §4.3",
-    "a clipboard image's MimeType must be an image type (image/...)",
+    "a clipboard image's MimeType must be an image type (image/<subtype>, no parameters)",
     _INVALID,
     module=__name__,
 )
@@ -370,6 +401,7 @@ _SHAPE_RULE_BY_FIELD = {
     "RagScope": RAG_CONDITION_SHAPE,
     "ToolResults": TOOL_RESULT_SHAPE,
 }
+_IMAGE_TYPE = re.compile(r"image/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}", re.IGNORECASE)
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
 _HOME = re.compile(r"^~(?:[^/\\$]*[/\\]|$)")  # "~", "~/x", "~user/x"; not "~tmp.txt"
@@ -408,6 +440,92 @@ def is_base64(text: str) -> bool:
     except (binascii.Error, ValueError):
         return False
     return True
+
+
+def is_image_type(mime_type: str | None) -> bool:
+    """Whether ``mime_type`` is ``image/<subtype>`` (RFC 6838 names, no parameters)."""
+    return mime_type is not None and _IMAGE_TYPE.fullmatch(mime_type) is not None
+
+
+def _decoded_size(text: str) -> int:
+    """How many bytes valid base64 ``text`` decodes to, without decoding it."""
+    return len(text) // 4 * 3 - len(text[-2:]) + len(text[-2:].rstrip("="))
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInput:
+    """One image of a request: where it is (``field`` of its base64), its type and text."""
+
+    field: str
+    mime_type: str
+    data_base64: str
+    clipboard_image_id: str | None = None
+    relative_path: str | None = None
+
+
+def image_inputs(request: AgentExecuteRequest) -> list[ImageInput]:
+    """The request's images, artifacts first, as the model is shown them.
+
+    A base64 artifact is an image when its ``MimeType`` is ``image/<subtype>``
+    (``is_image_type``); every clipboard image is one (AGN-034 §4.3).
+    """
+    found = [
+        ImageInput(
+            f"InputArtifacts[{index}].Contents",
+            artifact.mime_type or "",
+            artifact.contents,
+            relative_path=artifact.relative_path,
+        )
+        for index, artifact in enumerate(request.input_artifacts or ())
+        if artifact.effective_encoding is ArtifactEncoding.BASE64
+        and is_image_type(artifact.mime_type)
+    ]
+    found.extend(
+        ImageInput(
+            f"ClipboardImages[{index}].DataBase64",
+            image.mime_type,
+            image.data_base64,
+            clipboard_image_id=image.id,
+        )
+        for index, image in enumerate(request.clipboard_images or ())
+    )
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class ImageCaps:
+    """The engine's caps on a request's images (``PipelineOptions``, docs/CONFIGURATION.md)."""
+
+    count: int = 20
+    bytes_each: int = 5 * 1024 * 1024
+    bytes_total: int = 20 * 1024 * 1024
+
+
+DEFAULT_IMAGE_CAPS: Final = ImageCaps()
+
+
+def _image_cap_errors(request: AgentExecuteRequest, caps: ImageCaps) -> list[InvokeError]:
+    """``DESIGN/limits/image-…``: each error names the base64 field of the image at fault."""
+    images = image_inputs(request)
+    errors: list[InvokeError] = []
+    if len(images) > caps.count:
+        where = images[caps.count].field.rsplit(".", 1)[0]
+        errors.append(IMAGE_COUNT.error(f"{len(images)} > {caps.count}", field=where))
+    total = 0
+    over_total = False
+    for image in images:
+        size = _decoded_size(image.data_base64)
+        total += size
+        if size > caps.bytes_each:
+            errors.append(IMAGE_BYTES.error(f"{size} > {caps.bytes_each}", field=image.field))
+        if total > caps.bytes_total and not over_total:
+            over_total = True
+            errors.append(
+                IMAGE_TOTAL_BYTES.error(
+                    f"{total} bytes so far > {caps.bytes_total}", field=image.field
+                )
+            )
+    return errors
 
 
 def _path_errors(path: str, field: str) -> list[InvokeError]:
@@ -450,7 +568,7 @@ def _user_turn_errors(request: AgentExecuteRequest, kind: ContextType) -> list[I
         at = f"ClipboardImages[{index}]"
         if not image.id.strip():
             errors.append(CLIPBOARD_ID_PRESENT.error(field=f"{at}.Id"))
-        if not image.mime_type.lower().startswith("image/"):
+        if not is_image_type(image.mime_type):
             errors.append(CLIPBOARD_MIME_IMAGE.error(repr(image.mime_type), field=f"{at}.MimeType"))
         if not image.data_base64 or not is_base64(image.data_base64):
             errors.append(CLIPBOARD_BASE64_VALID.error(field=f"{at}.DataBase64"))
@@ -556,6 +674,7 @@ def parse_request(
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     max_errors: int = DEFAULT_MAX_ERRORS,
     count_caps: Mapping[str, int] | None = None,
+    image_caps: ImageCaps = DEFAULT_IMAGE_CAPS,
 ) -> InvokeResult[AgentExecuteRequest]:
     """Parse and check a request: JSON text, a JSON-like mapping or a model.
 
@@ -563,7 +682,8 @@ def parse_request(
     unsuccessful, never an exception, for anything that is not a valid AGN-034
     request; each error names its rule id and the offending field. Input nested
     deeper than ``max_json_depth`` is refused first (``DESIGN/limits/json-depth``),
-    before JSON parsing, UTF-8 checks or model validation.
+    before JSON parsing, UTF-8 checks or model validation. A request that keeps
+    the AGN-034 rules is then held to ``image_caps``.
     """
     if isinstance(data, str | bytes | bytearray):
         too_deep = text_depth_exceeds(data, max_json_depth)
@@ -605,4 +725,7 @@ def parse_request(
     checked = validate_request(request)
     if not checked.successful:
         return _RequestResult.failure(capped_errors(list(checked.errors), max_errors))
+    image_errors = _image_cap_errors(request, image_caps)
+    if image_errors:
+        return _RequestResult.failure(capped_errors(image_errors, max_errors))
     return _RequestResult.success(request)
