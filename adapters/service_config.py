@@ -26,8 +26,9 @@ its own, each optional:
   ``turn_deadline_seconds``, ``server_tool_timeout_seconds`` (0 turns either off),
   ``max_model_reply_chars``, ``max_transcript_messages``, ``transcript_policy``,
   ``max_json_depth``, ``max_errors``, ``max_input_artifacts``, ``max_clipboard_images``,
-  ``max_tool_results``), and ``idempotency_ttl_seconds``, how long a committed turn's
-  answer is kept for retries (0 keeps it for good).
+  ``max_tool_results``, ``max_images``, ``max_image_bytes``, ``max_total_image_bytes``),
+  and ``idempotency_ttl_seconds``, how long a committed turn's answer is kept for
+  retries (0 keeps it for good).
 - ``[recording]`` — record every turn for replay (``engine/replay/recording.py``):
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
@@ -179,6 +180,9 @@ class _Engine(_Table):
     max_input_artifacts: int = Field(default=100, ge=0)
     max_clipboard_images: int = Field(default=20, ge=0)
     max_tool_results: int = Field(default=128, ge=0)
+    max_images: int = Field(default=20, ge=0)
+    max_image_bytes: int = Field(default=5 * 1024 * 1024, ge=0)
+    max_total_image_bytes: int = Field(default=20 * 1024 * 1024, ge=0)
     # Stored answers for retries (engine/idempotency.py); 0 keeps them for good. At most
     # MAX_IDEMPOTENCY_TTL_SECONDS, as PipelineOptions: past year 9999 is no datetime.
     idempotency_ttl_seconds: float = Field(

@@ -39,8 +39,8 @@ an exception's message may quote user content.
 A host's rules (``Pipeline(rules=...)``) show in their step's guard attributes and
 ``aptix.rule.failed`` events exactly as the DDR rules do, under their ``host/`` ids.
 
-User content — instructions, the model's text and messages, tool arguments and
-results, a mode change's reason — is recorded only when content capture is on
+User content — instructions, images, the model's text and messages, tool arguments
+and results, a mode change's reason — is recorded only when content capture is on
 (``Telemetry(capture_content=True)`` or the conventions' switch
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``); ids, names, counts and
 timings always (DESIGN.md "Observability without leaks").
@@ -59,6 +59,7 @@ cost does not grow with the rounds before it.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -83,9 +84,11 @@ from opentelemetry.trace import (
 from aptix_pipeline import __version__
 from aptix_pipeline.contracts import (
     ChatMessage,
+    ImagePart,
     LLMReply,
     LLMRequest,
     PipelineContext,
+    TextPart,
     scrubbed_logger,
 )
 from aptix_pipeline.steps import RejectionKind
@@ -202,8 +205,33 @@ REQUEST_STREAM = "gen_ai.request.stream"
 TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 
 
+def _part_json(part: TextPart | ImagePart) -> dict[str, Any]:
+    """One content part: text, or an image as the conventions' ``blob`` with its base64."""
+    if isinstance(part, TextPart):
+        return {"type": "text", "content": part.text}
+    source = (
+        {"clipboard_image_id": part.clipboard_image_id}
+        if part.clipboard_image_id is not None
+        else {"name": part.relative_path}
+    )
+    return {
+        "type": "blob",
+        "modality": "image",
+        "mime_type": part.mime_type,
+        "size_bytes": part.size_bytes,
+        **source,
+        "content": base64.b64encode(part.data).decode("ascii"),
+    }
+
+
 def _message_json(message: ChatMessage) -> dict[str, Any]:
-    """One non-system message in the conventions' input-message shape."""
+    """One non-system message in the conventions' input-message shape.
+
+    A message with parts is sent as its parts (images as ``blob``); this is called
+    only with content capture, so without it no image byte reaches a span.
+    """
+    if message.parts and message.role != "tool":
+        return {"role": str(message.role), "parts": [_part_json(p) for p in message.parts]}
     parts: list[dict[str, Any]] = []
     if message.content:
         if message.role == "tool":

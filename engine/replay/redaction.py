@@ -35,7 +35,13 @@ is still refused by the same rule):
   are respected), booleans and nulls stay; text that is not JSON is redacted
   whole and so stays invalid;
 - error and warning messages are redacted: they may quote the client's values
-  (a path, a MIME type); their code, rule id and field stay.
+  (a path, a MIME type); their code, rule id and field stay;
+- a message's content parts (``ChatMessage.parts``) keep their shape: an image
+  part's bytes (``Data``) become ``REDACTED_BASE64``, its ``MimeType`` and an
+  artifact's ``RelativePath`` and ``Language`` anywhere in the engine's records
+  are redacted as in the request, and its clipboard image ``Id`` stays. An
+  image's size goes with its bytes: a redacted recording replays from a request
+  whose images are the placeholder (docs/RECORDING.md).
 
 Redaction is idempotent: a redacted recording redacts to itself, so a replay
 compares a redacted recording with the redacted form of what the code does now.
@@ -83,7 +89,8 @@ CONTENT_KEYS = frozenset(
         "DataBase64",
         "SolutionContextText",
         "ErrorMessage",
-        # messages, model replies and the AGN-033 response
+        # messages (an image part's bytes), model replies and the AGN-033 response
+        "Data",
         "Content",
         "Text",
         "PrimaryOutputText",
@@ -336,6 +343,13 @@ _CONTENT = _Content()
 _TEXT = _Leaf(redact_text)
 _RESULT_JSON = _JsonText(_Data())
 
+_SHAPED: dict[str, _Rule] = {
+    "MimeType": _Leaf(_redacted_mime),
+    "RelativePath": _Leaf(_redacted_path),
+    "Language": _TEXT,
+}
+"""Keys of the engine's records redacted as the request's fields of that name."""
+
 _REQUEST = _Fields(
     {
         "SessionId": None,
@@ -397,6 +411,8 @@ class _Recorded(_Rule):
             return None
         if key in CONTENT_KEYS:
             return _CONTENT
+        if key in _SHAPED:
+            return _SHAPED[key]
         if key == "ArgumentsJson":
             name = (
                 node.get("Name")
