@@ -161,6 +161,49 @@ def check_examples() -> None:
     print(f"{valid} valid, {len(files) - valid} refused, {len(files)} requests")
 
 
+# --- an image reaches the model ----------------------------------------------------------
+
+
+def tiny_png(width: int = 4, height: int = 4) -> bytes:
+    """A small grey PNG (RFC 2083), made here so the demo ships no binary file."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit greyscale
+    rows = b"".join(b"\x00" + bytes([128]) * width for _ in range(height))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def show_an_image_reaching_the_model() -> str:
+    """A pasted screenshot goes to a scripted model that echoes what it received."""
+    import base64
+
+    print("\n=== An image reaches the model (the scripted model echoes what it received)")
+    image = base64.b64encode(tiny_png()).decode("ascii")
+    request = {
+        "Instruction": "look at this",
+        "ClipboardImages": [{"Id": "img1", "MimeType": "image/png", "DataBase64": image}],
+    }
+    echo = embedded_pipeline(llm=ScriptedLLM([{"text": "{received}"}]))
+    answer = echo.execute_sync(request, CALLER).result
+    if answer is None or answer.primary_output_text is None:
+        raise SystemExit("the image turn failed")
+    print(f"model:    {answer.primary_output_text}")
+    return answer.primary_output_text
+
+
+# --- main ---------------------------------------------------------------------------------
+
+
 def main() -> int:
     """Run the session on a SQLite file, then check the example requests."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -191,6 +234,7 @@ def main() -> int:
     if args.record is not None:
         print(f"recordings kept in {args.record}: aptix replay {args.record}")
     check_examples()
+    show_an_image_reaching_the_model()
     return 0
 
 

@@ -9,6 +9,7 @@ request before any model call; spans and redacted recordings hold no image bytes
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -621,3 +622,22 @@ async def test_a_redacted_recording_keeps_the_image_parts_shape_and_drops_its_by
     ]
     outcome = await replay(TurnRecording.from_dict(json.loads(dropped.to_json())))
     assert outcome.ok, outcome.divergence.describe() if outcome.divergence else ""
+
+
+# === the demo ===================================================================================
+
+
+@pytest.mark.decision("D312")
+def test_the_demo_shows_an_image_reaching_the_model(capsys: pytest.CaptureFixture[str]) -> None:
+    path = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
+    spec = importlib.util.spec_from_file_location("aptix_demo", path)
+    assert spec is not None
+    assert spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+
+    echoed = demo.show_an_image_reaching_the_model()
+
+    assert echoed.startswith("received: text 'look at this', image img1 image/png ")
+    assert echoed in capsys.readouterr().out
+    assert demo.tiny_png().startswith(b"\x89PNG\r\n\x1a\n")
