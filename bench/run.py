@@ -9,6 +9,8 @@ Sections, in order (``--only`` picks some, comma-separated):
   ``bench/peers.py``);
 - ``tracing`` — the telemetry's cost per turn (``bench/tracing.py``);
 - ``recording`` — recording and replay per turn (``bench/recording.py``);
+- ``images`` — the cost per turn of one 50 KB image, as a ratio to the same turn
+  without it (``bench/images.py``);
 - ``streaming`` — a streamed turn's CPU beside the same turn not streamed, and the
   time to the first text delta (``bench/streaming.py``);
 - ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
@@ -32,6 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from builders import PATHS, context_after, context_before, request_data
+from images import IMAGE_BYTES, image_rows
 from peers import MISSING, PEERS, peer_versions
 from recording import recording_row
 from scale import cli_costs, concurrency_rows, replay_rate, transcript_costs
@@ -53,6 +56,7 @@ SECTIONS = (
     "turns",
     "tracing",
     "recording",
+    "images",
     "streaming",
     "concurrency",
     "transcript",
@@ -183,6 +187,19 @@ def recording() -> dict[str, float]:
     return costs
 
 
+def images() -> dict[str, float]:
+    """One image's cost per turn, beside the same turn without it."""
+    print(
+        f"one {IMAGE_BYTES // 1024} KB PNG pasted vs the instruction alone, Initial turn "
+        "(µs per turn; x = ratio to the text turn on the same store)"
+    )
+    costs = image_rows()
+    for name, micros in costs.items():
+        base = costs[name.split(":")[0] + ": text"]
+        print(f"{name:<34}{micros:>13.0f}{micros / base:>15.2f}")
+    return costs
+
+
 def streaming() -> dict[str, Any]:
     """A streamed turn's CPU and the time to its first delta."""
     print(
@@ -299,6 +316,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "turns": turns,
     "tracing": tracing,
     "recording": recording,
+    "images": images,
     "streaming": streaming,
     "concurrency": concurrency,
     "transcript": transcript,
