@@ -54,7 +54,7 @@ def _artifact_part(artifact: InputArtifact) -> TextPart | ImagePart:
             language=artifact.language,
         )
     data = base64.b64decode(artifact.contents)  # valid: AGN-034/4.2/base64-contents-valid
-    if is_image_type(artifact.mime_type):
+    if data and is_image_type(artifact.mime_type):
         return ImagePart(
             mime_type=artifact.mime_type or "", data=data, relative_path=artifact.relative_path
         )

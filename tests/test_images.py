@@ -15,7 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_kit import CALLER, READ_A, calls, continuation, follow_on, make_pipeline, ok, text
+from engine_kit import (
+    ALL_STORE_KINDS,
+    CALLER,
+    READ_A,
+    calls,
+    continuation,
+    follow_on,
+    make_pipeline,
+    ok,
+    open_store_of_kind,
+    text,
+)
 from fake_openai_server import fake_openai_server
 from pydantic import ValidationError
 from replay_kit import recording_pipeline
@@ -33,7 +44,6 @@ from aptix_pipeline.contracts import (
     ImagePart,
     LLMRequest,
     ResponseKind,
-    SessionStore,
     TextPart,
 )
 from aptix_pipeline.engine.replay import RecordingOptions, TurnRecording, replay
@@ -145,13 +155,14 @@ def test_a_malformed_part_is_refused(part: dict[str, Any]) -> None:
 
 
 @pytest.mark.decision("D302")
+@pytest.mark.parametrize("kind", ALL_STORE_KINDS)
 async def test_the_stored_transcript_keeps_image_bytes_for_a_follow_on_turn(
-    store: SessionStore,
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    pipeline, llm = make_pipeline(store, [text("I see it."), text("Still there.")])
-
-    first = ok(await pipeline.execute(looking(), CALLER))
-    ok(await pipeline.execute(follow_on(first, "and now?"), CALLER))
+    async with open_store_of_kind(kind, request, tmp_path) as store:
+        pipeline, llm = make_pipeline(store, [text("I see it."), text("Still there.")])
+        first = ok(await pipeline.execute(looking(), CALLER))
+        ok(await pipeline.execute(follow_on(first, "and now?"), CALLER))
 
     assert llm is not None
     history = llm.requests[1].messages
@@ -641,3 +652,16 @@ def test_the_demo_shows_an_image_reaching_the_model(capsys: pytest.CaptureFixtur
     assert echoed.startswith("received: text 'look at this', image img1 image/png ")
     assert echoed in capsys.readouterr().out
     assert demo.tiny_png().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.decision("D306")
+async def test_an_empty_image_artifact_is_described_not_sent_as_an_image() -> None:
+    empty = artifact("empty.png", "", MimeType="image/png", Encoding="base64")
+    pipeline, llm = make_pipeline(MemoryStore(), [text("ok")])
+
+    ok(await pipeline.execute({"Instruction": "x", "InputArtifacts": [empty]}, CALLER))
+
+    assert llm is not None
+    message = last_user(llm.requests[0])
+    assert message.images == ()
+    assert "[artifact empty.png: image/png, 0 bytes, not shown]" in message.content

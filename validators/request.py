@@ -467,7 +467,8 @@ def image_inputs(request: AgentExecuteRequest) -> list[ImageInput]:
     """The request's images, artifacts first, as the model is shown them.
 
     A base64 artifact is an image when its ``MimeType`` is ``image/<subtype>``
-    (``is_image_type``); every clipboard image is one (AGN-034 §4.3).
+    (``is_image_type``) and it has contents; every clipboard image is one
+    (AGN-034 §4.3).
     """
     found = [
         ImageInput(
@@ -478,6 +479,7 @@ def image_inputs(request: AgentExecuteRequest) -> list[ImageInput]:
         )
         for index, artifact in enumerate(request.input_artifacts or ())
         if artifact.effective_encoding is ArtifactEncoding.BASE64
+        and artifact.contents
         and is_image_type(artifact.mime_type)
     ]
     found.extend(
