@@ -24,6 +24,7 @@ from aptix_pipeline.contracts import (
     LLM,
     AgentCatalog,
     Clock,
+    FileStore,
     IdSource,
     ModeCatalog,
     SessionStore,
@@ -136,6 +137,7 @@ def embedded_pipeline(
     catalog: CatalogPorts | None = None,
     tools: Mapping[str, ToolExecutor] | None = None,
     demo_tools: bool = False,
+    files: FileStore | None = None,
     clock: Clock | None = None,
     ids: IdSource | None = None,
     options: PipelineOptions | None = None,
@@ -157,6 +159,7 @@ def embedded_pipeline(
     each replacing the one before under the same name. Building raises
     ``ToolRoutingError`` naming each tool when they do not match a catalog that
     can be read at once; ``await pipeline.verify()`` checks a host's catalog.
+    ``files`` keeps the files server tools return (``Ports.files``, docs/FILES.md).
 
     ``telemetry`` says where spans go (default: the global OpenTelemetry provider);
     ``recording`` records every turn for replay: a ``Recorder`` composed outside
@@ -183,6 +186,7 @@ def embedded_pipeline(
         clock=clock or SystemClock(),
         ids=ids or RandomIds(),
         tools=executors,
+        files=files,
     )
     recorders = (Recorder(recording),) if recording is not None else ()
     return Pipeline(

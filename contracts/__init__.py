@@ -23,6 +23,7 @@ from .context import (
     TurnStatus,
 )
 from .errors import AptixPipelineError
+from .files import FileStore, StoredFile, ToolFile, ToolOutput, content_hash
 from .llm import ChatMessage, ChatRole, LLMReply, LLMRequest
 from .llm_stream import (
     MalformedStreamError,
@@ -108,6 +109,7 @@ __all__ = [
     "Envelope",
     "ErrorCode",
     "FileRef",
+    "FileStore",
     "HostErrorCode",
     "IdSource",
     "InputArtifact",
@@ -140,13 +142,16 @@ __all__ = [
     "SessionTransaction",
     "SourceType",
     "StoreConflictError",
+    "StoredFile",
     "StoredOutcome",
     "StreamingLLM",
     "ToolCall",
     "ToolCallManifest",
     "ToolDefinition",
     "ToolExecutor",
+    "ToolFile",
     "ToolInvocation",
+    "ToolOutput",
     "ToolResult",
     "Turn",
     "TurnStatus",
@@ -155,6 +160,7 @@ __all__ = [
     "WireModel",
     "WorkspaceHints",
     "close_stream",
+    "content_hash",
     "scrub_logger",
     "scrub_urls",
     "scrubbed_logger",

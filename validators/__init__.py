@@ -27,6 +27,7 @@ from .rules import HOST_RULE_PREFIX, Rule, all_rules
 from .snapshot import ContextSnapshot, snapshot_context
 from .steps import Phase, step_rule_ids, validate_post_step, validate_pre_step
 from .tool_calls import ToolCallOutcome, ToolCallVerdict, check_tool_call
+from .tool_files import tool_file_problem
 from .turn_work import *  # noqa: F403 - the rules the steps and the runner check
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "stored_answer_conflict",
     "strict_json_loads",
     "text_depth_exceeds",
+    "tool_file_problem",
     "utf8_text",
     "validate_core",
     "validate_idempotency_key",
