@@ -160,7 +160,7 @@ REPORT_CATALOG: dict[str, Any] = {
     "agents": [{"id": "assistant", "name": "Aptix assistant", "default": True}],
     "conversations": [{"id": "chat", "name": "Chat", "default": True}],
 }
-REPORT_SCRIPT = [
+REPORT_SCRIPT: list[dict[str, Any]] = [
     {
         "tool_calls": [
             {

@@ -9,8 +9,10 @@ runs on the memory store and on a SQLite file.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,8 @@ from aptix_pipeline.contracts import (
     ToolInvocation,
     ToolOutput,
 )
-from aptix_pipeline.engine import Pipeline
+from aptix_pipeline.engine import Pipeline, Telemetry, TurnReport
+from aptix_pipeline.engine.replay import Recorder, RecordingOptions, TurnRecording, replay
 from aptix_pipeline.steps import Hooks, PipelineOptions, Ports, ToolExecution
 
 Store = MemoryStore | SQLiteStore
@@ -272,7 +275,9 @@ def test_a_tool_file_reads_its_size_and_hash_from_its_bytes_and_never_serializes
         "ContentHash": hashlib.sha256(b"a,b\n1,2\n").hexdigest(),
     }
     with pytest.raises(ValueError, match="SizeBytes is read from the content"):
-        ToolFile(name="a.csv", mime_type="text/csv", content=b"x", SizeBytes=5)
+        ToolFile.model_validate(
+            {"Name": "a.csv", "MimeType": "text/csv", "Content": b"x", "SizeBytes": 5}
+        )
 
 
 class FailingFileStore:
@@ -289,7 +294,7 @@ async def test_a_failing_file_store_fails_the_tool_call_and_the_turn_goes_on(
     clock = SteppingClock(START)
     pipeline, _ = file_pipeline(store, report_turn(), FailingFileStore(), clock)
 
-    report, response = await start(pipeline, "write the report")
+    _, response = await start(pipeline, "write the report")
 
     [result] = response.tool_results or []
     assert "the FileStore could not keep file #1 ('report.md')" in (result.error_message or "")
@@ -298,9 +303,7 @@ async def test_a_failing_file_store_fails_the_tool_call_and_the_turn_goes_on(
     assert response.files is None
 
 
-async def test_after_tool_sees_the_tool_output_with_its_files(
-    store: Store, tmp_path: Path
-) -> None:
+async def test_after_tool_sees_the_tool_output_with_its_files(store: Store, tmp_path: Path) -> None:
     seen: list[ToolExecution] = []
     clock = SteppingClock(START)
     hooks = Hooks(after_tool=seen.append)
@@ -359,3 +362,80 @@ async def test_an_aptix_bundle_in_a_guarded_block_passes_beside_the_file_refs(
 
     assert response.primary_output_text == answer
     assert [ref.name for ref in response.files or []] == ["report.md"]
+
+
+# --- recording and replay --------------------------------------------------------------------
+
+
+async def recorded_file_turn(
+    store: SessionStore, directory: Path, *, files: bool = True, redact: bool = False
+) -> TurnReport:
+    """A recorded ``make_report`` turn, content capture on (the most a recording holds)."""
+    clock = SteppingClock(START)
+    catalog = ConfigCatalog(CATALOG, source="test", demo_tools=True)
+    ports = Ports(
+        store=store,
+        llm=ScriptedLLM(report_turn()),
+        modes=catalog,
+        agents=catalog,
+        clock=clock,
+        ids=SequentialIds(),
+        tools={**catalog.tools, "attach": attaching()},
+        files=file_store(directory, clock) if files else None,
+    )
+    pipeline = Pipeline(
+        ports,
+        telemetry=replace(Telemetry.off(), capture_content=True),
+        interceptors=[Recorder(RecordingOptions(redact=redact))],
+    )
+    return await pipeline.run({"Instruction": "write the report"}, CALLER)
+
+
+@pytest.mark.decision("D326")
+async def test_a_recording_holds_each_files_hash_size_and_type_never_its_bytes(
+    store: Store, tmp_path: Path
+) -> None:
+    report = await recorded_file_turn(store, tmp_path / "files")
+
+    assert report.recording is not None
+    written = report.recording.to_json()
+    digest = hashlib.sha256(REPORT_BYTES).hexdigest()
+    [tool] = [c for c in report.recording.calls if c.port == "ToolExecutor"]
+    [put] = [c for c in report.recording.calls if c.port == "FileStore"]
+    assert tool.answer["Files"] == [
+        {
+            "Name": "report.md",
+            "MimeType": "text/markdown",
+            "Description": "Report: Weekly",
+            "SizeBytes": 38,
+            "ContentHash": digest,
+        }
+    ]
+    assert put.args["file"]["ContentHash"] == digest
+    assert "- tests pass" not in written  # the file's text (its arguments hold the points)
+    assert base64.b64encode(REPORT_BYTES).decode() not in written
+
+
+@pytest.mark.decision("D326")
+@pytest.mark.parametrize("files", [True, False], ids=["file-store", "no-file-store"])
+async def test_a_recorded_file_turn_replays_without_the_bytes(
+    store: Store, tmp_path: Path, files: bool
+) -> None:
+    report = await recorded_file_turn(store, tmp_path / "files", files=files)
+    assert report.recording is not None
+    written = TurnRecording.from_dict(json.loads(report.recording.to_json()))
+
+    outcome = await replay(written)
+
+    assert outcome.ok, outcome.describe()
+
+
+@pytest.mark.decision("D327")
+async def test_a_redacted_recording_holds_no_file_url(store: Store, tmp_path: Path) -> None:
+    report = await recorded_file_turn(store, tmp_path / "files", redact=True)
+
+    assert report.recording is not None
+    written = report.recording.to_json()
+    assert "sig=" not in written
+    assert "/v1/files/" not in written
+    assert report.recording.result["Result"]["Files"][0]["SizeBytes"] == 38
