@@ -1,9 +1,10 @@
 """Executors for the server tools of the built-in catalog (``default_config.toml``).
 
 ``Math`` is a container (container design): the engine expands it, so only its
-members ``Add`` and ``Multiply`` have executors here. ``make_report`` makes a file
-(AGN-033 §6, docs/FILES.md): the built-in catalog does not offer it, a catalog that
-declares it (``MAKE_REPORT_TOOL``) gets its executor with the demo tools.
+members ``Add`` and ``Multiply`` have executors here: ``BUILTIN_TOOLS``. The demo
+tool ``make_report`` makes a file (AGN-033 §6, docs/FILES.md); the built-in catalog
+does not offer it, so it is among ``DEMO_TOOLS`` only: a catalog that declares it
+(``MAKE_REPORT_TOOL``) gets its executor with the demo tools.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from aptix_pipeline.contracts import ToolExecutor, ToolFile, ToolInvocation, ToolOutput
 
-__all__ = ["BUILTIN_TOOLS", "MAKE_REPORT_TOOL"]
+__all__ = ["BUILTIN_TOOLS", "DEMO_TOOLS", "MAKE_REPORT_TOOL"]
 
 REVIEW_CHECKLIST = (
     "Does the change do what its description says?",
@@ -74,11 +75,11 @@ async def make_report(arguments: dict[str, Any], invocation: ToolInvocation) -> 
 
 
 BUILTIN_TOOLS: Mapping[str, ToolExecutor] = MappingProxyType(
-    {
-        "Add": add,
-        "Multiply": multiply,
-        "review_checklist": review_checklist,
-        "make_report": make_report,
-    }
+    {"Add": add, "Multiply": multiply, "review_checklist": review_checklist}
 )
-"""Executors by server tool name."""
+"""Executors of the built-in catalog's server tools, by name."""
+
+DEMO_TOOLS: Mapping[str, ToolExecutor] = MappingProxyType(
+    {**BUILTIN_TOOLS, "make_report": make_report}
+)
+"""Every demo tool's executor by name: the built-in catalog's and ``make_report``."""

@@ -42,7 +42,7 @@ from aptix_pipeline.engine.replay import Recorder, RecordingOptions
 from aptix_pipeline.steps import Hooks, PipelineOptions, Ports
 from aptix_pipeline.validators import HostRule
 
-from .builtin_tools import BUILTIN_TOOLS
+from .builtin_tools import BUILTIN_TOOLS, DEMO_TOOLS
 from .catalog_config import ConfigCatalog
 from .clocks import SystemClock
 from .ids import RandomIds
@@ -126,7 +126,7 @@ def _demo_executors(catalog: CatalogPorts) -> dict[str, ToolExecutor]:
     if not isinstance(catalog, ListsModes):
         return dict(BUILTIN_TOOLS)
     offered = {tool.name for mode in catalog.all_modes() for tool in mode.server_tools}
-    return {name: run for name, run in BUILTIN_TOOLS.items() if name in offered}
+    return {name: run for name, run in DEMO_TOOLS.items() if name in offered}
 
 
 def embedded_pipeline(

@@ -99,11 +99,12 @@ def file_pipeline(
     *,
     attach: ToolExecutor | None = None,
     hooks: Hooks | None = None,
+    more_tools: dict[str, ToolExecutor] | None = None,
 ) -> tuple[Pipeline, ScriptedLLM]:
     """A pipeline offering ``make_report`` and ``attach`` (run by ``attach``), with ``files``."""
     llm = ScriptedLLM(replies)
     catalog = ConfigCatalog(CATALOG, source="test", demo_tools=True)
-    tools = {**catalog.tools, "attach": attach or attaching()}
+    tools = {**catalog.tools, "attach": attach or attaching(), **(more_tools or {})}
     ports = Ports(
         store=store,
         llm=llm,
@@ -123,7 +124,7 @@ def report_turn() -> list[dict[str, Any]]:
     return [calls(call("r1", "make_report", REPORT)), text("Here is the report.")]
 
 
-@pytest.mark.decision("D316", "D328")
+@pytest.mark.decision("D316", "D322", "D328")
 async def test_a_server_tools_file_comes_back_as_a_file_ref_on_the_final_response(
     store: Store, tmp_path: Path
 ) -> None:
@@ -439,3 +440,45 @@ async def test_a_redacted_recording_holds_no_file_url(store: Store, tmp_path: Pa
     assert "sig=" not in written
     assert "/v1/files/" not in written
     assert report.recording.result["Result"]["Files"][0]["SizeBytes"] == 38
+
+
+@pytest.mark.decision("D329")
+async def test_a_mode_change_answered_with_files_is_refused_and_keeps_no_file(
+    store: Store, tmp_path: Path
+) -> None:
+    async def change_with_a_file(
+        arguments: dict[str, Any], invocation: ToolInvocation
+    ) -> ToolOutput:
+        made = ToolFile(name="a.txt", mime_type="text/plain", content=b"x")
+        return ToolOutput(result_json=json.dumps({"mode": "general"}), files=[made])
+
+    clock = SteppingClock(START)
+    replies = [
+        calls(call("m1", "agent_change_mode", {"mode": "general", "reason": "why"})),
+        text("done"),
+    ]
+    files = file_store(tmp_path / "files", clock)
+    pipeline, _ = file_pipeline(
+        store, replies, files, clock, more_tools={"agent_change_mode": change_with_a_file}
+    )
+
+    report, response = await start(pipeline, "switch")
+
+    [result] = response.tool_results or []
+    assert "AGN-011/5.2/mode-result-valid" in (result.error_message or "")
+    assert report.mode_changes == ()
+    assert response.files is None
+    assert not (tmp_path / "files").exists()
+
+
+@pytest.mark.decision("D330")
+def test_make_report_comes_with_a_catalog_that_offers_it_and_not_with_the_built_in_one() -> None:
+    offering = ConfigCatalog(CATALOG, source="test", demo_tools=True)
+
+    built_in = ConfigCatalog.default()
+
+    assert "make_report" in offering.tools
+    assert "make_report" not in built_in.tools
+    assert all(
+        tool.name != "make_report" for mode in built_in.all_modes() for tool in mode.server_tools
+    )

@@ -133,6 +133,7 @@ async def _kept(signer: LocalFileStore) -> str:
     return stored.url
 
 
+@pytest.mark.decision("D322", "D323")
 async def test_an_expired_file_url_is_410(tmp_path: Path) -> None:
     app, signer = _service(tmp_path)
     url = await _kept(signer)  # expired long before the server's clock (the system's) reads
@@ -185,6 +186,7 @@ async def test_a_tampered_file_url_is_403(tmp_path: Path, key: str, value: str) 
     assert answer.json()["error"] == "forbidden"
 
 
+@pytest.mark.decision("D323")
 async def test_a_signed_url_of_a_file_the_store_does_not_hold_is_404(tmp_path: Path) -> None:
     app, signer = _service(tmp_path)
     missing = hashlib.sha256(b"never kept").hexdigest()
