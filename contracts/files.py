@@ -19,6 +19,7 @@ hash are the bytes', never given.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -78,7 +79,7 @@ class ToolOutput(FrozenWireModel):
     """
 
     result_json: StrictStr
-    files: tuple[ToolFile, ...] = ()
+    files: Sequence[ToolFile] = ()
 
 
 class StoredFile(FrozenWireModel):
