@@ -12,13 +12,25 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_kit import CALLER, call, calls, continuation, ok, start, text, tool_messages
+from engine_kit import (
+    ALL_STORE_KINDS,
+    CALLER,
+    call,
+    calls,
+    continuation,
+    ok,
+    open_store_of_kind,
+    start,
+    text,
+    tool_messages,
+)
 
 from aptix_pipeline.adapters.builtin_tools import MAKE_REPORT_TOOL
 from aptix_pipeline.adapters.catalog_config import ConfigCatalog
@@ -482,3 +494,33 @@ def test_make_report_comes_with_a_catalog_that_offers_it_and_not_with_the_built_
     assert all(
         tool.name != "make_report" for mode in built_in.all_modes() for tool in mode.server_tools
     )
+
+
+@pytest.fixture(params=ALL_STORE_KINDS)
+async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionStore]:
+    """Each store kind: memory, a SQLite file and a fresh PostgreSQL database."""
+    async with open_store_of_kind(request.param, request, tmp_path) as opened:
+        yield opened
+
+
+@pytest.mark.decision("D320")
+async def test_every_store_keeps_a_pending_turns_files_for_its_final_response(
+    any_store: SessionStore, tmp_path: Path
+) -> None:
+    clock = SteppingClock(START)
+    replies = [
+        calls(call("r1", "make_report", REPORT)),
+        calls(call("c1", "read_file", {"path": "a.py"})),
+        text("done"),
+    ]
+    pipeline, _ = file_pipeline(any_store, replies, file_store(tmp_path / "files", clock), clock)
+    _, first = await start(pipeline, "report, then read a.py")
+
+    tx = any_store.begin(CALLER.org, CALLER.user)
+    pending = await tx.load_turn(first.session_id, first.turn_id)
+    await tx.rollback()
+    final = ok((await pipeline.run(continuation(first), CALLER)).result)
+
+    assert pending is not None
+    assert pending.files == final.files
+    assert [ref.name for ref in final.files or []] == ["report.md"]
