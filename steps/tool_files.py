@@ -12,10 +12,11 @@ When a ``ToolExecutor`` answers with a ``ToolOutput``, the LLMClient
   reach the model (§6.1).
 
 A file with a problem, a pipeline without a ``FileStore``, or a store that fails
-makes the call fail as a tool that raised: the model is told, the turn goes on,
-and no file of that call reaches the response (docs/FILES.md). Files kept before
-the failure stay in the store: kept by content hash, they are harmless, and a
-store's own expiry or clean-up removes them.
+(or answers a URL that is not absolute, AGN-033 §6.3) makes the call fail as a
+tool that raised: the model is told, the turn goes on, and no file of that call
+reaches the response (docs/FILES.md). Files kept before the failure stay in the
+store: kept by content hash, they are harmless, and a store's own expiry or
+clean-up removes them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import json
 from collections.abc import Sequence
 
 from aptix_pipeline.contracts import FileRef, FileStore, StoredFile, ToolFile
-from aptix_pipeline.validators import strict_json_loads, tool_file_problem
+from aptix_pipeline.validators import is_reference_url, strict_json_loads, tool_file_problem
 
 __all__ = ["ToolFileError", "keep_files", "told_to_model"]
 
@@ -67,6 +68,11 @@ async def keep_files(
             raise ToolFileError(
                 f"server tool {tool!r}: the FileStore answered {type(stored).__name__} "
                 f"for file #{index + 1}, not a StoredFile"
+            )
+        if not is_reference_url(stored.url):  # AGN-033 §6.3: absolute, never data:
+            raise ToolFileError(
+                f"server tool {tool!r}: the FileStore answered {stored.url[:80]!r} for file "
+                f"#{index + 1}, not an absolute URL"
             )
         refs.append(
             FileRef(

@@ -293,6 +293,25 @@ def test_a_tool_file_reads_its_size_and_hash_from_its_bytes_and_never_serializes
         )
 
 
+class RelativeFileStore:
+    """A ``FileStore`` answering a path where a URL belongs."""
+
+    async def put(self, file: ToolFile) -> StoredFile:
+        return StoredFile(url=f"/files/{file.content_hash}")
+
+
+@pytest.mark.decision("D318")
+async def test_a_file_store_answering_a_relative_url_fails_the_tool_call(store: Store) -> None:
+    clock = SteppingClock(START)
+    pipeline, _ = file_pipeline(store, report_turn(), RelativeFileStore(), clock)
+
+    _, response = await start(pipeline, "write the report")
+
+    [result] = response.tool_results or []
+    assert "not an absolute URL" in (result.error_message or "")
+    assert response.files is None
+
+
 class FailingFileStore:
     """A ``FileStore`` whose disk is full."""
 

@@ -22,7 +22,12 @@ from .protocol import (
     validate_turn_protocol,
 )
 from .request import classify_request, is_base64, parse_request, validate_request
-from .response import guard_machine_payloads, parse_response, validate_response
+from .response import (
+    guard_machine_payloads,
+    is_reference_url,
+    parse_response,
+    validate_response,
+)
 from .rules import HOST_RULE_PREFIX, Rule, all_rules
 from .snapshot import ContextSnapshot, snapshot_context
 from .steps import Phase, step_rule_ids, validate_post_step, validate_pre_step
@@ -50,6 +55,7 @@ __all__ = [
     "guard_machine_payloads",
     "has_text",
     "is_base64",
+    "is_reference_url",
     "manifest_for",
     "parse_request",
     "parse_response",
