@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .catalog_config import CatalogError, ConfigCatalog
     from .clocks import SteppingClock, SystemClock
     from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store
+    from .file_store import LocalFileStore
     from .http_app import ApiKeyAuthenticator, Authenticator, create_app
     from .ids import RandomIds, SequentialIds
     from .memory_store import MemoryStore
@@ -46,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_STORE_URL": "embedded",
     "embedded_pipeline": "embedded",
     "open_store": "embedded",
+    "LocalFileStore": "file_store",
     "ApiKeyAuthenticator": "http_app",
     "Authenticator": "http_app",
     "create_app": "http_app",
@@ -84,6 +86,7 @@ __all__ = [
     "CatalogError",
     "ConfigCatalog",
     "ConfigError",
+    "LocalFileStore",
     "MemoryStore",
     "OpenAICompatibleLLM",
     "PostgresStore",

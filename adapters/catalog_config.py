@@ -47,7 +47,7 @@ from aptix_pipeline.contracts import (
     ToolExecutor,
 )
 
-from .builtin_tools import BUILTIN_TOOLS
+from .builtin_tools import DEMO_TOOLS
 
 __all__ = ["CatalogError", "ConfigCatalog"]
 
@@ -159,8 +159,9 @@ def _default(items: list[Any], what: str, source: str) -> Any:
 class ConfigCatalog:
     """``ModeCatalog`` and ``AgentCatalog`` from one configuration; see the module docstring.
 
-    ``demo_tools`` brings the executors of the demo tools (``BUILTIN_TOOLS``: ``Add``,
-    ``Multiply``, ``review_checklist``) that the catalog's modes offer, in ``tools``;
+    ``demo_tools`` brings the executors of the demo tools (``DEMO_TOOLS``: ``Add``,
+    ``Multiply``, ``review_checklist``, ``make_report``) that the catalog's modes
+    offer, in ``tools``;
     ``ConfigCatalog.default()`` does. The whole catalog can be read at once
     (``all_modes``, ``all_agents``), so a ``Pipeline`` built on it checks its tool
     routing when it is built (``engine/tool_routing.py``).
@@ -235,9 +236,7 @@ class ConfigCatalog:
         )
         offered = {tool.name for mode in self._modes.values() for tool in mode.server_tools}
         self.tools: Mapping[str, ToolExecutor] = MappingProxyType(
-            {name: run for name, run in BUILTIN_TOOLS.items() if name in offered}
-            if demo_tools
-            else {}
+            {name: run for name, run in DEMO_TOOLS.items() if name in offered} if demo_tools else {}
         )
         """The executors that come with the catalog: the demo tools' it offers, with
         ``demo_tools``; else none."""

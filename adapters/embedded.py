@@ -24,6 +24,7 @@ from aptix_pipeline.contracts import (
     LLM,
     AgentCatalog,
     Clock,
+    FileStore,
     IdSource,
     ModeCatalog,
     SessionStore,
@@ -41,7 +42,7 @@ from aptix_pipeline.engine.replay import Recorder, RecordingOptions
 from aptix_pipeline.steps import Hooks, PipelineOptions, Ports
 from aptix_pipeline.validators import HostRule
 
-from .builtin_tools import BUILTIN_TOOLS
+from .builtin_tools import BUILTIN_TOOLS, DEMO_TOOLS
 from .catalog_config import ConfigCatalog
 from .clocks import SystemClock
 from .ids import RandomIds
@@ -125,7 +126,7 @@ def _demo_executors(catalog: CatalogPorts) -> dict[str, ToolExecutor]:
     if not isinstance(catalog, ListsModes):
         return dict(BUILTIN_TOOLS)
     offered = {tool.name for mode in catalog.all_modes() for tool in mode.server_tools}
-    return {name: run for name, run in BUILTIN_TOOLS.items() if name in offered}
+    return {name: run for name, run in DEMO_TOOLS.items() if name in offered}
 
 
 def embedded_pipeline(
@@ -136,6 +137,7 @@ def embedded_pipeline(
     catalog: CatalogPorts | None = None,
     tools: Mapping[str, ToolExecutor] | None = None,
     demo_tools: bool = False,
+    files: FileStore | None = None,
     clock: Clock | None = None,
     ids: IdSource | None = None,
     options: PipelineOptions | None = None,
@@ -157,6 +159,7 @@ def embedded_pipeline(
     each replacing the one before under the same name. Building raises
     ``ToolRoutingError`` naming each tool when they do not match a catalog that
     can be read at once; ``await pipeline.verify()`` checks a host's catalog.
+    ``files`` keeps the files server tools return (``Ports.files``, docs/FILES.md).
 
     ``telemetry`` says where spans go (default: the global OpenTelemetry provider);
     ``recording`` records every turn for replay: a ``Recorder`` composed outside
@@ -183,6 +186,7 @@ def embedded_pipeline(
         clock=clock or SystemClock(),
         ids=ids or RandomIds(),
         tools=executors,
+        files=files,
     )
     recorders = (Recorder(recording),) if recording is not None else ()
     return Pipeline(

@@ -5,6 +5,7 @@
   when it does not.
 - ``GET /healthz`` — ``{"status": "ok"}`` once the store is open, else 503
   ``{"status": "starting"}``.
+- ``GET /v1/files/{hash}`` — a file a turn made, by its signed URL (``http_files.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from .http_execute import EXECUTE_PATH, ServiceState, run_turn
+from .http_files import add_file_route
 from .http_openapi import EXECUTE_OPERATION
 
 __all__ = ["HEALTH_PATH", "add_routes"]
@@ -25,9 +27,10 @@ HEALTH_PATH = "/healthz"
 
 
 def add_routes(app: FastAPI, service: ServiceState) -> None:
-    """Declare the execute and health routes on ``app``, in that order."""
+    """Declare the execute, health and file routes on ``app``, in that order."""
     _add_execute(app, service)
     _add_health(app, service)
+    add_file_route(app, service)
 
 
 def _add_execute(app: FastAPI, service: ServiceState) -> None:

@@ -2,7 +2,7 @@
 
 It is the catalog file ``ConfigCatalog`` reads (``[[modes]]``, ``[[server_tools]]``,
 ``[[agents]]``, ``[[conversations]]``; without them the built-in catalog, minus its
-agent's placeholder model name so that ``[model]`` decides), plus six tables of
+agent's placeholder model name so that ``[model]`` decides), plus seven tables of
 its own, each optional:
 
 - ``[store]`` — ``url`` (``memory``, ``sqlite:PATH``, ``postgresql://user@host/db``)
@@ -32,6 +32,12 @@ its own, each optional:
 - ``[recording]`` — record every turn for replay (``engine/replay/recording.py``):
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
+- ``[files]`` — keep the files server tools return in a ``LocalFileStore``
+  (``adapters/file_store.py``, docs/FILES.md): ``directory``, ``url_base`` (the
+  service's public address, e.g. ``https://aptix.example.com``), ``ttl_seconds``
+  (how long a file's URL works; default 3600) and ``signing_key_env`` (an
+  environment variable holding the URL signing key, 16 bytes or more; every worker
+  must share it). Without ``[files]`` a tool that returns files fails.
 
 The catalog brings the executors of the demo tools it offers
 (``ConfigCatalog(demo_tools=True)``): the CLI and the HTTP service have no other
@@ -77,13 +83,16 @@ from aptix_pipeline.steps import (
 )
 
 from .catalog_config import CatalogError, ConfigCatalog
+from .clocks import SystemClock
 from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store, sqlite_target
+from .file_store import MIN_SIGNING_KEY_BYTES, LocalFileStore
 from .scripted_llm import ScriptedLLM, ScriptError
 
 __all__ = [
     "DEFAULT_STORE_URL",
     "ApiKey",
     "ConfigError",
+    "FilesConfig",
     "ModelConfig",
     "OpenAIModelConfig",
     "ScriptedModelConfig",
@@ -97,7 +106,7 @@ __all__ = [
 
 
 _CATALOG_TABLES = ("modes", "server_tools", "agents", "conversations")
-_SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording")
+_SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording", "files")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -206,6 +215,13 @@ class _Recording(_Table):
     redact: bool
 
 
+class _Files(_Table):
+    directory: str = Field(min_length=1)
+    url_base: str = Field(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
+    ttl_seconds: int = Field(default=3600, ge=1, le=MAX_IDEMPOTENCY_TTL_SECONDS)
+    signing_key_env: str = Field(pattern=_ENV_NAME.pattern)
+
+
 # --- the loaded configuration -------------------------------------------------------------------
 
 
@@ -267,6 +283,17 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class FilesConfig:
+    """``[files]``: where a ``LocalFileStore`` keeps files (an absolute path), the base of
+    their URLs, how long a URL works, and the key that signs it (from the environment)."""
+
+    directory: Path
+    url_base: str
+    ttl_seconds: int = 3600
+    signing_key: bytes = field(default=b"", repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceConfig:
     """One loaded configuration file; see the module docstring.
 
@@ -284,6 +311,7 @@ class ServiceConfig:
     api_keys: tuple[ApiKey, ...] = ()
     options: PipelineOptions = field(default_factory=PipelineOptions)
     recording: RecordingOptions | None = None
+    files: FilesConfig | None = None
 
 
 def _where(table: str, loc: tuple[int | str, ...]) -> str:
@@ -415,6 +443,22 @@ def _api_keys(data: object, source: str, env: Mapping[str, str]) -> tuple[ApiKey
     return tuple(keys)
 
 
+def _files(data: object, base: Path, source: str, env: Mapping[str, str]) -> FilesConfig:
+    table = _table(_Files, data, "files", source)
+    key = _env(table.signing_key_env, f"{source}: [files].signing_key_env", env).encode("utf-8")
+    if len(key) < MIN_SIGNING_KEY_BYTES:
+        raise ConfigError(
+            f"{source}: [files].signing_key_env: ${table.signing_key_env} holds "
+            f"{len(key)} bytes; a signing key needs {MIN_SIGNING_KEY_BYTES} or more"
+        )
+    return FilesConfig(
+        directory=base / table.directory,
+        url_base=table.url_base,
+        ttl_seconds=table.ttl_seconds,
+        signing_key=key,
+    )
+
+
 def _builtin_catalog() -> ConfigCatalog:
     """The built-in catalog without its agents' placeholder ``model = "scripted"``.
 
@@ -474,6 +518,7 @@ def parse_service_config(
         api_keys=_api_keys(data.get("auth", {}), source, environment),
         options=engine.options(),
         recording=recording,
+        files=_files(data["files"], base, source, environment) if "files" in data else None,
     )
 
 
@@ -515,6 +560,19 @@ def build_llm(model: ModelConfig) -> LLM:
     )
 
 
+def _file_store(files: FilesConfig | None, clock: Clock | None) -> LocalFileStore | None:
+    """The ``LocalFileStore`` ``[files]`` describes, on ``clock``; ``None`` without ``[files]``."""
+    if files is None or clock is None:
+        return None
+    return LocalFileStore(
+        files.directory,
+        url_base=files.url_base,
+        signing_key=files.signing_key,
+        clock=clock,
+        ttl_seconds=files.ttl_seconds,
+    )
+
+
 def build_pipeline(
     config: ServiceConfig,
     *,
@@ -537,6 +595,8 @@ def build_pipeline(
         if config.model is None:
             raise ConfigError(f"{config.source}: no [model] table and no model given")
         llm = build_llm(config.model)
+    if config.files is not None:
+        clock = clock or SystemClock()  # the store's URLs expire by the pipeline's clock
     if store is None or isinstance(store, str):
         url = store if isinstance(store, str) else config.store_url or DEFAULT_STORE_URL
         try:
@@ -553,6 +613,7 @@ def build_pipeline(
         store=store,
         catalog=config.catalog,
         tools=tools,
+        files=_file_store(config.files, clock),
         clock=clock,
         ids=ids,
         options=config.options,

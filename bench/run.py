@@ -13,6 +13,8 @@ Sections, in order (``--only`` picks some, comma-separated):
   without it (``bench/images.py``);
 - ``streaming`` — a streamed turn's CPU beside the same turn not streamed, and the
   time to the first text delta (``bench/streaming.py``);
+- ``files`` — a server tool making a 10 KB file, beside the same tool without
+  (``bench/tool_files.py``);
 - ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
   work, beside their targets (``bench/scale.py``).
 
@@ -40,6 +42,7 @@ from recording import recording_row
 from scale import cli_costs, concurrency_rows, replay_rate, transcript_costs
 from streaming import first_delta_row, streaming_cpu_row
 from streaming_http import first_delta_over_http
+from tool_files import file_rows
 from tracing import tracing_rows
 from turns import BEFORE_RESPONSE, RUNTIME_NOTE, turn_rows
 
@@ -58,6 +61,7 @@ SECTIONS = (
     "recording",
     "images",
     "streaming",
+    "files",
     "concurrency",
     "transcript",
     "replay",
@@ -237,6 +241,15 @@ def _kb(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def files() -> dict[str, float]:
+    """A server tool's 10 KB file per turn, as a ratio to the same tool without."""
+    print("a server tool making a 10 KB file, Initial turn (µs per turn; x = ratio to no file)")
+    costs = file_rows()
+    for name, micros in costs.items():
+        print(f"{name:<34}{micros:>13.0f}{micros / costs['no file']:>15.2f}")
+    return costs
+
+
 def concurrency() -> dict[str, Any]:
     """1,000 concurrent turns with a 50 ms model, per store."""
     rows = concurrency_rows()
@@ -318,6 +331,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "recording": recording,
     "images": images,
     "streaming": streaming,
+    "files": files,
     "concurrency": concurrency,
     "transcript": transcript,
     "replay": replay,

@@ -23,6 +23,7 @@ from .context import (
     TurnStatus,
 )
 from .errors import AptixPipelineError
+from .files import FileStore, StoredFile, ToolFile, ToolOutput, content_hash
 from .llm import ChatMessage, ChatRole, ContentPart, ImagePart, LLMReply, LLMRequest, TextPart
 from .llm_stream import (
     MalformedStreamError,
@@ -109,6 +110,7 @@ __all__ = [
     "Envelope",
     "ErrorCode",
     "FileRef",
+    "FileStore",
     "HostErrorCode",
     "IdSource",
     "ImagePart",
@@ -142,6 +144,7 @@ __all__ = [
     "SessionTransaction",
     "SourceType",
     "StoreConflictError",
+    "StoredFile",
     "StoredOutcome",
     "StreamingLLM",
     "TextPart",
@@ -149,7 +152,9 @@ __all__ = [
     "ToolCallManifest",
     "ToolDefinition",
     "ToolExecutor",
+    "ToolFile",
     "ToolInvocation",
+    "ToolOutput",
     "ToolResult",
     "Turn",
     "TurnStatus",
@@ -158,6 +163,7 @@ __all__ = [
     "WireModel",
     "WorkspaceHints",
     "close_stream",
+    "content_hash",
     "scrub_logger",
     "scrub_urls",
     "scrubbed_logger",

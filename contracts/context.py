@@ -151,7 +151,10 @@ class Turn(FrozenWireModel):
     frozen across its continuations (AGN-011 §4.4). ``expanded_containers`` are the
     containers the model expanded during the turn (container design, DESIGN.md R9).
     ``usage`` and ``server_tool_results`` add up over all the requests of the turn,
-    so its final response reports the whole turn (AGN-033 §1.1, §5.3).
+    so its final response reports the whole turn (AGN-033 §1.1, §5.3); so do
+    ``files``, the ``FileRef``s of the files its server tools made, which only the
+    final response carries (AGN-033 §6.2); ``None`` when there are none, so a turn
+    without files reads as it always has.
     """
 
     id: str
@@ -162,6 +165,7 @@ class Turn(FrozenWireModel):
     expanded_containers: list[str] = Field(default_factory=list)
     usage: Usage | None = None
     server_tool_results: list[ToolResult] = Field(default_factory=list)
+    files: list[FileRef] | None = None
     created_at: datetime | None = None
 
 

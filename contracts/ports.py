@@ -13,7 +13,9 @@ implement them, and a host may bring its own.
 - ``AgentCatalog`` — agent and conversation contexts, with their client tools.
 - ``LLM`` — messages and advertised tools in, text or tool calls out (AGN-036 §4.9);
   ``StreamingLLM`` also answers as it writes (AGN-034 §4.7, ``contracts/llm_stream.py``).
-- ``ToolExecutor`` — runs one server-side tool call (AGN-011 §5.2, DESIGN.md R5).
+- ``ToolExecutor`` — runs one server-side tool call (AGN-011 §5.2, DESIGN.md R5);
+  it may return files with its result (``ToolOutput``, ``contracts/files.py``,
+  where the ``FileStore`` port that keeps them is).
 - ``Clock`` and ``IdSource`` — time and ids, so runs are repeatable (STYLE.md
   "Determinism first").
 """
@@ -36,6 +38,7 @@ from .context import (
     Turn,
 )
 from .errors import AptixPipelineError
+from .files import ToolOutput
 from .llm import ChatMessage, LLMReply, LLMRequest
 from .llm_stream import ReplyChunk
 from .wire import WireModel
@@ -234,11 +237,14 @@ class ToolInvocation(WireModel):
 class ToolExecutor(Protocol):
     """Runs one server-side tool call (AGN-011 §5.2, DESIGN.md R5).
 
-    Returns the result as JSON text. Raising reports a tool failure: the model is
-    told the error and the turn goes on.
+    Returns the result as JSON text, or as a ``ToolOutput`` when the tool made
+    files (AGN-033 §6). Raising reports a tool failure: the model is told the
+    error and the turn goes on.
     """
 
-    async def __call__(self, arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+    async def __call__(
+        self, arguments: dict[str, Any], invocation: ToolInvocation
+    ) -> str | ToolOutput:
         """Run the tool with already validated ``arguments``."""
         ...
 

@@ -16,7 +16,9 @@ their rule counts, model calls, tool calls, mode changes) and the response. Ever
 is recorded (``--record DIR`` keeps the files); each recording is then replayed
 against the code with no store and no model, and the path of the last turn is
 drawn on the pipeline diagram (Mermaid; ``--diagram FILE.svg`` for a picture).
-Then every example request in ``examples/requests/`` is checked against AGN-034.
+Then a turn whose server tool makes a file (``make_report``) shows the file as a
+``FileRef`` on the final answer, kept in a ``LocalFileStore`` (docs/FILES.md), and
+every example request in ``examples/requests/`` is checked against AGN-034.
 
 Spans: ``OTEL_TRACES_EXPORTER=console make demo`` prints the OpenTelemetry spans of
 the session (invoke_agent, step, chat, execute_tool) as JSON on stderr.
@@ -33,7 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from aptix_pipeline import RecordingOptions, TurnRecording, replay
+from aptix_pipeline.adapters.builtin_tools import MAKE_REPORT_TOOL
+from aptix_pipeline.adapters.catalog_config import ConfigCatalog
+from aptix_pipeline.adapters.clocks import SystemClock
 from aptix_pipeline.adapters.embedded import embedded_pipeline
+from aptix_pipeline.adapters.file_store import LocalFileStore
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
 from aptix_pipeline.adapters.sqlite_store import SQLiteStore
 from aptix_pipeline.adapters.telemetry_setup import configure_tracing
@@ -146,6 +152,61 @@ def replay_recordings(recordings: list[TurnRecording], diagram: Path | None) -> 
             print(f"no path diagram: {error}")
 
 
+# --- A tool that makes a file (AGN-033 §6, docs/FILES.md) --------------------------------
+
+REPORT_CATALOG: dict[str, Any] = {
+    "modes": [{"name": "general", "display_name": "General", "server_tools": ["make_report"]}],
+    "server_tools": [dict(MAKE_REPORT_TOOL)],
+    "agents": [{"id": "assistant", "name": "Aptix assistant", "default": True}],
+    "conversations": [{"id": "chat", "name": "Chat", "default": True}],
+}
+REPORT_SCRIPT: list[dict[str, Any]] = [
+    {
+        "tool_calls": [
+            {
+                "id": "call_report",
+                "name": "make_report",
+                "arguments": {
+                    "title": "Review of src/app.py",
+                    "points": [
+                        "Close the file with `with open(...)`.",
+                        "Test a bad settings.json.",
+                    ],
+                },
+            }
+        ]
+    },
+    {"text": "The review is in the attached report."},
+]
+
+
+def show_a_file(directory: Path) -> None:
+    """One turn whose scripted model calls ``make_report``: its file comes back as a FileRef."""
+    print("\n=== A server tool makes a file: a FileRef on the final answer")
+    clock = SystemClock()
+    files = LocalFileStore(
+        directory,
+        url_base="http://127.0.0.1:8080",
+        signing_key=b"demo signing key, not a secret",
+        clock=clock,
+    )
+    pipeline = embedded_pipeline(
+        llm=ScriptedLLM(REPORT_SCRIPT),
+        catalog=ConfigCatalog(REPORT_CATALOG, source="demo", demo_tools=True),
+        files=files,
+        clock=clock,
+    )
+    report = asyncio.run(pipeline.run({"Instruction": "Write the review up as a report."}, CALLER))
+    response = report.result.result
+    if response is None or not response.files:
+        raise SystemExit(f"the file turn made no FileRef: {report.result.rule_ids}")
+    print(f"answer:   {response.primary_output_text}")
+    for ref in response.files:
+        print(f"FileRef:  {ref.to_json()}")
+        kept = files.path(ref.content_hash).read_bytes()
+        print(f"kept:     {files.path(ref.content_hash)} ({len(kept)} bytes)")
+
+
 def check_examples() -> None:
     """Check every example request against AGN-034, one line each."""
     print("\n=== Example requests (AGN-034)")
@@ -233,6 +294,8 @@ def main() -> int:
     replay_recordings(recordings, args.diagram)
     if args.record is not None:
         print(f"recordings kept in {args.record}: aptix replay {args.record}")
+    with tempfile.TemporaryDirectory() as scratch:
+        show_a_file(Path(scratch))
     check_examples()
     show_an_image_reaching_the_model()
     return 0

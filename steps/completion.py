@@ -47,6 +47,7 @@ async def complete_turn(scope: TurnScope) -> None:
             "expanded_containers": list(scope.expanded),
             "usage": scope.usage,
             "server_tool_results": list(scope.server_results),
+            "files": list(scope.files) or None,
         }
     )
     await tx.complete_turn(settled)

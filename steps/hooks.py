@@ -46,6 +46,7 @@ from aptix_pipeline.contracts import (
     ReplyChunk,
     ToolExecutor,
     ToolInvocation,
+    ToolOutput,
     split_reply,
 )
 
@@ -74,12 +75,13 @@ class ToolExecution:
 
     ``invocation`` names the call (its id, the tool, the session, turn, mode and
     caller); ``arguments`` are the validated arguments the executor got; ``result``
-    is what it returned (JSON text), or ``error`` the exception it raised.
+    is what it returned (JSON text, or a ``ToolOutput`` with the files it made), or
+    ``error`` the exception it raised.
     """
 
     invocation: ToolInvocation
     arguments: dict[str, Any]
-    result: str | None = None
+    result: str | ToolOutput | None = None
     error: Exception | None = None
 
     @property
@@ -233,7 +235,9 @@ class HookedTool:
     def __init__(self, inner: ToolExecutor, hook: AfterTool) -> None:
         self.inner, self.hook = inner, hook
 
-    async def __call__(self, arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+    async def __call__(
+        self, arguments: dict[str, Any], invocation: ToolInvocation
+    ) -> str | ToolOutput:
         """See ``ToolExecutor``: the executor's answer or exception, after the hook saw it."""
         try:
             result = await self.inner(arguments, invocation)

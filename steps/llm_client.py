@@ -25,6 +25,9 @@ fails faults the turn with ``internal`` here (``hook_fault``), never retried nor
 reported to the model as a tool failure. A server tool that raises is reported
 to the model and in ``ToolResults`` with the text ``tool_error_detail`` allows
 (``steps/exception_text.py``); its traceback is logged once and goes to its span.
+A server tool that returns files (``ToolOutput``) has them kept while the call runs
+(``steps/tool_files.py``): they join the turn's files, which the final response
+lists as ``Files`` (AGN-033 §6).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from aptix_pipeline.contracts import (
     ChatRole,
     ContainerInvocationErrorResponse,
     ErrorCode,
+    FileRef,
     InvokeError,
     LLMReply,
     LLMRequest,
@@ -59,6 +63,7 @@ from aptix_pipeline.contracts import (
     StreamingLLM,
     ToolCall,
     ToolDefinition,
+    ToolOutput,
     ToolResult,
     Usage,
     close_stream,
@@ -84,6 +89,7 @@ from .hooks import HookFailedError, hook_fault
 from .mode_change import AGENT_CHANGE_MODE, change_mode
 from .observer import LLMCallObservation
 from .scope import TurnScope
+from .tool_files import keep_files, told_to_model
 from .tool_records import RejectionKind, ToolCallFate, ToolCallRecord, ToolCallSide
 
 __all__ = [
@@ -407,6 +413,8 @@ async def _run_server_tool(
     started = clock.now()
     outcome: ToolCallFate = ToolCallFate.EXECUTED
     content, error, rule_id = "", None, None
+    told = None  # the model's message, when it differs from the result (files named)
+    files: list[FileRef] = []
     raised: Exception | None = None
     limit: asyncio.Timeout | None = None
     with scope.observer.tool_execution(call, tool, arguments) as observation:
@@ -420,9 +428,14 @@ async def _run_server_tool(
                 if executor is None:
                     raise LookupError(f"no executor is registered for server tool {tool.name!r}")
                 limit = asyncio.timeout(scope.options.server_tool_timeout_seconds)
-                async with limit:
+                async with limit:  # keeping its files is part of the call (AGN-033 §6)
                     answer = await executor(arguments, scope.invocation(call))
-                content = _result_json(answer)
+                    if isinstance(answer, ToolOutput):
+                        content = _result_json(answer.result_json)
+                        files = await keep_files(scope.ports.files, tool.name, answer.files)
+                        told = told_to_model(content, files)
+                    else:
+                        content = _result_json(answer)
         except StepFaultError:
             raise
         except HookFailedError as failure:  # the host's after_tool hook: the turn faults
@@ -439,8 +452,9 @@ async def _run_server_tool(
                 logger.warning("%s", error)
             else:
                 _log_tool_failure(scope, tool.name, failure)
-            content = json.dumps({"error": error})
-        observation.finished(outcome, content, error, raised)
+            content, told, files = json.dumps({"error": error}), None, []
+        observation.finished(outcome, told or content, error, raised)
+    scope.files.extend(files)
     elapsed = max(0, int((clock.now() - started).total_seconds() * 1000))
     scope.server_results.append(
         ToolResult(
@@ -451,7 +465,7 @@ async def _run_server_tool(
         )
     )
     record = ToolCallRecord(call.tool_call_id, call.name, ToolCallSide.SERVER, outcome, rule_id)
-    _answer(scope, call, content, record)
+    _answer(scope, call, told or content, record)
 
 
 def _json_or_none(text: str) -> object:
@@ -540,6 +554,7 @@ async def llm_client(scope: TurnScope) -> None:
         if reply.text is not None and reply.text.strip():
             ctx.response_payload = ResponsePayload(
                 primary_output_text=guard_machine_payloads(reply.text),
+                files=list(scope.files) or None,
                 tool_results=list(scope.server_results) or None,
                 user_warnings=list(scope.user_warnings) or None,
                 usage=scope.usage,

@@ -29,6 +29,7 @@ from aptix_pipeline.contracts import (
     ToolCall,
     ToolDefinition,
     ToolInvocation,
+    ToolOutput,
     scrubbed_logger,
 )
 from aptix_pipeline.validators import (
@@ -99,7 +100,12 @@ async def echo_mode_change(arguments: dict[str, Any], invocation: ToolInvocation
     )
 
 
-def _parse_result(text: str) -> tuple[str, bool, str | None] | None:
+def _parse_result(answer: str | ToolOutput) -> tuple[str, bool, str | None] | None:
+    if isinstance(answer, ToolOutput):  # a mode change makes no files: its result alone
+        if answer.files:
+            return None
+        answer = answer.result_json
+    text = answer
     try:
         data = strict_json_loads(text)
     except (ValueError, RecursionError):

@@ -20,6 +20,8 @@ from aptix_pipeline.contracts import (
     Caller,
     ChatMessage,
     Clock,
+    FileRef,
+    FileStore,
     IdSource,
     InvokeWarning,
     ModeCatalog,
@@ -62,6 +64,8 @@ class Ports:
 
     ``tools`` maps a server tool's name to the executor that runs it; the Mode
     Catalog decides which server tools a mode advertises (AGN-011 §4.2).
+    ``files`` keeps the files server tools return (``contracts/files.py``); without
+    one, a tool that returns files fails (docs/FILES.md).
     """
 
     store: SessionStore
@@ -71,6 +75,7 @@ class Ports:
     clock: Clock
     ids: IdSource
     tools: Mapping[str, ToolExecutor] = field(default_factory=dict)
+    files: FileStore | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +234,8 @@ class TurnScope:
     another_round: bool = False
     usage: Usage | None = None
     server_results: list[ToolResult] = field(default_factory=list)
+    files: list[FileRef] = field(default_factory=list)
+    """The files the turn's server tools made, over all its requests (AGN-033 §6.2)."""
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     mode_changes: list[ModeChange] = field(default_factory=list)
     branch: bool | None = None

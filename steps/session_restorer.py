@@ -52,6 +52,7 @@ async def session_restorer(scope: TurnScope) -> None:
         scope.expanded = list(named.expanded_containers)
         scope.usage = named.usage
         scope.server_results = list(named.server_tool_results)
+        scope.files = list(named.files or ())
     else:
         pending = await tx.find_pending_turn(session_id)
         if pending is not None:  # R10 for the session: its open call set must be answered first

@@ -32,11 +32,17 @@ from .request import (
     parse_request,
     validate_request,
 )
-from .response import guard_machine_payloads, parse_response, validate_response
+from .response import (
+    guard_machine_payloads,
+    is_reference_url,
+    parse_response,
+    validate_response,
+)
 from .rules import HOST_RULE_PREFIX, Rule, all_rules
 from .snapshot import ContextSnapshot, snapshot_context
 from .steps import Phase, step_rule_ids, validate_post_step, validate_pre_step
 from .tool_calls import ToolCallOutcome, ToolCallVerdict, check_tool_call
+from .tool_files import tool_file_problem
 from .turn_work import *  # noqa: F403 - the rules the steps and the runner check
 
 __all__ = [
@@ -64,6 +70,7 @@ __all__ = [
     "image_inputs",
     "is_base64",
     "is_image_type",
+    "is_reference_url",
     "manifest_for",
     "parse_request",
     "parse_response",
@@ -72,6 +79,7 @@ __all__ = [
     "stored_answer_conflict",
     "strict_json_loads",
     "text_depth_exceeds",
+    "tool_file_problem",
     "utf8_text",
     "validate_core",
     "validate_idempotency_key",

@@ -46,6 +46,7 @@ from .tool_results import ToolResultRules, tool_result_errors
 __all__ = [
     "RESPONSE_CHECKS",
     "guard_machine_payloads",
+    "is_reference_url",
     "parse_response",
     "response_errors",
     "validate_response",
@@ -453,7 +454,7 @@ _NOT_REFERENCES = {"data", "javascript", "vbscript"}
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
 
 
-def _is_reference_url(url: str) -> bool:
+def is_reference_url(url: str) -> bool:
     """An absolute URI that points at a file: a scheme of two or more characters (so no
     drive letter), no whitespace, not ``data:``/script, and a host for http(s)."""
     if not _URL_SCHEME.match(url) or any(c.isspace() for c in url):
@@ -510,7 +511,7 @@ def _file_errors(response: AgentExecuteResponse) -> list[InvokeError]:
             blank.append("SizeBytes")
         if blank:
             errors.append(FILE_REF_FIELDS_PRESENT.error(", ".join(blank), field=f"{at}.{blank[0]}"))
-        if has_text(file.url) and not _is_reference_url(file.url):
+        if has_text(file.url) and not is_reference_url(file.url):
             errors.append(FILE_REF_URL_ABSOLUTE.error(repr(file.url[:80]), field=f"{at}.Url"))
     return errors
 

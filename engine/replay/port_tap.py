@@ -1,8 +1,8 @@
 """The seam recording and replay share: ports whose every call goes through a tap.
 
 ``tap_ports(tap, ports)`` wraps each port of a turn (the store and its
-transaction, both catalogs, the LLM, every server tool, the clock and the id
-source) so that each call reaches ``tap`` as *(port, call, arguments)* before
+transaction, both catalogs, the LLM, every server tool, the file store, the
+clock and the id source) so that each call reaches ``tap`` as *(port, call, arguments)* before
 anything else happens. A ``RecordingTap`` (``recorder.py``) passes the
 call on to the real port and writes down its answer; a ``ReplayTap``
 (``replayer.py``) never calls a real port: it checks the call against the
@@ -19,6 +19,11 @@ A model that streams (``StreamingLLM``, AGN-034 §4.7) is tapped by a
 model by a ``TappedLLM``, which has no ``stream``: the engine asks a model to
 stream when it is a ``StreamingLLM`` (by the methods it has), so a tapped model
 streams exactly when the real one does (a replay: when the recorded one did).
+
+A server tool's ``ToolOutput`` travels as its JSON, which holds each file's name,
+MIME type, size and hash but never its bytes (``contracts/files.py``): a replay
+hands the engine the same files without their bytes, and answers the file
+store's ``put`` as recorded, so no bytes are needed.
 """
 
 from __future__ import annotations
@@ -39,10 +44,13 @@ from aptix_pipeline.contracts import (
     ModeSpec,
     ReplyChunk,
     Session,
+    StoredFile,
     StoredOutcome,
     StreamingLLM,
     ToolExecutor,
+    ToolFile,
     ToolInvocation,
+    ToolOutput,
     Turn,
 )
 from aptix_pipeline.engine.events import TurnFaulted
@@ -55,6 +63,7 @@ __all__ = [
     "PortTap",
     "TappedAgentCatalog",
     "TappedClock",
+    "TappedFileStore",
     "TappedIds",
     "TappedLLM",
     "TappedModeCatalog",
@@ -71,6 +80,7 @@ T = TypeVar("T")
 STORE, TRANSACTION = "SessionStore", "SessionTransaction"
 MODES, AGENTS = "ModeCatalog", "AgentCatalog"
 LLM_PORT, TOOLS, CLOCK, IDS = "LLM", "ToolExecutor", "Clock", "IdSource"
+FILES = "FileStore"
 STREAM = "stream"
 """The call name of a streamed model call (``LLM.stream``)."""
 
@@ -88,6 +98,8 @@ _MAYBE_CONVERSATION: TypeAdapter[ConversationContext | None] = TypeAdapter(
 )
 _REPLY: TypeAdapter[LLMReply] = TypeAdapter(LLMReply)
 _TEXT: TypeAdapter[str] = TypeAdapter(str)
+_TOOL_ANSWER: TypeAdapter[str | ToolOutput] = TypeAdapter(str | ToolOutput)
+_STORED_FILE: TypeAdapter[StoredFile] = TypeAdapter(StoredFile)
 _TIME: TypeAdapter[datetime] = TypeAdapter(datetime)
 
 
@@ -332,16 +344,29 @@ class TappedTool:
     def __init__(self, tap: PortTap, name: str, target: Any) -> None:
         self._tap, self._name, self._target = tap, name, target
 
-    async def __call__(self, arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+    async def __call__(
+        self, arguments: dict[str, Any], invocation: ToolInvocation
+    ) -> str | ToolOutput:
         """See ``ToolExecutor``."""
         return await self._tap.acall(
             self._target,
             TOOLS,
             self._name,
-            _TEXT,
+            _TOOL_ANSWER,
             {"arguments": arguments, "invocation": invocation},
             method="__call__",
         )
+
+
+class TappedFileStore:
+    """A ``FileStore`` whose ``put`` goes through the tap: the file as its JSON, no bytes."""
+
+    def __init__(self, tap: PortTap, target: Any) -> None:
+        self._tap, self._target = tap, target
+
+    async def put(self, file: ToolFile) -> StoredFile:
+        """See ``FileStore``."""
+        return await self._tap.acall(self._target, FILES, "put", _STORED_FILE, {"file": file})
 
 
 class TappedClock:
@@ -371,6 +396,7 @@ def tap_ports(
     ports: Ports | None,
     *,
     server_tools: Sequence[str] = (),
+    file_store: bool = False,
     provider_name: str | None = None,
     streaming: bool = False,
     live: LivePorts | None = None,
@@ -380,7 +406,8 @@ def tap_ports(
     With ``ports`` the real ports stand behind the tap (recording), and the tapped
     model streams when the real one is a ``StreamingLLM``; without, only the
     ``live`` ones do (replay, ``live.py``): ``server_tools`` names the tools the
-    host had (the live ones join them), and ``streaming`` says whether the
+    host had (the live ones join them), ``file_store`` whether it had a
+    ``FileStore``, and ``streaming`` says whether the
     recorded model streamed — a live model that cannot stream is then asked to
     ``complete``, which the replay names as another call.
     """
@@ -390,11 +417,13 @@ def tap_ports(
         tools = {**dict.fromkeys(server_tools), **live.tools}
         llm, modes, agents = live.llm, live.modes, live.agents
         store = clock = ids = None
+        files = TappedFileStore(tap, None) if file_store else None
         streaming = streaming and (llm is None or isinstance(llm, StreamingLLM))
     else:
         tools, provider_name = dict(ports.tools), provider_name_of(ports.llm)
         store, modes, agents, llm = ports.store, ports.modes, ports.agents, ports.llm
         clock, ids = ports.clock, ports.ids
+        files = None if ports.files is None else TappedFileStore(tap, ports.files)
         streaming = isinstance(llm, StreamingLLM)
     tapped_llm = (TappedStreamingLLM if streaming else TappedLLM)(tap, llm, provider_name)
     return Ports(
@@ -405,4 +434,5 @@ def tap_ports(
         clock=TappedClock(tap, clock),
         ids=TappedIds(tap, ids),
         tools={name: TappedTool(tap, name, executor) for name, executor in tools.items()},
+        files=files,
     )

@@ -84,6 +84,7 @@ def config_digest(ports: Ports, options: PipelineOptions) -> str:
                 ("agents", ports.agents),
                 ("clock", ports.clock),
                 ("ids", ports.ids),
+                *((("files", ports.files),) if ports.files is not None else ()),
             )
         },
         "catalogs": [

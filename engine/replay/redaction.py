@@ -104,6 +104,8 @@ CONTENT_KEYS = frozenset(
         "reason",
         # a stored answer's request digest: a hash of user content (D181)
         "RequestDigest",
+        # a FileRef's signed URL: whoever holds it may fetch the file until it expires
+        "Url",
     }
 )
 """Keys of the engine's records whose values are user content."""

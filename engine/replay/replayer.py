@@ -71,7 +71,7 @@ from aptix_pipeline.steps import StepFaultError, StepFunction
 from aptix_pipeline.validators import utf8_text
 
 from .live import LivePorts
-from .port_tap import LLM_PORT, STORE, STREAM, TRANSACTION, decode_answer, tap_ports
+from .port_tap import FILES, LLM_PORT, STORE, STREAM, TRANSACTION, decode_answer, tap_ports
 from .recorder import StepFollower
 from .recording import TurnRecording
 from .records import PortCall, RecordedError
@@ -851,6 +851,8 @@ async def replay(
         tap,
         None,
         server_tools=recording.server_tools,
+        # The turn had a FileStore when it called one; one it never called changed nothing.
+        file_store=any(call.port == FILES for call in recording.calls),
         provider_name=recording.provider_name,
         streaming=streamed,
         live=ports,
