@@ -18,6 +18,8 @@ from .cli_diagram import diagram
 from .cli_replay import replay
 from .cli_run import run
 from .cli_serve import serve
+from .cli_sessions import sessions_app
+from .cli_ui import ui
 from .cli_validate import validate
 
 __all__ = ["build_app"]
@@ -49,4 +51,6 @@ def build_app() -> typer.Typer:
     built.callback()(_root)
     for command in (validate, run, serve, diagram, replay):
         built.command()(command)
+    built.add_typer(sessions_app)
+    built.command()(ui)
     return built

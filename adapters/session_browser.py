@@ -51,7 +51,7 @@ _NO_TIME: Final = datetime.min.replace(tzinfo=UTC)
 
 
 def check_page(limit: int, offset: int) -> None:
-    """``ValueError`` naming the argument unless 1 <= ``limit`` <= ``MAX_PAGE`` and ``offset`` >= 0."""
+    """``ValueError`` naming the argument unless 1 <= ``limit`` <= ``MAX_PAGE``, ``offset`` >= 0."""
     if not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit must be between 1 and {MAX_PAGE}, not {limit}")
     if offset < 0:
