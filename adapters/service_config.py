@@ -31,6 +31,9 @@ its own, each optional:
 - ``[recording]`` — record every turn for replay (``engine/replay/recording.py``):
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
+- ``[ui]`` — the turn browser page (docs/UI.md) mounted in ``aptix serve``:
+  ``enabled`` (default false), ``path`` (default ``/ui``) and ``recordings``, the
+  folder of recordings it shows (default: ``[recording]``'s directory).
 
 The catalog brings the executors of the demo tools it offers
 (``ConfigCatalog(demo_tools=True)``): the CLI and the HTTP service have no other
@@ -88,6 +91,7 @@ __all__ = [
     "ScriptedModelConfig",
     "ServerConfig",
     "ServiceConfig",
+    "UIConfig",
     "build_llm",
     "build_pipeline",
     "load_service_config",
@@ -96,7 +100,7 @@ __all__ = [
 
 
 _CATALOG_TABLES = ("modes", "server_tools", "agents", "conversations")
-_SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording")
+_SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording", "ui")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -202,6 +206,12 @@ class _Recording(_Table):
     redact: bool
 
 
+class _UI(_Table):
+    enabled: bool = False
+    path: str = Field(default="/ui", pattern=r"^/[A-Za-z0-9._~/-]*[A-Za-z0-9._~-]$")
+    recordings: str | None = Field(default=None, min_length=1)
+
+
 # --- the loaded configuration -------------------------------------------------------------------
 
 
@@ -263,6 +273,16 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class UIConfig:
+    """``[ui]``: whether ``aptix serve`` mounts the turn browser page, at which path, and
+    the folder of recordings it shows (an absolute path, or ``None``: none)."""
+
+    enabled: bool = False
+    path: str = "/ui"
+    recordings: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceConfig:
     """One loaded configuration file; see the module docstring.
 
@@ -280,6 +300,7 @@ class ServiceConfig:
     api_keys: tuple[ApiKey, ...] = ()
     options: PipelineOptions = field(default_factory=PipelineOptions)
     recording: RecordingOptions | None = None
+    ui: UIConfig = field(default_factory=UIConfig)
 
 
 def _where(table: str, loc: tuple[int | str, ...]) -> str:
@@ -459,6 +480,7 @@ def parse_service_config(
     if "recording" in data:
         table = _table(_Recording, data["recording"], "recording", source)
         recording = RecordingOptions(directory=base / table.directory, redact=table.redact)
+    ui = _ui(data.get("ui", {}), base, source, recording)
     return ServiceConfig(
         source=source,
         catalog=catalog,
@@ -470,7 +492,17 @@ def parse_service_config(
         api_keys=_api_keys(data.get("auth", {}), source, environment),
         options=engine.options(),
         recording=recording,
+        ui=ui,
     )
+
+
+def _ui(data: object, base: Path, source: str, recording: RecordingOptions | None) -> UIConfig:
+    """``[ui]``, its recordings folder resolved (default: the ``[recording]`` directory)."""
+    table = _table(_UI, data, "ui", source)
+    folder = base / table.recordings if table.recordings is not None else None
+    if folder is None and recording is not None and recording.directory is not None:
+        folder = Path(recording.directory)
+    return UIConfig(enabled=table.enabled, path=table.path, recordings=folder)
 
 
 def load_service_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> ServiceConfig:
