@@ -184,3 +184,40 @@ def test_aptix_ui_refuses_a_recordings_folder_that_does_not_exist(tmp_path: Path
 )
 def test_loopback_hosts_are_this_machine_only(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+@pytest.mark.decision("D360")
+def test_the_demo_ends_with_the_command_that_opens_the_page_on_its_store(tmp_path: Path) -> None:
+    db, recordings = tmp_path / "demo.db", tmp_path / "recordings"
+    demo = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
+
+    run = subprocess.run(
+        [sys.executable, str(demo), "--db", str(db), "--record", str(recordings)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    command = run.stdout.splitlines()[-1].split()
+    listed = subprocess.run(
+        [
+            str(APTIX),
+            "sessions",
+            "list",
+            "--store",
+            command[3],
+            "--org",
+            "acme",
+            "--user",
+            "ana",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+
+    assert command == ["aptix", "ui", "--store", "sqlite:demo.db", "--recordings", "recordings"]
+    assert [session["turns"] for session in json.loads(listed.stdout)] == [2]
+    assert len(list(recordings.glob("*.json"))) == 3
