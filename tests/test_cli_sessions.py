@@ -159,7 +159,8 @@ def test_aptix_ui_refuses_a_host_that_is_not_loopback_without_allow_remote(
     run = aptix("ui", "--store", browsed.store_url, "--host", "0.0.0.0")
 
     assert run.returncode == 2
-    assert "not a loopback address" in run.stderr and "--allow-remote" in run.stderr
+    assert "not a loopback address" in run.stderr
+    assert "--allow-remote" in run.stderr
 
 
 def test_aptix_ui_refuses_a_recordings_folder_that_does_not_exist(tmp_path: Path) -> None:

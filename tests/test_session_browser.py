@@ -80,6 +80,7 @@ async def test_every_store_is_a_session_browser(store: Browsable) -> None:
     assert isinstance(store, SessionBrowser)
 
 
+@pytest.mark.decision("D349")
 async def test_owners_are_listed_by_org_then_user_with_their_session_counts(
     store: Browsable,
 ) -> None:
@@ -97,6 +98,7 @@ async def test_owners_are_listed_by_org_then_user_with_their_session_counts(
     ]
 
 
+@pytest.mark.decision("D349")
 async def test_sessions_are_listed_by_last_activity_with_turn_counts(store: Browsable) -> None:
     await add_session(store, "quiet", minute=30)
     await add_session(
@@ -129,6 +131,7 @@ async def test_another_callers_sessions_are_neither_listed_nor_readable(store: B
     assert as_bob is None
 
 
+@pytest.mark.decision("D349")
 async def test_turns_come_in_creation_order_with_what_the_store_holds(store: Browsable) -> None:
     usage = Usage(input_tokens=12, output_tokens=5, total_tokens=17)
     later = turn("t-b", "s1", 9, usage=usage)
@@ -147,6 +150,7 @@ async def test_a_session_without_turns_lists_none(store: Browsable) -> None:
     assert await store.read_transcript_page(ORG, USER, "s1") == []
 
 
+@pytest.mark.decision("D349")
 async def test_transcript_pages_number_messages_and_name_their_turn(store: Browsable) -> None:
     await add_session(store, "s1", turns=(turn("t1", "s1", 1), turn("t2", "s1", 2)))
 
@@ -163,6 +167,7 @@ async def test_transcript_pages_number_messages_and_name_their_turn(store: Brows
     assert page == whole[1:3]
 
 
+@pytest.mark.decision("D349")
 async def test_pages_of_sessions_and_turns_follow_the_same_order(store: Browsable) -> None:
     turns = tuple(turn(f"t{n}", "s0", n) for n in range(5))
     await add_session(store, "s0", turns=turns)
@@ -177,6 +182,7 @@ async def test_pages_of_sessions_and_turns_follow_the_same_order(store: Browsabl
     assert [t.id for t in turn_page] == ["t3", "t4"]
 
 
+@pytest.mark.decision("D349")
 @pytest.mark.parametrize(
     ("limit", "offset", "named"), [(0, 0, "limit"), (MAX_PAGE + 1, 0, "limit"), (10, -1, "offset")]
 )

@@ -136,10 +136,12 @@ def test_a_session_followed_to_its_turn_shows_the_path_and_the_timeline(
         "items => items.map(item => item.dataset.step)"
     )
     assert tab.locator("#turn-id").inner_text() == browsed.second_turn
-    assert "path: FollowOn turn" in picture and ", done" in picture
+    assert "path: FollowOn turn" in picture
+    assert ", done" in picture
     assert steps[:3] == ["request_handler", "session_restorer", "agent_context_loader"]
     assert steps[-1] == "complete"
-    assert "llm_client" in steps and "server_tool_round" in steps
+    assert "llm_client" in steps
+    assert "server_tool_round" in steps
     assert _screenshot(tab, "turn-page.png").stat().st_size > 0
 
 
@@ -158,7 +160,8 @@ def test_the_faulted_turn_names_its_step_and_rule_and_replays_to_the_same_fault(
     outcome.wait_for()
 
     assert f"faulted at client_tool_continuation_resolver (rule {FAULT_RULE})" in picture
-    assert "client_tool_continuation_resolver" in banner and FAULT_RULE in banner
+    assert "client_tool_continuation_resolver" in banner
+    assert FAULT_RULE in banner
     assert FAULT_RULE in fault
     assert outcome.get_attribute("data-verdict") == "ok"
     assert (
@@ -188,6 +191,7 @@ def test_the_mounted_page_takes_a_key_and_watches_a_turn_stream(
         _screenshot(tab, "watch-view.png")
 
     assert tab.url.endswith("/ui/watch")
-    assert names[0] == "progress" and names.count("result") == 1
+    assert names[0] == "progress"
+    assert names.count("result") == 1
     assert names.count("progress") >= 5
     assert "2 + 3 = 5" in result

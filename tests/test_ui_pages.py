@@ -13,8 +13,8 @@ stream. The browser itself drives the page in tests/test_ui_browser.py.
 from __future__ import annotations
 
 import re
-from html import unescape
 from collections.abc import Iterator
+from html import unescape
 from pathlib import Path
 
 import httpx
@@ -51,24 +51,25 @@ def page(browsed: Browsed) -> Iterator[httpx.Client]:
         yield client
 
 
-def _recording_of(browsed: Browsed, client: httpx.Client, kind: str) -> str:
+def _recording_of(client: httpx.Client, kind: str) -> str:
     """The name of the recording whose row says ``kind`` (Initial, faulted, …)."""
     index = client.get("/").text
-    rows = re.findall(r"<tr data-recording='([^']+)'>(.*?)</tr>", index)
+    rows: list[tuple[str, str]] = re.findall(r"<tr data-recording='([^']+)'>(.*?)</tr>", index)
     return next(name for name, row in rows if kind in row)
 
 
 # --- the standalone page -----------------------------------------------------------------------
 
 
-@pytest.mark.decision("D349")
+@pytest.mark.decision("D355")
 def test_the_first_page_lists_every_callers_sessions_and_the_recordings(
     page: httpx.Client, browsed: Browsed
 ) -> None:
     answer = page.get("/")
 
     assert answer.status_code == 200
-    assert "acme / ana" in answer.text and "globex / zoe" in answer.text
+    assert "acme / ana" in answer.text
+    assert "globex / zoe" in answer.text
     row = re.search(rf"<tr data-session='{browsed.session_id}'>(.*?)</tr>", answer.text)
     assert row is not None
     assert "<td>review</td><td>2</td>" in row[1]  # mode, turns
@@ -112,7 +113,8 @@ def test_a_turn_of_a_session_the_folder_did_not_record_shows_what_the_store_hold
     answer = page.get("/turn", params=query)
 
     assert answer.status_code == 200
-    assert "none in" in answer.text and "what the store holds" in answer.text
+    assert "none in" in answer.text
+    assert "what the store holds" in answer.text
     assert "&lt;b&gt;zoe&#x27;s&lt;/b&gt; answer" in answer.text
 
 
@@ -120,7 +122,7 @@ def test_a_turn_of_a_session_the_folder_did_not_record_shows_what_the_store_hold
 def test_a_faulted_recording_names_its_step_and_rule_on_the_picture_and_the_timeline(
     page: httpx.Client, browsed: Browsed
 ) -> None:
-    name = _recording_of(browsed, page, "faulted")
+    name = _recording_of(page, "faulted")
 
     answer = page.get("/recording", params={"name": name})
 
@@ -135,20 +137,22 @@ def test_a_faulted_recording_names_its_step_and_rule_on_the_picture_and_the_time
         "client_tool_continuation_resolver",
         "fault",
     ]
-    assert f'data-fault="client_tool_continuation_resolver"' in timeline
+    assert 'data-fault="client_tool_continuation_resolver"' in timeline
     assert FAULT_RULE in timeline
     assert "call_unknown" in text[text.index("id='request'") :]
 
 
+@pytest.mark.decision("D361")
 def test_a_completed_recording_shows_model_calls_with_tokens_and_tool_calls(
     page: httpx.Client, browsed: Browsed
 ) -> None:
-    name = _recording_of(browsed, page, "Initial")
+    name = _recording_of(page, "Initial")
 
     text = page.get("/recording", params={"name": name}).text
 
     assert "412 in / 38 out tokens" in text
-    assert "<code>agent_change_mode</code>" in text and "<code>read_file</code>" in text
+    assert "<code>agent_change_mode</code>" in text
+    assert "<code>read_file</code>" in text
     assert "<code>general</code> → <code>review</code>" in text
     assert "clock 2026-01-01T00:00:00" in text
 
@@ -157,7 +161,7 @@ def test_a_completed_recording_shows_model_calls_with_tokens_and_tool_calls(
 def test_replay_answers_ok_and_how_the_replayed_turn_ended(
     page: httpx.Client, browsed: Browsed
 ) -> None:
-    name = _recording_of(browsed, page, "faulted")
+    name = _recording_of(page, "faulted")
 
     fragment = page.post("/recording/replay", params={"name": name}, headers={"HX-Request": "true"})
 
@@ -171,7 +175,7 @@ def test_replay_answers_ok_and_how_the_replayed_turn_ended(
 def test_a_replay_posted_without_htmx_gets_a_whole_page(
     page: httpx.Client, browsed: Browsed
 ) -> None:
-    name = _recording_of(browsed, page, "Initial")
+    name = _recording_of(page, "Initial")
 
     answer = page.post("/recording/replay", params={"name": name})
 
@@ -220,7 +224,8 @@ def test_the_static_files_are_the_packaged_htmx_and_nothing_else(page: httpx.Cli
     licence = page.get("/static/htmx.LICENSE")
     other = page.get("/static/..%2Fui_app.py")
 
-    assert htmx.status_code == 200 and "htmx" in htmx.text[:2000]
+    assert htmx.status_code == 200
+    assert "htmx" in htmx.text[:2000]
     assert "Zero-Clause BSD" in licence.text
     assert other.status_code == 404
 
@@ -232,7 +237,7 @@ def test_without_graphviz_the_page_draws_the_path_itself(
     monkeypatch.setenv("PATH", str(tmp_path))  # no `dot` on it
     app = create_ui_app(None, browsed.recordings)
     with server_thread(app) as port, httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
-        name = _recording_of(browsed, client, "faulted")
+        name = _recording_of(client, "faulted")
         text = client.get("/recording", params={"name": name}).text
 
     assert 'data-picture="strip"' in text
@@ -291,7 +296,9 @@ def test_a_key_given_once_is_kept_in_an_httponly_cookie_of_the_ui_path(
     assert answer.status_code == 303
     cookie = answer.headers["set-cookie"]
     assert cookie.startswith(f"{KEY_COOKIE}=")
-    assert "HttpOnly" in cookie and "Path=/ui/" in cookie and "SameSite=strict" in cookie
+    assert "HttpOnly" in cookie
+    assert "Path=/ui/" in cookie
+    assert "SameSite=strict" in cookie
 
 
 def test_a_wrong_key_is_refused_and_sets_no_cookie(service: httpx.Client) -> None:
@@ -321,7 +328,8 @@ def test_the_mounted_page_shows_only_the_keys_caller(
     )
 
     assert index.status_code == 200
-    assert "acme / ana" in index.text and "globex / zoe" not in index.text
+    assert "acme / ana" in index.text
+    assert "globex / zoe" not in index.text
     assert theirs.status_code == 404
     assert mine.status_code == 200
     assert "href='/ui/turn?" in mine.text  # links carry the mount path
@@ -338,7 +346,8 @@ def test_the_watch_view_streams_the_services_own_events_for_the_keys_caller(
         events = list(EventSource(answer).iter_sse())
 
     names = [event.event for event in events]
-    assert names[0] == "progress" and names[-1] == "result"
+    assert names[0] == "progress"
+    assert names[-1] == "result"
     assert names.count("result") == 1
     assert events[-1].json()["Result"]["PrimaryOutputText"] == "2 + 3 = 5"
     assert "watch a turn" in service.get("/ui/watch").text

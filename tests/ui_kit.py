@@ -63,7 +63,8 @@ async def _session(db: Path, recordings: Path) -> Browsed:
             json.loads((EXAMPLES / "session" / "01-initial.json").read_text()), ANA
         )
         response = first.result
-        assert response is not None and response.tool_calls
+        assert response is not None
+        assert response.tool_calls
 
         def continuation(tool_call_id: str) -> dict[str, Any]:
             assert response is not None
