@@ -206,7 +206,8 @@ def fresh(path: Path) -> Path:
     session alone (a SQLite file with its WAL files, or the recordings' folder)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     for old in [path, *path.parent.glob(f"{path.name}-*"), *path.glob("*.json")]:
-        old.unlink(missing_ok=True)
+        if not old.is_dir():
+            old.unlink(missing_ok=True)
     return path
 
 
