@@ -1,7 +1,8 @@
 """The Typer app of the ``aptix`` command: its ``--version`` option and its commands.
 
 ``cli.py`` builds it on first use. Each command lives in its own module
-(``cli_validate``, ``cli_run``, ``cli_serve``, ``cli_diagram``, ``cli_replay``),
+(``cli_validate``, ``cli_run``, ``cli_serve``, ``cli_diagram``, ``cli_replay``,
+``cli_sessions``, ``cli_ui``),
 which imports Typer and the standard library only: building the app (``aptix
 --help``) loads no engine, and each command imports what it uses when it runs.
 """
