@@ -12,7 +12,7 @@ PY := $(BIN)/python
 PACKAGE_DIRS := package contracts validators steps engine adapters
 MODULES := $(VENV)/.modules
 
-.PHONY: all test demo bench bench-http fuzz lint typecheck format schemas conformance diagrams recordings install clean postgres-server graphviz
+.PHONY: all test demo bench bench-http fuzz lint typecheck format schemas conformance diagrams recordings install clean postgres-server graphviz chromium
 
 all: test
 
@@ -21,7 +21,7 @@ $(PY):
 	$(BIN)/pip install --quiet --upgrade pip
 
 install: $(PY)
-	@find $(PACKAGE_DIRS) -type f \( -name '*.py' -o -name 'py.typed' -o -name '*.toml' \) | sort > $(MODULES).want
+	@find $(PACKAGE_DIRS) -type f \( -name '*.py' -o -name 'py.typed' -o -name '*.toml' -o -path '*/ui_static/*' \) | sort > $(MODULES).want
 	@md5sum pyproject.toml >> $(MODULES).want
 	@if ! cmp -s $(MODULES).want $(MODULES); then \
 		echo "installing aptix-pipeline (strict editable) into $(VENV)"; \
@@ -59,7 +59,19 @@ graphviz:
 		|| echo "warning: could not install Graphviz; its tests will be skipped (failed under CI)"; \
 	fi
 
-test: install postgres-server graphviz
+# The turn browser's tests (tests/test_ui_browser.py) drive a headless Chromium through
+# Playwright, launched from the system's package (Playwright's own download is never
+# used): the same pattern again — apt-get install when missing, else warn; the tests
+# then skip, except under CI (CI=true), where they fail.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		echo "installing Chromium (apt-get install chromium)"; \
+		{ $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+			&& $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+		|| echo "warning: could not install Chromium; the browser tests will be skipped (failed under CI)"; \
+	fi
+
+test: install postgres-server graphviz chromium
 	$(BIN)/pytest
 	$(BIN)/mypy -p aptix_pipeline
 	$(BIN)/mypy tests bench examples

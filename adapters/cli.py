@@ -33,6 +33,9 @@
   configuration's catalog, server tools (and model) live. ``--diagram`` draws the
   recorded turn's path. Exit codes: 0 every recording replays, 1 one diverges, 2
   usage error.
+- ``aptix sessions list|show`` prints the sessions a store holds, scoped to
+  ``--org``/``--user`` (``cli_sessions.py``); ``aptix ui`` serves the turn browser
+  page on loopback (``cli_ui.py``, docs/UI.md).
 
 Start-up: this module imports only the standard library at import time. Typer
 and the Typer ``app`` (``cli_app.py``) are built on first use (``main()``, or

@@ -1,7 +1,8 @@
 """The Typer app of the ``aptix`` command: its ``--version`` option and its commands.
 
 ``cli.py`` builds it on first use. Each command lives in its own module
-(``cli_validate``, ``cli_run``, ``cli_serve``, ``cli_diagram``, ``cli_replay``),
+(``cli_validate``, ``cli_run``, ``cli_serve``, ``cli_diagram``, ``cli_replay``,
+``cli_sessions``, ``cli_ui``),
 which imports Typer and the standard library only: building the app (``aptix
 --help``) loads no engine, and each command imports what it uses when it runs.
 """
@@ -18,6 +19,8 @@ from .cli_diagram import diagram
 from .cli_replay import replay
 from .cli_run import run
 from .cli_serve import serve
+from .cli_sessions import sessions_app
+from .cli_ui import ui
 from .cli_validate import validate
 
 __all__ = ["build_app"]
@@ -49,4 +52,6 @@ def build_app() -> typer.Typer:
     built.callback()(_root)
     for command in (validate, run, serve, diagram, replay):
         built.command()(command)
+    built.add_typer(sessions_app)
+    built.command()(ui)
     return built

@@ -17,6 +17,8 @@
 - ``GET /healthz`` — ``{"status": "ok"}`` once the store is open.
 - ``GET /openapi.json`` — the OpenAPI document, with the request and
   ``InvokeResult`` JSON Schemas of ``contracts/schemas.py``.
+- ``/ui/…`` — with ``[ui] enabled = true``, the turn browser page behind the same
+  API keys (``ui_mount.py``, docs/UI.md).
 
 The caller's identity comes from an ``Authenticator`` (default
 ``ApiKeyAuthenticator``: the ``[[auth.keys]]`` of the configuration, read from
@@ -128,6 +130,10 @@ def create_app(
         lifespan=_lifespan(config, service),
     )
     add_routes(app, service)
+    if config is not None and config.ui.enabled:
+        from .ui_mount import mount_ui  # the turn browser page (docs/UI.md), when asked for
+
+        mount_ui(app, service, config.ui)
     use_wire_schemas(app)
     app.add_middleware(_ExecuteFastPath, service=service)
     return app

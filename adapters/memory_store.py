@@ -7,6 +7,7 @@ so within one event loop it is atomic.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 
 from aptix_pipeline.contracts import (
@@ -18,6 +19,15 @@ from aptix_pipeline.contracts import (
     TurnStatus,
 )
 
+from .session_browser import (
+    DEFAULT_PAGE,
+    OwnerSummary,
+    SessionSummary,
+    TranscriptEntry,
+    check_page,
+    last_activity,
+    turn_order,
+)
 from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable
 
 __all__ = ["MemoryStore"]
@@ -35,6 +45,8 @@ class MemoryStore:
         self._pending: dict[str, set[str]] = {}
         """Each session's turns that await client tool results: a follow-on's lookup is O(1)."""
         self._transcript: dict[str, list[ChatMessage]] = {}
+        self._transcript_turns: dict[str, list[str]] = {}
+        """The turn that appended each message of ``_transcript``, position for position."""
         self._outcomes: dict[tuple[str, str, str], StoredOutcome] = {}
         """Stored outcomes by org, user and key; an expired one stays until replaced."""
 
@@ -88,6 +100,62 @@ class MemoryStore:
             del self._outcomes[key]
         return len(expired)
 
+    # --- SessionBrowser (session_browser.py) ------------------------------------------
+
+    async def list_owners(
+        self, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[OwnerSummary]:
+        """The org and user pairs holding sessions, by org then user."""
+        check_page(limit, offset)
+        counts = Counter((session.org, session.user) for session in self._sessions.values())
+        owners = [OwnerSummary(org, user, count) for (org, user), count in sorted(counts.items())]
+        return owners[offset : offset + limit]
+
+    def _summary(self, session: Session) -> SessionSummary:
+        turns = self._turns.get(session.id, {}).values()
+        return SessionSummary(
+            id=session.id,
+            org=session.org,
+            user=session.user,
+            mode=session.mode,
+            turns=len(turns),
+            created_at=session.created_at,
+            last_activity=last_activity(session.created_at, [turn.created_at for turn in turns]),
+        )
+
+    async def list_sessions(
+        self, org: str, user: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[SessionSummary]:
+        """The caller's sessions, most recent activity first."""
+        check_page(limit, offset)
+        owned = (s for s in self._sessions.values() if (s.org, s.user) == (org, user))
+        summaries = sorted((self._summary(s) for s in owned), key=SessionSummary.sort_key)
+        return summaries[offset : offset + limit]
+
+    async def list_turns(
+        self, org: str, user: str, session_id: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[Turn] | None:
+        """The session's turns in creation order; ``None`` when the caller has no such session."""
+        check_page(limit, offset)
+        if self._owned(org, user, session_id) is None:
+            return None
+        turns = sorted(self._turns.get(session_id, {}).values(), key=turn_order)
+        return turns[offset : offset + limit]
+
+    async def read_transcript_page(
+        self, org: str, user: str, session_id: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[TranscriptEntry] | None:
+        """The session's messages in order; ``None`` when the caller has no such session."""
+        check_page(limit, offset)
+        if self._owned(org, user, session_id) is None:
+            return None
+        messages = self._transcript.get(session_id, [])[offset : offset + limit]
+        turn_ids = self._transcript_turns.get(session_id, [])[offset : offset + limit]
+        return [
+            TranscriptEntry(seq=offset + n + 1, turn_id=turn_id, message=message)
+            for n, (turn_id, message) in enumerate(zip(turn_ids, messages, strict=True))
+        ]
+
     async def apply(self, writes: TurnWrites) -> None:
         """Check every version first, then write everything (no await in between)."""
         for write in writes.sessions:
@@ -116,7 +184,8 @@ class MemoryStore:
                 pending.add(turn.id)
             else:
                 pending.discard(turn.id)
-        for session_id, _, message in writes.transcript:
+        for session_id, turn_id, message in writes.transcript:
             self._transcript.setdefault(session_id, []).append(message)
+            self._transcript_turns.setdefault(session_id, []).append(turn_id)
         for outcome in writes.outcomes:
             self._outcomes[(writes.org, writes.user, outcome.key)] = outcome

@@ -48,6 +48,15 @@ from aptix_pipeline.contracts import (
 )
 
 from .postgres_migrations import SCHEMA_VERSION, SchemaVersionError, migrate, read_schema_version
+from .session_browser import (
+    DEFAULT_PAGE,
+    OwnerSummary,
+    SessionSummary,
+    TranscriptEntry,
+    check_page,
+    last_activity,
+    turn_order,
+)
 from .unit_of_work import BufferedTransaction, SessionWrite, TurnWrites, session_from_row
 
 __all__ = [
@@ -354,6 +363,95 @@ class PostgresStore:
             (org, user, key),
         )
         return None if row is None else _outcome_from_row(row)
+
+    # --- SessionBrowser (session_browser.py) ------------------------------------------
+
+    async def _fetchall(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        pool = await self._ready()
+        async with pool.connection() as connection:
+            cursor = await connection.execute(sql, params)
+            return await cursor.fetchall()
+
+    async def list_owners(
+        self, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[OwnerSummary]:
+        """The org and user pairs holding sessions, by org then user (code point order)."""
+        check_page(limit, offset)
+        rows = await self._fetchall(
+            "SELECT org, user_name, COUNT(*) FROM aptix_sessions GROUP BY org, user_name "
+            'ORDER BY org COLLATE "C", user_name COLLATE "C" LIMIT %s OFFSET %s',
+            (limit, offset),
+        )
+        return [OwnerSummary(org, user, int(count)) for org, user, count in rows]
+
+    async def list_sessions(
+        self, org: str, user: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[SessionSummary]:
+        """The caller's sessions, most recent activity first (one statement, one snapshot)."""
+        check_page(limit, offset)
+        rows = await self._fetchall(
+            "SELECT s.id, s.mode, s.created_at, ARRAY(SELECT t.data::json->>'CreatedAt' "
+            "FROM aptix_turns t WHERE t.session_id = s.id) FROM aptix_sessions s "
+            "WHERE s.org = %s AND s.user_name = %s",
+            (org, user),
+        )
+        summaries = []
+        for session_id, mode, created_at, turn_times in rows:
+            times = [None if t is None else datetime.fromisoformat(t) for t in turn_times]
+            summaries.append(
+                SessionSummary(
+                    id=session_id,
+                    org=org,
+                    user=user,
+                    mode=mode,
+                    turns=len(times),
+                    created_at=created_at,
+                    last_activity=last_activity(created_at, times),
+                )
+            )
+        summaries.sort(key=SessionSummary.sort_key)
+        return summaries[offset : offset + limit]
+
+    async def list_turns(
+        self, org: str, user: str, session_id: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[Turn] | None:
+        """The session's turns in creation order; ``None`` when the caller has no such session."""
+        check_page(limit, offset)
+        row = await self._fetchone(
+            "SELECT ARRAY(SELECT t.data FROM aptix_turns t WHERE t.session_id = s.id) "
+            "FROM aptix_sessions s WHERE s.id = %s AND s.org = %s AND s.user_name = %s",
+            (session_id, org, user),
+        )
+        if row is None:
+            return None
+        turns = sorted((Turn.model_validate_json(data) for data in row[0]), key=turn_order)
+        return turns[offset : offset + limit]
+
+    async def read_transcript_page(
+        self, org: str, user: str, session_id: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[TranscriptEntry] | None:
+        """The session's messages in order; ``None`` when the caller has no such session."""
+        check_page(limit, offset)
+        pool = await self._ready()
+        async with pool.connection() as connection:
+            # Two statements: an owner is never changed and messages are only appended,
+            # so reading them apart cannot show another caller's messages.
+            cursor = await connection.execute(
+                "SELECT 1 FROM aptix_sessions WHERE id = %s AND org = %s AND user_name = %s",
+                (session_id, org, user),
+            )
+            if await cursor.fetchone() is None:
+                return None
+            cursor = await connection.execute(
+                "SELECT seq, turn_id, message FROM aptix_transcript WHERE session_id = %s "
+                "ORDER BY seq LIMIT %s OFFSET %s",
+                (session_id, limit, offset),
+            )
+            rows = await cursor.fetchall()
+        return [
+            TranscriptEntry(int(seq), turn_id, ChatMessage.model_validate_json(text))
+            for seq, turn_id, text in rows
+        ]
 
     async def purge_outcomes(self, now: datetime) -> int:
         """Delete every outcome expired by ``now``; how many there were.

@@ -38,6 +38,9 @@ its own, each optional:
   (how long a file's URL works; default 3600) and ``signing_key_env`` (an
   environment variable holding the URL signing key, 16 bytes or more; every worker
   must share it). Without ``[files]`` a tool that returns files fails.
+- ``[ui]`` — the turn browser page (docs/UI.md) mounted in ``aptix serve``:
+  ``enabled`` (default false), ``path`` (default ``/ui``) and ``recordings``, the
+  folder of recordings it shows (default: ``[recording]``'s directory).
 
 The catalog brings the executors of the demo tools it offers
 (``ConfigCatalog(demo_tools=True)``): the CLI and the HTTP service have no other
@@ -98,6 +101,7 @@ __all__ = [
     "ScriptedModelConfig",
     "ServerConfig",
     "ServiceConfig",
+    "UIConfig",
     "build_llm",
     "build_pipeline",
     "load_service_config",
@@ -106,7 +110,7 @@ __all__ = [
 
 
 _CATALOG_TABLES = ("modes", "server_tools", "agents", "conversations")
-_SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording", "files")
+_SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording", "files", "ui")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -222,6 +226,12 @@ class _Files(_Table):
     signing_key_env: str = Field(pattern=_ENV_NAME.pattern)
 
 
+class _UI(_Table):
+    enabled: bool = False
+    path: str = Field(default="/ui", pattern=r"^/[A-Za-z0-9._~/-]*[A-Za-z0-9._~-]$")
+    recordings: str | None = Field(default=None, min_length=1)
+
+
 # --- the loaded configuration -------------------------------------------------------------------
 
 
@@ -294,6 +304,16 @@ class FilesConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class UIConfig:
+    """``[ui]``: whether ``aptix serve`` mounts the turn browser page, at which path, and
+    the folder of recordings it shows (an absolute path, or ``None``: none)."""
+
+    enabled: bool = False
+    path: str = "/ui"
+    recordings: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceConfig:
     """One loaded configuration file; see the module docstring.
 
@@ -312,6 +332,7 @@ class ServiceConfig:
     options: PipelineOptions = field(default_factory=PipelineOptions)
     recording: RecordingOptions | None = None
     files: FilesConfig | None = None
+    ui: UIConfig = field(default_factory=UIConfig)
 
 
 def _where(table: str, loc: tuple[int | str, ...]) -> str:
@@ -507,6 +528,7 @@ def parse_service_config(
     if "recording" in data:
         table = _table(_Recording, data["recording"], "recording", source)
         recording = RecordingOptions(directory=base / table.directory, redact=table.redact)
+    ui = _ui(data.get("ui", {}), base, source, recording)
     return ServiceConfig(
         source=source,
         catalog=catalog,
@@ -519,7 +541,17 @@ def parse_service_config(
         options=engine.options(),
         recording=recording,
         files=_files(data["files"], base, source, environment) if "files" in data else None,
+        ui=ui,
     )
+
+
+def _ui(data: object, base: Path, source: str, recording: RecordingOptions | None) -> UIConfig:
+    """``[ui]``, its recordings folder resolved (default: the ``[recording]`` directory)."""
+    table = _table(_UI, data, "ui", source)
+    folder = base / table.recordings if table.recordings is not None else None
+    if folder is None and recording is not None and recording.directory is not None:
+        folder = Path(recording.directory)
+    return UIConfig(enabled=table.enabled, path=table.path, recordings=folder)
 
 
 def load_service_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> ServiceConfig:

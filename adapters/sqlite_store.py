@@ -55,6 +55,15 @@ from aptix_pipeline.contracts import (
     TurnStatus,
 )
 
+from .session_browser import (
+    DEFAULT_PAGE,
+    OwnerSummary,
+    SessionSummary,
+    TranscriptEntry,
+    check_page,
+    last_activity,
+    turn_order,
+)
 from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable, session_from_row
 
 __all__ = [
@@ -499,6 +508,105 @@ class SQLiteStore:
             if deleted < _PURGE_BATCH:
                 break
         return purged
+
+    # --- SessionBrowser (session_browser.py) ------------------------------------------
+
+    def _list_owners(self, limit: int, offset: int) -> list[OwnerSummary]:
+        rows = self._db().execute(
+            "SELECT org, user, COUNT(*) FROM sessions GROUP BY org, user "
+            "ORDER BY org, user LIMIT ? OFFSET ?",
+            (limit, offset),
+        )
+        return [OwnerSummary(org, user, count) for org, user, count in rows]
+
+    async def list_owners(
+        self, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[OwnerSummary]:
+        """The org and user pairs holding sessions, by org then user."""
+        check_page(limit, offset)
+        return await self._run(lambda: self._list_owners(limit, offset))
+
+    def _list_sessions(self, org: str, user: str) -> list[SessionSummary]:
+        db = self._db()
+        turn_times: dict[str, list[datetime | None]] = {}
+        for session_id, created in db.execute(
+            "SELECT t.session_id, json_extract(t.data, '$.CreatedAt') FROM turns t "
+            "JOIN sessions s ON s.id = t.session_id WHERE s.org = ? AND s.user = ?",
+            (org, user),
+        ):
+            moment = None if created is None else datetime.fromisoformat(created)
+            turn_times.setdefault(session_id, []).append(moment)
+        summaries = []
+        for session_id, mode, created_text in db.execute(
+            "SELECT id, mode, created_at FROM sessions WHERE org = ? AND user = ?", (org, user)
+        ):
+            created_at = None if created_text is None else datetime.fromisoformat(created_text)
+            times = turn_times.get(session_id, [])
+            summaries.append(
+                SessionSummary(
+                    id=session_id,
+                    org=org,
+                    user=user,
+                    mode=mode,
+                    turns=len(times),
+                    created_at=created_at,
+                    last_activity=last_activity(created_at, times),
+                )
+            )
+        return sorted(summaries, key=SessionSummary.sort_key)
+
+    async def list_sessions(
+        self, org: str, user: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[SessionSummary]:
+        """The caller's sessions, most recent activity first."""
+        check_page(limit, offset)
+        summaries = await self._run(lambda: self._list_sessions(org, user))
+        return summaries[offset : offset + limit]
+
+    def _owns(self, org: str, user: str, session_id: str) -> bool:
+        return (
+            self._query_one(
+                "SELECT 1 FROM sessions WHERE id = ? AND org = ? AND user = ?",
+                (session_id, org, user),
+            )
+            is not None
+        )
+
+    def _list_turns(self, org: str, user: str, session_id: str) -> list[Turn] | None:
+        if not self._owns(org, user, session_id):
+            return None
+        rows = self._db().execute("SELECT data FROM turns WHERE session_id = ?", (session_id,))
+        return sorted((Turn.model_validate_json(data) for (data,) in rows), key=turn_order)
+
+    async def list_turns(
+        self, org: str, user: str, session_id: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[Turn] | None:
+        """The session's turns in creation order; ``None`` when the caller has no such session."""
+        check_page(limit, offset)
+        turns = await self._run(lambda: self._list_turns(org, user, session_id))
+        return None if turns is None else turns[offset : offset + limit]
+
+    def _transcript_page(
+        self, org: str, user: str, session_id: str, limit: int, offset: int
+    ) -> list[TranscriptEntry] | None:
+        if not self._owns(org, user, session_id):
+            return None
+        rows = self._db().execute(
+            "SELECT seq, turn_id, message FROM transcript WHERE session_id = ? "
+            "ORDER BY seq LIMIT ? OFFSET ?",
+            (session_id, limit, offset),
+        )
+        return [
+            TranscriptEntry(seq, turn_id, ChatMessage.model_validate_json(text))
+            for seq, turn_id, text in rows
+        ]
+
+    async def read_transcript_page(
+        self, org: str, user: str, session_id: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[TranscriptEntry] | None:
+        """The session's messages in order; ``None`` when the caller has no such session."""
+        check_page(limit, offset)
+        return await self._run(lambda: self._transcript_page(org, user, session_id, limit, offset))
 
     def _apply(self, writes: TurnWrites) -> None:
         db = self._db()

@@ -31,7 +31,8 @@ same bytes on every run and in every process.
 With ``path`` (a ``StateTrace``) the same picture shows the run: the states it
 visited and the transitions it took highlighted, each taken edge numbered in the
 order it was taken (``#4,#6`` for the server-tool-round loop), and in red the
-step that faulted, the ``fault`` transition and ``faulted``. ``aptix replay FILE
+step that faulted, the ``fault`` transition and ``faulted``; the caption names
+the step and the rule that failed the turn. ``aptix replay FILE
 --diagram OUT`` draws a recorded turn this way.
 """
 
@@ -301,6 +302,9 @@ def _path(trace: StateTrace) -> _Path:
             path.faulting = leaving[0]
     steps = len(trace.transitions)
     ended = f"faulted at {step}" if step else trace.outcome
+    failed = trace.failed_rules
+    if failed:
+        ended = f"{ended} (rule {', '.join(failed)})"
     path.caption = f"{trace.context_type or 'unknown'} turn, {steps} transitions, {ended}"
     return path
 

@@ -288,6 +288,14 @@ class StateTrace:
         """The mode changes, in order."""
         return tuple(e for e in self.entries if isinstance(e, ModeChange))
 
+    @property
+    def failed_rules(self) -> tuple[str, ...]:
+        """The rules that failed the turn: its fault's, else those of the checks that failed."""
+        for entry in self.entries:
+            if isinstance(entry, FaultRecord) and entry.rule_ids:
+                return entry.rule_ids
+        return tuple(rule for check in self.checks for rule in check.failed)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``TRACE_FORMAT``)."""
         return {

@@ -20,6 +20,11 @@ Then a turn whose server tool makes a file (``make_report``) shows the file as a
 ``FileRef`` on the final answer, kept in a ``LocalFileStore`` (docs/FILES.md), and
 every example request in ``examples/requests/`` is checked against AGN-034.
 
+The store and the recordings are kept (``build/demo/aptix.db`` and
+``build/demo/recordings/`` unless ``--db``/``--record`` say otherwise, made afresh
+each run), and the demo ends with the ``aptix ui`` command that opens the turn
+browser page on them (docs/UI.md).
+
 Spans: ``OTEL_TRACES_EXPORTER=console make demo`` prints the OpenTelemetry spans of
 the session (invoke_agent, step, chat, execute_tool) as JSON on stderr.
 """
@@ -62,6 +67,8 @@ from aptix_pipeline.engine import (
 from aptix_pipeline.validators import classify_request, parse_request
 
 EXAMPLES = Path(__file__).resolve().parent
+DEMO_FOLDER = EXAMPLES.parent / "build" / "demo"
+"""Where the demo keeps its store and recordings unless told otherwise (``build/`` is ignored)."""
 CALLER = Caller(org="acme", user="ana")
 FILE_CONTENTS = (
     "def load_config(path):\n"
@@ -274,21 +281,21 @@ def main() -> int:
     args = parser.parse_args()
     recordings: list[TurnRecording] = []
     provider = configure_tracing()  # OTEL_TRACES_EXPORTER=console prints the spans
-    with tempfile.TemporaryDirectory() as scratch:
-        path = args.db or Path(scratch) / "aptix.db"
-        print(f"SQLite store: {path}")
-        with SQLiteStore(path) as store:
-            llm = ScriptedLLM.from_file(EXAMPLES / "session" / "script.json")
-            telemetry = Telemetry(tracer_provider=provider)
-            recording = RecordingOptions(directory=args.record, sink=recordings.append)
-            pipeline = embedded_pipeline(
-                llm=llm,
-                store=store,
-                telemetry=telemetry,
-                recording=recording,
-                listeners=[progress],
-            )
-            asyncio.run(run_session(pipeline))
+    path: Path = args.db or fresh(DEMO_FOLDER / "aptix.db")
+    args.record = args.record or fresh(DEMO_FOLDER / "recordings")
+    print(f"SQLite store: {path}")
+    with SQLiteStore(path) as store:
+        llm = ScriptedLLM.from_file(EXAMPLES / "session" / "script.json")
+        telemetry = Telemetry(tracer_provider=provider)
+        recording = RecordingOptions(directory=args.record, sink=recordings.append)
+        pipeline = embedded_pipeline(
+            llm=llm,
+            store=store,
+            telemetry=telemetry,
+            recording=recording,
+            listeners=[progress],
+        )
+        asyncio.run(run_session(pipeline))
     if provider is not None:
         provider.shutdown()
     replay_recordings(recordings, args.diagram)
@@ -298,7 +305,32 @@ def main() -> int:
         show_a_file(Path(scratch))
     check_examples()
     show_an_image_reaching_the_model()
+    print_ui_command(path, args.record)
     return 0
+
+
+def fresh(path: Path) -> Path:
+    """``path`` in the demo's own folder (``build/demo``), emptied: each run shows its own
+    session alone (a SQLite file with its WAL files, or the recordings' folder)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for old in [path, *path.parent.glob(f"{path.name}-*"), *path.glob("*.json")]:
+        if not old.is_dir():
+            old.unlink(missing_ok=True)
+    return path
+
+
+def print_ui_command(store: Path, recordings: Path) -> None:
+    """The last lines: the command that opens the turn browser page on the demo's store."""
+
+    def shown(path: Path) -> Path:
+        return (
+            path.resolve().relative_to(Path.cwd())
+            if path.resolve().is_relative_to(Path.cwd())
+            else path
+        )
+
+    print("\n=== See the turns in the browser (docs/UI.md)")
+    print(f"aptix ui --store sqlite:{shown(store)} --recordings {shown(recordings)}")
 
 
 if __name__ == "__main__":
