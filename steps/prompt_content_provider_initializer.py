@@ -7,6 +7,9 @@ on a continuation (AGN-036 §5). When done the provider is Ready (§4.7 POST).
 
 A transcript longer than ``PipelineOptions.max_transcript_messages`` is cut or
 refused by ``transcript_policy`` (``DESIGN/limits/transcript-size``).
+
+The passages a retriever finds for the instruction go before the user's message
+(``steps/retrieval.py``, AGN-034 §4.4).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from aptix_pipeline.contracts import (
 from aptix_pipeline.validators import TRANSCRIPT_SIZE
 
 from .faults import StepFaultError
+from .retrieval import retrieved_messages
 from .scope import TurnScope
 
 __all__ = ["prompt_content_provider_initializer", "user_message"]
@@ -107,7 +111,7 @@ async def prompt_content_provider_initializer(scope: TurnScope) -> None:
             for result in ctx.tool_call_manifest.tool_call_results
         ]
     elif scope.request is not None:
-        added = [user_message(scope.request)]
+        added = [*await retrieved_messages(scope), user_message(scope.request)]
     else:
         added = []
     scope.messages = [*_within_limit(scope, session_id, history), *added]

@@ -24,6 +24,7 @@ from aptix_pipeline.contracts import (
     InvokeWarning,
     ModeCatalog,
     PipelineContext,
+    Retriever,
     SessionStore,
     SessionTransaction,
     ToolCall,
@@ -62,6 +63,8 @@ class Ports:
 
     ``tools`` maps a server tool's name to the executor that runs it; the Mode
     Catalog decides which server tools a mode advertises (AGN-011 §4.2).
+    ``retriever`` finds passages for a turn's instruction and RAG scope (AGN-034
+    §4.4, docs/RETRIEVAL.md); without one the scope reaches the model as text.
     """
 
     store: SessionStore
@@ -71,6 +74,7 @@ class Ports:
     clock: Clock
     ids: IdSource
     tools: Mapping[str, ToolExecutor] = field(default_factory=dict)
+    retriever: Retriever | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,9 @@ class PipelineOptions:
       with the same idempotency key, is answered from it without running again
       (docs/CONFORMANCE.md D181-D185). ``None`` keeps answers for good.
 
+    - ``retrieval_limit``: the most passages a turn asks its retriever for
+      (default 5; docs/RETRIEVAL.md).
+
     Failures (docs/EXTENDING.md "Hooks and host rules"):
 
     - ``tool_error_detail``: how much of a failing server tool's exception its
@@ -138,6 +145,7 @@ class PipelineOptions:
     max_tool_results: int = 128
     idempotency_ttl_seconds: float | None = 86_400.0
     tool_error_detail: ToolErrorDetail = "short"
+    retrieval_limit: int = 5
 
     def __post_init__(self) -> None:
         if min(self.max_input_artifacts, self.max_clipboard_images, self.max_tool_results) < 0:
@@ -167,6 +175,8 @@ class PipelineOptions:
             )
         if self.max_model_reply_chars < 1:
             raise ValueError("max_model_reply_chars must be 1 or more")
+        if self.retrieval_limit < 1:
+            raise ValueError("retrieval_limit must be 1 or more")
         if self.max_transcript_messages < 1:
             raise ValueError("max_transcript_messages must be 1 or more")
         if self.transcript_policy not in TRANSCRIPT_POLICIES:
