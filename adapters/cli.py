@@ -33,6 +33,9 @@
   configuration's catalog, server tools (and model) live. ``--diagram`` draws the
   recorded turn's path. Exit codes: 0 every recording replays, 1 one diverges, 2
   usage error.
+- ``aptix index --config FILE`` builds or refreshes the retrieval index of the
+  configuration's ``[retrieval]`` folder (``adapters/cli_index.py``,
+  docs/RETRIEVAL.md), progress on stderr. Exit codes: 0 indexed, 2 usage error.
 
 Start-up: this module imports only the standard library at import time. Typer
 and the Typer ``app`` (``cli_app.py``) are built on first use (``main()``, or

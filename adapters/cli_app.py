@@ -1,7 +1,8 @@
 """The Typer app of the ``aptix`` command: its ``--version`` option and its commands.
 
 ``cli.py`` builds it on first use. Each command lives in its own module
-(``cli_validate``, ``cli_run``, ``cli_serve``, ``cli_diagram``, ``cli_replay``),
+(``cli_validate``, ``cli_run``, ``cli_serve``, ``cli_diagram``, ``cli_replay``,
+``cli_index``),
 which imports Typer and the standard library only: building the app (``aptix
 --help``) loads no engine, and each command imports what it uses when it runs.
 """
@@ -15,6 +16,7 @@ import typer
 from aptix_pipeline import __version__
 
 from .cli_diagram import diagram
+from .cli_index import index
 from .cli_replay import replay
 from .cli_run import run
 from .cli_serve import serve
@@ -47,6 +49,6 @@ def build_app() -> typer.Typer:
         add_completion=False,
     )
     built.callback()(_root)
-    for command in (validate, run, serve, diagram, replay):
+    for command in (validate, run, serve, diagram, replay, index):
         built.command()(command)
     return built

@@ -26,6 +26,7 @@ from aptix_pipeline.contracts import (
     Clock,
     IdSource,
     ModeCatalog,
+    Retriever,
     SessionStore,
     ToolExecutor,
 )
@@ -146,6 +147,7 @@ def embedded_pipeline(
     runtime: Runtime = "compiled",
     hooks: Hooks | None = None,
     rules: Iterable[HostRule] = (),
+    retriever: Retriever | None = None,
 ) -> Pipeline:
     """A pipeline on the embedded defaults; see the module docstring.
 
@@ -164,7 +166,9 @@ def embedded_pipeline(
     turn (``engine/interceptors.py``);
     ``listeners`` hear every event of every turn (docs/EVENTS.md); ``runtime`` is
     the turn runner (``Pipeline``); ``hooks`` and ``rules`` are the host's hooks and
-    guard rules (``Pipeline``, docs/EXTENDING.md "Hooks and host rules").
+    guard rules (``Pipeline``, docs/EXTENDING.md "Hooks and host rules");
+    ``retriever`` finds passages for each turn's instruction (``FtsRetriever``,
+    docs/RETRIEVAL.md).
     """
     if catalog is None:
         catalog = ConfigCatalog.from_file(config) if config is not None else ConfigCatalog.default()
@@ -183,6 +187,7 @@ def embedded_pipeline(
         clock=clock or SystemClock(),
         ids=ids or RandomIds(),
         tools=executors,
+        retriever=retriever,
     )
     recorders = (Recorder(recording),) if recording is not None else ()
     return Pipeline(

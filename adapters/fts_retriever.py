@@ -246,7 +246,7 @@ class FtsRetriever:
         self.index = Path(index)
         self.collection = collection
         if not self.index.is_file():
-            raise RetrievalIndexError(f"{self.index}: no index here; build it with `aptix index`")
+            raise RetrievalIndexError(f"{self.index}: no index here: build it with aptix index")
         try:
             self._connection = sqlite3.connect(
                 f"file:{self.index}?mode=ro", uri=True, check_same_thread=False

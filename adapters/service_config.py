@@ -31,6 +31,10 @@ its own, each optional:
 - ``[recording]`` — record every turn for replay (``engine/replay/recording.py``):
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
+- ``[retrieval]`` — the SQLite FTS5 retriever (``adapters/fts_retriever.py``,
+  docs/RETRIEVAL.md): ``folder`` (the documents), ``index`` (the index file
+  ``aptix index`` builds; default ``retrieval.db``), ``limit`` (passages per turn,
+  default 5) and ``collection`` (its name on spans; default the folder's name).
 
 The catalog brings the executors of the demo tools it offers
 (``ConfigCatalog(demo_tools=True)``): the CLI and the HTTP service have no other
@@ -49,10 +53,10 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -62,6 +66,7 @@ from aptix_pipeline.contracts import (
     AptixPipelineError,
     Clock,
     IdSource,
+    Retriever,
     SessionStore,
     ToolExecutor,
     scrub_urls,
@@ -79,24 +84,29 @@ from .catalog_config import CatalogError, ConfigCatalog
 from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store, sqlite_target
 from .scripted_llm import ScriptedLLM, ScriptError
 
+if TYPE_CHECKING:
+    from .fts_retriever import FtsRetriever
+
 __all__ = [
     "DEFAULT_STORE_URL",
     "ApiKey",
     "ConfigError",
     "ModelConfig",
     "OpenAIModelConfig",
+    "RetrievalConfig",
     "ScriptedModelConfig",
     "ServerConfig",
     "ServiceConfig",
     "build_llm",
     "build_pipeline",
     "load_service_config",
+    "open_retriever",
     "parse_service_config",
 ]
 
 
 _CATALOG_TABLES = ("modes", "server_tools", "agents", "conversations")
-_SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording")
+_SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording", "retrieval")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -202,6 +212,13 @@ class _Recording(_Table):
     redact: bool
 
 
+class _Retrieval(_Table):
+    folder: str = Field(min_length=1)
+    index: str = Field(default="retrieval.db", min_length=1)
+    limit: int = Field(default=5, ge=1, le=100)
+    collection: str | None = Field(default=None, min_length=1)
+
+
 # --- the loaded configuration -------------------------------------------------------------------
 
 
@@ -263,6 +280,24 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RetrievalConfig:
+    """``[retrieval]``: the documents ``folder``, the ``index`` file ``aptix index`` builds
+    from it (both absolute), the ``collection`` name and the passages per turn (``limit``,
+    also ``ServiceConfig.options.retrieval_limit``)."""
+
+    folder: Path
+    index: Path
+    collection: str
+    limit: int = 5
+
+    def retriever(self) -> FtsRetriever:
+        """The retriever on the index; ``RetrievalIndexError`` when it was not built."""
+        from .fts_retriever import FtsRetriever
+
+        return FtsRetriever(self.index, collection=self.collection)
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceConfig:
     """One loaded configuration file; see the module docstring.
 
@@ -280,6 +315,7 @@ class ServiceConfig:
     api_keys: tuple[ApiKey, ...] = ()
     options: PipelineOptions = field(default_factory=PipelineOptions)
     recording: RecordingOptions | None = None
+    retrieval: RetrievalConfig | None = None
 
 
 def _where(table: str, loc: tuple[int | str, ...]) -> str:
@@ -459,6 +495,18 @@ def parse_service_config(
     if "recording" in data:
         table = _table(_Recording, data["recording"], "recording", source)
         recording = RecordingOptions(directory=base / table.directory, redact=table.redact)
+    retrieval = None
+    options = engine.options()
+    if "retrieval" in data:
+        found = _table(_Retrieval, data["retrieval"], "retrieval", source)
+        folder = base / Path(found.folder).expanduser()
+        retrieval = RetrievalConfig(
+            folder=folder,
+            index=base / Path(found.index).expanduser(),
+            collection=found.collection or folder.name,
+            limit=found.limit,
+        )
+        options = replace(options, retrieval_limit=found.limit)
     return ServiceConfig(
         source=source,
         catalog=catalog,
@@ -468,8 +516,9 @@ def parse_service_config(
         model=_model(data["model"], base, source, environment) if "model" in data else None,
         server=ServerConfig(**server.model_dump()),
         api_keys=_api_keys(data.get("auth", {}), source, environment),
-        options=engine.options(),
+        options=options,
         recording=recording,
+        retrieval=retrieval,
     )
 
 
@@ -511,6 +560,21 @@ def build_llm(model: ModelConfig) -> LLM:
     )
 
 
+def open_retriever(config: ServiceConfig) -> Retriever | None:
+    """The retriever ``[retrieval]`` configures (``None`` without the table); a
+    ``ConfigError`` naming the index when it cannot be opened."""
+    if config.retrieval is None:
+        return None
+    from .fts_retriever import RetrievalIndexError
+
+    try:
+        return config.retrieval.retriever()
+    except RetrievalIndexError as error:
+        raise ConfigError(
+            f"{config.source}: [retrieval].index: {error} (aptix index --config {config.source})"
+        ) from None
+
+
 def build_pipeline(
     config: ServiceConfig,
     *,
@@ -520,8 +584,12 @@ def build_pipeline(
     clock: Clock | None = None,
     ids: IdSource | None = None,
     telemetry: Telemetry | None = None,
+    retriever: Retriever | None = None,
 ) -> Pipeline:
     """A ``Pipeline`` on the configuration's catalog, store, model and engine options.
+
+    With ``[retrieval]`` its turns retrieve from that index (``retriever`` overrides
+    it); an index not built yet is a ``ConfigError`` that says to run ``aptix index``.
 
     ``telemetry`` says where spans go (default: the global OpenTelemetry provider).
 
@@ -544,9 +612,12 @@ def build_pipeline(
                     f"{type(error).__name__}: {error}"
                 )
             ) from None
+    if retriever is None and config.retrieval is not None:
+        retriever = open_retriever(config)
     return embedded_pipeline(
         llm=llm,
         store=store,
+        retriever=retriever,
         catalog=config.catalog,
         tools=tools,
         clock=clock,
