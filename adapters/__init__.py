@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .catalog_config import CatalogError, ConfigCatalog
     from .clocks import SteppingClock, SystemClock
     from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store
+    from .fts_retriever import FtsRetriever, RetrievalIndexError, build_index
     from .http_app import ApiKeyAuthenticator, Authenticator, create_app
     from .ids import RandomIds, SequentialIds
     from .memory_store import MemoryStore
@@ -46,6 +47,9 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_STORE_URL": "embedded",
     "embedded_pipeline": "embedded",
     "open_store": "embedded",
+    "FtsRetriever": "fts_retriever",
+    "RetrievalIndexError": "fts_retriever",
+    "build_index": "fts_retriever",
     "ApiKeyAuthenticator": "http_app",
     "Authenticator": "http_app",
     "create_app": "http_app",
@@ -84,11 +88,13 @@ __all__ = [
     "CatalogError",
     "ConfigCatalog",
     "ConfigError",
+    "FtsRetriever",
     "MemoryStore",
     "OpenAICompatibleLLM",
     "PostgresStore",
     "PostgresStoreError",
     "RandomIds",
+    "RetrievalIndexError",
     "SQLiteStore",
     "SchemaVersionError",
     "ScriptError",
@@ -105,6 +111,7 @@ __all__ = [
     "TelemetrySetupError",
     "TurnWrite",
     "TurnWrites",
+    "build_index",
     "configure_tracing",
     "create_app",
     "embedded_pipeline",
