@@ -5,6 +5,7 @@ bad paths, and ``aptix run`` / ``aptix serve`` retrieving from it."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,29 @@ def test_aptix_run_retrieves_with_the_configurations_index(tmp_path: Path) -> No
     assert "aptix index --config aptix.toml" in unindexed.stderr
     assert run.returncode == 0, run.stderr
     assert "retrieval   collection=handbook limit=2 hits=2" in run.stderr
+
+
+def test_the_example_handbook_indexes_and_answers_a_scoped_question(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    shutil.copytree(examples / "knowledge", tmp_path / "knowledge")
+    shutil.copy(examples / "retrieval.toml", tmp_path / "retrieval.toml")
+    request, script = "knowledge/request.json", "knowledge/script.json"
+
+    indexed = _aptix(tmp_path, "index", "--config", "retrieval.toml")
+    run = _aptix(
+        tmp_path,
+        "run",
+        request,
+        "--config",
+        "retrieval.toml",
+        "--llm-script",
+        script,
+        "--store",
+        "memory",
+        "--trace",
+    )
+
+    assert indexed.returncode == 0, indexed.stderr
+    assert "4 added" in indexed.stdout
+    assert run.returncode == 0, run.stderr
+    assert "retrieval   collection=handbook limit=3 conditions=2 hits=3" in run.stderr
