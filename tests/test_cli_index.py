@@ -69,6 +69,7 @@ def test_a_short_run_shows_no_progress_lines(tmp_path: Path) -> None:
     assert (tmp_path / "kb.db").is_file()
 
 
+@pytest.mark.decision("D337", "D340")
 @pytest.mark.parametrize(
     ("retrieval", "config", "message"),
     [

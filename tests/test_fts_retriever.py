@@ -161,6 +161,7 @@ async def test_a_broken_document_fails_the_run_and_leaves_the_index_as_it_was(
     assert found == {"web.md"}
 
 
+@pytest.mark.decision("D343")
 def test_hidden_files_and_other_suffixes_are_not_documents(tmp_path: Path) -> None:
     folder = write_corpus(tmp_path / "docs")
     (folder / ".hidden.md").write_text("deploy\n", encoding="utf-8")
@@ -173,6 +174,7 @@ def test_hidden_files_and_other_suffixes_are_not_documents(tmp_path: Path) -> No
     assert stats.documents == len(CORPUS_IDS)
 
 
+@pytest.mark.decision("D337")
 @pytest.mark.parametrize(
     ("folder", "index", "message"),
     [
