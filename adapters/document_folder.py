@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from aptix_pipeline.contracts import MetadataValue
+from aptix_pipeline.contracts import AptixPipelineError, MetadataValue
 
 __all__ = [
     "DOCUMENT_SUFFIXES",
@@ -55,7 +55,7 @@ _ITEM_LINE = re.compile(r"^\s*-\s+(.*)$")
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
 
 
-class DocumentError(ValueError):
+class DocumentError(AptixPipelineError, ValueError):
     """A document or its metadata cannot be read; the message names the file (and line)."""
 
 

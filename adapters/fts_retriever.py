@@ -32,7 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from aptix_pipeline.contracts import MetadataValue, Passage, PassageSource, RetrievalQuery
+from aptix_pipeline.contracts import (
+    AptixPipelineError,
+    MetadataValue,
+    Passage,
+    PassageSource,
+    RetrievalQuery,
+)
 
 from .document_folder import (
     DocumentError,
@@ -74,7 +80,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(
 """
 
 
-class RetrievalIndexError(ValueError):
+class RetrievalIndexError(AptixPipelineError, ValueError):
     """The index cannot be built or read; the message is one line naming the path."""
 
 
