@@ -190,3 +190,22 @@ def test_the_example_handbook_indexes_and_answers_a_scoped_question(tmp_path: Pa
     assert "4 added" in indexed.stdout
     assert run.returncode == 0, run.stderr
     assert "retrieval   collection=handbook limit=3 conditions=2 hits=3" in run.stderr
+
+
+@pytest.mark.decision("D340")
+def test_aptix_serve_refuses_to_start_before_the_index_is_built(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "docs")
+    (tmp_path / "script.json").write_text('[{"text": "ok"}]', encoding="utf-8")
+    (tmp_path / "aptix.toml").write_text(
+        '[retrieval]\nfolder = "docs"\n[model]\nkind = "scripted"\nscript = "script.json"\n'
+        '[[auth.keys]]\norg = "acme"\nuser = "ana"\n'
+        f'key_sha256 = "{"0" * 64}"\n',
+        encoding="utf-8",
+    )
+
+    run = _aptix(tmp_path, "serve", "--config", "aptix.toml", "--port", "0")
+
+    assert run.returncode == 2
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+    assert "no index here" in run.stderr
+    assert "aptix index --config aptix.toml" in run.stderr
