@@ -40,6 +40,7 @@ from aptix_pipeline.engine import (
     RetrievalRecord,
     RetrievalStarted,
     StateTrace,
+    StreamProgress,
     Telemetry,
     TurnEvent,
 )
@@ -363,3 +364,28 @@ async def test_a_recorded_turn_with_a_retrieval_replays_without_the_retriever(
         assert (content in written) is not redact
     assert outcome.report.trace is not None
     assert outcome.report.trace.retrievals[0].collection == "handbook"
+
+
+@pytest.mark.decision("D338")
+async def test_a_streamed_turn_shows_its_retrieval_as_progress_without_content(
+    handbook: FtsRetriever,
+) -> None:
+    pipeline, _ = _pipeline([text("Run make deploy.")], handbook)
+
+    items = [
+        item.to_json()
+        async for item in pipeline.stream({"Instruction": QUESTION, "RagScope": PLATFORM}, CALLER)
+        if isinstance(item, StreamProgress) and "retrieval" in item.to_json()["kind"]
+    ]
+
+    assert items == [
+        {"kind": "retrieval_started", "collection": "handbook", "limit": 5, "conditions": 1},
+        {
+            "kind": "retrieval",
+            "collection": "handbook",
+            "limit": 5,
+            "conditions": 1,
+            "hits": 1,
+            "error": None,
+        },
+    ]
