@@ -2,7 +2,7 @@
 
 It is the catalog file ``ConfigCatalog`` reads (``[[modes]]``, ``[[server_tools]]``,
 ``[[agents]]``, ``[[conversations]]``; without them the built-in catalog, minus its
-agent's placeholder model name so that ``[model]`` decides), plus six tables of
+agent's placeholder model name so that ``[model]`` decides), plus seven tables of
 its own, each optional:
 
 - ``[store]`` — ``url`` (``memory``, ``sqlite:PATH``, ``postgresql://user@host/db``)
