@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .clocks import SteppingClock, SystemClock
     from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store
     from .file_store import LocalFileStore
+    from .fts_retriever import FtsRetriever, RetrievalIndexError, build_index
     from .http_app import ApiKeyAuthenticator, Authenticator, create_app
     from .ids import RandomIds, SequentialIds
     from .memory_store import MemoryStore
@@ -48,6 +49,9 @@ _EXPORTS: dict[str, str] = {
     "embedded_pipeline": "embedded",
     "open_store": "embedded",
     "LocalFileStore": "file_store",
+    "FtsRetriever": "fts_retriever",
+    "RetrievalIndexError": "fts_retriever",
+    "build_index": "fts_retriever",
     "ApiKeyAuthenticator": "http_app",
     "Authenticator": "http_app",
     "create_app": "http_app",
@@ -86,12 +90,14 @@ __all__ = [
     "CatalogError",
     "ConfigCatalog",
     "ConfigError",
+    "FtsRetriever",
     "LocalFileStore",
     "MemoryStore",
     "OpenAICompatibleLLM",
     "PostgresStore",
     "PostgresStoreError",
     "RandomIds",
+    "RetrievalIndexError",
     "SQLiteStore",
     "SchemaVersionError",
     "ScriptError",
@@ -108,6 +114,7 @@ __all__ = [
     "TelemetrySetupError",
     "TurnWrite",
     "TurnWrites",
+    "build_index",
     "configure_tracing",
     "create_app",
     "embedded_pipeline",

@@ -36,6 +36,9 @@
 - ``aptix sessions list|show`` prints the sessions a store holds, scoped to
   ``--org``/``--user`` (``cli_sessions.py``); ``aptix ui`` serves the turn browser
   page on loopback (``cli_ui.py``, docs/UI.md).
+- ``aptix index --config FILE`` builds or refreshes the retrieval index of the
+  configuration's ``[retrieval]`` folder (``adapters/cli_index.py``,
+  docs/RETRIEVAL.md), progress on stderr. Exit codes: 0 indexed, 2 usage error.
 
 Start-up: this module imports only the standard library at import time. Typer
 and the Typer ``app`` (``cli_app.py``) are built on first use (``main()``, or

@@ -3,6 +3,7 @@
 ``cli.py`` builds it on first use. Each command lives in its own module
 (``cli_validate``, ``cli_run``, ``cli_serve``, ``cli_diagram``, ``cli_replay``,
 ``cli_sessions``, ``cli_ui``),
+``cli_index``),
 which imports Typer and the standard library only: building the app (``aptix
 --help``) loads no engine, and each command imports what it uses when it runs.
 """
@@ -16,6 +17,7 @@ import typer
 from aptix_pipeline import __version__
 
 from .cli_diagram import diagram
+from .cli_index import index
 from .cli_replay import replay
 from .cli_run import run
 from .cli_serve import serve
@@ -50,7 +52,7 @@ def build_app() -> typer.Typer:
         add_completion=False,
     )
     built.callback()(_root)
-    for command in (validate, run, serve, diagram, replay):
+    for command in (validate, run, serve, diagram, replay, index):
         built.command()(command)
     built.add_typer(sessions_app)
     built.command()(ui)

@@ -241,11 +241,13 @@ def _build_pipeline(
 
     from .catalog_config import CatalogError
     from .embedded import embedded_pipeline
+    from .service_config import ConfigError, open_retriever
 
     try:
         return embedded_pipeline(
             llm=llm,
             store=session_store,
+            retriever=open_retriever(service) if service else None,
             catalog=service.catalog if service else None,
             options=service.options if service else None,
             telemetry=Telemetry(tracer_provider=provider),
@@ -255,7 +257,7 @@ def _build_pipeline(
                 else (service.recording if service else None)
             ),
         )
-    except (CatalogError, OSError) as error:
+    except (CatalogError, ConfigError, OSError) as error:
         raise _usage_error(str(error)) from None
 
 

@@ -3,8 +3,8 @@
 Every worker process builds its own app from the same file (``create_app()`` reads
 the path from ``$APTIX_CONFIG``). ``--host``, ``--port``, ``--workers`` and
 ``--access-log`` override ``[server]``. A configuration that cannot serve (no
-``[model]``, no ``[[auth.keys]]``) or a missing ``http`` extra is a usage error
-(exit code 2).
+``[model]``, no ``[[auth.keys]]``, a ``[retrieval]`` index not built) or a missing
+``http`` extra is a usage error (exit code 2).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _refuse(message: str) -> typer.Exit:
 
 def _servable_config(config: Path) -> ServiceConfig:
     """The configuration, loaded; refused without a model or without an API key to serve."""
-    from .service_config import ConfigError, load_service_config
+    from .service_config import ConfigError, load_service_config, open_retriever
 
     try:
         service = load_service_config(config)
@@ -68,6 +68,11 @@ def _servable_config(config: Path) -> ServiceConfig:
         raise _refuse(f"{config}: a [model] table is required to serve")
     if not service.api_keys:
         raise _refuse(f"{config}: no [[auth.keys]]: every request would be refused")
+    try:  # a [retrieval] index not built yet: say so here, not in each worker
+        retriever = open_retriever(service)
+    except ConfigError as error:
+        raise _refuse(str(error)) from None
+    getattr(retriever, "close", lambda: None)()
     return service
 
 

@@ -27,6 +27,7 @@ from aptix_pipeline.contracts import (
     FileStore,
     IdSource,
     ModeCatalog,
+    Retriever,
     SessionStore,
     ToolExecutor,
 )
@@ -148,6 +149,7 @@ def embedded_pipeline(
     runtime: Runtime = "compiled",
     hooks: Hooks | None = None,
     rules: Iterable[HostRule] = (),
+    retriever: Retriever | None = None,
 ) -> Pipeline:
     """A pipeline on the embedded defaults; see the module docstring.
 
@@ -167,7 +169,9 @@ def embedded_pipeline(
     turn (``engine/interceptors.py``);
     ``listeners`` hear every event of every turn (docs/EVENTS.md); ``runtime`` is
     the turn runner (``Pipeline``); ``hooks`` and ``rules`` are the host's hooks and
-    guard rules (``Pipeline``, docs/EXTENDING.md "Hooks and host rules").
+    guard rules (``Pipeline``, docs/EXTENDING.md "Hooks and host rules");
+    ``retriever`` finds passages for each turn's instruction (``FtsRetriever``,
+    docs/RETRIEVAL.md).
     """
     if catalog is None:
         catalog = ConfigCatalog.from_file(config) if config is not None else ConfigCatalog.default()
@@ -187,6 +191,7 @@ def embedded_pipeline(
         ids=ids or RandomIds(),
         tools=executors,
         files=files,
+        retriever=retriever,
     )
     recorders = (Recorder(recording),) if recording is not None else ()
     return Pipeline(

@@ -41,6 +41,10 @@ its own, each optional:
 - ``[ui]`` — the turn browser page (docs/UI.md) mounted in ``aptix serve``:
   ``enabled`` (default false), ``path`` (default ``/ui``) and ``recordings``, the
   folder of recordings it shows (default: ``[recording]``'s directory).
+- ``[retrieval]`` — the SQLite FTS5 retriever (``adapters/fts_retriever.py``,
+  docs/RETRIEVAL.md): ``folder`` (the documents), ``index`` (the index file
+  ``aptix index`` builds; default ``retrieval.db``), ``limit`` (passages per turn,
+  default 5) and ``collection`` (its name on spans; default the folder's name).
 
 The catalog brings the executors of the demo tools it offers
 (``ConfigCatalog(demo_tools=True)``): the CLI and the HTTP service have no other
@@ -59,10 +63,10 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -72,6 +76,7 @@ from aptix_pipeline.contracts import (
     AptixPipelineError,
     Clock,
     IdSource,
+    Retriever,
     SessionStore,
     ToolExecutor,
     scrub_urls,
@@ -91,6 +96,9 @@ from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store, sqlite_t
 from .file_store import MIN_SIGNING_KEY_BYTES, LocalFileStore
 from .scripted_llm import ScriptedLLM, ScriptError
 
+if TYPE_CHECKING:
+    from .fts_retriever import FtsRetriever
+
 __all__ = [
     "DEFAULT_STORE_URL",
     "ApiKey",
@@ -98,6 +106,7 @@ __all__ = [
     "FilesConfig",
     "ModelConfig",
     "OpenAIModelConfig",
+    "RetrievalConfig",
     "ScriptedModelConfig",
     "ServerConfig",
     "ServiceConfig",
@@ -105,12 +114,23 @@ __all__ = [
     "build_llm",
     "build_pipeline",
     "load_service_config",
+    "open_retriever",
     "parse_service_config",
 ]
 
 
 _CATALOG_TABLES = ("modes", "server_tools", "agents", "conversations")
-_SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording", "files", "ui")
+_SERVICE_TABLES = (
+    "store",
+    "model",
+    "server",
+    "auth",
+    "engine",
+    "recording",
+    "files",
+    "ui",
+    "retrieval",
+)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -232,6 +252,13 @@ class _UI(_Table):
     recordings: str | None = Field(default=None, min_length=1)
 
 
+class _Retrieval(_Table):
+    folder: str = Field(min_length=1)
+    index: str = Field(default="retrieval.db", min_length=1)
+    limit: int = Field(default=5, ge=1, le=100)
+    collection: str | None = Field(default=None, min_length=1)
+
+
 # --- the loaded configuration -------------------------------------------------------------------
 
 
@@ -314,6 +341,24 @@ class UIConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RetrievalConfig:
+    """``[retrieval]``: the documents ``folder``, the ``index`` file ``aptix index`` builds
+    from it (both absolute), the ``collection`` name and the passages per turn (``limit``,
+    also ``ServiceConfig.options.retrieval_limit``)."""
+
+    folder: Path
+    index: Path
+    collection: str
+    limit: int = 5
+
+    def retriever(self) -> FtsRetriever:
+        """The retriever on the index; ``RetrievalIndexError`` when it was not built."""
+        from .fts_retriever import FtsRetriever
+
+        return FtsRetriever(self.index, collection=self.collection)
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceConfig:
     """One loaded configuration file; see the module docstring.
 
@@ -333,6 +378,7 @@ class ServiceConfig:
     recording: RecordingOptions | None = None
     files: FilesConfig | None = None
     ui: UIConfig = field(default_factory=UIConfig)
+    retrieval: RetrievalConfig | None = None
 
 
 def _where(table: str, loc: tuple[int | str, ...]) -> str:
@@ -529,6 +575,18 @@ def parse_service_config(
         table = _table(_Recording, data["recording"], "recording", source)
         recording = RecordingOptions(directory=base / table.directory, redact=table.redact)
     ui = _ui(data.get("ui", {}), base, source, recording)
+    retrieval = None
+    options = engine.options()
+    if "retrieval" in data:
+        found = _table(_Retrieval, data["retrieval"], "retrieval", source)
+        folder = base / Path(found.folder).expanduser()
+        retrieval = RetrievalConfig(
+            folder=folder,
+            index=base / Path(found.index).expanduser(),
+            collection=found.collection or folder.name,
+            limit=found.limit,
+        )
+        options = replace(options, retrieval_limit=found.limit)
     return ServiceConfig(
         source=source,
         catalog=catalog,
@@ -538,10 +596,11 @@ def parse_service_config(
         model=_model(data["model"], base, source, environment) if "model" in data else None,
         server=ServerConfig(**server.model_dump()),
         api_keys=_api_keys(data.get("auth", {}), source, environment),
-        options=engine.options(),
+        options=options,
         recording=recording,
         files=_files(data["files"], base, source, environment) if "files" in data else None,
         ui=ui,
+        retrieval=retrieval,
     )
 
 
@@ -605,6 +664,21 @@ def _file_store(files: FilesConfig | None, clock: Clock | None) -> LocalFileStor
     )
 
 
+def open_retriever(config: ServiceConfig) -> Retriever | None:
+    """The retriever ``[retrieval]`` configures (``None`` without the table); a
+    ``ConfigError`` naming the index when it cannot be opened."""
+    if config.retrieval is None:
+        return None
+    from .fts_retriever import RetrievalIndexError
+
+    try:
+        return config.retrieval.retriever()
+    except RetrievalIndexError as error:
+        raise ConfigError(
+            f"{config.source}: [retrieval].index: {error} (aptix index --config {config.source})"
+        ) from None
+
+
 def build_pipeline(
     config: ServiceConfig,
     *,
@@ -614,8 +688,12 @@ def build_pipeline(
     clock: Clock | None = None,
     ids: IdSource | None = None,
     telemetry: Telemetry | None = None,
+    retriever: Retriever | None = None,
 ) -> Pipeline:
     """A ``Pipeline`` on the configuration's catalog, store, model and engine options.
+
+    With ``[retrieval]`` its turns retrieve from that index (``retriever`` overrides
+    it); an index not built yet is a ``ConfigError`` that says to run ``aptix index``.
 
     ``telemetry`` says where spans go (default: the global OpenTelemetry provider).
 
@@ -640,9 +718,12 @@ def build_pipeline(
                     f"{type(error).__name__}: {error}"
                 )
             ) from None
+    if retriever is None and config.retrieval is not None:
+        retriever = open_retriever(config)
     return embedded_pipeline(
         llm=llm,
         store=store,
+        retriever=retriever,
         catalog=config.catalog,
         tools=tools,
         files=_file_store(config.files, clock),

@@ -15,6 +15,8 @@ Sections, in order (``--only`` picks some, comma-separated):
   time to the first text delta (``bench/streaming.py``);
 - ``files`` — a server tool making a 10 KB file, beside the same tool without
   (``bench/tool_files.py``);
+- ``retrieval`` — a turn's cost with an SQLite FTS5 retrieval over 200 documents
+  beside the same turn without, and the time to index them (``bench/retrieval.py``);
 - ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
   work, beside their targets (``bench/scale.py``).
 
@@ -39,6 +41,7 @@ from builders import PATHS, context_after, context_before, request_data
 from images import IMAGE_BYTES, image_rows
 from peers import MISSING, PEERS, peer_versions
 from recording import recording_row
+from retrieval import DOCUMENTS, retrieval_row
 from scale import cli_costs, concurrency_rows, replay_rate, transcript_costs
 from streaming import first_delta_row, streaming_cpu_row
 from streaming_http import first_delta_over_http
@@ -62,6 +65,7 @@ SECTIONS = (
     "images",
     "streaming",
     "files",
+    "retrieval",
     "concurrency",
     "transcript",
     "replay",
@@ -237,6 +241,22 @@ def streaming() -> dict[str, Any]:
     return {"cpu": rows, "first_delta_in_process": first, "first_delta_over_http": over_http}
 
 
+def retrieval() -> dict[str, float]:
+    """A turn with a retrieval beside the same turn without."""
+    print(
+        f"retrieval per turn, SQLite FTS5 over {DOCUMENTS} documents, limit 5, memory store, "
+        "tracing off (µs per turn; x = ratio to no retriever)"
+    )
+    costs = retrieval_row()
+    for name in ("plain", "retrieval", "retrieval, no scope"):
+        print(f"{name:<34}{costs[name]:>13.0f}{costs[name] / costs['plain']:>15.2f}")
+    print(
+        f"  build_index of the {DOCUMENTS} documents: {costs['index ms']:.0f} ms; "
+        f"again, nothing changed: {costs['reindex unchanged ms']:.1f} ms"
+    )
+    return costs
+
+
 def _kb(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -332,6 +352,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "images": images,
     "streaming": streaming,
     "files": files,
+    "retrieval": retrieval,
     "concurrency": concurrency,
     "transcript": transcript,
     "replay": replay,

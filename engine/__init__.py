@@ -33,6 +33,8 @@ from .events import (
     ModelCallStarted,
     ModelFirstChunk,
     ModelTextDelta,
+    RetrievalFinished,
+    RetrievalStarted,
     StepEnded,
     StepStarted,
     ToolCallHandled,
@@ -67,7 +69,14 @@ from .tool_routing import (
     ToolRoutingProblem,
     check_tool_routing,
 )
-from .trace import CheckRecord, FaultRecord, LLMCallRecord, StateTrace, TransitionRecord
+from .trace import (
+    CheckRecord,
+    FaultRecord,
+    LLMCallRecord,
+    RetrievalRecord,
+    StateTrace,
+    TransitionRecord,
+)
 
 if TYPE_CHECKING:
     from .diagram import (
@@ -115,6 +124,9 @@ __all__ = [
     "Pipeline",
     "Proceed",
     "RequestInput",
+    "RetrievalFinished",
+    "RetrievalRecord",
+    "RetrievalStarted",
     "Runtime",
     "StateTrace",
     "StepEnded",

@@ -3,11 +3,11 @@
 The runner emits what the machine does (a step starts, a guard or exit hook ran, a
 transition was taken, a fault); the steps report what they do through the
 ``TurnObserver`` port (``steps/observer.py``), which ``StepReporter`` turns into
-events (a model call started, retried, finished; a tool executed; a tool call's
-verdict; a mode change; a warning). The ``StateTrace`` (``engine/trace.py``) and
-the OpenTelemetry spans (``engine/telemetry.py``) are two subscribers of this
-stream; a host adds its own with ``Pipeline(listeners=[...])`` (DESIGN.md "One
-event stream", STYLE.md "Cross-cutting work listens").
+events (a model call started, retried, finished; a retrieval started, finished; a
+tool executed; a tool call's verdict; a mode change; a warning). The ``StateTrace``
+(``engine/trace.py``) and the OpenTelemetry spans (``engine/telemetry.py``) are two
+subscribers of this stream; a host adds its own with ``Pipeline(listeners=[...])``
+(DESIGN.md "One event stream", STYLE.md "Cross-cutting work listens").
 
 What an event holds:
 
@@ -15,7 +15,8 @@ What an event holds:
   shared by concurrent turns can tell them apart;
 - no user content unless the pipeline captures content (``Telemetry(capture_content=
   True)``): the fields that hold it (``ModelCallStarted.request``,
-  ``ModelCallFinished.reply``, ``ToolExecutionStarted.arguments``,
+  ``ModelCallFinished.reply``, ``RetrievalStarted.query``,
+  ``RetrievalFinished.passages``, ``ToolExecutionStarted.arguments``,
   ``ToolExecuted.result_json``, ``ModeChanged``'s reason, ``TurnFinished.context``)
   are ``None`` otherwise. ``TurnFinished.result`` is the exception: it is the
   ``InvokeResult`` the host is handed anyway.
@@ -51,7 +52,9 @@ from aptix_pipeline.contracts import (
     InvokeWarning,
     LLMReply,
     LLMRequest,
+    Passage,
     PipelineContext,
+    RetrievalQuery,
     ToolCall,
     ToolDefinition,
     Usage,
@@ -60,7 +63,14 @@ from aptix_pipeline.contracts import (
 from aptix_pipeline.steps import ModeChange, RejectionKind, ToolCallFate, ToolCallRecord
 from aptix_pipeline.validators import utf8_text
 
-from .trace import CheckRecord, FaultRecord, LLMCallRecord, TraceEntry, TransitionRecord
+from .trace import (
+    CheckRecord,
+    FaultRecord,
+    LLMCallRecord,
+    RetrievalRecord,
+    TraceEntry,
+    TransitionRecord,
+)
 
 __all__ = [
     "CheckRan",
@@ -72,6 +82,8 @@ __all__ = [
     "ModelCallStarted",
     "ModelFirstChunk",
     "ModelTextDelta",
+    "RetrievalFinished",
+    "RetrievalStarted",
     "StepEnded",
     "StepReporter",
     "StepStarted",
@@ -222,6 +234,34 @@ class ModelTextDelta(TurnEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class RetrievalStarted(TurnEvent):
+    """A call of the ``Retriever`` port begins (AGN-034 §4.4, ``steps/retrieval.py``).
+
+    ``conditions`` counts the RAG scope conditions; ``query`` (the instruction and
+    the conditions) only with content capture.
+    """
+
+    collection: str
+    limit: int
+    conditions: int
+    query: RetrievalQuery | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalFinished(TurnEvent):
+    """A retrieval ended: ``retrieval`` is its trace entry (``retrieval.error`` when it
+    failed); ``passages`` what the prompt got, only with content capture; ``exception``
+    what the retriever raised, when it raised (its message may quote user content).
+    """
+
+    trace_entry: ClassVar[str] = "retrieval"
+
+    retrieval: RetrievalRecord
+    passages: tuple[Passage, ...] | None = None
+    exception: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ToolExecutionStarted(TurnEvent):
     """A server-side tool starts (AGN-011 §5, DESIGN.md R5); ``arguments`` with capture only."""
 
@@ -336,6 +376,8 @@ _EVENT_TYPES: tuple[type[TurnEvent], ...] = (
     ModelCallFinished,
     ModelFirstChunk,
     ModelTextDelta,
+    RetrievalStarted,
+    RetrievalFinished,
     ToolExecutionStarted,
     ToolExecuted,
     ToolCallHandled,
@@ -715,6 +757,47 @@ class _ToolRun:
         self.exception = exception
 
 
+class _Retrieval:
+    """One retrieval: the ``RetrievalObservation``, and its context manager.
+
+    Entering emits ``RetrievalStarted``; leaving, however it ended, ``RetrievalFinished``.
+    """
+
+    __slots__ = ("_collection", "_query", "_reporter", "passages")
+
+    def __init__(self, reporter: StepReporter, collection: str, query: RetrievalQuery) -> None:
+        self._reporter, self._collection, self._query = reporter, collection, query
+        self.passages: tuple[Passage, ...] = ()
+
+    def __enter__(self) -> _Retrieval:
+        reporter, query = self._reporter, self._query
+        shown = query if reporter.capture_content else None
+        reporter.emit(
+            RetrievalStarted(
+                reporter.run_id, self._collection, query.limit, len(query.conditions), shown
+            )
+        )
+        return self
+
+    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
+        reporter, query, passages = self._reporter, self._query, self.passages
+        raised = None if error is None else error.__cause__  # the port's own error
+        capture = reporter.capture_content
+        record = RetrievalRecord(
+            collection=self._collection,
+            limit=query.limit,
+            conditions=len(query.conditions),
+            hits=len(passages),
+            error=None if error is None else type(raised or error).__name__,
+            document_ids=tuple(p.source.document_id for p in passages) if capture else None,
+        )
+        shown = passages if capture else None
+        reporter.emit(RetrievalFinished(reporter.run_id, record, shown, raised))
+
+    def found(self, passages: Sequence[Passage]) -> None:
+        self.passages = tuple(passages)
+
+
 class StepReporter:
     """The ``TurnObserver`` the engine gives each turn: what the steps report, as events."""
 
@@ -753,6 +836,10 @@ class StepReporter:
         ``streamed`` when the model is asked to stream."""
         self.rounds += 1
         return _ModelCall(self, request, self.rounds, streamed)
+
+    def retrieval(self, collection: str, query: RetrievalQuery) -> _Retrieval:
+        """One retrieval: ``RetrievalStarted``, then ``RetrievalFinished`` however it ends."""
+        return _Retrieval(self, collection, query)
 
     def tool_execution(self, call: ToolCall, tool: ToolDefinition, arguments: Any) -> _ToolRun:
         """One server-side tool execution: ``ToolExecutionStarted``, then ``ToolExecuted``."""

@@ -45,6 +45,8 @@ from .events import (
     ModelCallStarted,
     ModelFirstChunk,
     ModelTextDelta,
+    RetrievalFinished,
+    RetrievalStarted,
     StepEnded,
     StepStarted,
     ToolCallHandled,
@@ -79,6 +81,8 @@ PROGRESS_EVENTS: Final[frozenset[type[TurnEvent]]] = frozenset(
         ModelCallRetried,
         ModelFirstChunk,
         ModelCallFinished,
+        RetrievalStarted,
+        RetrievalFinished,
         ToolExecutionStarted,
         ToolExecuted,
         ToolCallHandled,
@@ -130,6 +134,13 @@ def progress_json(event: TurnEvent) -> dict[str, Any]:
         }
     if isinstance(event, ModelFirstChunk):
         return {"kind": "model_first_chunk", "round": event.round}
+    if isinstance(event, RetrievalStarted):
+        return {
+            "kind": "retrieval_started",
+            "collection": event.collection,
+            "limit": event.limit,
+            "conditions": event.conditions,
+        }
     if isinstance(event, ToolExecutionStarted):
         data: dict[str, Any] = {
             "kind": "tool_started",

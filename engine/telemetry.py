@@ -18,6 +18,13 @@ steps do into spans that follow the OpenTelemetry GenAI semantic conventions
   also has ``gen_ai.request.stream`` (true) and
   ``gen_ai.response.time_to_first_chunk``: the seconds from the call's start to its
   first chunk (``ModelFirstChunk``), retries before it included.
+- ``retrieval {collection}`` (CLIENT), per call of the ``Retriever`` port (AGN-034
+  §4.4): ``gen_ai.operation.name`` ``retrieval``, ``gen_ai.data_source.id`` (the
+  collection), ``gen_ai.retrieval.top_k`` (the limit), ``aptix.retrieval.hits`` and
+  ``aptix.retrieval.conditions`` (how many RAG scope conditions; never their keys
+  or values); its start and end are the retrieval's timing. With content capture,
+  ``gen_ai.retrieval.query.text`` (the instruction) and ``gen_ai.retrieval.documents``
+  (each passage's document id, score and text).
 - ``execute_tool {tool}`` (INTERNAL), per server-side tool execution:
   ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type``.
 
@@ -101,6 +108,8 @@ from .events import (
     ModelCallRetried,
     ModelCallStarted,
     ModelFirstChunk,
+    RetrievalFinished,
+    RetrievalStarted,
     StepEnded,
     StepStarted,
     ToolCallHandled,
@@ -345,6 +354,7 @@ class SpanBuilder:
         "_chat_began",
         "_exceptions",
         "_messages",
+        "_retrieval",
         "_step",
         "_step_attributes",
         "_step_failed_rules",
@@ -368,6 +378,7 @@ class SpanBuilder:
         self._chat: _Open | None = None
         self._chat_began = 0.0
         self._tool: _Open | None = None
+        self._retrieval: _Open | None = None
         self._step_failed_rules: set[str] = set()
         # What a step learns while it runs goes on its span in one call when it ends:
         # the SDK's per-call cost, not the attributes, dominated.
@@ -392,7 +403,7 @@ class SpanBuilder:
         It runs after the turn ended, so a span that fails to end is logged, never
         raised (docs/CONFORMANCE.md D160).
         """
-        for name in ("_tool", "_chat", "_step", "_turn"):
+        for name in ("_tool", "_retrieval", "_chat", "_step", "_turn"):
             opened: _Open | None = getattr(self, name)
             if opened is not None:
                 setattr(self, name, None)
@@ -660,6 +671,39 @@ class SpanBuilder:
             self._exception(span, event.exception)
         opened.close()
 
+    # --- retrievals -------------------------------------------------------------------
+
+    def _retrieval_started(self, event: RetrievalStarted) -> None:
+        attributes: dict[str, Any] = {
+            OPERATION: "retrieval",
+            "gen_ai.data_source.id": event.collection,
+            "gen_ai.retrieval.top_k": event.limit,
+            "aptix.retrieval.conditions": event.conditions,
+        }
+        if event.query is not None:
+            attributes["gen_ai.retrieval.query.text"] = event.query.instruction
+        self._retrieval = self._open(f"retrieval {event.collection}", SpanKind.CLIENT, attributes)
+
+    def _retrieval_finished(self, event: RetrievalFinished) -> None:
+        opened = self._retrieval
+        if opened is None:
+            return
+        self._retrieval = None
+        span, record = opened.span, event.retrieval
+        span.set_attribute("aptix.retrieval.hits", record.hits)
+        if event.passages is not None:
+            documents = [
+                {"id": p.source.document_id, "score": p.score, "content": p.text}
+                for p in event.passages
+            ]
+            span.set_attribute("gen_ai.retrieval.documents", json.dumps(documents))
+        if record.error is not None:
+            span.set_attribute(ERROR_TYPE, record.error)
+            span.set_status(Status(StatusCode.ERROR, record.error))
+        if event.exception is not None:
+            self._exception(span, event.exception)
+        opened.close()
+
     # --- tools, mode changes, warnings -----------------------------------------------
 
     def _tool_started(self, event: ToolExecutionStarted) -> None:
@@ -758,6 +802,8 @@ _SPAN_HANDLERS: dict[type[TurnEvent], Callable[[SpanBuilder, Any], None]] = {
     ModelCallRetried: SpanBuilder._chat_retried,
     ModelFirstChunk: SpanBuilder._chat_first_chunk,
     ModelCallFinished: SpanBuilder._chat_finished,
+    RetrievalStarted: SpanBuilder._retrieval_started,
+    RetrievalFinished: SpanBuilder._retrieval_finished,
     ToolExecutionStarted: SpanBuilder._tool_started,
     ToolExecuted: SpanBuilder._tool_finished,
     ToolCallHandled: SpanBuilder._tool_call,

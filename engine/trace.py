@@ -2,7 +2,8 @@
 
 A trace lists, in the order they happened, each transition the machine took
 (step, from, to), each guard (PRE) and exit hook (POST) with the rule ids it
-checked and those that failed (AGN-036 §4), each model call, each tool call and
+checked and those that failed (AGN-036 §4), each retrieval (AGN-034 §4.4), each
+model call, each tool call and
 what became of it (server or client, the container design's verdict), each mode
 change (AGN-011 §5.2), each warning, and the fault that ended a failed turn;
 then the outcome and its error codes.
@@ -32,6 +33,7 @@ __all__ = [
     "CheckRecord",
     "FaultRecord",
     "LLMCallRecord",
+    "RetrievalRecord",
     "StateTrace",
     "TraceEntry",
     "TransitionRecord",
@@ -103,6 +105,25 @@ class LLMCallRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RetrievalRecord:
+    """One call of the ``Retriever`` port (AGN-034 §4.4, ``steps/retrieval.py``).
+
+    ``collection`` names what the retriever searches; ``limit`` is the most passages
+    asked for; ``conditions`` counts the RAG scope conditions (their keys and values
+    are user content); ``hits`` counts the passages the prompt got; ``error`` is the
+    exception class of a retrieval that failed (the turn then faults).
+    ``document_ids`` are the passages' sources, only when content capture is on.
+    """
+
+    collection: str
+    limit: int
+    conditions: int
+    hits: int = 0
+    error: str | None = None
+    document_ids: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FaultRecord:
     """What ended a failed turn: the step (or transition) and the errors' codes and rules."""
 
@@ -115,6 +136,7 @@ TraceEntry = (
     TransitionRecord
     | CheckRecord
     | LLMCallRecord
+    | RetrievalRecord
     | ToolCallRecord
     | ModeChange
     | InvokeWarning
@@ -156,6 +178,18 @@ def entry_to_dict(entry: TraceEntry) -> dict[str, Any]:
         if entry.text is not None:
             data["text"] = entry.text
         return data
+    if isinstance(entry, RetrievalRecord):
+        retrieval: dict[str, Any] = {
+            "kind": "retrieval",
+            "collection": entry.collection,
+            "limit": entry.limit,
+            "conditions": entry.conditions,
+            "hits": entry.hits,
+            "error": entry.error,
+        }
+        if entry.document_ids is not None:
+            retrieval["document_ids"] = list(entry.document_ids)
+        return retrieval
     if isinstance(entry, ToolCallRecord):
         return {
             "kind": "tool_call",
@@ -220,6 +254,16 @@ def entry_from_dict(data: Mapping[str, Any]) -> TraceEntry:
             error=data["error"],
             text=data.get("text"),
         )
+    if kind == "retrieval":
+        ids = data.get("document_ids")
+        return RetrievalRecord(
+            data["collection"],
+            data["limit"],
+            data["conditions"],
+            data["hits"],
+            data["error"],
+            None if ids is None else tuple(ids),
+        )
     if kind == "tool_call":
         return ToolCallRecord(
             data["id"],
@@ -277,6 +321,11 @@ class StateTrace:
     def llm_calls(self) -> tuple[LLMCallRecord, ...]:
         """The model calls, in order."""
         return tuple(e for e in self.entries if isinstance(e, LLMCallRecord))
+
+    @property
+    def retrievals(self) -> tuple[RetrievalRecord, ...]:
+        """The retrievals, in order."""
+        return tuple(e for e in self.entries if isinstance(e, RetrievalRecord))
 
     @property
     def tool_calls(self) -> tuple[ToolCallRecord, ...]:

@@ -42,6 +42,7 @@ from .prompt_content_provider_initializer import prompt_content_provider_initial
 from .reasoner import reasoner
 from .request_handler import request_handler
 from .response_builder import response_builder
+from .retrieval import RETRIEVED_CONTEXT_LABEL, collection_of
 from .scope import (
     MAX_IDEMPOTENCY_TTL_SECONDS,
     TRANSCRIPT_POLICIES,
@@ -57,6 +58,7 @@ from .tool_records import ModeChange, RejectionKind, ToolCallFate, ToolCallRecor
 __all__ = [
     "AGENT_CHANGE_MODE",
     "MAX_IDEMPOTENCY_TTL_SECONDS",
+    "RETRIEVED_CONTEXT_LABEL",
     "SHORT_ERROR_CHARS",
     "STEP_FUNCTIONS",
     "TOOL_ERROR_DETAILS",
@@ -81,6 +83,7 @@ __all__ = [
     "TranscriptPolicy",
     "TurnScope",
     "check_round_limit",
+    "collection_of",
     "complete_turn",
     "described",
     "error_text",

@@ -1,4 +1,5 @@
-"""What a turn tells its observer: model calls, tool executions, tool verdicts, mode changes.
+"""What a turn tells its observer: model calls, retrievals, tool executions, tool verdicts,
+mode changes.
 
 The steps report what they do through ``scope.observer`` so the engine can keep a
 deterministic state trace and emit OpenTelemetry spans from one stream of facts
@@ -11,7 +12,7 @@ gives it another, so a step can be run and tested alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
@@ -19,13 +20,21 @@ from aptix_pipeline.contracts import (
     InvokeWarning,
     LLMReply,
     LLMRequest,
+    Passage,
+    RetrievalQuery,
     ToolCall,
     ToolDefinition,
 )
 
 from .tool_records import ModeChange, RejectionKind, ToolCallFate, ToolCallRecord
 
-__all__ = ["LLMCallObservation", "NullObserver", "ToolObservation", "TurnObserver"]
+__all__ = [
+    "LLMCallObservation",
+    "NullObserver",
+    "RetrievalObservation",
+    "ToolObservation",
+    "TurnObserver",
+]
 
 
 class LLMCallObservation(Protocol):
@@ -73,6 +82,14 @@ class ToolObservation(Protocol):
         ...
 
 
+class RetrievalObservation(Protocol):
+    """One call of the ``Retriever`` port in progress (AGN-034 §4.4)."""
+
+    def found(self, passages: Sequence[Passage]) -> None:
+        """The retriever answered with ``passages`` (those the prompt gets)."""
+        ...
+
+
 class TurnObserver(Protocol):
     """The port the steps report through; see the module docstring.
 
@@ -96,6 +113,12 @@ class TurnObserver(Protocol):
         self, call: ToolCall, tool: ToolDefinition, arguments: Any
     ) -> AbstractContextManager[ToolObservation]:
         """Around one server-side tool execution (AGN-011 §5, DESIGN.md R5)."""
+        ...
+
+    def retrieval(
+        self, collection: str, query: RetrievalQuery
+    ) -> AbstractContextManager[RetrievalObservation]:
+        """Around one call of the ``Retriever`` port (AGN-034 §4.4, ``steps/retrieval.py``)."""
         ...
 
     def tool_call(
@@ -138,6 +161,9 @@ class _NullCall:
     ) -> None:
         return None
 
+    def found(self, passages: Sequence[Passage]) -> None:
+        return None
+
 
 _NULL_CALL = _NullCall()
 
@@ -158,6 +184,11 @@ class NullObserver:
     def tool_execution(
         self, call: ToolCall, tool: ToolDefinition, arguments: Any
     ) -> Iterator[ToolObservation]:
+        """Nothing to observe."""
+        yield _NULL_CALL
+
+    @contextmanager
+    def retrieval(self, collection: str, query: RetrievalQuery) -> Iterator[RetrievalObservation]:
         """Nothing to observe."""
         yield _NULL_CALL
 

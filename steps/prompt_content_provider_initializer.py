@@ -17,6 +17,9 @@ the images, so a continuation or a later turn in a mode with vision shows them.
 
 A transcript longer than ``PipelineOptions.max_transcript_messages`` is cut or
 refused by ``transcript_policy`` (``DESIGN/limits/transcript-size``).
+
+The passages a retriever finds for the instruction go before the user's message
+(``steps/retrieval.py``, AGN-034 §4.4).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from aptix_pipeline.contracts import (
 from aptix_pipeline.validators import TRANSCRIPT_SIZE, is_image_type
 
 from .faults import StepFaultError
+from .retrieval import retrieved_messages
 from .scope import TurnScope
 
 __all__ = ["prompt_content_provider_initializer", "user_message"]
@@ -190,7 +194,7 @@ async def prompt_content_provider_initializer(scope: TurnScope) -> None:
             for result in ctx.tool_call_manifest.tool_call_results
         ]
     elif scope.request is not None:
-        added = [user_message(scope.request)]
+        added = [*await retrieved_messages(scope), user_message(scope.request)]
     else:
         added = []
     scope.messages = await _as_the_model_sees(

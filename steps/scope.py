@@ -26,6 +26,7 @@ from aptix_pipeline.contracts import (
     InvokeWarning,
     ModeCatalog,
     PipelineContext,
+    Retriever,
     SessionStore,
     SessionTransaction,
     ToolCall,
@@ -66,6 +67,8 @@ class Ports:
     Catalog decides which server tools a mode advertises (AGN-011 §4.2).
     ``files`` keeps the files server tools return (``contracts/files.py``); without
     one, a tool that returns files fails (docs/FILES.md).
+    ``retriever`` finds passages for a turn's instruction and RAG scope (AGN-034
+    §4.4, docs/RETRIEVAL.md); without one the scope reaches the model as text.
     """
 
     store: SessionStore
@@ -76,6 +79,7 @@ class Ports:
     ids: IdSource
     tools: Mapping[str, ToolExecutor] = field(default_factory=dict)
     files: FileStore | None = None
+    retriever: Retriever | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,9 @@ class PipelineOptions:
       with the same idempotency key, is answered from it without running again
       (docs/CONFORMANCE.md D181-D185). ``None`` keeps answers for good.
 
+    - ``retrieval_limit``: the most passages a turn asks its retriever for
+      (default 5; docs/RETRIEVAL.md).
+
     Failures (docs/EXTENDING.md "Hooks and host rules"):
 
     - ``tool_error_detail``: how much of a failing server tool's exception its
@@ -151,6 +158,7 @@ class PipelineOptions:
     max_total_image_bytes: int = 20 * 1024 * 1024
     idempotency_ttl_seconds: float | None = 86_400.0
     tool_error_detail: ToolErrorDetail = "short"
+    retrieval_limit: int = 5
 
     def __post_init__(self) -> None:
         if min(self.max_input_artifacts, self.max_clipboard_images, self.max_tool_results) < 0:
@@ -182,6 +190,8 @@ class PipelineOptions:
             )
         if self.max_model_reply_chars < 1:
             raise ValueError("max_model_reply_chars must be 1 or more")
+        if self.retrieval_limit < 1:
+            raise ValueError("retrieval_limit must be 1 or more")
         if self.max_transcript_messages < 1:
             raise ValueError("max_transcript_messages must be 1 or more")
         if self.transcript_policy not in TRANSCRIPT_POLICIES:

@@ -87,4 +87,13 @@ def test_the_root_help_lists_every_command() -> None:
     shown = _shown_help()
 
     assert [command for command in _COMMANDS if command not in shown] == []
-    assert set(_COMMANDS) == {"validate", "run", "serve", "diagram", "replay", "sessions", "ui"}
+    assert set(_COMMANDS) == {
+        "validate",
+        "run",
+        "serve",
+        "diagram",
+        "replay",
+        "sessions",
+        "ui",
+        "index",
+    }

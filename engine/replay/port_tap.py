@@ -2,7 +2,8 @@
 
 ``tap_ports(tap, ports)`` wraps each port of a turn (the store and its
 transaction, both catalogs, the LLM, every server tool, the file store, the
-clock and the id source) so that each call reaches ``tap`` as *(port, call, arguments)* before
+retriever, the clock and the id source) so that each call reaches ``tap`` as
+*(port, call, arguments)* before
 anything else happens. A ``RecordingTap`` (``recorder.py``) passes the
 call on to the real port and writes down its answer; a ``ReplayTap``
 (``replayer.py``) never calls a real port: it checks the call against the
@@ -42,7 +43,10 @@ from aptix_pipeline.contracts import (
     LLMRequest,
     ModeHistoryEntry,
     ModeSpec,
+    Passage,
     ReplyChunk,
+    RetrievalQuery,
+    Retriever,
     Session,
     StoredFile,
     StoredOutcome,
@@ -55,7 +59,7 @@ from aptix_pipeline.contracts import (
 )
 from aptix_pipeline.engine.events import TurnFaulted
 from aptix_pipeline.engine.telemetry import provider_name_of
-from aptix_pipeline.steps import Ports
+from aptix_pipeline.steps import Ports, collection_of
 
 from .live import LivePorts
 
@@ -67,6 +71,7 @@ __all__ = [
     "TappedIds",
     "TappedLLM",
     "TappedModeCatalog",
+    "TappedRetriever",
     "TappedStore",
     "TappedStreamingLLM",
     "TappedTool",
@@ -81,6 +86,7 @@ STORE, TRANSACTION = "SessionStore", "SessionTransaction"
 MODES, AGENTS = "ModeCatalog", "AgentCatalog"
 LLM_PORT, TOOLS, CLOCK, IDS = "LLM", "ToolExecutor", "Clock", "IdSource"
 FILES = "FileStore"
+RETRIEVER = "Retriever"
 STREAM = "stream"
 """The call name of a streamed model call (``LLM.stream``)."""
 
@@ -100,6 +106,7 @@ _REPLY: TypeAdapter[LLMReply] = TypeAdapter(LLMReply)
 _TEXT: TypeAdapter[str] = TypeAdapter(str)
 _TOOL_ANSWER: TypeAdapter[str | ToolOutput] = TypeAdapter(str | ToolOutput)
 _STORED_FILE: TypeAdapter[StoredFile] = TypeAdapter(StoredFile)
+_PASSAGES: TypeAdapter[list[Passage]] = TypeAdapter(list[Passage])
 _TIME: TypeAdapter[datetime] = TypeAdapter(datetime)
 
 
@@ -369,6 +376,40 @@ class TappedFileStore:
         return await self._tap.acall(self._target, FILES, "put", _STORED_FILE, {"file": file})
 
 
+class _CollectionCall:
+    """The real retriever, called with the tapped call's arguments (collection, query)."""
+
+    def __init__(self, retriever: Retriever) -> None:
+        self._retriever = retriever
+
+    async def retrieve(self, collection: str, query: RetrievalQuery) -> Sequence[Passage]:
+        return await self._retriever.retrieve(query)
+
+
+class TappedRetriever:
+    """A ``Retriever`` whose calls go through the tap.
+
+    The call's arguments hold the ``collection`` beside the query: a replay has no
+    retriever of its own, and takes the collection its trace names from there.
+    """
+
+    def __init__(self, tap: PortTap, target: Retriever | None, collection: str) -> None:
+        self._tap = tap
+        self._target = None if target is None else _CollectionCall(target)
+        self.collection = collection
+
+    async def retrieve(self, query: RetrievalQuery) -> list[Passage]:
+        """See ``Retriever``."""
+        return await self._tap.acall(
+            self._target,
+            RETRIEVER,
+            "retrieve",
+            _PASSAGES,
+            {"collection": self.collection, "query": query},
+            method="retrieve",
+        )
+
+
 class TappedClock:
     """A ``Clock`` whose readings go through the tap."""
 
@@ -400,6 +441,7 @@ def tap_ports(
     provider_name: str | None = None,
     streaming: bool = False,
     live: LivePorts | None = None,
+    retriever: str | None = None,
 ) -> Ports:
     """Ports for one turn whose every call goes through ``tap``.
 
@@ -409,7 +451,8 @@ def tap_ports(
     host had (the live ones join them), ``file_store`` whether it had a
     ``FileStore``, and ``streaming`` says whether the
     recorded model streamed — a live model that cannot stream is then asked to
-    ``complete``, which the replay names as another call.
+    ``complete``, which the replay names as another call; ``retriever`` is the
+    collection of the recorded retriever (``None``: the turn had none).
     """
     tools: Mapping[str, ToolExecutor | None]
     if ports is None:
@@ -425,6 +468,8 @@ def tap_ports(
         clock, ids = ports.clock, ports.ids
         files = None if ports.files is None else TappedFileStore(tap, ports.files)
         streaming = isinstance(llm, StreamingLLM)
+        retriever = None if ports.retriever is None else collection_of(ports.retriever)
+    target = ports.retriever if ports is not None else None
     tapped_llm = (TappedStreamingLLM if streaming else TappedLLM)(tap, llm, provider_name)
     return Ports(
         store=TappedStore(tap, store),
@@ -435,4 +480,5 @@ def tap_ports(
         ids=TappedIds(tap, ids),
         tools={name: TappedTool(tap, name, executor) for name, executor in tools.items()},
         files=files,
+        retriever=None if retriever is None else TappedRetriever(tap, target, retriever),
     )

@@ -391,6 +391,25 @@ _REQUEST = _Fields(
 )
 """The AGN-034 request, field by field (AGN-034 §4, §5); unknown fields are content."""
 
+_RETRIEVER_ARGS = _Fields(
+    {
+        "collection": None,
+        "query": _Fields(
+            {
+                "Instruction": _TEXT,
+                "Conditions": _REQUEST.fields["RagScope"],
+                "Limit": None,
+            }
+        ),
+    }
+)
+"""A ``Retriever.retrieve`` call's arguments: the query is the request's instruction and
+RAG scope, redacted as the request's are (a replay builds it from the redacted request);
+the collection and the limit are configuration."""
+_PASSAGES = _Fields({"Text": _TEXT, "Score": None, "Source": _Fields({}, _CONTENT)})
+"""A retriever's passages: their text and their source (document id, title, path,
+metadata) are content; the score stays."""
+
 
 class _Recorded(_Rule):
     """The engine's own records (port call arguments and answers, the trace, the result).
@@ -532,6 +551,13 @@ class Redactor:
         (which goes back to the model), are content — but for the ``mode`` and
         ``branch`` a host's own ``agent_change_mode`` answers with.
         """
+        if port == "Retriever":
+            said = None if error is None else type(error)(error.type, REDACTED, error.classes)
+            return {
+                "args": _redacted(dict(args), _RETRIEVER_ARGS),
+                "answer": _redacted(answer, _PASSAGES),
+                "error": said,
+            }
         if port != "ToolExecutor":
             return {"args": self.value(dict(args)), "answer": self.value(answer), "error": error}
         arguments = self._recorded.arguments(call)

@@ -71,7 +71,16 @@ from aptix_pipeline.steps import StepFaultError, StepFunction
 from aptix_pipeline.validators import utf8_text
 
 from .live import LivePorts
-from .port_tap import FILES, LLM_PORT, STORE, STREAM, TRANSACTION, decode_answer, tap_ports
+from .port_tap import (
+    FILES,
+    LLM_PORT,
+    RETRIEVER,
+    STORE,
+    STREAM,
+    TRANSACTION,
+    decode_answer,
+    tap_ports,
+)
 from .recorder import StepFollower
 from .recording import TurnRecording
 from .records import PortCall, RecordedError
@@ -838,6 +847,11 @@ async def replay(
     stop = TurnStop() if recording.stopped_after_call is not None else None
     tap = ReplayTap(recording, stop)
     streamed = any(call.port == LLM_PORT and call.call == STREAM for call in recording.calls)
+    # A turn that asked a retriever names its collection in the call (``TappedRetriever``).
+    retriever = next(
+        (str(call.args["collection"]) for call in recording.calls if call.port == RETRIEVER),
+        None,
+    )
     # No waits and no turn deadline: a replay answers from the recording, off the clock.
     options = replace(
         recording.pipeline_options(),
@@ -856,6 +870,7 @@ async def replay(
         provider_name=recording.provider_name,
         streaming=streamed,
         live=ports,
+        retriever=retriever,
     )
     pipeline = Pipeline(tapped, options, steps=steps, telemetry=telemetry)
     request = recording.request_input()
