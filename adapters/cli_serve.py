@@ -46,6 +46,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve POST /v1/agent/execute over HTTP (uvicorn) with the configuration's model and store."""
+    _need_http_extra()
     service = _servable_config(config)
     _run_uvicorn(config, service, host=host, port=port, workers=workers, access_log=access_log)
 
@@ -54,6 +55,15 @@ def _refuse(message: str) -> typer.Exit:
     """Say what is wrong on stderr; the exit (code 2) to raise."""
     typer.echo(f"aptix serve: {message}", err=True)
     return typer.Exit(2)
+
+
+def _need_http_extra() -> None:
+    """Refuse in one line, naming the extra, when FastAPI or uvicorn is not installed."""
+    from importlib.util import find_spec
+
+    missing = [name for name in ("fastapi", "uvicorn") if find_spec(name) is None]
+    if missing:
+        raise _refuse(f"needs {missing[0]}: pip install 'aptix-pipeline[http]'")
 
 
 def _servable_config(config: Path) -> ServiceConfig:
@@ -87,7 +97,7 @@ def _run_uvicorn(
 
         from . import http_app, http_protocol
     except ImportError as error:
-        raise _refuse(f"{error}; install aptix-pipeline[http]") from None
+        raise _refuse(f"{error}: pip install 'aptix-pipeline[http]'") from None
     # Every worker process builds its own app from the same file (create_app()).
     os.environ[http_app.CONFIG_ENV] = str(config.resolve())
     uvicorn.run(
