@@ -23,7 +23,9 @@ The caller's identity comes from an ``Authenticator`` (default
 ``Authorization: Bearer KEY`` or ``X-API-Key``). No key or a wrong one is a 401
 and the pipeline never runs; a body over ``max_body_bytes`` is a 413, refused
 from ``Content-Length`` before any of it is read and counted while it streams.
-Failures the engine never saw (401, 413) answer ``{"error": ..., "message": ...}``.
+Every other error — 401, 404, 405, 413, 415, 422, 500, 503 — answers the same
+``InvokeResult`` envelope with its own ``Code`` (``http_errors.py``), never
+FastAPI's ``{"detail": ...}``.
 
 ``create_app(config)`` opens the configured store and model when the app starts
 and closes them when it stops (lifespan). Slow clients are cut off by the
@@ -58,6 +60,7 @@ from aptix_pipeline import __version__
 from aptix_pipeline.engine import Pipeline, Telemetry
 
 from .http_auth import ApiKeyAuthenticator, Authenticator
+from .http_errors import install_error_handlers
 from .http_execute import (
     EXECUTE_PATH,
     IDEMPOTENCY_KEY_HEADER,
@@ -128,6 +131,7 @@ def create_app(
         lifespan=_lifespan(config, service),
     )
     add_routes(app, service)
+    install_error_handlers(app)
     use_wire_schemas(app)
     app.add_middleware(_ExecuteFastPath, service=service)
     return app

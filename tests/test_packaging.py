@@ -158,8 +158,14 @@ def test_a_plain_install_runs_a_turn_with_the_aptix_command(
     (tmp_path / "replies.json").write_text('[{"text": "hello"}]', encoding="utf-8")
 
     ran = _aptix(
-        plain_install, "run", "request.json", "--llm-script", "replies.json", "--store",
-        "memory", cwd=tmp_path,
+        plain_install,
+        "run",
+        "request.json",
+        "--llm-script",
+        "replies.json",
+        "--store",
+        "memory",
+        cwd=tmp_path,
     )
 
     assert ran.returncode == 0, ran.stderr
@@ -173,10 +179,17 @@ def test_a_plain_install_holds_no_framework_the_command_does_not_need(
     python = plain_install / "python"
 
     found = subprocess.run(
-        [python, "-c", "import importlib.util as u; print([m for m in ('fastapi', "
-         "'openai', 'psycopg', 'opentelemetry.sdk') if u.find_spec(m.split('.')[0]) and "
-         "u.find_spec(m)])"],
-        capture_output=True, text=True, check=True, cwd=tmp_path,
+        [
+            python,
+            "-c",
+            "import importlib.util as u; print([m for m in ('fastapi', "
+            "'openai', 'psycopg', 'opentelemetry.sdk') if u.find_spec(m.split('.')[0]) and "
+            "u.find_spec(m)])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
     )
 
     assert found.stdout.strip() == "[]"
@@ -203,9 +216,19 @@ def test_console_spans_without_the_sdk_say_which_extra_in_one_line(
     (tmp_path / "replies.json").write_text('[{"text": "hello"}]', encoding="utf-8")
 
     ran = subprocess.run(
-        [plain_install / "aptix", "run", "request.json", "--llm-script", "replies.json",
-         "--store", "memory"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        [
+            plain_install / "aptix",
+            "run",
+            "request.json",
+            "--llm-script",
+            "replies.json",
+            "--store",
+            "memory",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OTEL_TRACES_EXPORTER": "console"},
     )
 
@@ -222,7 +245,14 @@ def test_an_install_with_the_http_extra_serves(
     port = free_port()
     config = ROOT / "examples" / "quickstart" / "aptix.toml"
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "APTIX_KEY_ANA": "k"}
-    command = [bin_dir / "aptix", "serve", "--config", config, "--port", str(port)]
+    command: list[str | Path] = [
+        bin_dir / "aptix",
+        "serve",
+        "--config",
+        config,
+        "--port",
+        str(port),
+    ]
 
     with serving(command, env, port=port, cwd=tmp_path, log=tmp_path / "serve.log") as served:
         answer = httpx.post(
