@@ -73,6 +73,7 @@ from .http_openapi import use_wire_schemas
 from .http_protocol import DEFAULT_READ_TIMEOUT_SECONDS, READ_TIMEOUT_STATE
 from .http_routes import HEALTH_PATH, add_routes
 from .http_sse import DEFAULT_SSE_KEEPALIVE_SECONDS
+from .retry_notices import log_retry_notices
 from .service_config import ConfigError, ServiceConfig, build_pipeline, load_service_config
 from .telemetry_setup import configure_tracing
 
@@ -207,7 +208,11 @@ async def _serving(config: ServiceConfig, service: ServiceState) -> AsyncIterato
     """The configured pipeline, open and in ``service`` for as long as the app runs."""
     # Each worker is an OpenTelemetry host: OTEL_TRACES_EXPORTER etc. say where spans go.
     provider = configure_tracing()
-    pipeline = build_pipeline(config, telemetry=Telemetry(tracer_provider=provider))
+    # Each model retry is told in the service's log (retry_notices.py).
+    notices = log_retry_notices(config.options)
+    pipeline = build_pipeline(
+        config, telemetry=Telemetry(tracer_provider=provider), listeners=(notices,)
+    )
     service.pipeline = pipeline
     try:
         with _start_up_frozen():

@@ -52,7 +52,7 @@ class ApiKeyAuthenticator:
         scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
         if scheme.lower() == "bearer" and token.strip():
             return token.strip()
-        key = (headers.get(API_KEY_HEADER) or "").strip()
+        key = (headers.get(API_KEY_HEADER.lower()) or "").strip()
         return key or None
 
     def authenticate(self, headers: Mapping[str, str]) -> Caller | None:

@@ -48,7 +48,7 @@ import hashlib
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -66,7 +66,13 @@ from aptix_pipeline.contracts import (
     ToolExecutor,
     scrub_urls,
 )
-from aptix_pipeline.engine import Pipeline, Telemetry, ToolRoutingError, check_tool_routing
+from aptix_pipeline.engine import (
+    Listener,
+    Pipeline,
+    Telemetry,
+    ToolRoutingError,
+    check_tool_routing,
+)
 from aptix_pipeline.engine.replay import RecordingOptions
 from aptix_pipeline.steps import (
     MAX_IDEMPOTENCY_TTL_SECONDS,
@@ -520,10 +526,12 @@ def build_pipeline(
     clock: Clock | None = None,
     ids: IdSource | None = None,
     telemetry: Telemetry | None = None,
+    listeners: Sequence[Listener] = (),
 ) -> Pipeline:
     """A ``Pipeline`` on the configuration's catalog, store, model and engine options.
 
-    ``telemetry`` says where spans go (default: the global OpenTelemetry provider).
+    ``telemetry`` says where spans go (default: the global OpenTelemetry provider);
+    ``listeners`` hear every event of every turn (docs/EVENTS.md).
 
     ``llm`` and ``store`` override the file's (``aptix run --llm-script`` /
     ``--store``); a store given as text is opened with ``open_store``. Raises
@@ -554,4 +562,5 @@ def build_pipeline(
         options=config.options,
         telemetry=telemetry,
         recording=config.recording,
+        listeners=listeners,
     )
