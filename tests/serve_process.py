@@ -44,7 +44,7 @@ class Served:
 
 @contextmanager
 def serving(
-    argv: Sequence[str | Path], env: Mapping[str, str], *, port: int, cwd: Path, log: Path
+    argv: Sequence[object], env: Mapping[str, str], *, port: int, cwd: Path, log: Path
 ) -> Iterator[Served]:
     """``argv`` running in ``cwd`` with ``env``, healthy on ``port``; stopped afterwards."""
     with log.open("wb") as out:
