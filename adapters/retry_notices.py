@@ -86,13 +86,24 @@ class RetryNotices:
             notice(retry_line(failure, event.attempt, self.attempts, event.wait_seconds))
 
 
+class _Stderr(logging.Handler):
+    """Lines to whatever ``sys.stderr`` is when each is written (as ``logging.lastResort``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record's line to the current stderr."""
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
 def _install(handler: logging.Handler) -> None:
-    """``handler`` as the retries logger's only one; the lines stop there (no root logger)."""
+    """``handler`` as the retries logger's only one (a command installs it once)."""
     for old in list(_LOGGER.handlers):
         _LOGGER.removeHandler(old)
     _LOGGER.addHandler(handler)
     _LOGGER.setLevel(logging.WARNING)
-    _LOGGER.propagate = False
 
 
 def _listener(options: PipelineOptions | None) -> RetryNotices:
@@ -104,7 +115,7 @@ def stderr_retry_notices(
 ) -> RetryNotices:
     """Retry lines on stderr (or ``stream``) as ``aptix: …``; the listener to add to the
     pipeline (with these ``options``) of a command that runs turns in the terminal."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = _Stderr() if stream is None else logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("aptix: %(message)s"))
     _install(handler)
     return _listener(options)
@@ -113,7 +124,7 @@ def stderr_retry_notices(
 def log_retry_notices(options: PipelineOptions | None) -> RetryNotices:
     """Retry lines in the service's log on stderr, in uvicorn's form (``WARNING:  …``);
     the listener to add to the service's pipeline (with these ``options``)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(logging.Formatter("%(levelname)s:  %(message)s"))
     _install(handler)
     return _listener(options)

@@ -9,6 +9,7 @@ on), and a real pipeline whose model raises for the engine's own retry loop.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from serve_process import free_port, serving
 from test_engine_paths import FlakyLLM
 
 from aptix_pipeline import Caller, PipelineOptions, embedded_pipeline
-from aptix_pipeline.adapters.retry_notices import stderr_retry_notices
+from aptix_pipeline.adapters.retry_notices import LOGGER_NAME, stderr_retry_notices
 
 APTIX = Path(sys.executable).parent / "aptix"
 OVERLOADED = {"status": 503, "error": "overloaded", "headers": {"Retry-After": "0"}}
@@ -48,6 +49,15 @@ def _run(folder: Path, config: Path) -> subprocess.CompletedProcess[str]:
         timeout=120,
         env={**os.environ, "OTEL_TRACES_EXPORTER": "none"},
     )
+
+
+@pytest.fixture(autouse=True)
+def _retries_logger_restored() -> Iterator[None]:
+    """The retries logger's handlers as they were before the test (it installs its own)."""
+    logger = logging.getLogger(LOGGER_NAME)
+    handlers = list(logger.handlers)
+    yield
+    logger.handlers[:] = handlers
 
 
 @pytest.fixture

@@ -58,17 +58,17 @@ from 2 only in its requests given as bytes, which it holds as base64 alone."""
 
 
 def request_record(request: object) -> dict[str, Any]:
-    """The request as the host gave it: a JSON value, JSON text, or bytes (``bytes_record``)."""
+    """The request as the host gave it: a JSON value, JSON text, or bytes (``_bytes_record``)."""
     if isinstance(request, AgentExecuteRequest):
         return {"json": request.to_wire()}
     if isinstance(request, str):
         return {"text": request}
     if isinstance(request, bytes | bytearray):
-        return bytes_record(bytes(request))
+        return _bytes_record(bytes(request))
     return {"json": encode_value(request)}
 
 
-def bytes_record(raw: bytes) -> dict[str, Any]:
+def _bytes_record(raw: bytes) -> dict[str, Any]:
     """A request given as bytes, in the most readable form that replays it alike.
 
     ``{"bytes_json": value}`` for UTF-8 JSON text the engine reads exactly as the
@@ -130,7 +130,7 @@ class TurnRecording:
 
     ``request`` holds the request as given (``{"json": ...}``, ``{"text": ...}``, or
     for bytes ``{"bytes_json": ...}``, ``{"bytes_text": ...}`` or ``{"base64": ...}``:
-    ``bytes_record``); ``caller`` the org and user; ``options`` the
+    ``_bytes_record``); ``caller`` the org and user; ``options`` the
     ``PipelineOptions``; ``provider_name`` and ``server_tools`` what the ports
     were (the LLM's provider, the names of the host's server tools);
     ``trace_content`` whether the trace holds user content (content capture);
