@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 __all__ = ["serve"]
 
+_EXTRA = "pip install 'aptix-pipeline[{}]'"
+"""How to install an extra a missing package comes with."""
+
 
 # Typer renders help text as rich markup: a literal "[" is written "\\[".
 def serve(
@@ -63,12 +66,14 @@ def _need_http_extra() -> None:
 
     missing = [name for name in ("fastapi", "uvicorn") if find_spec(name) is None]
     if missing:
-        raise _refuse(f"needs {missing[0]}: pip install 'aptix-pipeline[http]'")
+        raise _refuse(f"needs {missing[0]}: {_EXTRA.format('http')}")
 
 
 def _servable_config(config: Path) -> ServiceConfig:
     """The configuration, loaded; refused without a model or without an API key to serve."""
-    from .service_config import ConfigError, load_service_config
+    from importlib.util import find_spec
+
+    from .service_config import ConfigError, OpenAIModelConfig, load_service_config
 
     try:
         service = load_service_config(config)
@@ -78,6 +83,8 @@ def _servable_config(config: Path) -> ServiceConfig:
         raise _refuse(f"{config}: a [model] table is required to serve")
     if not service.api_keys:
         raise _refuse(f"{config}: no [[auth.keys]]: every request would be refused")
+    if isinstance(service.model, OpenAIModelConfig) and find_spec("openai") is None:
+        raise _refuse(f"{config}: [model] kind = 'openai' needs openai: {_EXTRA.format('openai')}")
     return service
 
 
@@ -97,7 +104,7 @@ def _run_uvicorn(
 
         from . import http_app, http_protocol
     except ImportError as error:
-        raise _refuse(f"{error}: pip install 'aptix-pipeline[http]'") from None
+        raise _refuse(f"{error}: {_EXTRA.format('http')}") from None
     # Every worker process builds its own app from the same file (create_app()).
     os.environ[http_app.CONFIG_ENV] = str(config.resolve())
     uvicorn.run(

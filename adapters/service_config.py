@@ -497,11 +497,17 @@ def build_llm(model: ModelConfig) -> LLM:
     """The model port ``[model]`` describes.
 
     The OpenAI-compatible adapter is imported here, so the rest works without the
-    ``openai`` extra.
+    ``openai`` extra; without it an ``openai`` model is a ``ConfigError`` naming the extra.
     """
     if isinstance(model, ScriptedModelConfig):
         return ScriptedLLM.from_file(model.script)
-    from .openai_llm import OpenAICompatibleLLM  # the `openai` extra
+    try:
+        from .openai_llm import OpenAICompatibleLLM  # the `openai` extra
+    except ImportError as error:
+        raise ConfigError(
+            f"[model] kind = 'openai' needs the openai extra ({error}): "
+            "pip install 'aptix-pipeline[openai]'"
+        ) from None
 
     settings: dict[str, Any] = {
         "timeout_seconds": model.timeout_seconds,

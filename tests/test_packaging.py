@@ -237,22 +237,18 @@ def test_console_spans_without_the_sdk_say_which_extra_in_one_line(
     assert "pip install 'aptix-pipeline[cli]'" in ran.stderr
 
 
+@pytest.fixture(scope="module")
+def http_install(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``pip install 'aptix-pipeline[http]'``: the wheel, its base dependencies and the extra."""
+    return _fresh_venv(tmp_path_factory.mktemp("http"), wheel, frozenset({"http"}))
+
+
 @pytest.mark.decision("D381")
-def test_an_install_with_the_http_extra_serves(
-    wheel: Path, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
-) -> None:
-    bin_dir = _fresh_venv(tmp_path_factory.mktemp("http"), wheel, frozenset({"http"}))
+def test_an_install_with_the_http_extra_serves(http_install: Path, tmp_path: Path) -> None:
     port = free_port()
     config = ROOT / "examples" / "quickstart" / "aptix.toml"
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "APTIX_KEY_ANA": "k"}
-    command: list[str | Path] = [
-        bin_dir / "aptix",
-        "serve",
-        "--config",
-        config,
-        "--port",
-        str(port),
-    ]
+    env = {"PATH": f"{http_install}:/usr/bin:/bin", "HOME": str(tmp_path), "APTIX_KEY_ANA": "k"}
+    command = [http_install / "aptix", "serve", "--config", config, "--port", str(port)]
 
     with serving(command, env, port=port, cwd=tmp_path, log=tmp_path / "serve.log") as served:
         answer = httpx.post(
@@ -264,3 +260,41 @@ def test_an_install_with_the_http_extra_serves(
 
     assert answer.status_code == 200, answer.text
     assert answer.json()["Successful"] is True
+
+
+def _openai_config(folder: Path) -> Path:
+    path = folder / "openai.toml"
+    path.write_text(
+        '[store]\nurl = "memory"\n[model]\nkind = "openai"\nmodel = "m"\n'
+        'base_url = "http://127.0.0.1:9/v1"\n'
+        '[[auth.keys]]\norg = "acme"\nuser = "ana"\nkey_sha256 = "' + "0" * 64 + '"\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.mark.decision("D381")
+def test_an_openai_model_without_the_openai_extra_says_which_extra_in_one_line(
+    plain_install: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "request.json").write_text('{"Instruction": "hi"}', encoding="utf-8")
+    config = _openai_config(tmp_path)
+
+    ran = _aptix(plain_install, "run", "request.json", "--config", str(config), cwd=tmp_path)
+
+    assert ran.returncode == 2
+    assert ran.stderr.count("\n") == 1
+    assert "pip install 'aptix-pipeline[openai]'" in ran.stderr
+
+
+@pytest.mark.decision("D381")
+def test_serve_on_an_openai_model_without_its_extra_says_which_in_one_line(
+    http_install: Path, tmp_path: Path
+) -> None:
+    config = _openai_config(tmp_path)
+
+    refused = _aptix(http_install, "serve", "--config", str(config), cwd=tmp_path)
+
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1
+    assert "pip install 'aptix-pipeline[openai]'" in refused.stderr
