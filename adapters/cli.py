@@ -86,8 +86,27 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
-    """Console-script entry point; ``aptix --version`` is answered before Typer is imported."""
+    """Console-script entry point; ``aptix --version`` is answered before Typer is imported.
+
+    Typer and rich are dependencies of every install; where they are missing anyway
+    (an install made with ``--no-deps``), the command says what to install in one
+    line and exits 2 instead of a traceback.
+    """
     if sys.argv[1:] == ["--version"]:
         sys.stdout.write(f"aptix-pipeline {__version__}\n")
         sys.exit(0)
-    sys.exit(__getattr__("app")())
+    try:
+        app = __getattr__("app")
+    except ModuleNotFoundError as error:
+        if error.name not in _COMMAND_DEPENDENCIES:
+            raise
+        sys.stderr.write(
+            f"aptix: {error.name} is missing (installed without dependencies?): "
+            "pip install aptix-pipeline\n"
+        )
+        sys.exit(2)
+    sys.exit(app())
+
+
+_COMMAND_DEPENDENCIES = frozenset({"typer", "rich", "click"})
+"""What building the command imports beyond the engine: base dependencies of the package."""

@@ -241,6 +241,7 @@ def _build_pipeline(
 
     from .catalog_config import CatalogError
     from .embedded import embedded_pipeline
+    from .retry_notices import stderr_retry_notices
     from .service_config import ConfigError, open_retriever
 
     try:
@@ -256,6 +257,7 @@ def _build_pipeline(
                 if record is not None
                 else (service.recording if service else None)
             ),
+            listeners=(stderr_retry_notices(service.options if service else None),),
         )
     except (CatalogError, ConfigError, OSError) as error:
         raise _usage_error(str(error)) from None

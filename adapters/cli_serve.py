@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 __all__ = ["serve"]
 
+_EXTRA = "pip install 'aptix-pipeline[{}]'"
+"""How to install an extra a missing package comes with."""
+
 
 # Typer renders help text as rich markup: a literal "[" is written "\\[".
 def serve(
@@ -46,6 +49,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve POST /v1/agent/execute over HTTP (uvicorn) with the configuration's model and store."""
+    _need_http_extra()
     service = _servable_config(config)
     _run_uvicorn(config, service, host=host, port=port, workers=workers, access_log=access_log)
 
@@ -56,9 +60,20 @@ def _refuse(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _need_http_extra() -> None:
+    """Refuse in one line, naming the extra, when FastAPI or uvicorn is not installed."""
+    from importlib.util import find_spec
+
+    missing = [name for name in ("fastapi", "uvicorn") if find_spec(name) is None]
+    if missing:
+        raise _refuse(f"needs {missing[0]}: {_EXTRA.format('http')}")
+
+
 def _servable_config(config: Path) -> ServiceConfig:
     """The configuration, loaded; refused without a model or without an API key to serve."""
-    from .service_config import ConfigError, load_service_config, open_retriever
+    from importlib.util import find_spec
+
+    from .service_config import ConfigError, OpenAIModelConfig, load_service_config, open_retriever
 
     try:
         service = load_service_config(config)
@@ -73,6 +88,8 @@ def _servable_config(config: Path) -> ServiceConfig:
     except ConfigError as error:
         raise _refuse(str(error)) from None
     getattr(retriever, "close", lambda: None)()
+    if isinstance(service.model, OpenAIModelConfig) and find_spec("openai") is None:
+        raise _refuse(f"{config}: [model] kind = 'openai' needs openai: {_EXTRA.format('openai')}")
     return service
 
 
@@ -92,7 +109,7 @@ def _run_uvicorn(
 
         from . import http_app, http_protocol
     except ImportError as error:
-        raise _refuse(f"{error}; install aptix-pipeline[http]") from None
+        raise _refuse(f"{error}: {_EXTRA.format('http')}") from None
     # Every worker process builds its own app from the same file (create_app()).
     os.environ[http_app.CONFIG_ENV] = str(config.resolve())
     uvicorn.run(

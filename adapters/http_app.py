@@ -25,7 +25,9 @@ The caller's identity comes from an ``Authenticator`` (default
 ``Authorization: Bearer KEY`` or ``X-API-Key``). No key or a wrong one is a 401
 and the pipeline never runs; a body over ``max_body_bytes`` is a 413, refused
 from ``Content-Length`` before any of it is read and counted while it streams.
-Failures the engine never saw (401, 413) answer ``{"error": ..., "message": ...}``.
+Every other error — 401, 404, 405, 413, 415, 422, 500, 503 — answers the same
+``InvokeResult`` envelope with its own ``Code`` (``http_errors.py``), never
+FastAPI's ``{"detail": ...}``.
 
 ``create_app(config)`` opens the configured store and model when the app starts
 and closes them when it stops (lifespan). Slow clients are cut off by the
@@ -60,6 +62,7 @@ from aptix_pipeline import __version__
 from aptix_pipeline.engine import Pipeline, Telemetry
 
 from .http_auth import ApiKeyAuthenticator, Authenticator
+from .http_errors import install_error_handlers
 from .http_execute import (
     EXECUTE_PATH,
     IDEMPOTENCY_KEY_HEADER,
@@ -72,6 +75,7 @@ from .http_openapi import use_wire_schemas
 from .http_protocol import DEFAULT_READ_TIMEOUT_SECONDS, READ_TIMEOUT_STATE
 from .http_routes import HEALTH_PATH, add_routes
 from .http_sse import DEFAULT_SSE_KEEPALIVE_SECONDS
+from .retry_notices import log_retry_notices
 from .service_config import ConfigError, ServiceConfig, build_pipeline, load_service_config
 from .telemetry_setup import configure_tracing
 
@@ -130,6 +134,7 @@ def create_app(
         lifespan=_lifespan(config, service),
     )
     add_routes(app, service)
+    install_error_handlers(app)
     if config is not None and config.ui.enabled:
         from .ui_mount import mount_ui  # the turn browser page (docs/UI.md), when asked for
 
@@ -209,7 +214,11 @@ async def _serving(config: ServiceConfig, service: ServiceState) -> AsyncIterato
     """The configured pipeline, open and in ``service`` for as long as the app runs."""
     # Each worker is an OpenTelemetry host: OTEL_TRACES_EXPORTER etc. say where spans go.
     provider = configure_tracing()
-    pipeline = build_pipeline(config, telemetry=Telemetry(tracer_provider=provider))
+    # Each model retry is told in the service's log (retry_notices.py).
+    notices = log_retry_notices(config.options)
+    pipeline = build_pipeline(
+        config, telemetry=Telemetry(tracer_provider=provider), listeners=(notices,)
+    )
     service.pipeline = pipeline
     try:
         with _start_up_frozen():

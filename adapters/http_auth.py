@@ -18,7 +18,10 @@ from aptix_pipeline.contracts import Caller
 
 from .service_config import ApiKey
 
-__all__ = ["ApiKeyAuthenticator", "Authenticator", "authenticated_caller"]
+__all__ = ["API_KEY_HEADER", "ApiKeyAuthenticator", "Authenticator", "authenticated_caller"]
+
+API_KEY_HEADER = "X-API-Key"
+"""The header ``ApiKeyAuthenticator`` reads a key from when ``Authorization`` has none."""
 
 
 class Authenticator(Protocol):
@@ -49,7 +52,7 @@ class ApiKeyAuthenticator:
         scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
         if scheme.lower() == "bearer" and token.strip():
             return token.strip()
-        key = (headers.get("x-api-key") or "").strip()
+        key = (headers.get(API_KEY_HEADER.lower()) or "").strip()
         return key or None
 
     def authenticate(self, headers: Mapping[str, str]) -> Caller | None:

@@ -11,10 +11,12 @@ A request with ``"Stream": true``, or whose ``Accept`` asks for
 Server-Sent Events once its turn reaches the model call; one the engine refuses
 before that gets its JSON answer as above (``http_sse.py``, AGN-034 §4.7).
 
-Failures the engine never sees answer ``{"error": ..., "message": ...}``: no key or
-a wrong one (401), a body over the limit (413, refused from ``Content-Length``
-before any of it is read, and counted while it streams), an app not yet started
-(503).
+Failures the engine never sees answer the same ``InvokeResult`` envelope with their
+own ``Code`` (``http_errors.py``): no key or a wrong one (401 ``unauthorized``), a
+body declared as something other than JSON (415 ``unsupported_media_type``; no
+``Content-Type`` is taken as JSON), a body over the limit (413 ``body_too_large``,
+refused from ``Content-Length`` before any of it is read, and counted while it
+streams), an app not yet started (503 ``unavailable``).
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from aptix_pipeline.contracts import AgentExecuteResponse, Caller, ErrorCode, InvokeResult
 from aptix_pipeline.engine import Pipeline, TurnReport, asks_to_stream
 
 from .http_auth import Authenticator, authenticated_caller
+from .http_errors import error_code, error_response
 from .http_sse import (
     DEFAULT_SSE_KEEPALIVE_SECONDS,
     EventStreamResponse,
@@ -101,9 +104,23 @@ class _TooLargeError(Exception):
     """The body holds (or declares) more than the service accepts."""
 
 
-def problem(status: int, error: str, message: str, **headers: str) -> JSONResponse:
-    """An answer to a request the engine never saw: ``{"error": ..., "message": ...}``."""
-    return JSONResponse({"error": error, "message": message}, status_code=status, headers=headers)
+def problem(status: int, error: str, message: str, **headers: str) -> Response:
+    """An answer to a request the engine never saw: the ``InvokeResult`` envelope with one
+    error, whose ``Code`` is ``error`` when it is an ``ErrorCode``, else the status's
+    (``http_errors.error_code``)."""
+    try:
+        code = ErrorCode(error)
+    except ValueError:
+        code = error_code(status)
+    return error_response(status, message, code=code, headers=headers)
+
+
+def _is_json(content_type: str | None) -> bool:
+    """Whether a body declared with this ``Content-Type`` is JSON (no header: taken as JSON)."""
+    if content_type is None:
+        return True
+    media_type = content_type.partition(";")[0].strip().lower()
+    return media_type in ("application/json", "") or media_type.endswith("+json")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -172,25 +189,31 @@ async def run_turn(service: ServiceState, request: Request) -> Response:
     """``POST /v1/agent/execute``: authenticate, read the body, run the turn, answer."""
     caller = await authenticated_caller(service.authenticator, request.headers)
     if caller is None:
-        return problem(
+        return error_response(
             401,
-            "unauthorized",
             "send an API key: Authorization: Bearer KEY or X-API-Key: KEY",
-            **{"WWW-Authenticate": "Bearer"},
+            field="Authorization",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    content_type = request.headers.get("content-type")
+    if not _is_json(content_type):
+        return error_response(
+            415,
+            f"the body is an AgentExecuteRequest as JSON: send Content-Type: application/json, "
+            f"not {content_type}",
+            field="Content-Type",
         )
     try:
         body = await _read_body(request, service.max_body_bytes)
     except _TooLargeError:
-        return problem(
-            413,
-            "body_too_large",
-            f"the request body may hold at most {service.max_body_bytes} bytes",
+        return error_response(
+            413, f"the request body may hold at most {service.max_body_bytes} bytes"
         )
     except ClientDisconnect:  # gone mid-body, or cut off by the read timeout: nobody to answer
         return Response(status_code=408)
     pipeline = service.pipeline
     if pipeline is None:
-        return problem(503, "not_ready", "the service is starting or stopping")
+        return error_response(503, "the service is starting or stopping")
     key = _idempotency_key(request)
     if asks_to_stream(body) or accepts_event_stream(request.headers.getlist("accept")):
         return await _stream_turn(service, pipeline, body, caller, key)

@@ -6,6 +6,12 @@ the ``InvokeResult`` as JSON, or the turn as Server-Sent Events (``http_sse.py``
 AGN-034 §4.7). ``use_wire_schemas`` makes the app's document carry the request and
 ``InvokeResult`` JSON Schemas of ``contracts/schemas.py`` as components, and the
 schemas of the events' data, which those references point at.
+
+The document declares how a caller authenticates (``http_auth.py``): two security
+schemes, ``bearerAuth`` (``Authorization: Bearer KEY``) and ``apiKeyHeader``
+(``X-API-Key: KEY``), either of which ``SECURITY`` accepts on the routes that need
+a key, so ``/docs`` can authorize. Every error status answers the ``InvokeResult``
+envelope (``http_errors.py``).
 """
 
 from __future__ import annotations
@@ -17,10 +23,30 @@ from fastapi.openapi.utils import get_openapi
 
 from aptix_pipeline.contracts import AgentExecuteRequest, AgentExecuteResponse, InvokeResult
 
+from .http_auth import API_KEY_HEADER
 from .http_execute import IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER
 from .http_sse import EVENT_STREAM
 
-__all__ = ["EXECUTE_OPERATION", "use_wire_schemas"]
+__all__ = ["EXECUTE_OPERATION", "SECURITY", "SECURITY_SCHEMES", "use_wire_schemas"]
+
+SECURITY_SCHEMES: dict[str, Any] = {
+    "bearerAuth": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "An API key of the configuration's [[auth.keys]]: "
+        "`Authorization: Bearer KEY`. It names the caller's org and user.",
+    },
+    "apiKeyHeader": {
+        "type": "apiKey",
+        "in": "header",
+        "name": API_KEY_HEADER,
+        "description": f"The same API key in `{API_KEY_HEADER}: KEY`, "
+        "read when Authorization has no Bearer key.",
+    },
+}
+"""How a caller authenticates: the components' ``securitySchemes``."""
+SECURITY: list[dict[str, list[str]]] = [{name: []} for name in SECURITY_SCHEMES]
+"""The ``security`` of an operation that needs an API key: either scheme will do."""
 
 _RESULT = {
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InvokeResult"}}}
@@ -118,17 +144,7 @@ _REPLAYED = {
         "schema": {"type": "string", "enum": ["true"]},
     }
 }
-_PROBLEM = {
-    "content": {
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "required": ["error", "message"],
-                "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
-            }
-        }
-    }
-}
+_PROBLEM = _RESULT  # the service's own refusals: the same envelope (http_errors.py)
 
 EXECUTE_OPERATION: dict[str, Any] = {
     "summary": "Run one agent turn",
@@ -149,6 +165,7 @@ EXECUTE_OPERATION: dict[str, Any] = {
         "nothing is stored."
     ),
     "openapi_extra": {
+        "security": SECURITY,
         "parameters": [_IDEMPOTENCY_KEY],
         "requestBody": {
             "required": True,
@@ -169,16 +186,29 @@ EXECUTE_OPERATION: dict[str, Any] = {
             "Idempotency-Key is malformed",
             **_RESULT,
         },
-        401: {"description": "No API key, or an unknown one: nothing ran", **_PROBLEM},
+        401: {
+            "description": "No API key, or an unknown one (unauthorized): nothing ran",
+            "headers": {"WWW-Authenticate": {"schema": {"type": "string", "enum": ["Bearer"]}}},
+            **_PROBLEM,
+        },
         404: {"description": "No such session or turn for this caller", **_RESULT},
         409: {
             "description": "Another turn of the session committed first; or the "
             "Idempotency-Key, or the continued tool calls, already answered another request",
             **_RESULT,
         },
-        413: {"description": "The body is larger than max_body_bytes", **_PROBLEM},
+        413: {
+            "description": "The body is larger than max_body_bytes (body_too_large)",
+            **_PROBLEM,
+        },
+        415: {
+            "description": "The body is declared as something other than JSON "
+            "(unsupported_media_type)",
+            **_PROBLEM,
+        },
         500: {"description": "An engine rule or internal failure", **_RESULT},
         502: {"description": "The model or store failed", **_RESULT},
+        503: {"description": "The service is starting or stopping (unavailable)", **_PROBLEM},
         504: {"description": "The turn ran past its deadline: nothing stored", **_RESULT},
     },
 }
@@ -211,7 +241,9 @@ def use_wire_schemas(app: FastAPI) -> None:
                 summary=app.summary,
                 routes=app.routes,
             )
-            document.setdefault("components", {}).setdefault("schemas", {}).update(_schemas())
+            components = document.setdefault("components", {})
+            components.setdefault("schemas", {}).update(_schemas())
+            components["securitySchemes"] = SECURITY_SCHEMES
             app.openapi_schema = document
         return app.openapi_schema
 

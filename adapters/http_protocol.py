@@ -7,7 +7,8 @@ holds it, and a task waiting on it, for as long as it likes. Here a client has
 send one whole request — its headers and its body — counted from the moment the
 connection opens, or from a request's first byte on a kept-alive connection. When
 the time is up and no response has begun, the client gets ``408 Request Timeout``
-with ``Connection: close``; either way the connection is closed, and the app's
+(``request_timeout`` in the errors' envelope of ``http_errors.py``) with
+``Connection: close``; either way the connection is closed, and the app's
 ``receive`` answers ``http.disconnect``. Time the server itself holds the client
 back (a pipelined request waiting its turn, a body the app has not read yet)
 does not count.
@@ -27,6 +28,10 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from aptix_pipeline.contracts import ErrorCode, InvokeError
+
+from .http_errors import error_body
+
 __all__ = [
     "DEFAULT_READ_TIMEOUT_SECONDS",
     "PROTOCOL_PATH",
@@ -42,7 +47,10 @@ READ_TIMEOUT_STATE = "aptix.read_timeout_seconds"
 DEFAULT_READ_TIMEOUT_SECONDS = 15.0
 """``[server] read_timeout_seconds`` when nothing says otherwise."""
 
-_MESSAGE = b"the request was not received in time"
+_MESSAGE = error_body(
+    [InvokeError(code=ErrorCode.REQUEST_TIMEOUT, message="the request was not received in time")]
+)
+"""The 408's body: the errors' envelope of ``http_errors.py``."""
 
 
 class _ReadTimer:
@@ -112,7 +120,7 @@ class _ReadTimer:
         head = [b"HTTP/1.1 408 Request Timeout\r\n"]
         for name, value in protocol.server_state.default_headers:
             head.append(b"%s: %s\r\n" % (name, value))
-        head.append(b"content-type: text/plain; charset=utf-8\r\n")
+        head.append(b"content-type: application/json\r\n")
         head.append(b"content-length: %d\r\nconnection: close\r\n\r\n" % len(_MESSAGE))
         protocol.transport.write(b"".join(head) + _MESSAGE)
 

@@ -4,7 +4,7 @@
   path usually answers it before FastAPI routes anything; the route answers alike
   when it does not.
 - ``GET /healthz`` — ``{"status": "ok"}`` once the store is open, else 503
-  ``{"status": "starting"}``.
+  ``unavailable`` in the errors' envelope (``http_errors.py``).
 - ``GET /v1/files/{hash}`` — a file a turn made, by its signed URL (``http_files.py``).
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from .http_errors import error_response
 from .http_execute import EXECUTE_PATH, ServiceState, run_turn
 from .http_files import add_file_route
 from .http_openapi import EXECUTE_OPERATION
@@ -45,8 +46,7 @@ def _add_health(app: FastAPI, service: ServiceState) -> None:
     """``GET /healthz``: ready once the app has started and opened its pipeline."""
 
     @app.get(HEALTH_PATH, summary="Liveness: the store is open")
-    async def health() -> JSONResponse:
-        ready = service.pipeline is not None
-        return JSONResponse(
-            {"status": "ok" if ready else "starting"}, status_code=200 if ready else 503
-        )
+    async def health() -> Response:
+        if service.pipeline is None:
+            return error_response(503, "the service is starting or stopping")
+        return JSONResponse({"status": "ok"})

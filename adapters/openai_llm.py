@@ -23,7 +23,8 @@ When it gives up, or on an error no retry can fix, it raises ``PermanentPortErro
 naming the status and the server's error message (never the API key), so the
 engine, which retries a port's other exceptions itself (``steps/llm_client.py``),
 does not multiply the attempts. Each retry adds an ``aptix.llm.retry`` event to the
-current OpenTelemetry span (the engine's ``chat {model}`` span).
+current OpenTelemetry span (the engine's ``chat {model}`` span) and tells itself in one
+line on the ``aptix_pipeline.retries`` logger (``retry_notices.py``).
 
 Streaming (``StreamingLLM``, AGN-034 §4.7): ``stream`` sends the same request with
 ``stream: true`` and ``stream_options: {"include_usage": true}`` and yields the
@@ -96,6 +97,8 @@ from aptix_pipeline.contracts import (
     Usage,
     scrub_urls,
 )
+
+from .retry_notices import failure_text, notice, retry_line
 
 __all__ = ["DEFAULT_MAX_REPLY_BYTES", "RETRY_EVENT", "OpenAICompatibleLLM", "StreamBrokenError"]
 
@@ -803,6 +806,10 @@ class OpenAICompatibleLLM:
 
         def before_sleep(state: RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
+            if isinstance(error, Exception):  # one line on the retries logger (retry_notices.py)
+                failure = scrub_urls(failure_text(type(error).__name__, self._what(error) or error))
+                attempt = state.attempt_number
+                notice(retry_line(failure, attempt, self._max_attempts, state.upcoming_sleep))
             trace.get_current_span().add_event(
                 RETRY_EVENT,
                 {

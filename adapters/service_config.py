@@ -62,7 +62,7 @@ import hashlib
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -81,7 +81,13 @@ from aptix_pipeline.contracts import (
     ToolExecutor,
     scrub_urls,
 )
-from aptix_pipeline.engine import Pipeline, Telemetry, ToolRoutingError, check_tool_routing
+from aptix_pipeline.engine import (
+    Listener,
+    Pipeline,
+    Telemetry,
+    ToolRoutingError,
+    check_tool_routing,
+)
 from aptix_pipeline.engine.replay import RecordingOptions
 from aptix_pipeline.steps import (
     MAX_IDEMPOTENCY_TTL_SECONDS,
@@ -631,11 +637,17 @@ def build_llm(model: ModelConfig) -> LLM:
     """The model port ``[model]`` describes.
 
     The OpenAI-compatible adapter is imported here, so the rest works without the
-    ``openai`` extra.
+    ``openai`` extra; without it an ``openai`` model is a ``ConfigError`` naming the extra.
     """
     if isinstance(model, ScriptedModelConfig):
         return ScriptedLLM.from_file(model.script)
-    from .openai_llm import OpenAICompatibleLLM  # the `openai` extra
+    try:
+        from .openai_llm import OpenAICompatibleLLM  # the `openai` extra
+    except ImportError as error:
+        raise ConfigError(
+            f"[model] kind = 'openai' needs the openai extra ({error}): "
+            "pip install 'aptix-pipeline[openai]'"
+        ) from None
 
     settings: dict[str, Any] = {
         "timeout_seconds": model.timeout_seconds,
@@ -689,13 +701,15 @@ def build_pipeline(
     ids: IdSource | None = None,
     telemetry: Telemetry | None = None,
     retriever: Retriever | None = None,
+    listeners: Sequence[Listener] = (),
 ) -> Pipeline:
     """A ``Pipeline`` on the configuration's catalog, store, model and engine options.
 
     With ``[retrieval]`` its turns retrieve from that index (``retriever`` overrides
     it); an index not built yet is a ``ConfigError`` that says to run ``aptix index``.
 
-    ``telemetry`` says where spans go (default: the global OpenTelemetry provider).
+    ``telemetry`` says where spans go (default: the global OpenTelemetry provider);
+    ``listeners`` hear every event of every turn (docs/EVENTS.md).
 
     ``llm`` and ``store`` override the file's (``aptix run --llm-script`` /
     ``--store``); a store given as text is opened with ``open_store``. Raises
@@ -732,4 +746,5 @@ def build_pipeline(
         options=config.options,
         telemetry=telemetry,
         recording=config.recording,
+        listeners=listeners,
     )

@@ -66,13 +66,19 @@ def configure_tracing(*, console_out: TextIO | None = None) -> TracerProvider | 
         )
     if not names:
         return None
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import (
-        BatchSpanProcessor,
-        ConsoleSpanExporter,
-        SimpleSpanProcessor,
-    )
+    try:
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            ConsoleSpanExporter,
+            SimpleSpanProcessor,
+        )
+    except ImportError as error:
+        raise TelemetrySetupError(
+            f"OTEL_TRACES_EXPORTER={','.join(names)} needs the OpenTelemetry SDK: "
+            "pip install 'aptix-pipeline[cli]'"
+        ) from error
 
     resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):

@@ -188,12 +188,16 @@ class ModelCallStarted(TurnEvent):
 
 @dataclass(frozen=True, slots=True)
 class ModelCallRetried(TurnEvent):
-    """Attempt ``attempt`` of a model call failed; the next starts after ``wait_seconds``."""
+    """Attempt ``attempt`` of a model call failed; the next starts after ``wait_seconds``.
+
+    ``exception`` is what the attempt raised (its message may quote user content).
+    """
 
     round: int
     attempt: int
     error_type: str
     wait_seconds: float
+    exception: BaseException | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -655,7 +659,12 @@ class _ModelCall:
             return
         reporter.emit(
             ModelCallRetried(
-                reporter.run_id, self._round, attempt, type(error).__name__, float(wait_seconds)
+                reporter.run_id,
+                self._round,
+                attempt,
+                type(error).__name__,
+                float(wait_seconds),
+                exception=error,
             )
         )
 

@@ -6,8 +6,8 @@ turn never made — on the memory store, the built-in catalog, the scripted mode
 of ``examples/session/script.json``, a stepping clock and sequential ids, so the
 files come out the same byte for byte on every run:
 
-1. ``01-initial.json`` — the model switches to ``review`` mode and asks the
-   client to run ``read_file``;
+1. ``01-initial.json`` — the request file's bytes, as ``aptix run`` sends them:
+   the model switches to ``review`` mode and asks the client to run ``read_file``;
 2. ``02-faulted-unknown-tool-call-id.json`` — a continuation whose result names
    ``call_unknown``: AGN-036 §5's manifest rules fault it after the continuation
    resolver, and nothing is stored;
@@ -64,9 +64,9 @@ async def record_session() -> dict[str, TurnRecording]:
         telemetry=Telemetry.off(),
         recording=RecordingOptions(sink=recorded.append),
     )
-    first = await pipeline.execute(
-        json.loads((EXAMPLES / "session" / "01-initial.json").read_text()), CALLER
-    )
+    # The file's bytes, as `aptix run` and `aptix serve` hand a request to the engine: the
+    # recording keeps them as readable JSON (`bytes_json`, docs/RECORDING.md).
+    first = await pipeline.execute((EXAMPLES / "session" / "01-initial.json").read_bytes(), CALLER)
     response = first.result
     if response is None or not response.tool_calls:
         raise SystemExit(f"the initial turn did not ask for a client tool: {first.rule_ids}")

@@ -186,7 +186,7 @@ async def test_no_key_or_a_wrong_key_is_401_and_nothing_runs(
         answer = await client.post(EXECUTE_PATH, json={"Instruction": "hi"}, headers=headers)
 
     assert answer.status_code == 401
-    assert answer.json()["error"] == "unauthorized"
+    assert answer.json()["Errors"][0]["Code"] == "unauthorized"
     assert answer.headers["www-authenticate"] == "Bearer"
     assert (store.begun, llm.requests, llm.remaining) == (0, [], 3)
     assert _sessions(tmp_path / "host.db") == 0
@@ -251,7 +251,7 @@ async def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(tmp_pat
 
     assert "content-length" not in {k.lower() for k in streamed.request.headers}
     assert (declared.status_code, streamed.status_code) == (413, 413)
-    assert declared.json()["error"] == "body_too_large"
+    assert declared.json()["Errors"][0]["Code"] == "body_too_large"
     assert (store.begun, llm.requests) == (0, [])
 
 

@@ -77,7 +77,7 @@ HALF_SENT = {
 }
 
 
-@pytest.mark.decision("D206")
+@pytest.mark.decision("D206", "D382")
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("sent", HALF_SENT)
 def test_a_half_sent_request_is_closed_when_its_time_is_up(
@@ -90,6 +90,8 @@ def test_a_half_sent_request_is_closed_when_its_time_is_up(
 
     assert received.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
     assert b"connection: close\r\n" in received
+    body = json.loads(received.partition(b"\r\n\r\n")[2])
+    assert body["Errors"][0]["Code"] == "request_timeout"  # the errors' one shape (D382)
 
 
 @pytest.mark.decision("D206")

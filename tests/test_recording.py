@@ -86,17 +86,27 @@ async def assert_replays(recording: TurnRecording) -> None:
 # === 1. content =================================================================================
 
 
-@pytest.mark.decision("D110")
+@pytest.mark.decision("D110", "D385")
 @pytest.mark.parametrize(
     ("request_input", "kind"),
     [
         ({"Instruction": "as a mapping"}, "json"),
         ('{"Instruction": "as JSON text"}', "text"),
-        (b'{"Instruction": "as bytes \xc3\xa9"}', "base64"),
+        (b'{"Instruction": "as bytes \xc3\xa9"}', "bytes_json"),
+        (b'{"Instruction": "twice", "Instruction": "x"}', "bytes_text"),
+        (b"{not json \xc3\xa9", "bytes_text"),
         (b'{"Instruction": "not UTF-8 \xff"}', "base64"),
         ("{not json", "text"),
     ],
-    ids=["mapping", "text", "bytes", "non-utf8-bytes", "not-json"],
+    ids=[
+        "mapping",
+        "text",
+        "bytes",
+        "bytes-duplicate-key",
+        "bytes-not-json",
+        "non-utf8-bytes",
+        "not-json",
+    ],
 )
 async def test_the_request_is_recorded_exactly_as_given_and_replays(
     request_input: Any, kind: str
@@ -114,6 +124,61 @@ async def test_the_request_is_recorded_exactly_as_given_and_replays(
     assert type(redacted.request_input()) is type(request_input)
     assert "not UTF-8" not in str(redacted.request_input())
     await assert_replays(TurnRecording.from_dict(json.loads(redacted.to_json())))
+
+
+@pytest.mark.decision("D385")
+async def test_a_json_request_given_as_bytes_is_recorded_as_readable_json() -> None:
+    sent = b'{\n  "Instruction": "Review app.py \xc3\xa9",\n  "Stream": false\n}\n'
+
+    recording = await record(sent)
+    written = recording.to_json()
+
+    assert recording.request == {"bytes_json": {"Instruction": "Review app.py é", "Stream": False}}
+    assert '"Instruction": "Review app.py é"' in written
+    assert "base64" not in written
+    replayed = recording.request_input()
+    assert isinstance(replayed, bytes)
+    assert json.loads(replayed) == json.loads(sent)
+    await assert_replays(TurnRecording.from_dict(json.loads(written)))
+
+
+@pytest.mark.decision("D385")
+@pytest.mark.parametrize(
+    "sent",
+    [
+        b'{"Instruction": "hi", "Instruction": "again"}',
+        b'{"Instruction": "hi", "Extra": 1e400}',
+        b'{"Instruction": "hi", "Extra": NaN}',
+        b'{"Instruction": "\\ud800"}',
+        b"\xef\xbb\xbf" + b'{"Instruction": "after a byte order mark"}',
+    ],
+    ids=["duplicate-key", "past-float-range", "nan", "lone-surrogate", "bom"],
+)
+async def test_bytes_whose_json_would_read_otherwise_are_kept_as_text_byte_for_byte(
+    sent: bytes,
+) -> None:
+    recording = await record(sent)
+
+    assert list(recording.request) == ["bytes_text"]
+    assert recording.request_input() == sent
+    await assert_replays(TurnRecording.from_dict(json.loads(recording.to_json())))
+
+
+@pytest.mark.decision("D385")
+async def test_a_version_1_recording_with_a_base64_request_still_reads_and_replays() -> None:
+    sent = b'{"Instruction": "recorded by an older engine"}'
+    data = (await record(sent)).to_dict()
+    old = {
+        **data,
+        "format": "aptix.turn-recording/1",
+        "request": {"base64": base64.b64encode(sent).decode("ascii")},
+    }
+
+    recording = TurnRecording.from_dict(old)
+
+    assert recording.request_input() == sent
+    await assert_replays(recording)
+    assert TurnRecording.from_dict(recording.to_dict()).request_input() == sent
 
 
 async def test_a_request_model_is_recorded_as_its_wire_form() -> None:
@@ -645,7 +710,7 @@ async def test_every_scenario_redacted_replays(name: str) -> None:
 async def test_the_json_form_is_versioned_with_keys_in_a_fixed_order() -> None:
     data = json.loads((await record()).to_json())
 
-    assert data["format"] == RECORDING_FORMAT == "aptix.turn-recording/1"
+    assert data["format"] == RECORDING_FORMAT == "aptix.turn-recording/2"
     assert list(data) == [
         "format",
         "engine_version",
@@ -669,19 +734,32 @@ async def test_the_json_form_is_versioned_with_keys_in_a_fixed_order() -> None:
     ("edit", "message"),
     [
         (
-            lambda d: {**d, "format": "aptix.turn-recording/2"},
-            "not a aptix.turn-recording/1 recording (format 'aptix.turn-recording/2')",
+            lambda d: {**d, "format": "aptix.turn-recording/3"},
+            "not a turn recording this engine reads (format 'aptix.turn-recording/3'); it reads "
+            "aptix.turn-recording/1, aptix.turn-recording/2",
+        ),
+        (
+            lambda d: {**d, "format": "aptix.turn-recording/1", "request": {"bytes_text": "{}"}},
+            "request must hold exactly one of json, text, base64",
         ),
         (lambda d: {k: v for k, v in d.items() if k != "format"}, "(format None)"),
         (lambda d: {k: v for k, v in d.items() if k != "calls"}, "missing or bad 'calls'"),
         (lambda d: {k: v for k, v in d.items() if k != "caller"}, "missing or bad 'caller'"),
         (
             lambda d: {**d, "request": {"json": {}, "text": ""}},
-            "request must hold exactly one of json, text, base64",
+            "request must hold exactly one of json, text, bytes_json, bytes_text, base64",
         ),
         (lambda d: [d], "a turn recording is a JSON object, not list"),
     ],
-    ids=["other-format", "no-format", "no-calls", "no-caller", "two-requests", "not-object"],
+    ids=[
+        "other-format",
+        "v1-with-a-v2-request",
+        "no-format",
+        "no-calls",
+        "no-caller",
+        "two-requests",
+        "not-object",
+    ],
 )
 async def test_from_dict_refuses_what_is_not_a_recording_naming_it(edit: Any, message: str) -> None:
     data = (await record()).to_dict()

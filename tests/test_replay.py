@@ -615,7 +615,7 @@ def test_aptix_replay_of_a_file_that_is_not_a_recording_exits_two_naming_it(
 
     assert result.exit_code == 2
     assert str(path) in result.stderr
-    assert "not a aptix.turn-recording/1 recording" in result.stderr
+    assert "not a turn recording this engine reads" in result.stderr
 
 
 @pytest.mark.decision("D125")

@@ -624,7 +624,7 @@ async def test_a_stopped_turns_recording_says_where_and_refuses_a_bad_count() ->
     data = json.loads(recording.to_json())
 
     assert list(data)[list(data).index("trace_content") + 1] == "stopped_after_call"
-    assert data["format"] == "aptix.turn-recording/1"
+    assert data["format"] == "aptix.turn-recording/2"
     with pytest.raises(ValueError, match="stopped_after_call"):
         TurnRecording.from_dict({**data, "stopped_after_call": -1})
     assert "stopped_after_call" not in json.loads((await streamed([text("hi")])).to_json())

@@ -9,8 +9,8 @@ exception it raised (store reads and writes, both catalogs, the model's requests
 replies, server tool results, clock readings, generated ids), the ``StateTrace`` and
 the result. ``replayer.py`` re-runs it against today's code (DESIGN.md "Replay").
 
-The JSON form is versioned (``RECORDING_FORMAT``) and documented in
-``docs/RECORDING.md``. ``TurnRecording.redact`` drops user content (``redaction.py``).
+The JSON form is versioned (``RECORDING_FORMAT``; ``READ_FORMATS`` are read) and
+documented in ``docs/RECORDING.md``. ``TurnRecording.redact`` drops user content (``redaction.py``).
 Data of any depth is recorded, written and read back (``engine/deep_json.py``).
 """
 
@@ -38,29 +38,99 @@ from aptix_pipeline.steps import PipelineOptions
 from .records import PortCall
 from .redaction import Redactor
 
-__all__ = ["RECORDING_FORMAT", "TurnRecording", "request_record", "write_recording"]
+__all__ = [
+    "READ_FORMATS",
+    "RECORDING_FORMAT",
+    "TurnRecording",
+    "request_record",
+    "write_recording",
+]
 
-RECORDING_FORMAT = "aptix.turn-recording/1"
-"""The version of the JSON form; a reader refuses any other."""
+RECORDING_FORMAT = "aptix.turn-recording/2"
+"""The version of the JSON form this engine writes."""
+_REQUEST_KINDS: Mapping[str, tuple[str, ...]] = {
+    "aptix.turn-recording/1": ("json", "text", "base64"),
+    RECORDING_FORMAT: ("json", "text", "bytes_json", "bytes_text", "base64"),
+}
+READ_FORMATS = tuple(_REQUEST_KINDS)
+"""The versions of the JSON form a reader reads; it refuses any other. Version 1 differs
+from 2 only in its requests given as bytes, which it holds as base64 alone."""
 
 
 def request_record(request: object) -> dict[str, Any]:
-    """The request exactly as the host gave it: a JSON value, JSON text, or raw bytes."""
+    """The request as the host gave it: a JSON value, JSON text, or bytes (``_bytes_record``)."""
     if isinstance(request, AgentExecuteRequest):
         return {"json": request.to_wire()}
     if isinstance(request, str):
         return {"text": request}
     if isinstance(request, bytes | bytearray):
-        return {"base64": base64.b64encode(bytes(request)).decode("ascii")}
+        return _bytes_record(bytes(request))
     return {"json": encode_value(request)}
+
+
+def _bytes_record(raw: bytes) -> dict[str, Any]:
+    """A request given as bytes, in the most readable form that replays it alike.
+
+    ``{"bytes_json": value}`` for UTF-8 JSON text the engine reads exactly as the
+    value's own JSON (``_json_alike``): a replay sends that JSON as UTF-8 bytes;
+    ``{"bytes_text": "..."}`` for other UTF-8 text, replayed byte for byte; and
+    ``{"base64": "..."}`` only for bytes that are not UTF-8.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(raw).decode("ascii")}
+    value = _json_alike(text)
+    return {"bytes_text": text} if value is _NOT_ALIKE else {"bytes_json": value}
+
+
+_NOT_ALIKE: Any = object()
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    made = dict(pairs)
+    if len(made) != len(pairs):
+        raise ValueError("a duplicate key: the engine refuses it, so the text is kept")
+    return made
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError("a number past a float's range is kept as written")
+    return number
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_alike(text: str) -> Any:
+    """``text``'s JSON value when that value's own JSON reads the same to the engine —
+    no duplicate keys, no number past a float's range, no ``NaN``/``Infinity``, no lone
+    surrogate, not too deep for ``json`` — else ``_NOT_ALIKE``."""
+    try:
+        value = json.loads(
+            text, object_pairs_hook=_unique_keys, parse_float=_finite, parse_constant=_no_constant
+        )
+        _bytes_of_json(value)
+    except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
+        return _NOT_ALIKE
+    return value
+
+
+def _bytes_of_json(value: Any) -> bytes:
+    """The request bytes a ``bytes_json`` record replays: its value's JSON, UTF-8."""
+    return json.dumps(value, ensure_ascii=False).encode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
 class TurnRecording:
     """One recorded turn; see the module docstring and ``docs/RECORDING.md``.
 
-    ``request`` holds the request as given (``{"json": ...}``, ``{"text": ...}`` or
-    ``{"base64": ...}`` for bytes); ``caller`` the org and user; ``options`` the
+    ``request`` holds the request as given (``{"json": ...}``, ``{"text": ...}``, or
+    for bytes ``{"bytes_json": ...}``, ``{"bytes_text": ...}`` or ``{"base64": ...}``:
+    ``_bytes_record``); ``caller`` the org and user; ``options`` the
     ``PipelineOptions``; ``provider_name`` and ``server_tools`` what the ports
     were (the LLM's provider, the names of the host's server tools);
     ``trace_content`` whether the trace holds user content (content capture);
@@ -106,6 +176,10 @@ class TurnRecording:
         """The request in the form the host gave it, to run again."""
         if "text" in self.request:
             return str(self.request["text"])
+        if "bytes_json" in self.request:
+            return _bytes_of_json(self.request["bytes_json"])
+        if "bytes_text" in self.request:
+            return str(self.request["bytes_text"]).encode("utf-8")
         if "base64" in self.request:
             return base64.b64decode(self.request["base64"])
         value = self.request["json"]
@@ -183,17 +257,18 @@ class TurnRecording:
         """Read the JSON form; ``ValueError`` naming what is wrong when it is not one."""
         if not isinstance(data, Mapping):
             raise ValueError(f"a turn recording is a JSON object, not {type(data).__name__}")
-        if data.get("format") != RECORDING_FORMAT:
+        kinds = _REQUEST_KINDS.get(data.get("format"))  # type: ignore[arg-type]
+        if kinds is None:
             raise ValueError(
-                f"not a {RECORDING_FORMAT} recording (format {data.get('format')!r}); "
-                "this engine reads only that format"
+                f"not a turn recording this engine reads (format {data.get('format')!r}); "
+                f"it reads {', '.join(READ_FORMATS)}"
             )
         try:
             calls = tuple(PortCall.from_dict(call) for call in data["calls"])
             caller = {"org": str(data["caller"]["org"]), "user": str(data["caller"]["user"])}
             request = dict(data["request"])
-            if len(request) != 1 or next(iter(request)) not in ("json", "text", "base64"):
-                raise ValueError("request must hold exactly one of json, text, base64")
+            if len(request) != 1 or next(iter(request)) not in kinds:
+                raise ValueError(f"request must hold exactly one of {', '.join(kinds)}")
             return cls(
                 engine_version=str(data["engine_version"]),
                 request=request,

@@ -575,7 +575,8 @@ class Redactor:
         }
 
     def request(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """A recorded request (``{"json"|"text"|"base64": ...}``) without user content.
+        """A recorded request (``{"json"|"text"|"bytes_json"|"bytes_text"|"base64": ...}``)
+        without user content, in the same form.
 
         Request text is read keeping duplicate keys (a request the engine refuses
         for them must still be refused) and written back compact; text that is
@@ -584,6 +585,10 @@ class Redactor:
         """
         if "json" in request:
             return {"json": _redacted(request["json"], _REQUEST)}
+        if "bytes_json" in request:
+            return {"bytes_json": _redacted(request["bytes_json"], _REQUEST)}
+        if "bytes_text" in request:
+            return {"bytes_text": _redacted_text(str(request["bytes_text"]))}
         if "base64" in request:
             try:
                 raw = base64.b64decode(request["base64"], validate=True)
