@@ -44,6 +44,7 @@ ERROR_CODES: Mapping[int, ErrorCode] = {
     405: ErrorCode.METHOD_NOT_ALLOWED,
     408: ErrorCode.REQUEST_TIMEOUT,
     409: ErrorCode.CONFLICT,
+    410: ErrorCode.EXPIRED,
     413: ErrorCode.BODY_TOO_LARGE,
     415: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
     422: ErrorCode.INVALID_REQUEST,

@@ -24,6 +24,7 @@ import logging
 import sys
 from typing import ClassVar, TextIO
 
+from aptix_pipeline.contracts.url_secrets import scrubbed_logger
 from aptix_pipeline.engine import ModelCallRetried, TurnEvent
 from aptix_pipeline.steps import PipelineOptions
 
@@ -40,7 +41,7 @@ __all__ = [
 LOGGER_NAME = "aptix_pipeline.retries"
 """The logger the retry lines go to."""
 
-_LOGGER = logging.getLogger(LOGGER_NAME)
+_LOGGER = scrubbed_logger(LOGGER_NAME)  # a model's URL in a message loses its credentials
 _MESSAGE_CHARS = 200
 
 

@@ -72,6 +72,8 @@ class ErrorCode(StrEnum):
     """HTTP service: the request was not received within ``read_timeout_seconds`` (408)."""
     UNAVAILABLE = "unavailable"
     """HTTP service: the service is starting or stopping (503); nothing ran."""
+    EXPIRED = "expired"
+    """HTTP service: a signed file URL whose time has passed (410, docs/FILES.md)."""
 
 
 HOST_ERROR_CODE_PATTERN: Final = r"^host\.[a-z0-9]+(?:[._-][a-z0-9]+)*$"

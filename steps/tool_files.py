@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from aptix_pipeline.contracts import FileRef, FileStore, StoredFile, ToolFile
+from aptix_pipeline.contracts import AptixPipelineError, FileRef, FileStore, StoredFile, ToolFile
 from aptix_pipeline.validators import is_reference_url, strict_json_loads, tool_file_problem
 
 __all__ = ["ToolFileError", "keep_files", "told_to_model"]
@@ -32,7 +32,7 @@ __all__ = ["ToolFileError", "keep_files", "told_to_model"]
 _NOTE = "These files go to the user with the final answer; their contents are not shown here."
 
 
-class ToolFileError(ValueError):
+class ToolFileError(AptixPipelineError, ValueError):
     """A server tool's files could not be kept; the call fails with this message."""
 
 

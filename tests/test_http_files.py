@@ -142,7 +142,7 @@ async def test_an_expired_file_url_is_410(tmp_path: Path) -> None:
         answer = httpx.get(_on(f"http://127.0.0.1:{port}", url), timeout=10)
 
     assert answer.status_code == 410
-    assert answer.json()["error"] == "expired"
+    assert answer.json()["Errors"][0]["Code"] == "expired"
 
 
 def _changed(url: str, key: str, value: str) -> str:
@@ -183,7 +183,7 @@ async def test_a_tampered_file_url_is_403(tmp_path: Path, key: str, value: str) 
         answer = httpx.get(_on(f"http://127.0.0.1:{port}", url), timeout=10)
 
     assert answer.status_code == 403
-    assert answer.json()["error"] == "forbidden"
+    assert answer.json()["Errors"][0]["Code"] == "forbidden"
 
 
 @pytest.mark.decision("D323")
