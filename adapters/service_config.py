@@ -36,7 +36,10 @@ The catalog brings the executors of the demo tools it offers
 (``ConfigCatalog(demo_tools=True)``): the CLI and the HTTP service have no other
 server tools to run.
 
-Secrets come only from the environment. Relative paths (the SQLite file, the
+Secrets come only from the environment, and only for the tables a command uses
+(``secrets_for``, D364): ``aptix run --llm-script`` reads no model key, ``aptix run``
+no API key; a table whose secrets are not read is checked for its shape and left
+out of the loaded configuration. Relative paths (the SQLite file, the
 script) are resolved against the configuration file's folder. Every mistake is a
 ``ConfigError`` naming the file, the table and the key (DESIGN.md "Bad input gets
 a clear error"); unknown tables and keys are refused.
@@ -48,11 +51,11 @@ import hashlib
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -76,7 +79,14 @@ from aptix_pipeline.steps import (
 )
 
 from .catalog_config import CatalogError, ConfigCatalog
-from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store, sqlite_target
+from .data_dir import default_store_url
+from .embedded import (
+    DEFAULT_STORE_URL,
+    embedded_pipeline,
+    open_store,
+    sqlite_target,
+    unknown_store_scheme,
+)
 from .scripted_llm import ScriptedLLM, ScriptError
 
 __all__ = [
@@ -86,6 +96,7 @@ __all__ = [
     "ModelConfig",
     "OpenAIModelConfig",
     "ScriptedModelConfig",
+    "SecretTable",
     "ServerConfig",
     "ServiceConfig",
     "build_llm",
@@ -98,6 +109,11 @@ __all__ = [
 _CATALOG_TABLES = ("modes", "server_tools", "agents", "conversations")
 _SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+SecretTable = Literal["store", "model", "auth"]
+"""A table whose settings may name environment variables holding secrets."""
+
+_ALL_SECRETS: Final[frozenset[SecretTable]] = frozenset({"store", "model", "auth"})
 
 
 class ConfigError(AptixPipelineError, ValueError):
@@ -266,10 +282,11 @@ class ServerConfig:
 class ServiceConfig:
     """One loaded configuration file; see the module docstring.
 
-    ``store_url`` is ``None`` when the file has no ``[store]`` (callers use
-    ``DEFAULT_STORE_URL``) and holds the password when ``password_env`` gave one,
-    so it is kept out of ``repr``. ``model`` is ``None`` when the file has no
-    ``[model]``.
+    ``store_url`` is ``None`` when the file has no ``[store]`` (callers use the data
+    folder's file, ``data_dir.default_store_url``) and holds the password when
+    ``password_env`` gave one, so it is kept out of ``repr``. ``model`` is ``None``
+    when the file has no ``[model]``. A table left out of ``secrets_for`` is ``None``
+    (``()`` for ``api_keys``) as well.
     """
 
     source: str
@@ -339,7 +356,7 @@ def _store_url(data: object, base: Path, source: str, env: Mapping[str, str]) ->
             synchronous = table.synchronous
         options = "" if synchronous == "normal" else f"?synchronous={synchronous}"
         return f"sqlite:{base / Path(path).expanduser()}{options}"
-    if url.endswith((".db", ".sqlite", ".sqlite3")):
+    if url.endswith((".db", ".sqlite", ".sqlite3")) and unknown_store_scheme(url) is None:
         return f"sqlite:{base / Path(url).expanduser()}"
     raise ConfigError(
         f"{source}: [store].url: unknown store {url.split(':', 1)[0]!r}: "
@@ -391,6 +408,26 @@ def _model(data: object, base: Path, source: str, env: Mapping[str, str]) -> Mod
     raise ConfigError(f"{source}: [model].kind must be 'scripted' or 'openai', not {kind!r}")
 
 
+def _model_shape(data: object, base: Path, source: str) -> None:
+    """``[model]`` checked as written, its secret not read (the caller uses no model)."""
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == "openai":
+        _table(_OpenAIModel, data, "model", source)
+    else:
+        _model(data, base, source, {})
+
+
+def _keys_shape(data: object, source: str) -> tuple[ApiKey, ...]:
+    """``[auth]`` checked as written, no key read (the caller authenticates no one)."""
+    table = _table(_Auth, data, "auth", source)
+    for index, key in enumerate(table.keys):
+        if (key.key_env is None) == (key.key_sha256 is None):
+            raise ConfigError(
+                f"{source}: [auth].keys[{index}]: give exactly one of key_env and key_sha256"
+            )
+    return ()
+
+
 def _api_keys(data: object, source: str, env: Mapping[str, str]) -> tuple[ApiKey, ...]:
     table = _table(_Auth, data, "auth", source)
     keys: list[ApiKey] = []
@@ -430,8 +467,14 @@ def parse_service_config(
     source: str = "configuration",
     base_dir: str | Path = ".",
     env: Mapping[str, str] | None = None,
+    secrets_for: Collection[SecretTable] = _ALL_SECRETS,
 ) -> ServiceConfig:
-    """A configuration from parsed TOML; ``base_dir`` anchors relative paths."""
+    """A configuration from parsed TOML; ``base_dir`` anchors relative paths.
+
+    ``secrets_for`` names the tables the caller uses: only theirs are read from the
+    environment. Any other of ``[store]``, ``[model]`` and ``[auth]`` is checked for
+    its shape and left out (``store_url`` and ``model`` ``None``, ``api_keys`` empty).
+    """
     environment = os.environ if env is None else env
     base = Path(base_dir).resolve()
     unknown = sorted(set(data) - {*_CATALOG_TABLES, *_SERVICE_TABLES})
@@ -459,22 +502,44 @@ def parse_service_config(
     if "recording" in data:
         table = _table(_Recording, data["recording"], "recording", source)
         recording = RecordingOptions(directory=base / table.directory, redact=table.redact)
+    used = frozenset(secrets_for)
+    unknown_uses = sorted(used - _ALL_SECRETS)
+    if unknown_uses:
+        raise ValueError(f"secrets_for: unknown table(s) {unknown_uses}; known: store, model, auth")
+    store_url = model = None
+    if "store" in data:
+        if "store" in used:
+            store_url = _store_url(data["store"], base, source, environment)
+        else:
+            _table(_Store, data["store"], "store", source)
+    if "model" in data:
+        if "model" in used:
+            model = _model(data["model"], base, source, environment)
+        else:
+            _model_shape(data["model"], base, source)
+    auth = data.get("auth", {})
     return ServiceConfig(
         source=source,
         catalog=catalog,
-        store_url=(
-            _store_url(data["store"], base, source, environment) if "store" in data else None
-        ),
-        model=_model(data["model"], base, source, environment) if "model" in data else None,
+        store_url=store_url,
+        model=model,
         server=ServerConfig(**server.model_dump()),
-        api_keys=_api_keys(data.get("auth", {}), source, environment),
+        api_keys=(
+            _api_keys(auth, source, environment) if "auth" in used else _keys_shape(auth, source)
+        ),
         options=engine.options(),
         recording=recording,
     )
 
 
-def load_service_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> ServiceConfig:
-    """Load a configuration file; ``env`` (default ``os.environ``) supplies the secrets."""
+def load_service_config(
+    path: str | Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    secrets_for: Collection[SecretTable] = _ALL_SECRETS,
+) -> ServiceConfig:
+    """Load a configuration file; ``env`` (default ``os.environ``) supplies the secrets of
+    the tables ``secrets_for`` names (``parse_service_config``)."""
     file = Path(path)
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
@@ -484,7 +549,9 @@ def load_service_config(path: str | Path, *, env: Mapping[str, str] | None = Non
         raise ConfigError(f"{file}: not UTF-8 text: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{file}: not valid TOML: {error}") from None
-    return parse_service_config(data, source=str(file), base_dir=file.parent, env=env)
+    return parse_service_config(
+        data, source=str(file), base_dir=file.parent, env=env, secrets_for=secrets_for
+    )
 
 
 def build_llm(model: ModelConfig) -> LLM:
@@ -526,7 +593,8 @@ def build_pipeline(
     ``telemetry`` says where spans go (default: the global OpenTelemetry provider).
 
     ``llm`` and ``store`` override the file's (``aptix run --llm-script`` /
-    ``--store``); a store given as text is opened with ``open_store``. Raises
+    ``--store``); a store given as text is opened with ``open_store``; without either,
+    the file's ``[store]``, else the data folder's file (``data_dir.py``). Raises
     ``ConfigError`` when there is no model at all, or the store cannot be opened.
     """
     if llm is None:
@@ -534,8 +602,8 @@ def build_pipeline(
             raise ConfigError(f"{config.source}: no [model] table and no model given")
         llm = build_llm(config.model)
     if store is None or isinstance(store, str):
-        url = store if isinstance(store, str) else config.store_url or DEFAULT_STORE_URL
         try:
+            url = store if isinstance(store, str) else config.store_url or default_store_url()
             store = open_store(url)
         except Exception as error:  # the driver's own errors: name the store, not a traceback
             raise ConfigError(

@@ -49,7 +49,7 @@ def _written_help(name: str) -> str:
             "run",
             [
                 "default: the config's [model].",
-                "default: the config's [store], else sqlite:aptix.db.",
+                "default: the config's [store], else aptix.db in the data folder",
                 "catalog tables, [model], [store], [engine] (docs/CONFIGURATION.md).",
                 "default: the config's [recording].",
             ],
