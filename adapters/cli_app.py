@@ -14,6 +14,7 @@ import typer
 
 from aptix_pipeline import __version__
 
+from .cli_chat import chat
 from .cli_diagram import diagram
 from .cli_replay import replay
 from .cli_run import run
@@ -47,6 +48,6 @@ def build_app() -> typer.Typer:
         add_completion=False,
     )
     built.callback()(_root)
-    for command in (validate, run, serve, diagram, replay):
+    for command in (validate, run, chat, serve, diagram, replay):
         built.command()(command)
     return built

@@ -232,8 +232,12 @@ def run(
 
 
 def _usage_error(message: str) -> typer.Exit:
-    """Say what is wrong on stderr; the exit (code 2) to raise."""
-    typer.echo(f"aptix run: {message}", err=True)
+    """Say what is wrong on stderr, named by the command running (``aptix run``, or
+    ``aptix chat``, which opens its ports with the same steps); the exit (code 2) to raise."""
+    import click
+
+    context = click.get_current_context(silent=True)
+    typer.echo(f"aptix {context.info_name if context else 'run'}: {message}", err=True)
     return typer.Exit(2)
 
 
