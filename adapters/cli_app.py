@@ -1,7 +1,8 @@
 """The Typer app of the ``aptix`` command: its ``--version`` option and its commands.
 
 ``cli.py`` builds it on first use. Each command lives in its own module
-(``cli_validate``, ``cli_run``, ``cli_serve``, ``cli_diagram``, ``cli_replay``),
+(``cli_init``, ``cli_validate``, ``cli_run``, ``cli_chat``, ``cli_serve``, ``cli_diagram``,
+``cli_replay``),
 which imports Typer and the standard library only: building the app (``aptix
 --help``) loads no engine, and each command imports what it uses when it runs.
 """
@@ -16,6 +17,7 @@ from aptix_pipeline import __version__
 
 from .cli_chat import chat
 from .cli_diagram import diagram
+from .cli_init import init
 from .cli_replay import replay
 from .cli_run import run
 from .cli_serve import serve
@@ -48,6 +50,6 @@ def build_app() -> typer.Typer:
         add_completion=False,
     )
     built.callback()(_root)
-    for command in (validate, run, chat, serve, diagram, replay):
+    for command in (init, validate, run, chat, serve, diagram, replay):
         built.command()(command)
     return built
