@@ -532,12 +532,28 @@ _FULL_ONLY = frozenset({"result", "transitions", "trace"})
 
 
 def report_summary(outcome: TurnReport, *, content: bool, full: bool = False) -> dict[str, Any]:
-    """What ``--report`` prints: the ``TurnReport`` without its result, and, unless
-    ``full``, without the transitions and the state trace, so each check's rule ids
-    are listed once (D367)."""
+    """What ``--report`` prints (D367): the ``TurnReport`` without its result; unless
+    ``full``, also without the transitions and the state trace, each check given as its
+    step, phase, number of rules and failed ones, and every rule id checked listed once
+    under ``rule_ids`` (a guard may check again what an exit hook checked)."""
     shown = outcome.to_dict(content=content)
-    left_out = {"result"} if full else _FULL_ONLY
-    return {key: value for key, value in shown.items() if key not in left_out}
+    if full:
+        return {key: value for key, value in shown.items() if key != "result"}
+    summary = {key: value for key, value in shown.items() if key not in _FULL_ONLY}
+    summary["checks"] = [
+        {
+            "step": check["step"],
+            "phase": check["phase"],
+            "rules": len(check["rule_ids"]),
+            "failed": check["failed"],
+            "deferred": check["deferred"],
+        }
+        for check in shown["checks"]
+    ]
+    summary["rule_ids"] = list(
+        dict.fromkeys(rule for check in shown["checks"] for rule in check["rule_ids"])
+    )
+    return summary
 
 
 def _print_outcome(
