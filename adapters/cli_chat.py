@@ -5,7 +5,8 @@ Each line the user types is a turn: the first an Initial request (with
 The turn runs streamed (``cli_stream.py``): the model's text on stdout as it is
 written, progress on stderr. A turn that ends in a ``client_tool_continuation``
 (AGN-033 §5) needs the client's tool results: for each call ``chat`` runs the
-tool's handler (``--handler TOOL=COMMAND``, D371) or asks the user, then sends
+tool's handler (``[chat.handlers]`` in ``--config``, or ``--handler TOOL=COMMAND``,
+which wins; D371) or asks the user, then sends
 the results as a ClientToolCallContinuation and goes on until the turn answers.
 
 - The user answers a tool call with one line: JSON is the tool's result
@@ -105,12 +106,17 @@ def chat(
 
     if not org.strip() or not user.strip():
         raise cli_run._usage_error("--org and --user must not be empty")
-    try:
-        handlers = parse_handlers(handler or [])
-    except ValueError as error:
-        raise cli_run._usage_error(str(error)) from None
     provider = cli_run._start_tracing()
     service = cli_run._load_config(config, model=llm_script is None, store=store is None)
+    configured = (
+        [f"{name}={command}" for name, command in service.chat_handlers.items()]
+        if (service is not None)
+        else []
+    )
+    try:
+        handlers = parse_handlers([*configured, *(handler or [])])  # the options win
+    except ValueError as error:
+        raise cli_run._usage_error(str(error)) from None
     script = llm_script or cli_run._config_script(service)
     llm = cli_run._open_model(llm_script, service)
     session_store = cli_run._open_store(store, service)

@@ -2,7 +2,7 @@
 
 It is the catalog file ``ConfigCatalog`` reads (``[[modes]]``, ``[[server_tools]]``,
 ``[[agents]]``, ``[[conversations]]``; without them the built-in catalog, minus its
-agent's placeholder model name so that ``[model]`` decides), plus six tables of
+agent's placeholder model name so that ``[model]`` decides), plus seven tables of
 its own, each optional:
 
 - ``[store]`` — ``url`` (``memory``, ``sqlite:PATH``, ``postgresql://user@host/db``)
@@ -28,6 +28,8 @@ its own, each optional:
   ``max_json_depth``, ``max_errors``, ``max_input_artifacts``, ``max_clipboard_images``,
   ``max_tool_results``), and ``idempotency_ttl_seconds``, how long a committed turn's
   answer is kept for retries (0 keeps it for good).
+- ``[chat]`` — ``handlers``, a table of client tool name → command: ``aptix chat``
+  runs the command for each call of that tool instead of asking (``cli_chat.py``).
 - ``[recording]`` — record every turn for replay (``engine/replay/recording.py``):
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
@@ -107,7 +109,7 @@ __all__ = [
 
 
 _CATALOG_TABLES = ("modes", "server_tools", "agents", "conversations")
-_SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording")
+_SERVICE_TABLES = ("store", "model", "server", "auth", "engine", "recording", "chat")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 SecretTable = Literal["store", "model", "auth"]
@@ -218,6 +220,10 @@ class _Recording(_Table):
     redact: bool
 
 
+class _Chat(_Table):
+    handlers: dict[str, str] = Field(default_factory=dict)
+
+
 # --- the loaded configuration -------------------------------------------------------------------
 
 
@@ -297,6 +303,9 @@ class ServiceConfig:
     api_keys: tuple[ApiKey, ...] = ()
     options: PipelineOptions = field(default_factory=PipelineOptions)
     recording: RecordingOptions | None = None
+    chat_handlers: Mapping[str, str] = field(default_factory=dict)
+    """``[chat.handlers]``: client tool name → the command ``aptix chat`` runs for its
+    calls (``cli_chat.py``, D371)."""
 
 
 def _where(table: str, loc: tuple[int | str, ...]) -> str:
@@ -518,6 +527,10 @@ def parse_service_config(
         else:
             _model_shape(data["model"], base, source)
     auth = data.get("auth", {})
+    chat = _table(_Chat, data.get("chat", {}), "chat", source)
+    for name, command in chat.handlers.items():
+        if not command.strip():
+            raise ConfigError(f"{source}: [chat.handlers].{name}: give the command to run")
     return ServiceConfig(
         source=source,
         catalog=catalog,
@@ -529,6 +542,7 @@ def parse_service_config(
         ),
         options=engine.options(),
         recording=recording,
+        chat_handlers=dict(chat.handlers),
     )
 
 

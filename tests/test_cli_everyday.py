@@ -89,6 +89,32 @@ def test_the_example_requests_run_in_sequence_with_their_script(
     assert not list(ROOT.glob("examples/**/*.db"))
 
 
+def _doc_sequences() -> list[str]:
+    """The ```sh blocks of docs/CLI.md "Example requests"."""
+    import re
+
+    page = (ROOT / "docs" / "CLI.md").read_text(encoding="utf-8")
+    section = page.split("### Example requests", 1)[1].split("\n### ", 1)[0]
+    return re.findall(r"^```sh\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+
+
+@pytest.mark.decision("D362")
+@pytest.mark.parametrize("block", _doc_sequences(), ids=["requests", "session"])
+def test_the_example_sequences_run_as_the_cli_page_writes_them(tmp_path: Path, block: str) -> None:
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    bash = f"set -euo pipefail\nPATH={APTIX.parent}:$PATH\n{block}"
+
+    run = subprocess.run(
+        ["bash", "-c", bash], capture_output=True, text=True, check=False, cwd=tmp_path, timeout=120
+    )
+
+    assert run.returncode == 0, run.stderr
+    last = json.loads(run.stdout)
+    assert last["Successful"] is True
+    assert last["Result"]["Kind"] == "final"
+    assert not list(ROOT.glob("examples/**/*.db"))
+
+
 @pytest.mark.decision("D362", "D363")
 def test_the_example_session_runs_turn_by_turn_with_its_script_keyed_by_turn(
     tmp_path: Path,

@@ -87,4 +87,4 @@ def test_the_root_help_lists_every_command() -> None:
     shown = _shown_help()
 
     assert [command for command in _COMMANDS if command not in shown] == []
-    assert set(_COMMANDS) == {"validate", "run", "serve", "diagram", "replay"}
+    assert set(_COMMANDS) == {"init", "validate", "run", "chat", "serve", "diagram", "replay"}

@@ -79,7 +79,7 @@ async def test_the_examples_catalog_and_keys_are_the_ones_used() -> None:
     assert review is not None
     assert [tool.name for tool in review.server_tools] == ["review_checklist"]
     assert agent is not None
-    assert [tool.name for tool in agent.client_tools] == ["read_file"]
+    assert [tool.name for tool in agent.client_tools] == ["read_file", "run_tests"]
     ana = {"authorization": "Bearer ana-secret"}
     bob = {"x-api-key": "bob-example-key"}  # the example's hashed key
     assert authenticator.authenticate(ana) == Caller(org="acme", user="ana")
