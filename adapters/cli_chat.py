@@ -16,8 +16,9 @@ the results as a ClientToolCallContinuation and goes on until the turn answers.
   environment. Exit 0: its stdout is the result (JSON as is, other text as a JSON
   string); any other exit: the error, its stderr's last line.
 - ``/quit`` or end of input ends the chat (exit 0). Ctrl-C during a turn cancels
-  that turn (nothing of it is stored) and the chat goes on; Ctrl-C at the prompt
-  ends the chat (exit 130). A turn that fails says why on stderr; the session
+  that turn (nothing of it is stored) and the chat goes on; Ctrl-C at the prompt,
+  or while a tool result is asked, ends the chat (exit 130; that turn stays
+  pending in the store). A turn that fails says why on stderr; the session
   stays as it was.
 
 Prompts (``you>``, a tool's question) go to stderr, and only when stdin is a
@@ -100,7 +101,7 @@ def chat(
 
     Client tool calls are answered by their --handler, or asked for (a JSON result,
     or !message for an error). /quit or end of input ends the chat. Exit codes: 0
-    ended, 2 usage error, 130 Ctrl-C at the prompt.
+    ended, 2 usage error, 130 Ctrl-C while waiting for input.
     """
     from . import cli_run
 
@@ -178,6 +179,9 @@ class _Chat:
                 self._turn(self._request(line.strip()), stdin, out, err, interactive)
             except _ChatEndedError:
                 return 0
+            except KeyboardInterrupt:  # asking for a tool result, or running its handler
+                err.write("\naptix chat: interrupted: the turn waits for its tool results\n")
+                return _INTERRUPTED
 
     def _request(self, instruction: str) -> dict[str, Any]:
         if self._last is None:

@@ -163,7 +163,7 @@ def check_examples() -> None:
     print(f"{well_formed} well-formed, {len(files) - well_formed} refused, {len(files)} requests")
     print(
         "(well-formed in form only: 02 and 03 go on with the session 01 starts, "
-        "run one after the other as docs/CLI.md \"Example requests\" shows)"
+        'run one after the other as docs/CLI.md "Example requests" shows)'
     )
 
 

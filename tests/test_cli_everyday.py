@@ -5,6 +5,8 @@ in a subprocess, as a user would, on real SQLite files."""
 from __future__ import annotations
 
 import json
+import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -426,6 +428,7 @@ def test_chat_answers_a_client_tool_with_its_handler_and_its_error_with_bang(
     assert f"tool read_file (r1): running {sys.executable}" in run.stderr
 
 
+@pytest.mark.decision("D373")
 def test_chat_says_why_a_turn_failed_and_goes_on(tmp_path: Path) -> None:
     run = _aptix(
         tmp_path,
@@ -442,6 +445,78 @@ def test_chat_says_why_a_turn_failed_and_goes_on(tmp_path: Path) -> None:
     assert run.returncode == 0
     assert "aptix chat: the turn failed:" in run.stderr
     assert run.stdout == ""
+
+
+@pytest.mark.decision("D371")
+def test_chat_runs_the_handler_the_configuration_names(tmp_path: Path) -> None:
+    (tmp_path / "s.json").write_text(
+        json.dumps(
+            [
+                {"tool_calls": [{"id": "r1", "name": "read_file", "arguments": {"path": "a"}}]},
+                {"text": "read it"},
+            ]
+        )
+    )
+    (tmp_path / "aptix.toml").write_text(
+        f"[chat.handlers]\nread_file = \"{sys.executable} -c 'print(42)'\"\n"
+    )
+
+    run = _aptix(
+        tmp_path,
+        "chat",
+        "--config",
+        "aptix.toml",
+        "--llm-script",
+        "s.json",
+        "--store",
+        "memory",
+        stdin="read a\n",
+    )
+
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "read it\n"
+    assert "called with" not in run.stderr  # not asked: the handler answered
+
+
+@pytest.mark.decision("D373")
+def test_ctrl_c_while_chat_waits_for_input_ends_it_with_130_and_keeps_the_answered_turn(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "chat.db"
+    chat = subprocess.Popen(
+        [
+            str(APTIX),
+            "chat",
+            "--llm-script",
+            str(SESSION / "script.json"),
+            "--store",
+            f"sqlite:{store}",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C as on a terminal, even when the tests run where SIGINT is ignored (a
+        # background job): Python then leaves it ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert chat.stdin is not None
+    assert chat.stdout is not None
+    chat.stdin.write("Please review src/app.py.\n")
+    chat.stdin.flush()
+    first_line = chat.stdout.readline()
+    assert chat.stderr is not None
+    for line in chat.stderr:  # the turn answered: the chat asks for read_file's result
+        if line.startswith("tool read_file (call_read) called with"):
+            break
+
+    chat.send_signal(signal.SIGINT)
+    code = chat.wait(timeout=60)
+
+    assert first_line == "Switching to review mode, then reading the file.\n"
+    assert code == 130
+    with sqlite3.connect(store) as db:
+        assert db.execute("select count(*) from sessions").fetchone() == (1,)
 
 
 # --- aptix init ---------------------------------------------------------------------------------
