@@ -36,7 +36,14 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO, cast
 
 import typer
 
-from .cli_run import _Config, _InitialMode, _LlmScript, _Org, _Store, _User
+from .cli_run import (
+    ConfigOption,
+    InitialModeOption,
+    LlmScriptOption,
+    OrgOption,
+    StoreOption,
+    UserOption,
+)
 
 if TYPE_CHECKING:
     from aptix_pipeline.contracts import (
@@ -79,12 +86,12 @@ def parse_handlers(specs: list[str]) -> dict[str, list[str]]:
 
 
 def chat(
-    llm_script: _LlmScript = None,
-    store: _Store = None,
-    org: _Org = "local",
-    user: _User = "local",
-    config: _Config = None,
-    initial_mode: _InitialMode = None,
+    llm_script: LlmScriptOption = None,
+    store: StoreOption = None,
+    org: OrgOption = "local",
+    user: UserOption = "local",
+    config: ConfigOption = None,
+    initial_mode: InitialModeOption = None,
     agent: Annotated[
         str | None, typer.Option(help="The agent of the session (its AgentContextId).")
     ] = None,
@@ -106,9 +113,9 @@ def chat(
     from . import cli_run
 
     if not org.strip() or not user.strip():
-        raise cli_run._usage_error("--org and --user must not be empty")
-    provider = cli_run._start_tracing()
-    service = cli_run._load_config(config, model=llm_script is None, store=store is None)
+        raise cli_run.usage_error("--org and --user must not be empty")
+    provider = cli_run.start_tracing()
+    service = cli_run.load_config(config, model=llm_script is None, store=store is None)
     configured = (
         [f"{name}={command}" for name, command in service.chat_handlers.items()]
         if (service is not None)
@@ -117,17 +124,17 @@ def chat(
     try:
         handlers = parse_handlers([*configured, *(handler or [])])  # the options win
     except ValueError as error:
-        raise cli_run._usage_error(str(error)) from None
-    script = llm_script or cli_run._config_script(service)
-    llm = cli_run._open_model(llm_script, service)
-    session_store = cli_run._open_store(store, service)
+        raise cli_run.usage_error(str(error)) from None
+    script = llm_script or cli_run.config_script(service)
+    llm = cli_run.open_model(llm_script, service)
+    session_store = cli_run.open_session_store(store, service)
     session = _Chat(
         service=service,
         provider=provider,
         store=session_store,
         llm=llm,
         script=script,
-        caller=cli_run._caller(org, user),
+        caller=cli_run.caller_of(org, user),
         initial_mode=initial_mode,
         agent=agent,
         handlers=handlers,
@@ -135,7 +142,7 @@ def chat(
     try:
         code = session.loop(sys.stdin, sys.stdout, sys.stderr)
     finally:
-        cli_run._close(session_store, provider)
+        cli_run.close_ports(session_store, provider)
     raise typer.Exit(code)
 
 
@@ -231,9 +238,9 @@ class _Chat:
 
         llm = self._llm
         if llm is None and self._script is not None:
-            llm = cli_run._open_turn_script(self._script, self._store, self._caller, body)
+            llm = cli_run.open_turn_script(self._script, self._store, self._caller, body)
         assert llm is not None
-        return cli_run._build_pipeline(
+        return cli_run.build_run_pipeline(
             llm, self._store, self._service, self._provider, None, redact=False
         )
 

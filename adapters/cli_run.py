@@ -22,7 +22,12 @@ read (``secrets_for``, D364): the configuration's model key when no
 its API keys. Without a store, sessions go to the data folder's ``aptix.db``
 (``data_dir.py``, D366). A script keyed by turn is played from the session's turn
 (``cli_script.py``, D363). ``--report`` prints the turn's summary, each check once;
-``--report-format full`` the whole ``TurnReport`` (D367).
+``--report-format full`` the whole ``TurnReport`` (D367). ``--after RESULT.json``
+continues that result's session (D368).
+
+``aptix chat`` (``cli_chat.py``) takes the same options (``ConfigOption`` and the
+others) and opens its ports through the same steps (``load_config``,
+``open_model``, ``open_session_store``, ``build_run_pipeline``, ``close_ports``).
 """
 
 from __future__ import annotations
@@ -43,10 +48,34 @@ if TYPE_CHECKING:
 
     from .service_config import ServiceConfig
 
-__all__ = ["ReportFormat", "run"]
+__all__ = [
+    "ConfigOption",
+    "InitialModeOption",
+    "LlmScriptOption",
+    "OrgOption",
+    "ReportFormat",
+    "StoreOption",
+    "UserOption",
+    "build_run_pipeline",
+    "caller_of",
+    "check_record_folder",
+    "close_ports",
+    "config_script",
+    "continue_after",
+    "diagram_format",
+    "draw_turn_path",
+    "load_config",
+    "open_model",
+    "open_session_store",
+    "open_turn_script",
+    "report_summary",
+    "run",
+    "start_tracing",
+    "usage_error",
+]
 
 Refuse: TypeAlias = Callable[[str], typer.Exit]
-"""Says what is wrong on stderr and gives the exit (code 2) to raise: ``_usage_error``."""
+"""Says what is wrong on stderr and gives the exit (code 2) to raise: ``usage_error``."""
 
 _INTERRUPTED = 130
 """The exit code of a turn Ctrl-C cancelled: 128 + SIGINT, as shells report it."""
@@ -56,7 +85,7 @@ _INTERRUPTED = 130
 _Request: TypeAlias = Annotated[
     Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="Request JSON file.")
 ]
-_LlmScript: TypeAlias = Annotated[
+LlmScriptOption: TypeAlias = Annotated[
     Path | None,
     typer.Option(
         "--llm-script",
@@ -67,7 +96,7 @@ _LlmScript: TypeAlias = Annotated[
         "default: the config's \\[model].",
     ),
 ]
-_Store: TypeAlias = Annotated[
+StoreOption: TypeAlias = Annotated[
     str | None,
     typer.Option(
         help="Session store: sqlite:PATH, memory or postgresql://...; default: the config's "
@@ -75,9 +104,9 @@ _Store: TypeAlias = Annotated[
         "$XDG_DATA_HOME/aptix, else ~/.local/share/aptix)."
     ),
 ]
-_Org: TypeAlias = Annotated[str, typer.Option(help="The caller's org.")]
-_User: TypeAlias = Annotated[str, typer.Option(help="The caller's user.")]
-_Config: TypeAlias = Annotated[
+OrgOption: TypeAlias = Annotated[str, typer.Option(help="The caller's org.")]
+UserOption: TypeAlias = Annotated[str, typer.Option(help="The caller's user.")]
+ConfigOption: TypeAlias = Annotated[
     Path | None,
     typer.Option(
         exists=True,
@@ -87,7 +116,7 @@ _Config: TypeAlias = Annotated[
         "(docs/CONFIGURATION.md).",
     ),
 ]
-_InitialMode: TypeAlias = Annotated[
+InitialModeOption: TypeAlias = Annotated[
     str | None, typer.Option(help="Mode of a new session (default: general).")
 ]
 _Report: TypeAlias = Annotated[
@@ -169,12 +198,12 @@ _IdempotencyKey: TypeAlias = Annotated[
 
 def run(
     request: _Request,
-    llm_script: _LlmScript = None,
-    store: _Store = None,
-    org: _Org = "local",
-    user: _User = "local",
-    config: _Config = None,
-    initial_mode: _InitialMode = None,
+    llm_script: LlmScriptOption = None,
+    store: StoreOption = None,
+    org: OrgOption = "local",
+    user: UserOption = "local",
+    config: ConfigOption = None,
+    initial_mode: InitialModeOption = None,
     report: _Report = False,
     trace: _Trace = False,
     compact: _Compact = False,
@@ -191,32 +220,32 @@ def run(
     Spans go where OTEL_TRACES_EXPORTER says (console: JSON on stderr; otlp; none).
     """
     if redact and record is None:
-        raise _usage_error("--redact applies to --record DIR")
+        raise usage_error("--redact applies to --record DIR")
     if not org.strip() or not user.strip():
-        raise _usage_error("--org and --user must not be empty")
+        raise usage_error("--org and --user must not be empty")
     if record is not None:
-        check_record_folder(record, _usage_error)
-    fmt = diagram_format(diagram, _usage_error) if diagram is not None else None
+        check_record_folder(record, usage_error)
+    fmt = diagram_format(diagram, usage_error) if diagram is not None else None
     body = request.read_bytes()
     if after is not None:
-        body = continue_after(body, after, _usage_error)
-    provider = _start_tracing()
-    service = _load_config(config, model=llm_script is None, store=store is None)
-    script = llm_script or _config_script(service)
-    llm = _open_model(llm_script, service)
-    session_store = _open_store(store, service)
+        body = continue_after(body, after, usage_error)
+    provider = start_tracing()
+    service = load_config(config, model=llm_script is None, store=store is None)
+    script = llm_script or config_script(service)
+    llm = open_model(llm_script, service)
+    session_store = open_session_store(store, service)
     try:
-        caller = _caller(org, user)
+        caller = caller_of(org, user)
         if llm is None and script is not None:  # a script keyed by turn: the store says which
-            llm = _open_turn_script(script, session_store, caller, body)
+            llm = open_turn_script(script, session_store, caller, body)
         assert llm is not None
-        pipeline = _build_pipeline(llm, session_store, service, provider, record, redact=redact)
+        pipeline = build_run_pipeline(llm, session_store, service, provider, record, redact=redact)
         if _streams(stream, body):
             outcome = _stream_turn(pipeline, body, caller, initial_mode, idempotency_key)
         else:
             outcome = _run_turn(pipeline, body, caller, initial_mode, idempotency_key)
     finally:
-        _close(session_store, provider)
+        close_ports(session_store, provider)
     if outcome is None:
         typer.echo("aptix run: interrupted: the turn was cancelled, nothing stored", err=True)
         raise typer.Exit(_INTERRUPTED)
@@ -227,11 +256,11 @@ def run(
     if script is not None:
         _hint_reused_script(outcome, body, script)
     if diagram is not None and fmt is not None:
-        draw_turn_path(outcome, pipeline, fmt, diagram, _usage_error)
+        draw_turn_path(outcome, pipeline, fmt, diagram, usage_error)
     raise typer.Exit(0 if outcome.successful else 1)
 
 
-def _usage_error(message: str) -> typer.Exit:
+def usage_error(message: str) -> typer.Exit:
     """Say what is wrong on stderr, named by the command running (``aptix run``, or
     ``aptix chat``, which opens its ports with the same steps); the exit (code 2) to raise."""
     import click
@@ -241,17 +270,17 @@ def _usage_error(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _start_tracing() -> TracerProvider | None:
+def start_tracing() -> TracerProvider | None:
     """The spans' provider as OTEL_TRACES_EXPORTER says (``None``: no spans are exported)."""
     from .telemetry_setup import TelemetrySetupError, configure_tracing
 
     try:
         return configure_tracing()
     except TelemetrySetupError as error:
-        raise _usage_error(str(error)) from None
+        raise usage_error(str(error)) from None
 
 
-def _caller(org: str, user: str) -> Caller:
+def caller_of(org: str, user: str) -> Caller:
     """The caller ``--org``/``--user`` name."""
     from aptix_pipeline.contracts import Caller
 
@@ -347,7 +376,7 @@ def draw_turn_path(
     typer.echo(f"path diagram: {out}", err=True)
 
 
-def _load_config(config: Path | None, *, model: bool, store: bool) -> ServiceConfig | None:
+def load_config(config: Path | None, *, model: bool, store: bool) -> ServiceConfig | None:
     """The ``--config`` file, loaded, with the secrets of the model and the store only
     when the command uses them (never the API keys); ``None`` without one."""
     if config is None:
@@ -362,10 +391,10 @@ def _load_config(config: Path | None, *, model: bool, store: bool) -> ServiceCon
     try:
         return load_service_config(config, secrets_for=uses)
     except ConfigError as error:
-        raise _usage_error(str(error)) from None
+        raise usage_error(str(error)) from None
 
 
-def _config_script(service: ServiceConfig | None) -> Path | None:
+def config_script(service: ServiceConfig | None) -> Path | None:
     """The script of the configuration's ``[model] kind = "scripted"``, if it has one."""
     from .service_config import ScriptedModelConfig
 
@@ -384,19 +413,19 @@ def _opening_port() -> Iterator[None]:
         yield
     except (ScriptError, ValueError, OSError, RuntimeError, ImportError, sqlite3.Error) as error:
         sqlite = isinstance(error, sqlite3.Error)
-        raise _usage_error(f"{type(error).__name__}: {error}" if sqlite else str(error)) from None
+        raise usage_error(f"{type(error).__name__}: {error}" if sqlite else str(error)) from None
 
 
-def _open_model(llm_script: Path | None, service: ServiceConfig | None) -> LLM | None:
+def open_model(llm_script: Path | None, service: ServiceConfig | None) -> LLM | None:
     """The model: ``--llm-script``'s scripted replies, else the configuration's ``[model]``;
     ``None`` for a script keyed by turn, checked here and opened once the store can say
-    which turn the request is (``_open_turn_script``)."""
+    which turn the request is (``open_turn_script``)."""
     from .scripted_llm import ScriptedLLM
 
     model = service.model if service is not None else None
     if llm_script is None and model is None:
-        raise _usage_error("give --llm-script, or a --config with a [model] table")
-    script = llm_script or _config_script(service)
+        raise usage_error("give --llm-script, or a --config with a [model] table")
+    script = llm_script or config_script(service)
     with _opening_port():
         if script is not None:
             text = script.read_bytes()
@@ -408,9 +437,7 @@ def _open_model(llm_script: Path | None, service: ServiceConfig | None) -> LLM |
         return build_llm(model)
 
 
-def _open_turn_script(
-    script: Path, session_store: SessionStore, caller: Caller, body: bytes
-) -> LLM:
+def open_turn_script(script: Path, session_store: SessionStore, caller: Caller, body: bytes) -> LLM:
     """A script keyed by turn, at the request's turn of its session (``cli_script.py``)."""
     from .cli_script import open_script
 
@@ -418,7 +445,7 @@ def _open_turn_script(
         return open_script(script, session_store, caller, body)
 
 
-def _open_store(store: str | None, service: ServiceConfig | None) -> SessionStore:
+def open_session_store(store: str | None, service: ServiceConfig | None) -> SessionStore:
     """The session store: ``--store``, else the configuration's ``[store]``, else the data
     folder's SQLite file (``data_dir.py``), said on stderr when it is created."""
     from .data_dir import default_store_url
@@ -428,7 +455,7 @@ def _open_store(store: str | None, service: ServiceConfig | None) -> SessionStor
         return open_store(store or (service.store_url if service else None) or default_store_url())
 
 
-def _build_pipeline(
+def build_run_pipeline(
     llm: LLM,
     session_store: SessionStore,
     service: ServiceConfig | None,
@@ -459,7 +486,7 @@ def _build_pipeline(
             ),
         )
     except (CatalogError, OSError) as error:
-        raise _usage_error(str(error)) from None
+        raise usage_error(str(error)) from None
 
 
 def _streams(stream: bool | None, body: bytes) -> bool:
@@ -516,7 +543,7 @@ def _stream_turn(
     )
 
 
-def _close(session_store: SessionStore, provider: TracerProvider | None) -> None:
+def close_ports(session_store: SessionStore, provider: TracerProvider | None) -> None:
     """Close the store, and flush the spans before the output."""
     close = getattr(session_store, "close", None)
     if close is not None:
