@@ -53,8 +53,9 @@ and the Typer ``app`` (``cli_app.py``) are built on first use (``main()``, or
 ``cli_run``, ``cli_chat``, ``cli_serve``, ``cli_diagram``, ``cli_replay``) and imports
 what it needs when it runs: ``aptix --version`` answers before anything else is
 imported, and no command loads FastAPI, the OpenAI SDK, psycopg or the OpenTelemetry
-SDK unless it uses them (tests/test_startup.py). Typer renders help text as rich markup, so the commands
-write a literal ``[`` in their help as ``\\[`` (tests/test_cli_help.py).
+SDK unless it uses them (tests/test_startup.py). Typer renders help text as rich
+markup, so the commands write a literal ``[`` in their help as ``\\[``
+(tests/test_cli_help.py).
 """
 
 from __future__ import annotations
