@@ -112,10 +112,12 @@ def _live_ports(config: Path, model: bool) -> LivePorts:
     """The configuration's catalog and server tools (and model) as live ports."""
     from aptix_pipeline.engine.replay import LivePorts
 
-    from .service_config import ConfigError, build_llm, load_service_config
+    from .service_config import ConfigError, SecretTable, build_llm, load_service_config
 
     try:
-        service = load_service_config(config)
+        # Only the model's secret, and only when it runs live (D364): no store, no API keys.
+        uses: tuple[SecretTable, ...] = ("model",) if model else ()
+        service = load_service_config(config, secrets_for=uses)
         if model and service.model is None:
             raise ConfigError(f"{config}: --live-model needs a [model] table")
         llm = build_llm(service.model) if model and service.model is not None else None

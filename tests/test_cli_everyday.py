@@ -211,6 +211,19 @@ def test_a_run_on_the_configs_model_asks_for_its_key_and_no_other(tmp_path: Path
     assert "APTIX_KEY_ANA" not in run.stderr
 
 
+@pytest.mark.decision("D364")
+def test_a_live_replay_on_the_example_config_asks_for_no_secret(tmp_path: Path) -> None:
+    recording = ROOT / "examples" / "recordings" / "01-initial.json"
+
+    run = _aptix(
+        tmp_path, "replay", str(recording), "--live", str(EXAMPLE_CONFIG), env=_without_secrets()
+    )
+
+    assert run.returncode in (0, 1), run.stderr  # replayed or diverged: not refused for a key
+    assert "is not set" not in run.stderr
+    assert run.stdout.startswith("replay ")
+
+
 @pytest.mark.decision("D365")
 def test_a_record_folder_that_cannot_be_made_is_one_line_and_exit_two(tmp_path: Path) -> None:
     (tmp_path / "r.json").write_text('{"Instruction": "hi"}')
