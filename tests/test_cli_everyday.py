@@ -176,6 +176,26 @@ def test_a_script_without_replies_for_the_sessions_turn_is_a_usage_error(tmp_pat
     assert "this request is the session's turn 2" in second.stderr
 
 
+@pytest.mark.decision("D368")
+def test_after_a_file_without_a_successful_result_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "failed.json").write_text('{"Successful": false, "Result": null, "Errors": []}')
+
+    run = _aptix(
+        tmp_path,
+        "run",
+        str(REQUESTS / "03-follow-on.json"),
+        "--after",
+        "failed.json",
+        "--llm-script",
+        str(ROOT / "examples" / "requests-script.json"),
+        "--store",
+        "memory",
+    )
+
+    assert run.returncode == 2
+    assert "--after failed.json: not the InvokeResult of a successful turn" in run.stderr
+
+
 # --- what aptix run checks, and what it does not ask for ------------------------------------
 
 
