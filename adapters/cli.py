@@ -1,5 +1,9 @@
 """The ``aptix`` command line.
 
+- ``aptix init [DIR] [--force]`` writes a minimal working configuration
+  (``aptix.toml`` with a scripted model, ``replies.json``, ``request.json``) that
+  ``aptix run`` runs at once (``cli_init.py``). Exit codes: 0 written, 2 when a file
+  exists (without ``--force``) or cannot be written.
 - ``aptix validate FILE...`` checks request files against AGN-034 and prints one
   ``InvokeResult`` per file. Exit codes: 0 when every file is a valid request, 1
   when any is not, 2 for a usage error (a missing file, an unknown option).
@@ -8,7 +12,11 @@
   prints its ``InvokeResult``. Exit codes: 0 when Successful, 1 when not, 2 for a
   usage error (a missing file, a malformed script or configuration, a bad store).
   Turns of one session chain across separate ``aptix run`` calls that share the
-  SQLite file. ``--config`` takes the service configuration
+  store (``--after RESULT.json`` takes the session from an earlier result; a script
+  keyed by turn plays each request's turn). Without ``--store`` or ``[store]`` the
+  store is ``aptix.db`` in the data folder (``data_dir.py``). ``--report`` prints a
+  summary (``--report-format full``: the whole report); ``--diagram OUT`` draws the
+  turn's path. ``--config`` takes the service configuration
   (``adapters/service_config.py``): its catalog, and its ``[model]``, ``[store]``
   and ``[engine]`` where ``--llm-script`` / ``--store`` are not given.
   ``--record DIR [--redact]`` records the turn for replay (else the config's
@@ -18,6 +26,11 @@
   makes a re-run of the same request (say, after a crash) print the answer its
   first run stored instead of running another turn; a resubmitted continuation is
   answered so without a key.
+- ``aptix chat`` holds a session in the terminal (``cli_chat.py``): each line a turn,
+  streamed; client tool calls answered by ``--handler TOOL=COMMAND`` (or
+  ``[chat.handlers]``) or asked for. It takes ``aptix run``'s model, store, caller
+  and configuration options. Exit codes: 0 ended (``/quit``, end of input), 2 usage
+  error, 130 Ctrl-C while it waits for input.
 - ``aptix serve --config FILE`` runs the HTTP service (``adapters/http_app.py``)
   under uvicorn; ``--host``, ``--port``, ``--workers`` and ``--access-log`` override
   ``[server]``.
@@ -42,12 +55,13 @@
 
 Start-up: this module imports only the standard library at import time. Typer
 and the Typer ``app`` (``cli_app.py``) are built on first use (``main()``, or
-``cli.app``). Each command lives in its own module (``cli_validate``, ``cli_run``,
-``cli_serve``, ``cli_diagram``, ``cli_replay``) and imports what it needs when it
-runs: ``aptix --version`` answers before anything else is imported, and no command
-loads FastAPI, the OpenAI SDK, psycopg or the OpenTelemetry SDK unless it uses them
-(tests/test_startup.py). Typer renders help text as rich markup, so the commands
-write a literal ``[`` in their help as ``\\[`` (tests/test_cli_help.py).
+``cli.app``). Each command lives in its own module (``cli_init``, ``cli_validate``,
+``cli_run``, ``cli_chat``, ``cli_serve``, ``cli_diagram``, ``cli_replay``) and imports
+what it needs when it runs: ``aptix --version`` answers before anything else is
+imported, and no command loads FastAPI, the OpenAI SDK, psycopg or the OpenTelemetry
+SDK unless it uses them (tests/test_startup.py). Typer renders help text as rich
+markup, so the commands write a literal ``[`` in their help as ``\\[``
+(tests/test_cli_help.py).
 """
 
 from __future__ import annotations

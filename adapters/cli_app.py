@@ -1,9 +1,8 @@
 """The Typer app of the ``aptix`` command: its ``--version`` option and its commands.
 
 ``cli.py`` builds it on first use. Each command lives in its own module
-(``cli_validate``, ``cli_run``, ``cli_serve``, ``cli_diagram``, ``cli_replay``,
-``cli_sessions``, ``cli_ui``),
-``cli_index``),
+(``cli_init``, ``cli_validate``, ``cli_run``, ``cli_chat``, ``cli_serve``, ``cli_diagram``,
+``cli_replay``, ``cli_sessions``, ``cli_ui``, ``cli_index``),
 which imports Typer and the standard library only: building the app (``aptix
 --help``) loads no engine, and each command imports what it uses when it runs.
 """
@@ -16,8 +15,10 @@ import typer
 
 from aptix_pipeline import __version__
 
+from .cli_chat import chat
 from .cli_diagram import diagram
 from .cli_index import index
+from .cli_init import init
 from .cli_replay import replay
 from .cli_run import run
 from .cli_serve import serve
@@ -52,7 +53,7 @@ def build_app() -> typer.Typer:
         add_completion=False,
     )
     built.callback()(_root)
-    for command in (validate, run, serve, diagram, replay, index):
+    for command in (init, validate, run, chat, serve, diagram, replay, index):
         built.command()(command)
     built.add_typer(sessions_app)
     built.command()(ui)

@@ -41,7 +41,7 @@ def index(
     from .service_config import ConfigError, load_service_config
 
     try:
-        service = load_service_config(config)
+        service = load_service_config(config, secrets_for=())
     except ConfigError as error:
         raise _refuse(str(error)) from None
     retrieval = service.retrieval

@@ -11,6 +11,7 @@ every recording replays, 1 one diverges, 2 for a usage error.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -111,10 +112,12 @@ def _live_ports(config: Path, model: bool) -> LivePorts:
     """The configuration's catalog and server tools (and model) as live ports."""
     from aptix_pipeline.engine.replay import LivePorts
 
-    from .service_config import ConfigError, build_llm, load_service_config
+    from .service_config import ConfigError, SecretTable, build_llm, load_service_config
 
     try:
-        service = load_service_config(config)
+        # Only the model's secret, and only when it runs live (D364): no store, no API keys.
+        uses: tuple[SecretTable, ...] = ("model",) if model else ()
+        service = load_service_config(config, secrets_for=uses)
         if model and service.model is None:
             raise ConfigError(f"{config}: --live-model needs a [model] table")
         llm = build_llm(service.model) if model and service.model is not None else None
@@ -164,13 +167,26 @@ def _replay_all(
             except ValueError as error:  # a live model or tool for a redacted recording
                 raise _refuse(f"{path}: {error}") from None
             outcome = replace(outcome, source=path)
-            lines = outcome.describe()
+            lines = list(outcome.describe())
+            if outcome.ok:
+                lines[-1] = _verdict(recording, outcome.report.result.rule_ids, lines[-1])
             typer.echo("\n".join([lines[0], lines[-1]] if quiet and outcome.ok else lines))
             diverged += not outcome.ok
     finally:
         if provider is not None:
             provider.shutdown()
     return diverged
+
+
+def _verdict(recording: TurnRecording, rule_ids: Sequence[str], line: str) -> str:
+    """The ``ok`` line of a recording that replays; for a turn that faulted, it names the
+    step and rule it faulted at, so ``ok`` never reads as a turn that went well (D369)."""
+    trace = recording.trace
+    if trace.outcome != "faulted":
+        return line
+    rules = ", ".join(dict.fromkeys(rule_ids)) or ", ".join(trace.error_codes) or "none named"
+    detail = line.removeprefix("ok: ").removeprefix("ok")
+    return f"ok, the turn faulted at {trace.faulted_step} (rule {rules}): {detail}".rstrip(": ")
 
 
 def _draw_path(recording: TurnRecording, fmt: DiagramFormat, out: Path) -> None:

@@ -16,6 +16,7 @@ a host's catalog is checked by ``await pipeline.verify()``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -59,6 +60,7 @@ __all__ = [
     "embedded_pipeline",
     "open_store",
     "sqlite_target",
+    "unknown_store_scheme",
 ]
 
 
@@ -69,8 +71,24 @@ class CatalogPorts(ModeCatalog, AgentCatalog, Protocol):
 
 
 DEFAULT_STORE_URL = "sqlite:aptix.db"
-"""The store of ``aptix run`` and of a configuration without a ``[store]`` table (a file
-in the working directory); also ``service_config.DEFAULT_STORE_URL``."""
+"""A SQLite file in the working directory, for a host that wants its store beside its
+process (also ``service_config.DEFAULT_STORE_URL``). ``aptix run`` and a configuration
+without a ``[store]`` table use the data folder's file instead (``data_dir.py``)."""
+
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
+"""A URL scheme: two characters or more, so a Windows drive letter (``C:``) is none."""
+
+_KNOWN_STORES = "memory, sqlite:PATH or postgresql://USER@HOST/DB"
+
+
+def unknown_store_scheme(spec: str) -> str | None:
+    """The scheme ``spec`` starts with when it is none a store knows (``sqllite:x.db``
+    gives ``"sqllite"``), else ``None`` (D375)."""
+    match = _SCHEME.match(spec)
+    if match is None or match.group(1) in ("sqlite", "postgresql", "postgres"):
+        return None
+    return match.group(1)
 
 
 def sqlite_target(spec: str) -> tuple[str, Synchronous]:
@@ -113,12 +131,13 @@ def open_store(spec: str | Path) -> MemoryStore | SQLiteStore | PostgresStore:
     if text.startswith("sqlite:"):
         path, synchronous = sqlite_target(text)
         return SQLiteStore(path, synchronous=synchronous)
+    scheme = unknown_store_scheme(text)
+    if scheme is not None:  # a misspelt scheme, not a file name to create
+        raise ValueError(f"unknown store scheme {scheme + ':'!r}: use {_KNOWN_STORES}")
     if text.endswith((".db", ".sqlite", ".sqlite3")):
         return SQLiteStore(text)
     shown = f"{text.partition('://')[0]}://..." if "://" in text else text  # no credentials
-    raise ValueError(
-        f"unknown store {shown!r}: use memory, sqlite:PATH or postgresql://USER@HOST/DB"
-    )
+    raise ValueError(f"unknown store {shown!r}: use {_KNOWN_STORES}")
 
 
 def _demo_executors(catalog: CatalogPorts) -> dict[str, ToolExecutor]:

@@ -18,6 +18,11 @@ A reply's text may hold ``{received}``: it is played as a summary of the parts o
 the newest user message the model was sent — ``received: text 'look at this',
 image img1 image/png 68 bytes`` — so a demo shows what reached the model (an
 image the model was not shown reads as the text of its described reference).
+A script for a session run one turn a process (``aptix run``, D363) groups its
+replies by turn: ``{"turns": [[...turn 1...], [...turn 2...]]}``. ``from_json(text,
+turn=k, played=n)`` plays turn ``k``'s replies (counted from 0) after the ``n`` its
+earlier requests played (a continuation's); a flat script ignores both and plays
+from its first reply. ``ScriptedLLM.has_turns`` says which shape a script has.
 
 It streams too (``StreamingLLM``, AGN-034 §4.7): a streamed turn gets each reply
 in chunks of ``chunk_size`` characters (default 16), ``chunk_delay_seconds``
@@ -65,6 +70,7 @@ class ScriptExhaustedError(PermanentPortError):
 
 _REPLY_KEYS = {"text", "tool_calls", "usage", "model"}
 _SCRIPT_KEYS = frozenset({"replies", "chunk_size", "chunk_delay_seconds"})
+_TURN_SCRIPT_KEYS = frozenset({"turns", "chunk_size", "chunk_delay_seconds"})
 _CALL_KEYS = {"id", "name", "arguments"}
 
 
@@ -186,14 +192,27 @@ class ScriptedLLM:
         self.chunk_delay_seconds = float(chunk_delay_seconds)
         self.requests: list[LLMRequest] = []
 
+    @staticmethod
+    def has_turns(text: str | bytes) -> bool:
+        """Whether the JSON script groups its replies by turn (``{"turns": [...]}``)."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return False
+        return isinstance(data, Mapping) and "turns" in data
+
     @classmethod
-    def from_json(cls, text: str | bytes) -> ScriptedLLM:
-        """A script from JSON text: a list of replies or ``{"replies": [...]}``."""
+    def from_json(cls, text: str | bytes, *, turn: int = 0, played: int = 0) -> ScriptedLLM:
+        """A script from JSON text: a list of replies, ``{"replies": [...]}``, or
+        ``{"turns": [[...], ...]}`` of which turn ``turn``'s replies after the first
+        ``played`` are played (see the module docstring)."""
         try:
             data = json.loads(text)
         except ValueError as error:
             raise ScriptError(f"the script is not JSON: {error}") from None
         options: dict[str, Any] = {}
+        if isinstance(data, Mapping) and "turns" in data:
+            return cls._turn_of(data, turn, played)
         if isinstance(data, Mapping):
             if "replies" not in data or not set(data) <= _SCRIPT_KEYS:
                 raise ScriptError(
@@ -209,9 +228,45 @@ class ScriptedLLM:
         return cls(data, **options)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> ScriptedLLM:
-        """A script from a JSON file."""
-        return cls.from_json(Path(path).read_bytes())
+    def _turn_of(cls, data: Mapping[str, Any], turn: int, played: int) -> ScriptedLLM:
+        """Turn ``turn``'s replies after the first ``played``, from ``{"turns": [...]}``;
+        every turn is checked, so a mistake in a later one is named at once."""
+        if not set(data) <= _TURN_SCRIPT_KEYS:
+            raise ScriptError(
+                'a script object has "turns" (or "replies"), and may have '
+                '"chunk_size" and "chunk_delay_seconds"'
+            )
+        turns = data["turns"]
+        if not isinstance(turns, list) or not turns:
+            raise ScriptError('"turns" is a non-empty list, one list of replies a turn')
+        options = {key: data[key] for key in _TURN_SCRIPT_KEYS - {"turns"} if key in data}
+        scripts: list[ScriptedLLM] = []
+        for index, replies in enumerate(turns):
+            if not isinstance(replies, list) or not replies:
+                raise ScriptError(f"turns[{index}] must be a non-empty list of replies")
+            try:
+                scripts.append(cls(replies, **options))
+            except ScriptError as error:
+                raise ScriptError(f"turns[{index}]: {error}") from None
+        if turn >= len(turns):
+            raise ScriptError(
+                f"the script has replies for {len(turns)} turn(s) and this request is the "
+                f'session\'s turn {turn + 1}: add a list of replies for it to "turns"'
+            )
+        chosen = scripts[turn]
+        if played >= chosen.remaining:
+            raise ScriptError(
+                f"turn {turn + 1} of the script has {chosen.remaining} replies and the "
+                f"session's turn {turn + 1} has played {played}: add the replies its "
+                "continuation needs"
+            )
+        chosen._next = played
+        return chosen
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, turn: int = 0, played: int = 0) -> ScriptedLLM:
+        """A script from a JSON file (``from_json``)."""
+        return cls.from_json(Path(path).read_bytes(), turn=turn, played=played)
 
     @property
     def remaining(self) -> int:

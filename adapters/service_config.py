@@ -29,6 +29,10 @@ its own, each optional:
   ``max_tool_results``, ``max_images``, ``max_image_bytes``, ``max_total_image_bytes``),
   and ``idempotency_ttl_seconds``, how long a committed turn's answer is kept for
   retries (0 keeps it for good).
+  ``max_tool_results``), and ``idempotency_ttl_seconds``, how long a committed turn's
+  answer is kept for retries (0 keeps it for good).
+- ``[chat]`` — ``handlers``, a table of client tool name → command: ``aptix chat``
+  runs the command for each call of that tool instead of asking (``cli_chat.py``).
 - ``[recording]`` — record every turn for replay (``engine/replay/recording.py``):
   ``directory`` (one file per turn) and ``redact`` (drop user content), which
   must be given: whether production recordings hold user content is a decision.
@@ -50,7 +54,10 @@ The catalog brings the executors of the demo tools it offers
 (``ConfigCatalog(demo_tools=True)``): the CLI and the HTTP service have no other
 server tools to run.
 
-Secrets come only from the environment. Relative paths (the SQLite file, the
+Secrets come only from the environment, and only for the tables a command uses
+(``secrets_for``, D364): ``aptix run --llm-script`` reads no model key, ``aptix run``
+no API key; a table whose secrets are not read is checked for its shape and left
+out of the loaded configuration. Relative paths (the SQLite file, the
 script) are resolved against the configuration file's folder. Every mistake is a
 ``ConfigError`` naming the file, the table and the key (DESIGN.md "Bad input gets
 a clear error"); unknown tables and keys are refused.
@@ -62,11 +69,11 @@ import hashlib
 import os
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -98,7 +105,14 @@ from aptix_pipeline.steps import (
 
 from .catalog_config import CatalogError, ConfigCatalog
 from .clocks import SystemClock
-from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store, sqlite_target
+from .data_dir import default_store_url
+from .embedded import (
+    DEFAULT_STORE_URL,
+    embedded_pipeline,
+    open_store,
+    sqlite_target,
+    unknown_store_scheme,
+)
 from .file_store import MIN_SIGNING_KEY_BYTES, LocalFileStore
 from .scripted_llm import ScriptedLLM, ScriptError
 
@@ -114,6 +128,7 @@ __all__ = [
     "OpenAIModelConfig",
     "RetrievalConfig",
     "ScriptedModelConfig",
+    "SecretTable",
     "ServerConfig",
     "ServiceConfig",
     "UIConfig",
@@ -136,8 +151,14 @@ _SERVICE_TABLES = (
     "files",
     "ui",
     "retrieval",
+    "chat",
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+SecretTable = Literal["store", "model", "auth", "files"]
+"""A table whose settings may name environment variables holding secrets."""
+
+_ALL_SECRETS: Final[frozenset[SecretTable]] = frozenset({"store", "model", "auth", "files"})
 
 
 class ConfigError(AptixPipelineError, ValueError):
@@ -265,6 +286,10 @@ class _Retrieval(_Table):
     collection: str | None = Field(default=None, min_length=1)
 
 
+class _Chat(_Table):
+    handlers: dict[str, str] = Field(default_factory=dict)
+
+
 # --- the loaded configuration -------------------------------------------------------------------
 
 
@@ -368,10 +393,11 @@ class RetrievalConfig:
 class ServiceConfig:
     """One loaded configuration file; see the module docstring.
 
-    ``store_url`` is ``None`` when the file has no ``[store]`` (callers use
-    ``DEFAULT_STORE_URL``) and holds the password when ``password_env`` gave one,
-    so it is kept out of ``repr``. ``model`` is ``None`` when the file has no
-    ``[model]``.
+    ``store_url`` is ``None`` when the file has no ``[store]`` (callers use the data
+    folder's file, ``data_dir.default_store_url``) and holds the password when
+    ``password_env`` gave one, so it is kept out of ``repr``. ``model`` is ``None``
+    when the file has no ``[model]``. A table left out of ``secrets_for`` is ``None``
+    (``()`` for ``api_keys``) as well.
     """
 
     source: str
@@ -385,6 +411,9 @@ class ServiceConfig:
     files: FilesConfig | None = None
     ui: UIConfig = field(default_factory=UIConfig)
     retrieval: RetrievalConfig | None = None
+    chat_handlers: Mapping[str, str] = field(default_factory=dict)
+    """``[chat.handlers]``: client tool name → the command ``aptix chat`` runs for its
+    calls (``cli_chat.py``, D371)."""
 
 
 def _where(table: str, loc: tuple[int | str, ...]) -> str:
@@ -444,7 +473,7 @@ def _store_url(data: object, base: Path, source: str, env: Mapping[str, str]) ->
             synchronous = table.synchronous
         options = "" if synchronous == "normal" else f"?synchronous={synchronous}"
         return f"sqlite:{base / Path(path).expanduser()}{options}"
-    if url.endswith((".db", ".sqlite", ".sqlite3")):
+    if url.endswith((".db", ".sqlite", ".sqlite3")) and unknown_store_scheme(url) is None:
         return f"sqlite:{base / Path(url).expanduser()}"
     raise ConfigError(
         f"{source}: [store].url: unknown store {url.split(':', 1)[0]!r}: "
@@ -494,6 +523,26 @@ def _model(data: object, base: Path, source: str, env: Mapping[str, str]) -> Mod
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: [model] must be a table")
     raise ConfigError(f"{source}: [model].kind must be 'scripted' or 'openai', not {kind!r}")
+
+
+def _model_shape(data: object, base: Path, source: str) -> None:
+    """``[model]`` checked as written, its secret not read (the caller uses no model)."""
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == "openai":
+        _table(_OpenAIModel, data, "model", source)
+    else:
+        _model(data, base, source, {})
+
+
+def _keys_shape(data: object, source: str) -> tuple[ApiKey, ...]:
+    """``[auth]`` checked as written, no key read (the caller authenticates no one)."""
+    table = _table(_Auth, data, "auth", source)
+    for index, key in enumerate(table.keys):
+        if (key.key_env is None) == (key.key_sha256 is None):
+            raise ConfigError(
+                f"{source}: [auth].keys[{index}]: give exactly one of key_env and key_sha256"
+            )
+    return ()
 
 
 def _api_keys(data: object, source: str, env: Mapping[str, str]) -> tuple[ApiKey, ...]:
@@ -551,8 +600,15 @@ def parse_service_config(
     source: str = "configuration",
     base_dir: str | Path = ".",
     env: Mapping[str, str] | None = None,
+    secrets_for: Collection[SecretTable] = _ALL_SECRETS,
 ) -> ServiceConfig:
-    """A configuration from parsed TOML; ``base_dir`` anchors relative paths."""
+    """A configuration from parsed TOML; ``base_dir`` anchors relative paths.
+
+    ``secrets_for`` names the tables the caller uses: only theirs are read from the
+    environment. Any other of ``[store]``, ``[model]``, ``[auth]`` and ``[files]`` is
+    checked for its shape and left out (``store_url``, ``model`` and ``files`` ``None``,
+    ``api_keys`` empty).
+    """
     environment = os.environ if env is None else env
     base = Path(base_dir).resolve()
     unknown = sorted(set(data) - {*_CATALOG_TABLES, *_SERVICE_TABLES})
@@ -593,20 +649,49 @@ def parse_service_config(
             limit=found.limit,
         )
         options = replace(options, retrieval_limit=found.limit)
+    used = frozenset(secrets_for)
+    unknown_uses = sorted(used - _ALL_SECRETS)
+    if unknown_uses:
+        raise ValueError(
+            f"secrets_for: unknown table(s) {unknown_uses}; known: store, model, auth, files"
+        )
+    store_url = model = None
+    if "store" in data:
+        if "store" in used:
+            store_url = _store_url(data["store"], base, source, environment)
+        else:
+            _table(_Store, data["store"], "store", source)
+    if "model" in data:
+        if "model" in used:
+            model = _model(data["model"], base, source, environment)
+        else:
+            _model_shape(data["model"], base, source)
+    auth = data.get("auth", {})
+    chat = _table(_Chat, data.get("chat", {}), "chat", source)
+    for name, command in chat.handlers.items():
+        if not command.strip():
+            raise ConfigError(f"{source}: [chat.handlers].{name}: give the command to run")
+    files = None
+    if "files" in data:
+        if "files" in used:
+            files = _files(data["files"], base, source, environment)
+        else:
+            _table(_Files, data["files"], "files", source)
     return ServiceConfig(
         source=source,
         catalog=catalog,
-        store_url=(
-            _store_url(data["store"], base, source, environment) if "store" in data else None
-        ),
-        model=_model(data["model"], base, source, environment) if "model" in data else None,
+        store_url=store_url,
+        model=model,
         server=ServerConfig(**server.model_dump()),
-        api_keys=_api_keys(data.get("auth", {}), source, environment),
+        api_keys=(
+            _api_keys(auth, source, environment) if "auth" in used else _keys_shape(auth, source)
+        ),
         options=options,
         recording=recording,
-        files=_files(data["files"], base, source, environment) if "files" in data else None,
+        files=files,
         ui=ui,
         retrieval=retrieval,
+        chat_handlers=dict(chat.handlers),
     )
 
 
@@ -619,8 +704,14 @@ def _ui(data: object, base: Path, source: str, recording: RecordingOptions | Non
     return UIConfig(enabled=table.enabled, path=table.path, recordings=folder)
 
 
-def load_service_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> ServiceConfig:
-    """Load a configuration file; ``env`` (default ``os.environ``) supplies the secrets."""
+def load_service_config(
+    path: str | Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    secrets_for: Collection[SecretTable] = _ALL_SECRETS,
+) -> ServiceConfig:
+    """Load a configuration file; ``env`` (default ``os.environ``) supplies the secrets of
+    the tables ``secrets_for`` names (``parse_service_config``)."""
     file = Path(path)
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
@@ -630,7 +721,9 @@ def load_service_config(path: str | Path, *, env: Mapping[str, str] | None = Non
         raise ConfigError(f"{file}: not UTF-8 text: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{file}: not valid TOML: {error}") from None
-    return parse_service_config(data, source=str(file), base_dir=file.parent, env=env)
+    return parse_service_config(
+        data, source=str(file), base_dir=file.parent, env=env, secrets_for=secrets_for
+    )
 
 
 def build_llm(model: ModelConfig) -> LLM:
@@ -712,7 +805,8 @@ def build_pipeline(
     ``listeners`` hear every event of every turn (docs/EVENTS.md).
 
     ``llm`` and ``store`` override the file's (``aptix run --llm-script`` /
-    ``--store``); a store given as text is opened with ``open_store``. Raises
+    ``--store``); a store given as text is opened with ``open_store``; without either,
+    the file's ``[store]``, else the data folder's file (``data_dir.py``). Raises
     ``ConfigError`` when there is no model at all, or the store cannot be opened.
     """
     if llm is None:
@@ -722,8 +816,8 @@ def build_pipeline(
     if config.files is not None:
         clock = clock or SystemClock()  # the store's URLs expire by the pipeline's clock
     if store is None or isinstance(store, str):
-        url = store if isinstance(store, str) else config.store_url or DEFAULT_STORE_URL
         try:
+            url = store if isinstance(store, str) else config.store_url or default_store_url()
             store = open_store(url)
         except Exception as error:  # the driver's own errors: name the store, not a traceback
             raise ConfigError(

@@ -1,8 +1,7 @@
 """The demo: a scripted session on the embedded defaults — two turns, three requests.
 
-Run by ``make demo``. It runs on a SQLite file (in a temporary directory unless
-``--db PATH`` is given), the built-in catalog and a scripted model
-(``examples/session/script.json``):
+Run by ``make demo``. It runs on a SQLite file, the built-in catalog and a scripted
+model (``examples/session/script.json``):
 
 1. **Initial** — the model switches the session to ``review`` mode and asks the
    client to run ``read_file``: a ``client_tool_continuation``.
@@ -13,12 +12,16 @@ Run by ``make demo``. It runs on a SQLite file (in a temporary directory unless
 Each turn prints its progress live, from a listener of the engine's event stream
 (docs/EVENTS.md), then its state trace (transitions, guards and exit hooks with
 their rule counts, model calls, tool calls, mode changes) and the response. Every turn
-is recorded (``--record DIR`` keeps the files); each recording is then replayed
-against the code with no store and no model, and the path of the last turn is
-drawn on the pipeline diagram (Mermaid; ``--diagram FILE.svg`` for a picture).
+is recorded; each recording is then replayed against the code with no store and no
+model, and the path of the last turn is drawn on the pipeline diagram (Mermaid;
+``--diagram FILE.svg`` for a picture).
+
 Then a turn whose server tool makes a file (``make_report``) shows the file as a
-``FileRef`` on the final answer, kept in a ``LocalFileStore`` (docs/FILES.md), and
-every example request in ``examples/requests/`` is checked against AGN-034.
+``FileRef`` on the final answer, kept in a ``LocalFileStore`` (docs/FILES.md); every
+example request in ``examples/requests/`` is checked against AGN-034: the well-formed
+ones in form only (02 and 03 continue the session 01 starts, as docs/CLI.md "Example
+requests" runs them), the others refused by the rules they break; and a pasted image
+reaches the model, which echoes what it received (docs/MODELS.md).
 
 The store and the recordings are kept (``build/demo/aptix.db`` and
 ``build/demo/recordings/`` unless ``--db``/``--record`` say otherwise, made afresh
@@ -218,15 +221,19 @@ def check_examples() -> None:
     """Check every example request against AGN-034, one line each."""
     print("\n=== Example requests (AGN-034)")
     files = sorted((EXAMPLES / "requests").glob("*.json"))
-    valid = 0
+    well_formed = 0
     for path in files:
         result = parse_request(path.read_bytes())
         if result.result is not None:
-            valid += 1
-            print(f"{path.name}: valid {classify_request(result.result)} request")
+            well_formed += 1
+            print(f"{path.name}: a well-formed {classify_request(result.result)} request")
         else:
             print(f"{path.name}: refused — {', '.join(result.rule_ids)}")
-    print(f"{valid} valid, {len(files) - valid} refused, {len(files)} requests")
+    print(f"{well_formed} well-formed, {len(files) - well_formed} refused, {len(files)} requests")
+    print(
+        "(well-formed in form only: 02 and 03 go on with the session 01 starts, "
+        'run one after the other as docs/CLI.md "Example requests" shows)'
+    )
 
 
 # --- an image reaches the model ----------------------------------------------------------

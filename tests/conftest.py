@@ -81,3 +81,12 @@ from engine_kit import store  # noqa: E402, F401
 
 # A throwaway PostgreSQL server on loopback (tests/pg_server.py): `postgres_url`, `postgres_db_url`.
 from pg_server import postgres_db_url, postgres_server, postgres_url  # noqa: E402, F401
+
+
+@pytest.fixture(autouse=True)
+def _own_data_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test's default store (``adapters/data_dir.py``) in a folder of its own, so no
+    test writes into the user's data folder; subprocesses inherit it."""
+    monkeypatch.setenv("APTIX_DATA_DIR", str(tmp_path_factory.mktemp("aptix-data")))

@@ -49,7 +49,7 @@ def _written_help(name: str) -> str:
             "run",
             [
                 "default: the config's [model].",
-                "default: the config's [store], else sqlite:aptix.db.",
+                "default: the config's [store], else aptix.db in the data folder",
                 "catalog tables, [model], [store], [engine] (docs/CONFIGURATION.md).",
                 "default: the config's [recording].",
             ],
@@ -88,8 +88,10 @@ def test_the_root_help_lists_every_command() -> None:
 
     assert [command for command in _COMMANDS if command not in shown] == []
     assert set(_COMMANDS) == {
+        "init",
         "validate",
         "run",
+        "chat",
         "serve",
         "diagram",
         "replay",

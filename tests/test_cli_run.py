@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from aptix_pipeline.adapters.data_dir import default_store_path
+
 APTIX = Path(sys.executable).parent / "aptix"
 
 
@@ -129,11 +131,37 @@ def test_a_refused_request_exits_one_and_writes_no_database(tmp_path: Path) -> N
     assert "AGN-034/3/server-owned-field" in run.stdout
 
 
-def test_the_default_store_is_a_sqlite_file_in_the_working_directory(tmp_path: Path) -> None:
-    run = _run(tmp_path, {"Instruction": "hi"}, [{"text": "hello"}])
+@pytest.mark.decision("D366")
+def test_the_default_store_is_a_sqlite_file_in_the_data_folder_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    monkeypatch.setenv("APTIX_DATA_DIR", str(data))
 
-    assert run.returncode == 0, run.stderr
-    assert (tmp_path / "aptix.db").is_file()
+    first = _run(tmp_path, {"Instruction": "hi"}, [{"text": "hello"}])
+    second = _run(tmp_path, {"Instruction": "hi"}, [{"text": "hello"}])
+
+    assert (first.returncode, second.returncode) == (0, 0), first.stderr
+    assert (data / "aptix.db").is_file()
+    assert not (tmp_path / "aptix.db").exists()
+    assert f"aptix: creating the session store {data / 'aptix.db'}" in first.stderr
+    assert second.stderr == ""
+
+
+@pytest.mark.decision("D366")
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"APTIX_DATA_DIR": "/srv/aptix", "XDG_DATA_HOME": "/x", "HOME": "/h"}, "/srv/aptix"),
+        ({"XDG_DATA_HOME": "/x", "HOME": "/h"}, "/x/aptix"),
+        ({"XDG_DATA_HOME": "relative", "HOME": "/h"}, "/h/.local/share/aptix"),
+        ({"HOME": "/h"}, "/h/.local/share/aptix"),
+    ],
+)
+def test_the_data_folder_is_aptix_data_dir_else_xdg_data_home_else_local_share(
+    env: dict[str, str], expected: str
+) -> None:
+    assert default_store_path(env) == Path(expected) / "aptix.db"
 
 
 @pytest.mark.parametrize(

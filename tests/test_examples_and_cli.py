@@ -96,7 +96,8 @@ def test_demo_runs_a_three_turn_session_and_checks_every_example() -> None:
     assert "server_tool_round" in live[2]
     assert "[review_checklist: executed]" in live[2]
     assert all(line.endswith("complete ✓") for line in live)
-    assert f"3 valid, 5 refused, {len(EXAMPLES)} requests" in run.stdout
+    assert f"3 well-formed, 5 refused, {len(EXAMPLES)} requests" in run.stdout
+    assert " valid " not in run.stdout
 
 
 @pytest.mark.decision("D141")

@@ -50,7 +50,7 @@ def _write(folder: Path, text: str, *, replies: list[dict[str, str]] | None = No
 def test_the_committed_example_loads_completely() -> None:
     config = load_service_config(EXAMPLE, env=EXAMPLE_ENV)
 
-    assert config.store_url == f"sqlite:{EXAMPLE.parent / 'aptix.db'}"
+    assert config.store_url is None  # the data folder's file: nothing written into the clone
     assert config.model == OpenAIModelConfig(
         model="qwen2.5-coder-7b-instruct",
         base_url="http://127.0.0.1:8000/v1",
@@ -79,7 +79,7 @@ async def test_the_examples_catalog_and_keys_are_the_ones_used() -> None:
     assert review is not None
     assert [tool.name for tool in review.server_tools] == ["review_checklist"]
     assert agent is not None
-    assert [tool.name for tool in agent.client_tools] == ["read_file"]
+    assert [tool.name for tool in agent.client_tools] == ["read_file", "run_tests"]
     ana = {"authorization": "Bearer ana-secret"}
     bob = {"x-api-key": "bob-example-key"}  # the example's hashed key
     assert authenticator.authenticate(ana) == Caller(org="acme", user="ana")
