@@ -24,7 +24,7 @@ import logging
 import sys
 from typing import ClassVar, TextIO
 
-from aptix_pipeline.contracts.url_secrets import scrubbed_logger
+from aptix_pipeline.contracts import scrubbed_logger
 from aptix_pipeline.engine import ModelCallRetried, TurnEvent
 from aptix_pipeline.steps import PipelineOptions
 
