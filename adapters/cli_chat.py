@@ -112,6 +112,7 @@ def chat(
     """
     from . import cli_run
 
+    cli_run.COMMAND_NAME.set("chat")
     if not org.strip() or not user.strip():
         raise cli_run.usage_error("--org and --user must not be empty")
     provider = cli_run.start_tracing()

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from .service_config import ServiceConfig
 
 __all__ = [
+    "COMMAND_NAME",
     "ConfigOption",
     "InitialModeOption",
     "LlmScriptOption",
@@ -260,13 +262,14 @@ def run(
     raise typer.Exit(0 if outcome.successful else 1)
 
 
+COMMAND_NAME: ContextVar[str] = ContextVar("COMMAND_NAME", default="run")
+"""The command whose ports these steps open (``run``; ``aptix chat`` sets ``chat``)."""
+
+
 def usage_error(message: str) -> typer.Exit:
     """Say what is wrong on stderr, named by the command running (``aptix run``, or
     ``aptix chat``, which opens its ports with the same steps); the exit (code 2) to raise."""
-    import click
-
-    context = click.get_current_context(silent=True)
-    typer.echo(f"aptix {context.info_name if context else 'run'}: {message}", err=True)
+    typer.echo(f"aptix {COMMAND_NAME.get()}: {message}", err=True)
     return typer.Exit(2)
 
 

@@ -227,7 +227,7 @@ def test_a_malformed_url_is_refused_without_echoing_the_password() -> None:
 
 @pytest.mark.decision("D65")
 def test_an_unknown_store_url_is_refused_without_echoing_credentials() -> None:
-    with pytest.raises(ValueError, match=r"unknown store 'mysql://\.\.\.'") as caught:
+    with pytest.raises(ValueError, match=r"unknown store scheme 'mysql:'") as caught:
         open_store("mysql://ana:hunter2@db/aptix")
 
     assert "hunter2" not in str(caught.value)
