@@ -262,6 +262,8 @@ class FtsRetriever:
         except sqlite3.DatabaseError as error:
             raise RetrievalIndexError(f"{self.index}: not a retrieval index: {error}") from None
         self._lock = threading.Lock()
+        self._data_version: int | None = None
+        self._sources: dict[int, tuple[PassageSource, dict[str, MetadataValue]]] = {}
 
     async def retrieve(self, query: RetrievalQuery) -> list[Passage]:
         """See ``Retriever``: the best passages for the query, in a worker thread."""
@@ -271,29 +273,56 @@ class FtsRetriever:
         return await asyncio.to_thread(self._search, expression, query)
 
     def _search(self, expression: str, query: RetrievalQuery) -> list[Passage]:
-        found: list[Passage] = []
-        documents: dict[int, tuple[PassageSource, bool]] = {}
+        """Rank the matching passages by bm25, keep the best ``limit`` whose document the
+        scope admits, then read only their texts."""
+        chosen: list[tuple[int, float, PassageSource]] = []
+        admitted: dict[int, bool] = {}
         with self._lock:
-            rows = self._connection.execute(
-                "SELECT p.text, -bm25(passages), d.id, d.document_id, d.title, d.metadata "
-                "FROM passages p JOIN documents d ON d.id = p.document "
-                "WHERE passages MATCH ? ORDER BY bm25(passages)",
+            documents = self._documents_now()
+            ranked = self._connection.execute(
+                # rank is bm25() here, computed once a row (naming bm25 twice computes twice)
+                "SELECT rowid, document, -rank FROM passages WHERE passages MATCH ? ORDER BY rank",
                 (expression,),
             )
-            for text, score, row_id, document_id, title, metadata in rows:
-                known = documents.get(row_id)
-                if known is None:
-                    values: dict[str, MetadataValue] = json.loads(metadata)
-                    source = PassageSource(
-                        document_id=document_id, title=title, path=document_id, metadata=values
-                    )
-                    known = documents[row_id] = (source, query.admits(values))
-                if known[1]:
-                    found.append(Passage(text=text, score=float(score), source=known[0]))
-                    if len(found) == query.limit:
+            for rowid, document, score in ranked:
+                source, values = documents.get(document) or self._document(document)
+                if admitted.setdefault(document, query.admits(values)):
+                    chosen.append((rowid, float(score), source))
+                    if len(chosen) == query.limit:
                         break
-            rows.close()
-        return found
+            ranked.close()
+            marks = ",".join("?" * len(chosen))
+            texts = dict(
+                self._connection.execute(
+                    f"SELECT rowid, text FROM passages WHERE rowid IN ({marks})",
+                    [rowid for rowid, _, _ in chosen],
+                )
+            )
+        return [
+            Passage(text=texts[rowid], score=score, source=source)
+            for rowid, score, source in chosen
+        ]
+
+    def _documents_now(self) -> dict[int, tuple[PassageSource, dict[str, MetadataValue]]]:
+        """The documents read so far, forgotten when another connection has written the
+        index since (``aptix index`` while a service runs: ``PRAGMA data_version``)."""
+        (version,) = self._connection.execute("PRAGMA data_version").fetchone()
+        if version != self._data_version:
+            self._data_version = version
+            self._sources.clear()
+        return self._sources
+
+    def _document(self, row_id: int) -> tuple[PassageSource, dict[str, MetadataValue]]:
+        """One document's source and metadata, read once and kept."""
+        document_id, title, metadata = self._connection.execute(
+            "SELECT document_id, title, metadata FROM documents WHERE id = ?", (row_id,)
+        ).fetchone()
+        values: dict[str, MetadataValue] = json.loads(metadata)
+        source = PassageSource(
+            document_id=document_id, title=title, path=document_id, metadata=values
+        )
+        self._sources[row_id] = (source, values)
+        return source, values
 
     def close(self) -> None:
         """Close the index file."""

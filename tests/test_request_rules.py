@@ -337,6 +337,12 @@ BROKEN = [
       "InputArtifacts[0].Contents", decisions=("D5",)),
     C(CONTENTS_BASE64, "short-padding", _with_artifact({"Encoding": "base64", "Contents": "QQ="}),
       "InputArtifacts[0].Contents", decisions=("D5",)),
+    C(CONTENTS_BASE64, "padding-after-a-whole-quantum",
+      _with_artifact({"Encoding": "base64", "Contents": "QUJD=="}),
+      "InputArtifacts[0].Contents", decisions=("D5",)),
+    C(CONTENTS_BASE64, "length-not-a-multiple-of-four",
+      _with_artifact({"Encoding": "base64", "Contents": "QUJD="}),
+      "InputArtifacts[0].Contents", decisions=("D5",)),
     C(CONTENTS_BASE64, "embedded-newline",
       _with_artifact({"Encoding": "base64", "Contents": "QUJD\nREVG"}),
       "InputArtifacts[0].Contents", decisions=("D5",)),
@@ -622,6 +628,40 @@ def test_instruction_that_is_not_utf8_text_is_rejected() -> None:
     assert not result.successful
     assert result.result is None
     assert [(e.rule_id, e.field) for e in result.errors] == [(TEXT_UTF8, "Instruction")]
+
+
+@pytest.mark.decision("D22")
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"Instruction": "Explain \\ud800 this."}',  # an escape, in bytes
+        b'{"Instruction": "Explain \xed\xa0\x80 this."}',  # a surrogate encoded in the bytes
+        '{"Instruction": "Explain \ud800 this."}',  # the str holds the surrogate itself
+        '{"Instruction": "Explain \\uDFFF this."}'.encode("utf-16"),  # JSON in UTF-16
+    ],
+    ids=["escape", "encoded-bytes", "str-character", "utf-16-escape"],
+)
+def test_a_lone_surrogate_in_any_text_form_is_rejected(text: str | bytes) -> None:
+    result = parse_request(text)
+
+    assert [(e.rule_id, e.field) for e in result.errors] == [(TEXT_UTF8, "Instruction")]
+
+
+@pytest.mark.parametrize(
+    ("text", "instruction"),
+    [
+        (b'{"Instruction": "smile \\ud83d\\ude00"}', "smile \U0001f600"),  # a pair
+        (b'{"Instruction": "path C:\\\\ud800"}', "path C:\\ud800"),  # an escaped backslash
+        (b'{"Instruction": "Korean \\uD55C"}', "Korean \ud55c"),  # no surrogate
+    ],
+    ids=["surrogate-pair", "escaped-backslash", "not-a-surrogate"],
+)
+def test_text_whose_escapes_make_no_lone_surrogate_passes(text: bytes, instruction: str) -> None:
+    result = parse_request(text)
+
+    assert result.successful, result.errors
+    assert result.result is not None
+    assert result.result.instruction == instruction
 
 
 @pytest.mark.decision("D22")

@@ -112,9 +112,9 @@ def null_fields(data: object) -> list[str]:
     return [path for path, value in json_nodes(data) if value is None]
 
 
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]+|\\.)*"?|[\[\]{}]', re.DOTALL)
-_JSON_TOKENS_BYTES = re.compile(rb'"(?:[^"\\]+|\\.)*"?|[\[\]{}]', re.DOTALL)
 _EMBEDDED_JSON_KEYS = frozenset({"ResultJson", "ArgumentsJson"})
+_STRUCTURE = re.compile(r'["\[\]{}]')
+_STRUCTURE_BYTES = re.compile(rb'["\[\]{}]')
 
 
 def text_depth_exceeds(text: str | bytes | bytearray, limit: int) -> bool:
@@ -122,22 +122,40 @@ def text_depth_exceeds(text: str | bytes | bytearray, limit: int) -> bool:
 
     One linear pass over the brackets outside strings (escapes honoured); no
     recursion and no parsing, so it is safe to run before anything else
-    (DESIGN.md limits, ``DESIGN/limits/json-depth``).
+    (DESIGN.md limits, ``DESIGN/limits/json-depth``). A string is skipped with
+    ``find`` to its closing quote, so a long one (an image's base64) costs a memory
+    scan, not a step per character.
     """
     if isinstance(text, str):
-        tokens: Iterable[str | bytes] = (m.group() for m in _JSON_TOKENS.finditer(text))
-        opening: tuple[str | bytes, ...] = ("[", "{")
-        closing: tuple[str | bytes, ...] = ("]", "}")
-    else:
-        tokens = (m.group() for m in _JSON_TOKENS_BYTES.finditer(text))
-        opening, closing = (b"[", b"{"), (b"]", b"}")
+        return _depth_exceeds(text, limit, _STRUCTURE, '"', "\\", ("[", "{"))
+    return _depth_exceeds(bytes(text), limit, _STRUCTURE_BYTES, b'"', b"\\", (b"[", b"{"))
+
+
+def _depth_exceeds(
+    text: Any, limit: int, structure: re.Pattern[Any], quote: Any, escape: Any, opening: Any
+) -> bool:
+    """``text_depth_exceeds`` for one kind of text (``str`` or ``bytes``)."""
     depth = 0
-    for token in tokens:
-        if token in opening:
+    position = 0
+    search, find = structure.search, text.find
+    while (found := search(text, position)) is not None:
+        mark = found.group()
+        position = found.end()
+        if mark == quote:  # to the first quote not escaped by an odd run of backslashes
+            while (end := find(quote, position)) != -1:
+                escaped = text[end - 1 : end] == escape and (
+                    (end - len(text[position:end].rstrip(escape)) - position) % 2 == 1
+                )
+                position = end + 1
+                if not escaped:
+                    break
+            else:
+                return False  # an unterminated string runs to the end: no more brackets
+        elif mark in opening:
             depth += 1
             if depth > limit:
                 return True
-        elif token in closing:
+        else:
             depth = max(depth - 1, 0)
     return False
 

@@ -21,8 +21,6 @@ Decisions where the DDRs are silent (docs/CONFORMANCE.md, "Decisions"):
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -433,13 +431,19 @@ def classify_request(request: AgentExecuteRequest) -> ContextType | None:
     return ContextType.FOLLOW_ON
 
 
+_BASE64_ALPHABET: Final = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
 def is_base64(text: str) -> bool:
-    """Whether ``text`` is RFC 4648 standard base64 with padding and no whitespace (D5)."""
-    try:
-        base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+    """Whether ``text`` is RFC 4648 standard base64 with padding and no whitespace (D5):
+    whole quanta of four characters of the standard alphabet, the last ending in at
+    most two ``=``. Checked without decoding (an image's base64 is checked in one
+    ``bytes.translate`` pass)."""
+    if not text.isascii() or len(text) % 4:
         return False
-    return True
+    data = text.encode("ascii")
+    body = data[:-2] + data[-2:].rstrip(b"=")
+    return not body.translate(None, _BASE64_ALPHABET)
 
 
 def is_image_type(mime_type: str | None) -> bool:
@@ -661,6 +665,31 @@ def _text_errors(data: object) -> list[InvokeError]:
     return [TEXT_UTF8.error(field=field or None) for field in non_utf8_fields(data)]
 
 
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD]")
+
+
+def _may_hold_lone_surrogates(text: str | bytes | bytearray) -> bool:
+    """Whether JSON ``text`` could parse to a string with no UTF-8 form (a lone surrogate).
+
+    Only text that holds one itself (a ``str``, or bytes that are not strict UTF-8,
+    which ``json.loads`` decodes with ``surrogatepass``) or writes one as a
+    ``\\uD800``-``\\uDFFF`` escape can; any other skips the walk of every string
+    (``non_utf8_fields``), which costs as much as the text is long.
+    """
+    if isinstance(text, str):
+        try:
+            raw = text.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+    else:
+        raw = bytes(text)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return True
+    return b"\\" in raw and _SURROGATE_ESCAPE.search(raw) is not None
+
+
 def _load(data: AgentExecuteRequest | Mapping[str, Any] | str | bytes) -> object:
     if isinstance(data, str | bytes | bytearray):
         try:
@@ -714,7 +743,11 @@ def parse_request(
     ]
     if count_errors:
         return _RequestResult.failure(count_errors)
-    text_errors = _text_errors(wire)
+    text_errors = (
+        _text_errors(wire)
+        if not isinstance(data, str | bytes | bytearray) or _may_hold_lone_surrogates(data)
+        else []
+    )
     if text_errors:
         return _RequestResult.failure(capped_errors(text_errors, max_errors))
     if isinstance(loaded, AgentExecuteRequest):
