@@ -31,7 +31,6 @@ from .session_browser import (
     SessionBrowser,
     SessionSummary,
     TranscriptEntry,
-    last_activity,
 )
 
 __all__ = [
@@ -133,14 +132,13 @@ async def read_session_detail(
         transcript.extend(page_of_messages)
         if len(page_of_messages) < MAX_PAGE:
             break
-    summary = SessionSummary(
-        id=session.id,
-        org=session.org,
-        user=session.user,
-        mode=session.mode,
-        turns=len(turns),
-        created_at=session.created_at,
-        last_activity=last_activity(session.created_at, [turn.created_at for turn in turns]),
+    summary = SessionSummary.of(
+        session.id,
+        session.org,
+        session.user,
+        session.mode,
+        session.created_at,
+        [turn.created_at for turn in turns],
     )
     return SessionDetail(session, summary, tuple(turns), tuple(transcript))
 

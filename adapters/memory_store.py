@@ -25,7 +25,6 @@ from .session_browser import (
     SessionSummary,
     TranscriptEntry,
     check_page,
-    last_activity,
     turn_order,
 )
 from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable
@@ -113,14 +112,13 @@ class MemoryStore:
 
     def _summary(self, session: Session) -> SessionSummary:
         turns = self._turns.get(session.id, {}).values()
-        return SessionSummary(
-            id=session.id,
-            org=session.org,
-            user=session.user,
-            mode=session.mode,
-            turns=len(turns),
-            created_at=session.created_at,
-            last_activity=last_activity(session.created_at, [turn.created_at for turn in turns]),
+        return SessionSummary.of(
+            session.id,
+            session.org,
+            session.user,
+            session.mode,
+            session.created_at,
+            [turn.created_at for turn in turns],
         )
 
     async def list_sessions(

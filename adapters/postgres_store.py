@@ -54,7 +54,6 @@ from .session_browser import (
     SessionSummary,
     TranscriptEntry,
     check_page,
-    last_activity,
     turn_order,
 )
 from .unit_of_work import BufferedTransaction, SessionWrite, TurnWrites, session_from_row
@@ -398,17 +397,7 @@ class PostgresStore:
         summaries = []
         for session_id, mode, created_at, turn_times in rows:
             times = [None if t is None else datetime.fromisoformat(t) for t in turn_times]
-            summaries.append(
-                SessionSummary(
-                    id=session_id,
-                    org=org,
-                    user=user,
-                    mode=mode,
-                    turns=len(times),
-                    created_at=created_at,
-                    last_activity=last_activity(created_at, times),
-                )
-            )
+            summaries.append(SessionSummary.of(session_id, org, user, mode, created_at, times))
         summaries.sort(key=SessionSummary.sort_key)
         return summaries[offset : offset + limit]
 

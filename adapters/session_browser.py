@@ -25,6 +25,7 @@ Lists are pages: ``limit`` items at most (1 to ``MAX_PAGE``) after ``offset``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Protocol, runtime_checkable
@@ -39,7 +40,6 @@ __all__ = [
     "SessionSummary",
     "TranscriptEntry",
     "check_page",
-    "last_activity",
     "turn_order",
 ]
 
@@ -63,16 +63,6 @@ def _aware(moment: datetime | None) -> datetime:
     if moment is None:
         return _NO_TIME
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def last_activity(
-    created_at: datetime | None, turn_times: list[datetime | None]
-) -> datetime | None:
-    """A session's last activity: its latest turn's creation time, else its own."""
-    times = [time for time in turn_times if time is not None]
-    if times:
-        return max(times, key=_aware)
-    return created_at
 
 
 def turn_order(turn: Turn) -> tuple[datetime, str]:
@@ -100,6 +90,29 @@ class SessionSummary:
     turns: int
     created_at: datetime | None
     last_activity: datetime | None
+
+    @classmethod
+    def of(
+        cls,
+        session_id: str,
+        org: str,
+        user: str,
+        mode: str | None,
+        created_at: datetime | None,
+        turn_times: Sequence[datetime | None],
+    ) -> SessionSummary:
+        """The summary of a session with turns created at ``turn_times``: its last
+        activity is its latest turn's creation time, else its own."""
+        times = [time for time in turn_times if time is not None]
+        return cls(
+            id=session_id,
+            org=org,
+            user=user,
+            mode=mode,
+            turns=len(turn_times),
+            created_at=created_at,
+            last_activity=max(times, key=_aware) if times else created_at,
+        )
 
     def sort_key(self) -> tuple[float, str]:
         """The key sessions are listed by: most recent activity first, then by id."""

@@ -61,7 +61,6 @@ from .session_browser import (
     SessionSummary,
     TranscriptEntry,
     check_page,
-    last_activity,
     turn_order,
 )
 from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable, session_from_row
@@ -542,17 +541,7 @@ class SQLiteStore:
         ):
             created_at = None if created_text is None else datetime.fromisoformat(created_text)
             times = turn_times.get(session_id, [])
-            summaries.append(
-                SessionSummary(
-                    id=session_id,
-                    org=org,
-                    user=user,
-                    mode=mode,
-                    turns=len(times),
-                    created_at=created_at,
-                    last_activity=last_activity(created_at, times),
-                )
-            )
+            summaries.append(SessionSummary.of(session_id, org, user, mode, created_at, times))
         return sorted(summaries, key=SessionSummary.sort_key)
 
     async def list_sessions(

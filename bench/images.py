@@ -20,11 +20,11 @@ import asyncio
 import base64
 import random
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from rounds import best_of_rounds
 from turns import CALLER, FixedLLM, bench_ports
 
 from aptix_pipeline import PipelineOptions
@@ -93,13 +93,7 @@ async def _measure(folder: Path, number: int, rounds: int) -> dict[str, float]:
         for run in work.values():  # warm up, and check every turn succeeds
             report: Any = await run()
             assert report.successful, report.result.rule_ids
-        best = dict.fromkeys(work, float("inf"))
-        for _ in range(rounds):
-            for name, run in work.items():
-                started = time.perf_counter()
-                for _ in range(number):
-                    await run()
-                best[name] = min(best[name], (time.perf_counter() - started) / number * 1e6)
+        best = await best_of_rounds(work, number, rounds)
     finally:
         sqlite = stores["sqlite"]
         if sqlite is not None:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 
+from rounds import best_of_rounds
 from tracing import CALLER, FINAL, MODE, bench_pipeline
 
 from aptix_pipeline import RecordingOptions, replay
@@ -48,13 +48,7 @@ async def _measure(folder: str, number: int, rounds: int) -> dict[str, float]:
 
     work = {name: turn(pipeline) for name, pipeline in pipelines.items()}
     work["replay"] = lambda: replay(sample)
-    best = dict.fromkeys(work, float("inf"))
-    for _ in range(rounds):
-        for name, run in work.items():
-            started = time.perf_counter()
-            for _ in range(number):
-                await run()
-            best[name] = min(best[name], (time.perf_counter() - started) / number * 1e6)
+    best = await best_of_rounds(work, number, rounds)
     outcome = await replay(sample)
     assert outcome.ok, outcome.describe()
     return best

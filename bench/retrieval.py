@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from rounds import best_of_rounds
 from tracing import CALLER, FINAL, ReplayingLLM
 
 from aptix_pipeline import FtsRetriever, PipelineOptions, Ports, build_index
@@ -88,14 +89,7 @@ async def _measure(retriever: FtsRetriever, number: int, rounds: int) -> dict[st
         "retrieval": turn(retrieving, scoped),
         "retrieval, no scope": turn(retrieving, {"Instruction": INSTRUCTION}),
     }
-    best = dict.fromkeys(work, float("inf"))
-    for _ in range(rounds):
-        for name, run in work.items():
-            started = time.perf_counter()
-            for _ in range(number):
-                await run()
-            best[name] = min(best[name], (time.perf_counter() - started) / number * 1e6)
-    return best
+    return await best_of_rounds(work, number, rounds)
 
 
 def retrieval_row(number: int = 40, rounds: int = 5) -> dict[str, float]:

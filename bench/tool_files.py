@@ -19,10 +19,11 @@ import asyncio
 import itertools
 import json
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from rounds import best_of_rounds
 
 from aptix_pipeline.adapters.catalog_config import ConfigCatalog
 from aptix_pipeline.adapters.clocks import SystemClock
@@ -115,14 +116,7 @@ async def _measure(folder: Path, number: int, rounds: int) -> dict[str, float]:
         return lambda: pipeline.run({"Instruction": "export"}, CALLER)
 
     work = {name: turn(pipeline) for name, pipeline in pipelines.items()}
-    best = dict.fromkeys(work, float("inf"))
-    for _ in range(rounds):
-        for name, run in work.items():
-            started = time.perf_counter()
-            for _ in range(number):
-                await run()
-            best[name] = min(best[name], (time.perf_counter() - started) / number * 1e6)
-    return best
+    return await best_of_rounds(work, number, rounds)
 
 
 def file_rows(number: int = 40, rounds: int = 5) -> dict[str, float]:
