@@ -12,7 +12,8 @@
   each model call with its tokens, each tool call and its fate, each mode change,
   warning and the fault. A trace holds no wall-clock time (it is deterministic);
   the times shown are the clock readings the turn itself made, at the step that
-  made them, and a server tool's ``ExecutionMs`` from the result.
+  made them, a server tool's ``ExecutionMs`` from the result, and how long each
+  model call took, from the recording's timed port calls (``PortCall.elapsed_ms``).
 - **Request and response** exactly as recorded: a redacted recording shows its
   redaction marks, and the model's text appears in the timeline only where the
   recording captured content (``trace_content``).
@@ -180,6 +181,20 @@ def _execution_ms(recording: TurnRecording) -> dict[str, Any]:
     return found
 
 
+def _model_call_ms(recording: TurnRecording) -> dict[int, float]:
+    """How long each model call of the trace took (by its index among the trace's
+    entries): its attempts' recorded ``elapsed_ms``, added up; a call whose attempts
+    were not all timed (a recording made with ``timer=None``) is left out."""
+    timed = iter([call.elapsed_ms for call in recording.calls if call.port == "LLM"])
+    found: dict[int, float] = {}
+    for index, entry in enumerate(recording.trace.entries):
+        if isinstance(entry, LLMCallRecord):
+            attempts = [next(timed, None) for _ in range(max(entry.attempts, 1))]
+            if all(ms is not None for ms in attempts):
+                found[index] = sum(ms for ms in attempts if ms is not None)
+    return found
+
+
 def _rules(ids: Sequence[str], failed: Sequence[str]) -> Markup:
     listed = join(
         html(
@@ -196,7 +211,12 @@ def _rules(ids: Sequence[str], failed: Sequence[str]) -> Markup:
     )
 
 
-def _entry(entry: object, clock: dict[str, list[str]], ms: dict[str, Any]) -> Markup:
+def _entry(
+    entry: object,
+    clock: dict[str, list[str]],
+    ms: dict[str, Any],
+    took: float | None = None,
+) -> Markup:
     if isinstance(entry, TransitionRecord):
         times = clock.get(entry.event, [])
         return html(
@@ -236,13 +256,14 @@ def _entry(entry: object, clock: dict[str, list[str]], ms: dict[str, Any]) -> Ma
         return html(
             '<li class="kind-llm_call {err}"><span class="kind">model call</span>'
             "round {round}, mode <code>{mode}</code>, {messages} messages, {tokens}, "
-            "{attempts} attempt(s), finish <code>{finish}</code>{calls}{error}{text}</li>",
+            "{attempts} attempt(s){took}, finish <code>{finish}</code>{calls}{error}{text}</li>",
             err="failed" if entry.error else "",
             round=entry.round,
             mode=entry.mode,
             messages=entry.messages,
             tokens=tokens,
             attempts=entry.attempts,
+            took=html(" in {ms} ms", ms=f"{took:.1f}") if took is not None else "",
             finish=entry.finish_reason or "-",
             calls=html(", asked for {c}", c=calls) if calls else "",
             error=html(", error <code>{e}</code>", e=entry.error) if entry.error else "",
@@ -290,7 +311,10 @@ def timeline(recording: TurnRecording) -> Markup:
     trace = recording.trace
     clock = _clock_by_step(recording)
     ms = _execution_ms(recording)
-    items = join(_entry(entry, clock, ms) for entry in trace.entries)
+    model_ms = _model_call_ms(recording)
+    items = join(
+        _entry(entry, clock, ms, model_ms.get(index)) for index, entry in enumerate(trace.entries)
+    )
     return html(
         '<ol class="timeline" id="timeline">{items}<li class="kind-outcome {outcome}">'
         '<span class="kind">outcome</span><span class="badge {outcome}">{outcome}</span> '

@@ -62,7 +62,7 @@ async def record_session() -> dict[str, TurnRecording]:
         clock=SteppingClock(),
         ids=SequentialIds(),
         telemetry=Telemetry.off(),
-        recording=RecordingOptions(sink=recorded.append),
+        recording=RecordingOptions(sink=recorded.append, timer=None),
     )
     # The file's bytes, as `aptix run` and `aptix serve` hand a request to the engine: the
     # recording keeps them as readable JSON (`bytes_json`, docs/RECORDING.md).
@@ -114,7 +114,7 @@ async def record_streamed_turn(sink: Callable[[TurnRecording], None]) -> None:
         clock=SteppingClock(),
         ids=SequentialIds(),
         telemetry=Telemetry.off(),
-        recording=RecordingOptions(sink=sink),
+        recording=RecordingOptions(sink=sink, timer=None),
     )
     async with pipeline.stream({"Instruction": "What is 2 + 3?"}, CALLER) as stream:
         async for _item in stream:  # progress, the text as it comes, then the result

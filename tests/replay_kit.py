@@ -175,7 +175,7 @@ async def run_recorded(
     name: str, store: Store, options: RecordingOptions | None = None, *, streamed: bool = False
 ) -> RecordingKit:
     """Run scenario ``name`` on ``store`` with every turn recorded (streamed, if asked)."""
-    kit = RecordingKit(store, streamed=streamed, options=options or RecordingOptions())
+    kit = RecordingKit(store, streamed=streamed, options=options or RecordingOptions(timer=None))
     await SCENARIOS[name](kit)
     return kit
 
@@ -230,14 +230,17 @@ def recording_pipeline(
     steps: Steps | None = None,
     telemetry: Telemetry | None = None,
 ) -> Pipeline:
-    """``make_pipeline`` (deterministic clock and ids) recording every turn; no spans by default."""
+    """``make_pipeline`` (deterministic clock and ids) recording every turn; no spans by default.
+
+    Without ``recording``, durations are not timed either, so the same turn records the
+    same bytes."""
     base, _ = make_pipeline(store, replies, config=config, tools=tools, options=options)
     return Pipeline(
         base.ports,
         base.options,
         steps=steps,
         telemetry=telemetry or Telemetry.off(),
-        interceptors=[Recorder(recording)],
+        interceptors=[Recorder(recording or RecordingOptions(timer=None))],
     )
 
 

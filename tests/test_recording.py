@@ -897,3 +897,63 @@ def test_a_recording_file_with_a_lone_surrogate_escape_loads(tmp_path: Path) -> 
     loaded = TurnRecording.load(path)
     assert loaded.config_digest == "lone \ud800 surrogate"
     assert loaded.calls == TurnRecording.load(source).calls
+
+
+# --- durations: the recorder's timer, not the turn's clock ---------------------------------------
+
+
+class _Ticks:
+    """A timer that moves on 2.5 ms each time it is read."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.0025
+        return self.now
+
+
+@pytest.mark.decision("D361")
+async def test_each_awaited_port_call_is_timed_by_the_recorders_timer() -> None:
+    pipeline = recording_pipeline(
+        MemoryStore(), [text("hello")], recording=RecordingOptions(timer=_Ticks())
+    )
+
+    report = await pipeline.run({"Instruction": "hi"}, CALLER)
+
+    assert report.recording is not None
+    timed = {c.port: c.elapsed_ms for c in report.recording.calls if c.elapsed_ms is not None}
+    assert timed["LLM"] == 2.5  # one tick between the call's start and its end
+    untimed = {c.port for c in report.recording.calls if c.elapsed_ms is None}
+    assert untimed == {"Clock", "IdSource", "SessionStore"}  # instant, not awaited
+    again = TurnRecording.from_dict(json.loads(report.recording.to_json()))
+    assert again.calls == report.recording.calls
+    assert (await replay(again)).ok
+
+
+@pytest.mark.decision("D361")
+async def test_a_recording_without_a_timer_holds_no_durations_and_repeats_byte_for_byte() -> None:
+    async def recorded() -> str:
+        options = RecordingOptions(timer=None)
+        pipeline = recording_pipeline(MemoryStore(), [text("hello")], recording=options)
+        report = await pipeline.run({"Instruction": "hi"}, CALLER)
+        assert report.recording is not None
+        return report.recording.to_json()
+
+    first, second = await recorded(), await recorded()
+
+    assert '"elapsed_ms"' not in first
+    assert first == second
+
+
+@pytest.mark.decision("D361")
+async def test_a_redacted_recording_keeps_its_durations() -> None:
+    options = RecordingOptions(timer=_Ticks(), redact=True)
+    pipeline = recording_pipeline(MemoryStore(), [text("secret answer")], recording=options)
+
+    report = await pipeline.run({"Instruction": "a secret question"}, CALLER)
+
+    assert report.recording is not None
+    [model_call] = [c for c in report.recording.calls if c.port == "LLM"]
+    assert model_call.elapsed_ms == 2.5
+    assert "secret" not in report.recording.to_json()

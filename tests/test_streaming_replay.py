@@ -340,11 +340,11 @@ async def test_a_redacted_recording_of_a_streamed_turn_replays_and_holds_no_repl
 async def test_a_stream_call_is_redacted_as_a_complete_call_is() -> None:
     plain = recording_of(
         await recording_pipeline(
-            MemoryStore(), MATH_THEN_ADD, recording=RecordingOptions(redact=True)
+            MemoryStore(), MATH_THEN_ADD, recording=RecordingOptions(redact=True, timer=None)
         ).run({"Instruction": "Add"}, CALLER)
     )
 
-    recording = await streamed(MATH_THEN_ADD, options=RecordingOptions(redact=True))
+    recording = await streamed(MATH_THEN_ADD, options=RecordingOptions(redact=True, timer=None))
 
     assert [c.to_dict() for c in model_calls(recording)] == [
         {**c.to_dict(), "call": "stream"} for c in model_calls(plain)

@@ -151,6 +151,7 @@ def test_a_completed_recording_shows_model_calls_with_tokens_and_tool_calls(
     text = page.get("/recording", params={"name": name}).text
 
     assert "412 in / 38 out tokens" in text
+    assert re.search(r"1 attempt\(s\) in \d+\.\d ms, finish", text)  # the recorder timed it
     assert "<code>agent_change_mode</code>" in text
     assert "<code>read_file</code>" in text
     assert "<code>general</code> → <code>review</code>" in text

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -107,12 +108,17 @@ class RecordingOptions:
       (``engine/replay/redaction.py``).
     - ``config_digest``: the host's own digest of its configuration; by default
       one is computed from the options, ports and catalogs (``config_digest``).
+    - ``timer``: a monotonic clock, in seconds (default ``time.perf_counter``), that
+      times each awaited port call — the model, the server tools, the catalogs, the
+      store, the retriever — into ``PortCall.elapsed_ms``; ``None`` records no
+      durations, so the same turn records the same file.
     """
 
     directory: str | Path | None = None
     redact: bool = False
     sink: Callable[[TurnRecording], None] | None = field(default=None, compare=False)
     config_digest: str | None = None
+    timer: Callable[[], float] | None = field(default=time.perf_counter, compare=False)
 
     async def send(self, recording: TurnRecording) -> None:
         """Write and hand on ``recording``; raises what the directory or the sink raised.
@@ -156,10 +162,14 @@ class RecordingTap:
     the turn faulted for its consumer leaving (``faulted``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, timer: Callable[[], float] | None = None) -> None:
         self.step: str | None = None
         self.calls: list[PortCall] = []
         self.stopped_after: int | None = None
+        self._timer = timer
+
+    def _started(self) -> float | None:
+        return self._timer() if self._timer is not None else None
 
     def _log(
         self,
@@ -172,7 +182,11 @@ class RecordingTap:
         last_chunk: Any = None,
         ended: bool = False,
         cancelled: bool = False,
+        started: float | None = None,
     ) -> None:
+        elapsed = None
+        if started is not None and self._timer is not None:
+            elapsed = round((self._timer() - started) * 1000, 3)
         self.calls.append(
             PortCall(
                 len(self.calls) + 1,
@@ -185,6 +199,7 @@ class RecordingTap:
                 last_chunk,
                 ended,
                 cancelled,
+                elapsed,
             )
         )
 
@@ -205,15 +220,16 @@ class RecordingTap:
     ) -> T:
         """Call the real port and log the call with its answer or exception."""
         encoded = {name: encode_value(value) for name, value in args.items()}
+        started = self._started()
         try:
             value = await getattr(target, method or call)(*args.values())
         except asyncio.CancelledError:
-            self._log(port, call, encoded, cancelled=True)
+            self._log(port, call, encoded, cancelled=True, started=started)
             raise
         except Exception as error:
-            self._log(port, call, encoded, error=RecordedError.of(error))
+            self._log(port, call, encoded, error=RecordedError.of(error), started=started)
             raise
-        self._log(port, call, encoded, encode_value(value))
+        self._log(port, call, encoded, encode_value(value), started=started)
         return cast(T, value)
 
     async def stream(
@@ -230,6 +246,7 @@ class RecordingTap:
         encoded = {name: encode_value(value) for name, value in args.items()}
         log = StreamLog()
         chunks: Any = None
+        started = self._started()
         try:
             chunks = getattr(target, call)(*args.values())
             async for chunk in chunks:
@@ -238,19 +255,30 @@ class RecordingTap:
                 log.taken()
         except GeneratorExit:  # the engine stopped reading, holding log.held
             last = chunk_json(log.held)
-            self._log(port, call, encoded, log.so_far(), last_chunk=last, ended=log.ended)
+            self._log(
+                port,
+                call,
+                encoded,
+                log.so_far(),
+                last_chunk=last,
+                ended=log.ended,
+                started=started,
+            )
             raise
         except asyncio.CancelledError:
             partial = log.so_far() if log.read else None
-            self._log(port, call, encoded, partial, ended=log.ended, cancelled=True)
+            self._log(
+                port, call, encoded, partial, ended=log.ended, cancelled=True, started=started
+            )
             raise
         except Exception as error:
             partial = log.so_far() if log.read else None
-            self._log(port, call, encoded, partial, RecordedError.of(error), ended=log.ended)
+            error_record = RecordedError.of(error)
+            self._log(port, call, encoded, partial, error_record, ended=log.ended, started=started)
             raise
         else:
             answer, broken = log.answer()
-            self._log(port, call, encoded, answer, broken)
+            self._log(port, call, encoded, answer, broken, started=started)
         finally:
             await close_stream(chunks)
 
@@ -363,7 +391,7 @@ class Recorder:
 
     async def intercept(self, call: TurnCall, proceed: Proceed) -> TurnReport:
         """Run the turn on tapped ports, then make, deliver and attach its recording."""
-        tap = RecordingTap()
+        tap = RecordingTap(self.options.timer)
         report = await proceed(ports=tap_ports(tap, call.ports), listeners=[StepFollower(tap)])
         # The turn has ended (committed or rolled back): nothing from here on may change
         # its answer. A recording that cannot be made or redacted is logged and traced,

@@ -102,6 +102,11 @@ class PortCall:
     short had sent its end (``ReplyFinished``) before. ``cancelled`` says the turn
     was stopped while the call ran (its stream's consumer left, or its deadline
     passed): the call has no answer but a stream's reply so far.
+
+    ``elapsed_ms`` is how long the real port took (a stream: from its opening to its
+    end), by the recorder's timer (``RecordingOptions.timer``); ``None`` when not
+    timed. It is an observation, like a span's duration: a replay neither checks nor
+    reproduces it.
     """
 
     n: int
@@ -114,6 +119,7 @@ class PortCall:
     last_chunk: Any = None
     ended: bool = False
     cancelled: bool = False
+    elapsed_ms: float | None = None
 
     @property
     def name(self) -> str:
@@ -146,6 +152,8 @@ class PortCall:
             data["ended"] = True
         if self.cancelled:
             data["cancelled"] = True
+        if self.elapsed_ms is not None:
+            data["elapsed_ms"] = self.elapsed_ms
         return data
 
     @classmethod
@@ -163,4 +171,12 @@ class PortCall:
             last_chunk=data.get("last_chunk"),
             ended=data.get("ended") is True,
             cancelled=data.get("cancelled") is True,
+            elapsed_ms=_milliseconds(data.get("elapsed_ms")),
         )
+
+
+def _milliseconds(value: object) -> float | None:
+    """A recorded ``elapsed_ms``: a number of milliseconds, else ``None``."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return None

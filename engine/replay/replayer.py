@@ -643,10 +643,11 @@ class ReplayTap:
 
 def _outcome_of(call: PortCall) -> dict[str, Any]:
     """What a port call did, in its recorded JSON form: its answer or error, and for a
-    stream its last chunk and end."""
+    stream its last chunk and end; not how long it took (``elapsed_ms``, an observation)."""
     data = call.to_dict()
     for key in _CALL_KEYS:
         del data[key]
+    data.pop("elapsed_ms", None)
     return data
 
 
