@@ -245,17 +245,22 @@ def _start_up_frozen() -> Iterator[None]:
 
 
 async def _close_pipeline(pipeline: Pipeline, provider: TracerProvider | None) -> None:
-    """Close what ``_serving`` opened: the model client, the store, then the spans' provider."""
+    """Close what ``_serving`` opened: the model client, the retriever's index, the store,
+    then the spans' provider."""
     try:
         await _close(pipeline.ports.llm)
     finally:
-        await _close(pipeline.ports.store)
-        if provider is not None:
-            provider.shutdown()
+        try:
+            if pipeline.ports.retriever is not None:
+                await _close(pipeline.ports.retriever)
+        finally:
+            await _close(pipeline.ports.store)
+            if provider is not None:
+                provider.shutdown()
 
 
 async def _close(port: object) -> None:
-    """Close a store or model client the app opened (``aclose`` preferred, else ``close``)."""
+    """Close a port the app opened (``aclose`` preferred, else ``close``; neither: nothing)."""
     for name in ("aclose", "close"):
         close = getattr(port, name, None)
         if close is not None:

@@ -209,3 +209,38 @@ def test_aptix_serve_refuses_to_start_before_the_index_is_built(tmp_path: Path) 
     assert len(run.stderr.splitlines()) == 1, run.stderr
     assert "no index here" in run.stderr
     assert "aptix index --config aptix.toml" in run.stderr
+
+
+def _open_files(path: Path) -> int:
+    """How many of this process's file descriptors are ``path`` (Linux ``/proc``)."""
+    target = path.resolve()
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            count += Path(fd).resolve() == target
+        except OSError:  # closed between listing and reading
+            continue
+    return count
+
+
+@pytest.mark.decision("D340")
+async def test_the_service_closes_its_retrievers_index_when_it_stops(tmp_path: Path) -> None:
+    from aptix_pipeline.adapters.http_app import create_app
+
+    write_corpus(tmp_path / "docs")
+    path = tmp_path / "aptix.toml"
+    path.write_text(
+        '[retrieval]\nfolder = "docs"\n[model]\nkind = "scripted"\nscript = "script.json"\n'
+        '[store]\nurl = "memory"\n',
+        encoding="utf-8",
+    )
+    (tmp_path / "script.json").write_text('[{"text": "ok"}]', encoding="utf-8")
+    assert _aptix(tmp_path, "index", "--config", "aptix.toml").returncode == 0
+    app = create_app(load_service_config(path))
+    index = tmp_path / "retrieval.db"
+
+    async with app.router.lifespan_context(app):
+        serving = _open_files(index)
+
+    assert serving >= 1
+    assert _open_files(index) == 0
