@@ -2,7 +2,7 @@
 
 Each recording is re-run (``engine/replay/replayer.py``) with the ports answering from it;
 the command prints each trace and names the first divergence. ``--live CONFIG``
-runs that configuration's catalog and server tools live instead, and with
+runs that configuration's catalog, server tools and retrieval index live instead, and with
 ``--live-model`` its ``[model]`` too (``LivePorts``, docs/RECORDING.md "Replaying
 against your own code"), so a change of prompt, mode, tool or model shows as an
 ``answer`` divergence. ``--diagram`` draws the recorded turn's path. Exit codes: 0
@@ -52,7 +52,7 @@ def replay(
             exists=True,
             dir_okay=False,
             readable=True,
-            help="Run this configuration's catalog and server tools live (docs/RECORDING.md).",
+            help="Run this configuration's catalog, tools and retriever live (docs/RECORDING.md).",
         ),
     ] = None,
     live_model: Annotated[
@@ -63,7 +63,7 @@ def replay(
     """Re-run recorded turns against this code; name the first divergence of each.
 
     Ports answer from the recording and every call is checked against it; with
-    --live, the configuration's catalog and server tools (and with --live-model
+    --live, the configuration's catalog, server tools and retriever (and with --live-model
     its model) answer instead, and must answer as the recorded ones did. Exit
     codes: 0 when every recording replays, 1 when one diverges, 2 for a usage
     error (not a recording, an unknown format, a diagram that cannot be drawn, a
@@ -109,10 +109,16 @@ def _recordings(
 
 
 def _live_ports(config: Path, model: bool) -> LivePorts:
-    """The configuration's catalog and server tools (and model) as live ports."""
+    """The configuration's catalog, server tools and retriever (and model) as live ports."""
     from aptix_pipeline.engine.replay import LivePorts
 
-    from .service_config import ConfigError, SecretTable, build_llm, load_service_config
+    from .service_config import (
+        ConfigError,
+        SecretTable,
+        build_llm,
+        load_service_config,
+        open_retriever,
+    )
 
     try:
         # Only the model's secret, and only when it runs live (D364): no store, no API keys.
@@ -121,10 +127,13 @@ def _live_ports(config: Path, model: bool) -> LivePorts:
         if model and service.model is None:
             raise ConfigError(f"{config}: --live-model needs a [model] table")
         llm = build_llm(service.model) if model and service.model is not None else None
+        retriever = open_retriever(service)  # [retrieval]'s index, when it has one
     except ConfigError as error:
         raise _refuse(str(error)) from None
     catalog = service.catalog
-    return LivePorts(llm=llm, tools=dict(catalog.tools), modes=catalog, agents=catalog)
+    return LivePorts(
+        llm=llm, tools=dict(catalog.tools), modes=catalog, agents=catalog, retriever=retriever
+    )
 
 
 def _telemetry(spans: bool) -> tuple[Telemetry | None, TracerProvider | None]:

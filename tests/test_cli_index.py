@@ -166,6 +166,31 @@ def test_aptix_run_retrieves_with_the_configurations_index(tmp_path: Path) -> No
     assert "retrieval   collection=handbook limit=2 hits=2" in run.stderr
 
 
+@pytest.mark.decision("D339")
+def test_aptix_replay_live_asks_the_configurations_retriever_again(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "docs")
+    _config(tmp_path, 'folder = "docs"\ncollection = "handbook"\nlimit = 2')
+    (tmp_path / "request.json").write_text(
+        json.dumps({"Instruction": "deploy the docker image"}), encoding="utf-8"
+    )
+    (tmp_path / "script.json").write_text('[{"text": "ok"}]', encoding="utf-8")
+    _aptix(tmp_path, "index", "--config", "aptix.toml")
+    args = ("run", "request.json", "--config", "aptix.toml", "--llm-script", "script.json")
+    assert _aptix(tmp_path, *args, "--store", "memory", "--record", "rec").returncode == 0
+
+    same = _aptix(tmp_path, "replay", "rec", "--live", "aptix.toml", "--quiet")
+    (tmp_path / "docs" / "deploy-guide.md").write_text(
+        "# Deploying\n\nDeploy the docker image with the deploy docker command.\n",
+        encoding="utf-8",
+    )
+    _aptix(tmp_path, "index", "--config", "aptix.toml")
+    changed = _aptix(tmp_path, "replay", "rec", "--live", "aptix.toml", "--quiet")
+
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert changed.returncode == 1
+    assert "Retriever.retrieve" in changed.stdout + changed.stderr
+
+
 def test_the_example_handbook_indexes_and_answers_a_scoped_question(tmp_path: Path) -> None:
     examples = Path(__file__).resolve().parent.parent / "examples"
     shutil.copytree(examples / "knowledge", tmp_path / "knowledge")

@@ -21,7 +21,7 @@ from span_kit import Recorded, attributes_of, values_of
 from aptix_pipeline import PipelineOptions, Ports
 from aptix_pipeline.adapters.catalog_config import ConfigCatalog
 from aptix_pipeline.adapters.clocks import SteppingClock
-from aptix_pipeline.adapters.fts_retriever import FtsRetriever
+from aptix_pipeline.adapters.fts_retriever import FtsRetriever, build_index
 from aptix_pipeline.adapters.ids import SequentialIds
 from aptix_pipeline.adapters.memory_store import MemoryStore
 from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
@@ -44,7 +44,13 @@ from aptix_pipeline.engine import (
     Telemetry,
     TurnEvent,
 )
-from aptix_pipeline.engine.replay import Recorder, RecordingOptions, TurnRecording, replay
+from aptix_pipeline.engine.replay import (
+    LivePorts,
+    Recorder,
+    RecordingOptions,
+    TurnRecording,
+    replay,
+)
 
 QUESTION = "How do I deploy the web service?"
 PLATFORM = [{"Key": "team", "Operator": "==", "Values": ["platform"]}]
@@ -389,3 +395,59 @@ async def test_a_streamed_turn_shows_its_retrieval_as_progress_without_content(
             "error": None,
         },
     ]
+
+
+# --- replay with the host's own retriever (LivePorts.retriever) ----------------------------------
+
+
+async def _recorded_retrieval(
+    handbook: FtsRetriever, folder: Path, *, redact: bool = False
+) -> Path:
+    options = RecordingOptions(directory=folder, redact=redact)
+    pipeline, _ = _pipeline([text("Run make deploy.")], handbook, recording=options)
+    ok(await pipeline.execute({"Instruction": QUESTION, "RagScope": PLATFORM}, CALLER))
+    (path,) = folder.iterdir()
+    return path
+
+
+@pytest.mark.decision("D339")
+async def test_a_recorded_retrieval_replays_with_the_hosts_retriever_live(
+    handbook: FtsRetriever, tmp_path: Path
+) -> None:
+    path = await _recorded_retrieval(handbook, tmp_path / "recordings")
+
+    outcome = await replay(path, live={"retriever": handbook})
+
+    assert outcome.ok, outcome.describe()
+
+
+@pytest.mark.decision("D339")
+async def test_a_retriever_that_answers_otherwise_today_is_an_answer_divergence(
+    handbook: FtsRetriever, tmp_path: Path
+) -> None:
+    path = await _recorded_retrieval(handbook, tmp_path / "recordings")
+    today = indexed_corpus(tmp_path / "today", collection="handbook")
+    (tmp_path / "today" / "docs" / "web.md").write_text(
+        "---\nteam: platform\n---\n# Web service\n\nDeploy the web service with a new tool.\n",
+        encoding="utf-8",
+    )
+    build_index(tmp_path / "today" / "docs", tmp_path / "today" / "index.db")
+
+    outcome = await replay(path, live=LivePorts(retriever=today))
+
+    assert not outcome.ok
+    assert outcome.divergence is not None
+    assert outcome.divergence.kind == "answer"
+    assert outcome.divergence.port_call == "Retriever.retrieve"
+    today.close()
+
+
+async def test_a_live_retriever_is_checked_and_refused_for_a_redacted_recording(
+    handbook: FtsRetriever, tmp_path: Path
+) -> None:
+    path = await _recorded_retrieval(handbook, tmp_path / "recordings", redact=True)
+
+    with pytest.raises(TypeError, match="live retriever: a object is not a Retriever"):
+        LivePorts(retriever=object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="live retriever: the recording is redacted"):
+        await replay(path, live={"retriever": handbook})

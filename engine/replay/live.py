@@ -1,4 +1,4 @@
-"""The ports a replay runs live: the host's own model, server tools and catalogs.
+"""The ports a replay runs live: the host's own model, server tools, catalogs and retriever.
 
 A plain replay answers every port from the recording, so a change in the host's
 model adapter, tool or prompt catalog never shows. ``replay(recording,
@@ -20,14 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aptix_pipeline.contracts import LLM, AgentCatalog, ModeCatalog, ToolExecutor
+from aptix_pipeline.contracts import LLM, AgentCatalog, ModeCatalog, Retriever, ToolExecutor
 
 if TYPE_CHECKING:
     from aptix_pipeline.engine import Pipeline
 
 __all__ = ["LIVE_KEYS", "LivePorts"]
 
-LIVE_KEYS = ("llm", "tools", "modes", "agents", "catalog")
+LIVE_KEYS = ("llm", "tools", "modes", "agents", "catalog", "retriever")
 """The keys of ``live``'s mapping form; ``catalog`` is one object serving as both catalogs."""
 
 _RECORDED_ONLY = ("store", "clock", "ids")
@@ -42,7 +42,10 @@ class LivePorts:
     - ``tools``: server tools by name (``ToolExecutor``); the recorded server tools
       not named here answer from the recording;
     - ``modes`` / ``agents``: the host's Mode Catalog and Agent Catalog (one object
-      may be both).
+      may be both);
+    - ``retriever``: the host's ``Retriever`` (AGN-034 §4.4), asked where the
+      recorded turn asked its retriever; a turn recorded without one has none in
+      the replay either.
 
     Each is checked for the port's methods when made: a wrong object is a
     ``TypeError`` naming the field.
@@ -52,13 +55,21 @@ class LivePorts:
     tools: Mapping[str, ToolExecutor] = field(default_factory=dict)
     modes: ModeCatalog | None = None
     agents: AgentCatalog | None = None
+    retriever: Retriever | None = None
 
     @classmethod
     def of_pipeline(cls, pipeline: Pipeline) -> LivePorts:
-        """A pipeline's own model, server tools and catalogs, as its turns run them: with
-        its hooks (``Pipeline.turn_ports``), so a replay runs the host's code of today."""
+        """A pipeline's own model, server tools, catalogs and retriever, as its turns run
+        them: with its hooks (``Pipeline.turn_ports``), so a replay runs the host's code
+        of today."""
         ports = pipeline.turn_ports
-        return cls(llm=ports.llm, tools=dict(ports.tools), modes=ports.modes, agents=ports.agents)
+        return cls(
+            llm=ports.llm,
+            tools=dict(ports.tools),
+            modes=ports.modes,
+            agents=ports.agents,
+            retriever=ports.retriever,
+        )
 
     def __post_init__(self) -> None:
         if self.llm is not None and not isinstance(self.llm, LLM):
@@ -82,6 +93,8 @@ class LivePorts:
                 f"live agents: {_named(self.agents)} is not an AgentCatalog "
                 "(it needs get_agent_context and get_conversation_context)"
             )
+        if self.retriever is not None and not callable(getattr(self.retriever, "retrieve", None)):
+            raise TypeError(f"live retriever: {_named(self.retriever)} is not a Retriever")
 
     @classmethod
     def of(cls, live: LivePorts | Mapping[str, Any] | None) -> LivePorts:
@@ -114,21 +127,25 @@ class LivePorts:
             tools=live.get("tools") or {},
             modes=live.get("modes", catalog),
             agents=live.get("agents", catalog),
+            retriever=live.get("retriever"),
         )
 
     @property
     def any(self) -> bool:
         """Whether any port runs live."""
         return bool(self.tools) or any(
-            port is not None for port in (self.llm, self.modes, self.agents)
+            port is not None for port in (self.llm, self.modes, self.agents, self.retriever)
         )
 
     @property
     def names(self) -> list[str]:
-        """What runs live, for a message: ``llm``, ``tools['Add']``, ``modes``, ``agents``."""
+        """What runs live, for a message: ``llm``, ``tools['Add']``, ``modes``, ``agents``,
+        ``retriever``."""
         named = ["llm"] if self.llm is not None else []
         named.extend(f"tools[{name!r}]" for name in self.tools)
-        named.extend(name for name in ("modes", "agents") if getattr(self, name) is not None)
+        named.extend(
+            name for name in ("modes", "agents", "retriever") if getattr(self, name) is not None
+        )
         return named
 
 

@@ -452,7 +452,8 @@ def tap_ports(
     ``FileStore``, and ``streaming`` says whether the
     recorded model streamed — a live model that cannot stream is then asked to
     ``complete``, which the replay names as another call; ``retriever`` is the
-    collection of the recorded retriever (``None``: the turn had none).
+    collection of the recorded retriever (``None``: the turn had none), run live when
+    ``live`` has one.
     """
     tools: Mapping[str, ToolExecutor | None]
     if ports is None:
@@ -469,7 +470,7 @@ def tap_ports(
         files = None if ports.files is None else TappedFileStore(tap, ports.files)
         streaming = isinstance(llm, StreamingLLM)
         retriever = None if ports.retriever is None else collection_of(ports.retriever)
-    target = ports.retriever if ports is not None else None
+    target = ports.retriever if ports is not None else (live.retriever if live else None)
     tapped_llm = (TappedStreamingLLM if streaming else TappedLLM)(tap, llm, provider_name)
     return Ports(
         store=TappedStore(tap, store),
