@@ -35,7 +35,7 @@ _Store = Annotated[
     str | None,
     typer.Option(
         "--store",
-        help="The store: sqlite:PATH or postgresql://USER@HOST/DB; default: the run default.",
+        help="The store: sqlite:PATH or postgresql://USER@HOST/DB; default: aptix run's.",
     ),
 ]
 _Org = Annotated[str | None, typer.Option("--org", help="The caller's org.")]
@@ -63,10 +63,10 @@ def _browse(store: str | None, read: Callable[[BrowsableStore], Awaitable[T]]) -
     from aptix_pipeline.contracts import AptixPipelineError
 
     from .browse_store import BrowseStoreError, close_browse_store, open_browse_store
-    from .embedded import DEFAULT_STORE_URL
+    from .data_dir import default_store_path
 
-    async def main() -> T:
-        opened = open_browse_store(store or DEFAULT_STORE_URL)
+    async def main() -> T:  # by default, where aptix run keeps sessions (never made here)
+        opened = open_browse_store(store or f"sqlite:{default_store_path()}")
         try:
             return await read(opened)
         finally:

@@ -73,13 +73,13 @@ def ui(
         from aptix_pipeline.contracts import scrub_urls
 
         from .browse_store import BrowseStoreError, close_browse_store, open_browse_store
-        from .embedded import DEFAULT_STORE_URL, sqlite_target
+        from .data_dir import default_store_path
         from .ui_app import create_ui_app
     except ImportError as error:
         raise _refuse(f"{error}; install aptix-pipeline[http]") from None
     spec = store
-    if spec is None and Path(sqlite_target(DEFAULT_STORE_URL)[0]).is_file():
-        spec = DEFAULT_STORE_URL
+    if spec is None and default_store_path().is_file():  # where aptix run keeps sessions
+        spec = f"sqlite:{default_store_path()}"
     if spec is None and recordings is None:
         raise _refuse("nothing to show: give --store and/or --recordings")
     opened = None

@@ -222,3 +222,25 @@ def test_the_demo_ends_with_the_command_that_opens_the_page_on_its_store(tmp_pat
     assert command == ["aptix", "ui", "--store", "sqlite:demo.db", "--recordings", "recordings"]
     assert [session["turns"] for session in json.loads(listed.stdout)] == [2]
     assert len(list(recordings.glob("*.json"))) == 3
+
+
+def test_without_a_store_sessions_reads_where_aptix_run_keeps_them(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text('[{"text": "Hello."}]', encoding="utf-8")
+    (tmp_path / "request.json").write_text('{"Instruction": "hi"}', encoding="utf-8")
+    before = aptix("sessions", "list", "--org", "local", "--user", "local")
+
+    run = subprocess.run(
+        [str(APTIX), "run", "request.json", "--llm-script", str(script)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    listed = aptix("sessions", "list", "--org", "local", "--user", "local", "--json")
+
+    assert before.returncode == 2  # no store yet: browsing never makes one
+    assert run.returncode == 0, run.stderr
+    [session] = json.loads(listed.stdout)
+    assert session["id"] == json.loads(run.stdout)["Result"]["SessionId"]
+    assert not (tmp_path / "aptix.db").exists()
