@@ -190,19 +190,22 @@ def create_ui_app(
     async def index(request: Request, caller: Caller | None) -> Response:
         opened = ui.store()
         owners: list[tuple[OwnerSummary, list[SessionSummary]]] = []
+        more_owners = False
         if opened is not None:
             if caller is not None:
                 listed = await opened.list_sessions(caller.org, caller.user, limit=MAX_PAGE)
                 summary = OwnerSummary(caller.org, caller.user, len(listed))
                 owners = [(summary, listed)] if listed else []
             else:
-                for owner in await opened.list_owners(limit=_OWNERS_SHOWN):
+                found = await opened.list_owners(limit=_OWNERS_SHOWN + 1)
+                more_owners = len(found) > _OWNERS_SHOWN
+                for owner in found[:_OWNERS_SHOWN]:
                     sessions = await opened.list_sessions(owner.org, owner.user, limit=MAX_PAGE)
                     owners.append((owner, sessions))
         entries = [e for e in ui.shelf.entries() if ui.visible(caller, e)]
         folder = str(ui.shelf.folder) if ui.shelf.folder is not None else None
         name = ui.store_name if opened is not None else None
-        body = index_body(_base(request), owners, name, entries, folder)
+        body = index_body(_base(request), owners, name, entries, folder, more_owners=more_owners)
         return ui.page(request, "sessions and recordings", body)
 
     async def _detail(org: str, user: str, session_id: str) -> SessionDetail | None:

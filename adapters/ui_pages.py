@@ -106,8 +106,11 @@ def index_body(
     store_name: str | None,
     entries: Sequence[RecordingEntry],
     folder: str | None,
+    *,
+    more_owners: bool = False,
 ) -> Markup:
-    """The first page: the sessions of each org and user, then the recordings."""
+    """The first page: the sessions of each org and user, then the recordings;
+    ``more_owners`` says the store holds owners past those listed."""
     if store_name is None:
         sessions = html("<p class='muted'>no store given (--store)</p>")
     elif not owners:
@@ -115,14 +118,23 @@ def index_body(
     else:
         sessions = join(
             html(
-                "<h3>{org} / {user} <span class='muted'>({count} sessions)</span></h3>{table}",
+                "<h3>{org} / {user} <span class='muted'>({count} sessions)</span></h3>"
+                "{table}{more}",
                 org=owner.org,
                 user=owner.user,
                 count=owner.sessions,
                 table=_sessions_table(base, listed),
+                more=_more_sessions(owner, len(listed)),
             )
             for owner, listed in owners
         )
+        if more_owners:
+            sessions = html(
+                "{sessions}<p class='muted more'>the first {shown} orgs and users are shown; "
+                "<code>aptix sessions list --offset {shown}</code> lists the rest</p>",
+                sessions=sessions,
+                shown=len(owners),
+            )
     if folder is None:
         recordings = html("<p class='muted'>no recordings folder given (--recordings)</p>")
     elif not entries:
@@ -136,6 +148,21 @@ def index_body(
         sessions=sessions,
         folder=folder or "-",
         recordings=recordings,
+    )
+
+
+def _more_sessions(owner: OwnerSummary, shown: int) -> Markup:
+    """Where the page lists fewer sessions than the owner holds: which, and where the rest are."""
+    if owner.sessions <= shown:
+        return html("")
+    return html(
+        "<p class='muted more'>the {shown} most recently active of {count} are shown; "
+        "<code>aptix sessions list --org {org} --user {user} --offset {shown}</code> "
+        "lists the rest</p>",
+        shown=shown,
+        count=owner.sessions,
+        org=owner.org,
+        user=owner.user,
     )
 
 

@@ -376,3 +376,25 @@ def test_a_ui_path_that_is_not_a_plain_path_is_refused_naming_the_key(
 
     with pytest.raises(ConfigError, match=r"\[ui\]\.path"):
         load_service_config(config, env=ENV)
+
+
+def test_an_owner_with_more_sessions_than_the_page_lists_says_where_the_rest_are() -> None:
+    from datetime import UTC, datetime
+
+    from aptix_pipeline.adapters.session_browser import OwnerSummary, SessionSummary
+    from aptix_pipeline.adapters.ui_pages import index_body
+
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    listed = [SessionSummary.of(f"s{n}", "acme", "ana", "general", when, []) for n in range(2)]
+
+    crowded = index_body("/", [(OwnerSummary("acme", "ana", 5), listed)], "store", [], None)
+    whole = index_body("/", [(OwnerSummary("acme", "ana", 2), listed)], "store", [], None)
+
+    assert "the 2 most recently active of 5 are shown" in crowded
+    assert "aptix sessions list --org acme --user ana --offset 2" in crowded
+    assert "most recently active" not in whole
+    many = index_body(
+        "/", [(OwnerSummary("acme", "ana", 2), listed)], "store", [], None, more_owners=True
+    )
+    assert "the first 1 orgs and users are shown" in many
+    assert "orgs and users are shown" not in whole
