@@ -195,6 +195,13 @@ def _model_call_ms(recording: TurnRecording) -> dict[int, float]:
     return found
 
 
+def _duration(ms: float) -> str:
+    """A duration for a person: µs below a millisecond, one decimal below 100 ms."""
+    if ms < 1:
+        return f"{ms * 1000:.0f} µs"
+    return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
 def _rules(ids: Sequence[str], failed: Sequence[str]) -> Markup:
     listed = join(
         html(
@@ -263,7 +270,7 @@ def _entry(
             messages=entry.messages,
             tokens=tokens,
             attempts=entry.attempts,
-            took=html(" in {ms} ms", ms=f"{took:.1f}") if took is not None else "",
+            took=html(" in {t}", t=_duration(took)) if took is not None else "",
             finish=entry.finish_reason or "-",
             calls=html(", asked for {c}", c=calls) if calls else "",
             error=html(", error <code>{e}</code>", e=entry.error) if entry.error else "",

@@ -151,7 +151,7 @@ def test_a_completed_recording_shows_model_calls_with_tokens_and_tool_calls(
     text = page.get("/recording", params={"name": name}).text
 
     assert "412 in / 38 out tokens" in text
-    assert re.search(r"1 attempt\(s\) in \d+\.\d ms, finish", text)  # the recorder timed it
+    assert re.search(r"1 attempt\(s\) in \d+(\.\d)? (ms|µs), finish", text)  # timed
     assert "<code>agent_change_mode</code>" in text
     assert "<code>read_file</code>" in text
     assert "<code>general</code> → <code>review</code>" in text
@@ -398,3 +398,27 @@ def test_an_owner_with_more_sessions_than_the_page_lists_says_where_the_rest_are
     )
     assert "the first 1 orgs and users are shown" in many
     assert "orgs and users are shown" not in whole
+
+
+@pytest.mark.decision("D361")
+async def test_the_timeline_shows_each_model_calls_duration_as_the_recorder_timed_it() -> None:
+    from engine_kit import CALLER, text
+    from replay_kit import recording_pipeline
+
+    from aptix_pipeline.adapters.memory_store import MemoryStore
+    from aptix_pipeline.adapters.ui_turn import timeline
+    from aptix_pipeline.engine.replay import RecordingOptions
+
+    ticks = iter(n * 0.0025 for n in range(1, 1000))  # 2.5 ms between two readings
+    timed = RecordingOptions(timer=lambda: next(ticks))
+    untimed = RecordingOptions(timer=None)
+
+    shown = []
+    for options in (timed, untimed):
+        pipeline = recording_pipeline(MemoryStore(), [text("hello")], recording=options)
+        report = await pipeline.run({"Instruction": "hi"}, CALLER)
+        assert report.recording is not None
+        shown.append(str(timeline(report.recording)))
+
+    assert "1 attempt(s) in 2.5 ms, finish" in shown[0]
+    assert "1 attempt(s), finish" in shown[1]
