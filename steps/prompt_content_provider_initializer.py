@@ -74,9 +74,17 @@ def user_message(request: AgentExecuteRequest) -> ChatMessage:
     Instruction, artifacts, clipboard images, RAG scope, workspace hints, in that
     order. A message of text alone (no artifact, no image) has no parts.
     """
-    parts: list[TextPart | ImagePart] = []
-    if request.instruction:
-        parts.append(TextPart(text=request.instruction))
+    leading = [request.instruction] if request.instruction else []
+    trailing: list[str] = []
+    if request.rag_scope:
+        conditions = [c.model_dump(mode="json", by_alias=True) for c in request.rag_scope]
+        trailing.append(f"[rag scope] {json.dumps(conditions, sort_keys=True)}")
+    if request.workspace_hints is not None:
+        hints = request.workspace_hints.model_dump(mode="json", by_alias=True, exclude_none=True)
+        trailing.append(f"[workspace] {json.dumps(hints, sort_keys=True)}")
+    if not (request.input_artifacts or request.clipboard_images):  # text alone: no parts
+        return ChatMessage(role=ChatRole.USER, content="\n\n".join([*leading, *trailing]))
+    parts: list[TextPart | ImagePart] = [TextPart(text=text) for text in leading]
     parts.extend(_artifact_part(artifact) for artifact in request.input_artifacts or [])
     parts.extend(
         ImagePart(
@@ -86,16 +94,8 @@ def user_message(request: AgentExecuteRequest) -> ChatMessage:
         )
         for image in request.clipboard_images or []
     )
-    if request.rag_scope:
-        conditions = [c.model_dump(mode="json", by_alias=True) for c in request.rag_scope]
-        parts.append(TextPart(text=f"[rag scope] {json.dumps(conditions, sort_keys=True)}"))
-    if request.workspace_hints is not None:
-        hints = request.workspace_hints.model_dump(mode="json", by_alias=True, exclude_none=True)
-        parts.append(TextPart(text=f"[workspace] {json.dumps(hints, sort_keys=True)}"))
-    message = ChatMessage.of_parts(ChatRole.USER, parts)
-    if request.input_artifacts or request.clipboard_images:
-        return message
-    return message.model_copy(update={"parts": None})
+    parts.extend(TextPart(text=text) for text in trailing)
+    return ChatMessage.of_parts(ChatRole.USER, parts)
 
 
 def _described(message: ChatMessage) -> ChatMessage:

@@ -512,6 +512,8 @@ DEFAULT_IMAGE_CAPS: Final = ImageCaps()
 
 def _image_cap_errors(request: AgentExecuteRequest, caps: ImageCaps) -> list[InvokeError]:
     """``DESIGN/limits/image-…``: each error names the base64 field of the image at fault."""
+    if not (request.input_artifacts or request.clipboard_images):
+        return []  # no image can be there: most requests
     images = image_inputs(request)
     errors: list[InvokeError] = []
     if len(images) > caps.count:
