@@ -37,6 +37,16 @@ def _aptix(
     )
 
 
+def _run_hello(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``aptix run r.json --llm-script s.json ARGS`` in ``cwd``: a request saying hi to a
+    scripted model that answers hello."""
+    (cwd / "r.json").write_text('{"Instruction": "hi"}')
+    (cwd / "s.json").write_text('[{"text": "hello"}]')
+    return _aptix(cwd, "run", "r.json", "--llm-script", "s.json", *args, env=env)
+
+
 def _without_secrets() -> dict[str, str]:
     import os
 
@@ -201,20 +211,8 @@ def test_after_a_file_without_a_successful_result_is_a_usage_error(tmp_path: Pat
 
 @pytest.mark.decision("D364")
 def test_a_scripted_run_on_the_example_config_asks_for_no_secret(tmp_path: Path) -> None:
-    (tmp_path / "r.json").write_text('{"Instruction": "hi"}')
-    (tmp_path / "s.json").write_text('[{"text": "hello"}]')
 
-    run = _aptix(
-        tmp_path,
-        "run",
-        "r.json",
-        "--config",
-        str(EXAMPLE_CONFIG),
-        "--llm-script",
-        "s.json",
-        "--compact",
-        env=_without_secrets(),
-    )
+    run = _run_hello(tmp_path, "--config", str(EXAMPLE_CONFIG), "--compact", env=_without_secrets())
 
     assert run.returncode == 0, run.stderr
     assert _result(run)["Result"]["PrimaryOutputText"] == "hello"
@@ -246,20 +244,8 @@ def test_a_live_replay_on_the_example_config_asks_for_no_secret(tmp_path: Path) 
 
 @pytest.mark.decision("D365")
 def test_a_record_folder_that_cannot_be_made_is_one_line_and_exit_two(tmp_path: Path) -> None:
-    (tmp_path / "r.json").write_text('{"Instruction": "hi"}')
-    (tmp_path / "s.json").write_text('[{"text": "hello"}]')
 
-    run = _aptix(
-        tmp_path,
-        "run",
-        "r.json",
-        "--llm-script",
-        "s.json",
-        "--store",
-        "sqlite:x.db",
-        "--record",
-        "/proc/nope",
-    )
+    run = _run_hello(tmp_path, "--store", "sqlite:x.db", "--record", "/proc/nope")
 
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
@@ -273,10 +259,8 @@ def test_a_record_folder_that_cannot_be_made_is_one_line_and_exit_two(tmp_path: 
 def test_a_store_of_an_unknown_scheme_is_refused_naming_the_known_ones(
     tmp_path: Path, store: str
 ) -> None:
-    (tmp_path / "r.json").write_text('{"Instruction": "hi"}')
-    (tmp_path / "s.json").write_text('[{"text": "hello"}]')
 
-    run = _aptix(tmp_path, "run", "r.json", "--llm-script", "s.json", "--store", store)
+    run = _run_hello(tmp_path, "--store", store)
 
     assert run.returncode == 2
     assert "unknown store scheme" in run.stderr
@@ -325,20 +309,8 @@ def test_the_report_lists_each_checks_rule_ids_once_and_full_keeps_the_trace(
 @pytest.mark.decision("D374")
 @pytest.mark.parametrize("name", ["path.dot", "path.mmd", "path.svg"])
 def test_run_diagram_draws_the_live_turns_path(tmp_path: Path, name: str) -> None:
-    (tmp_path / "r.json").write_text('{"Instruction": "hi"}')
-    (tmp_path / "s.json").write_text('[{"text": "hello"}]')
 
-    run = _aptix(
-        tmp_path,
-        "run",
-        "r.json",
-        "--llm-script",
-        "s.json",
-        "--store",
-        "memory",
-        "--diagram",
-        name,
-    )
+    run = _run_hello(tmp_path, "--store", "memory", "--diagram", name)
 
     assert run.returncode == 0, run.stderr
     drawn = (tmp_path / name).read_text()
@@ -349,20 +321,8 @@ def test_run_diagram_draws_the_live_turns_path(tmp_path: Path, name: str) -> Non
 
 @pytest.mark.decision("D374")
 def test_run_diagram_with_an_unknown_suffix_is_refused_before_the_turn(tmp_path: Path) -> None:
-    (tmp_path / "r.json").write_text('{"Instruction": "hi"}')
-    (tmp_path / "s.json").write_text('[{"text": "hello"}]')
 
-    run = _aptix(
-        tmp_path,
-        "run",
-        "r.json",
-        "--llm-script",
-        "s.json",
-        "--store",
-        "sqlite:x.db",
-        "--diagram",
-        "path.txt",
-    )
+    run = _run_hello(tmp_path, "--store", "sqlite:x.db", "--diagram", "path.txt")
 
     assert run.returncode == 2
     assert "accepted suffixes" in run.stderr
