@@ -132,14 +132,7 @@ async def read_session_detail(
         transcript.extend(page_of_messages)
         if len(page_of_messages) < MAX_PAGE:
             break
-    summary = SessionSummary.of(
-        session.id,
-        session.org,
-        session.user,
-        session.mode,
-        session.created_at,
-        [turn.created_at for turn in turns],
-    )
+    summary = SessionSummary.of_session(session, [turn.created_at for turn in turns])
     return SessionDetail(session, summary, tuple(turns), tuple(transcript))
 
 

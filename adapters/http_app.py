@@ -51,7 +51,12 @@ import inspect
 import math
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+)
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -246,17 +251,14 @@ def _start_up_frozen() -> Iterator[None]:
 
 async def _close_pipeline(pipeline: Pipeline, provider: TracerProvider | None) -> None:
     """Close what ``_serving`` opened: the model client, the retriever's index, the store,
-    then the spans' provider."""
-    try:
-        await _close(pipeline.ports.llm)
-    finally:
-        try:
-            if pipeline.ports.retriever is not None:
-                await _close(pipeline.ports.retriever)
-        finally:
-            await _close(pipeline.ports.store)
-            if provider is not None:
-                provider.shutdown()
+    then the spans' provider — each of them, whichever fails (callbacks run last first)."""
+    async with AsyncExitStack() as closing:
+        if provider is not None:
+            closing.callback(provider.shutdown)
+        closing.push_async_callback(_close, pipeline.ports.store)
+        if pipeline.ports.retriever is not None:
+            closing.push_async_callback(_close, pipeline.ports.retriever)
+        closing.push_async_callback(_close, pipeline.ports.llm)
 
 
 async def _close(port: object) -> None:

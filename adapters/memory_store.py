@@ -112,14 +112,7 @@ class MemoryStore:
 
     def _summary(self, session: Session) -> SessionSummary:
         turns = self._turns.get(session.id, {}).values()
-        return SessionSummary.of(
-            session.id,
-            session.org,
-            session.user,
-            session.mode,
-            session.created_at,
-            [turn.created_at for turn in turns],
-        )
+        return SessionSummary.of_session(session, [turn.created_at for turn in turns])
 
     async def list_sessions(
         self, org: str, user: str, *, limit: int = DEFAULT_PAGE, offset: int = 0

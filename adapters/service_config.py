@@ -652,9 +652,8 @@ def parse_service_config(
     used = frozenset(secrets_for)
     unknown_uses = sorted(used - _ALL_SECRETS)
     if unknown_uses:
-        raise ValueError(
-            f"secrets_for: unknown table(s) {unknown_uses}; known: store, model, auth, files"
-        )
+        known = ", ".join(sorted(_ALL_SECRETS))
+        raise ValueError(f"secrets_for: unknown table(s) {unknown_uses}; known: {known}")
     store_url = model = None
     if "store" in data:
         if "store" in used:

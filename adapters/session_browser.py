@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Protocol, runtime_checkable
 
-from aptix_pipeline.contracts import ChatMessage, Turn
+from aptix_pipeline.contracts import ChatMessage, Session, Turn
 
 __all__ = [
     "DEFAULT_PAGE",
@@ -112,6 +112,13 @@ class SessionSummary:
             turns=len(turn_times),
             created_at=created_at,
             last_activity=max(times, key=_aware) if times else created_at,
+        )
+
+    @classmethod
+    def of_session(cls, session: Session, turn_times: Sequence[datetime | None]) -> SessionSummary:
+        """``of`` a stored ``Session`` whose turns were created at ``turn_times``."""
+        return cls.of(
+            session.id, session.org, session.user, session.mode, session.created_at, turn_times
         )
 
     def sort_key(self) -> tuple[float, str]:
