@@ -154,7 +154,9 @@ class ChatMessage(FrozenWireModel):
     @property
     def images(self) -> tuple[ImagePart, ...]:
         """The message's image parts, in order."""
-        return tuple(part for part in self.parts or () if isinstance(part, ImagePart))
+        if self.parts is None:  # most messages: text alone (asked of each message every turn)
+            return ()
+        return tuple(part for part in self.parts if isinstance(part, ImagePart))
 
 
 class LLMRequest(WireModel):
