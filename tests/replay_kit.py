@@ -60,6 +60,7 @@ __all__ = [
     "RecordedTurn",
     "RecordingKit",
     "demo_session",
+    "Ticks",
     "hanging_tool",
     "recording_pipeline",
     "run_recorded",
@@ -265,3 +266,14 @@ async def demo_session(pipeline: Pipeline) -> list[TurnReport]:
     third = await pipeline.run(follow_on(ok(second.result), "Any checklist?"), CALLER)
     ok(third.result)
     return [first, second, third]
+
+
+class Ticks:
+    """A recorder's timer (``RecordingOptions.timer``) that moves on 2.5 ms each read."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.0025
+        return self.now

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from engine_kit import CALLER, call, calls, change_mode, content_request, continuation, ok, text
-from replay_kit import DEMO_SCRIPT, demo_session, recording_pipeline, run_recorded
+from replay_kit import DEMO_SCRIPT, Ticks, demo_session, recording_pipeline, run_recorded
 from test_engine_modes_tools import THREE_MODES_CONFIG
 from test_engine_paths import CommitFailingStore, FailingModes, FlakyLLM
 from trace_scenarios import SCENARIOS
@@ -902,21 +902,10 @@ def test_a_recording_file_with_a_lone_surrogate_escape_loads(tmp_path: Path) -> 
 # --- durations: the recorder's timer, not the turn's clock ---------------------------------------
 
 
-class _Ticks:
-    """A timer that moves on 2.5 ms each time it is read."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 0.0025
-        return self.now
-
-
 @pytest.mark.decision("D361")
 async def test_each_awaited_port_call_is_timed_by_the_recorders_timer() -> None:
     pipeline = recording_pipeline(
-        MemoryStore(), [text("hello")], recording=RecordingOptions(timer=_Ticks())
+        MemoryStore(), [text("hello")], recording=RecordingOptions(timer=Ticks())
     )
 
     report = await pipeline.run({"Instruction": "hi"}, CALLER)
@@ -948,7 +937,7 @@ async def test_a_recording_without_a_timer_holds_no_durations_and_repeats_byte_f
 
 @pytest.mark.decision("D361")
 async def test_a_redacted_recording_keeps_its_durations() -> None:
-    options = RecordingOptions(timer=_Ticks(), redact=True)
+    options = RecordingOptions(timer=Ticks(), redact=True)
     pipeline = recording_pipeline(MemoryStore(), [text("secret answer")], recording=options)
 
     report = await pipeline.run({"Instruction": "a secret question"}, CALLER)

@@ -403,14 +403,13 @@ def test_an_owner_with_more_sessions_than_the_page_lists_says_where_the_rest_are
 @pytest.mark.decision("D361")
 async def test_the_timeline_shows_each_model_calls_duration_as_the_recorder_timed_it() -> None:
     from engine_kit import CALLER, text
-    from replay_kit import recording_pipeline
+    from replay_kit import Ticks, recording_pipeline
 
     from aptix_pipeline.adapters.memory_store import MemoryStore
     from aptix_pipeline.adapters.ui_turn import timeline
     from aptix_pipeline.engine.replay import RecordingOptions
 
-    ticks = iter(n * 0.0025 for n in range(1, 1000))  # 2.5 ms between two readings
-    timed = RecordingOptions(timer=lambda: next(ticks))
+    timed = RecordingOptions(timer=Ticks())  # 2.5 ms between two readings
     untimed = RecordingOptions(timer=None)
 
     shown = []
