@@ -17,8 +17,6 @@ from aptix_pipeline.contracts import (
     AgentContext,
     ChatMessage,
     ConversationContext,
-    ErrorCode,
-    InvokeError,
     ModeCatalog,
     ModeHistoryEntry,
     ModeSpec,
@@ -29,9 +27,9 @@ from aptix_pipeline.contracts import (
     StoredOutcome,
     Turn,
 )
-from aptix_pipeline.steps import StepFaultError, described
+from aptix_pipeline.steps import StepFaultError, port_failed
 
-__all__ = ["GuardedAgentCatalog", "GuardedModeCatalog", "GuardedStore", "port_failed"]
+__all__ = ["GuardedAgentCatalog", "GuardedModeCatalog", "GuardedStore"]
 
 T = TypeVar("T")
 
@@ -43,19 +41,6 @@ async def _guard(port: str, call: str, work: Awaitable[T]) -> T:
         raise
     except Exception as error:
         raise port_failed(port, call, error) from error
-
-
-def port_failed(port: str, call: str, error: Exception) -> StepFaultError:
-    """The ``port_failed`` fault of ``port.call`` raising ``error``, the error described."""
-    return StepFaultError(
-        [
-            InvokeError(
-                code=ErrorCode.PORT_FAILED,
-                field=port,
-                message=f"{port}.{call} failed: {described(error)}",
-            )
-        ]
-    )
 
 
 class GuardedTransaction:

@@ -46,6 +46,7 @@ from aptix_pipeline.steps import (
     StepFunction,
     TurnScope,
     hooked_ports,
+    port_failed,
 )
 from aptix_pipeline.validators import HostRule, HostRules
 
@@ -63,7 +64,7 @@ from .events import (
     TurnStarted,
     split_listeners,
 )
-from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore, port_failed
+from .guarded_ports import GuardedAgentCatalog, GuardedModeCatalog, GuardedStore
 from .idempotency import AnswerBook, RequestKeys, SingleFlight, request_keys
 from .interceptors import TurnCall, TurnInterceptor
 from .machine import TurnRun, host_guards

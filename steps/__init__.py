@@ -26,7 +26,7 @@ from .exception_text import (
     exception_type,
     traceback_text,
 )
-from .faults import StepFaultError, described
+from .faults import StepFaultError, described, port_failed
 from .hooks import (
     AfterModelReply,
     AfterTool,
@@ -89,6 +89,7 @@ __all__ = [
     "error_text",
     "exception_type",
     "hooked_ports",
+    "port_failed",
     "traceback_text",
 ]
 

@@ -26,15 +26,13 @@ from aptix_pipeline.contracts import (
     ChatMessage,
     ChatRole,
     ContextType,
-    ErrorCode,
-    InvokeError,
     Passage,
     RetrievalQuery,
     Retriever,
 )
 from aptix_pipeline.validators import utf8_text
 
-from .faults import StepFaultError, described
+from .faults import StepFaultError, port_failed
 from .scope import TurnScope
 
 __all__ = [
@@ -87,15 +85,7 @@ async def retrieved_messages(scope: TurnScope) -> list[ChatMessage]:
         except StepFaultError:
             raise
         except Exception as error:
-            raise StepFaultError(
-                [
-                    InvokeError(
-                        code=ErrorCode.PORT_FAILED,
-                        field="Retriever",
-                        message=f"Retriever.retrieve failed: {described(error)}",
-                    )
-                ]
-            ) from error
+            raise port_failed("Retriever", "retrieve", error) from error
         observation.found(passages)
     return [context_message(passages)] if passages else []
 
