@@ -10,6 +10,7 @@ terminal, Graphviz missing).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -19,7 +20,7 @@ import typer
 if TYPE_CHECKING:
     from aptix_pipeline.engine import DiagramFormat
 
-__all__ = ["DiagramChoice", "diagram"]
+__all__ = ["DiagramChoice", "diagram", "write_drawing"]
 
 
 class DiagramChoice(StrEnum):
@@ -55,7 +56,7 @@ def diagram(
     if out is None:
         typer.echo(data if _binary(fmt) else data.decode("utf-8"), nl=False)
     else:
-        _write(data, fmt, out)
+        write_drawing(data, fmt, out, _refuse)
 
 
 def _refuse(message: str) -> typer.Exit:
@@ -87,9 +88,11 @@ def _diagram_format(fmt_choice: DiagramChoice | None, out: Path | None) -> Diagr
     return fmt
 
 
-def _write(data: bytes, fmt: DiagramFormat, out: Path) -> None:
+def write_drawing(
+    data: bytes, fmt: DiagramFormat, out: Path, refuse: Callable[[str], typer.Exit]
+) -> None:
     """The drawing written to ``out``; mermaid to a ``.md`` file as a Markdown block that
-    renders (D104)."""
+    renders (D104). A file that cannot be written ends the command through ``refuse``."""
     from aptix_pipeline.engine import DiagramFormat
 
     if out.suffix.lower() == ".md" and fmt is DiagramFormat.MERMAID:
@@ -97,4 +100,4 @@ def _write(data: bytes, fmt: DiagramFormat, out: Path) -> None:
     try:
         out.write_bytes(data)
     except OSError as error:
-        raise _refuse(f"cannot write {out}: {error.strerror or error}") from None
+        raise refuse(f"cannot write {out}: {error.strerror or error}") from None

@@ -362,7 +362,9 @@ def draw_turn_path(
 ) -> None:
     """The path the turn took, drawn on the pipeline diagram into ``out`` (a Markdown
     ``mermaid`` block for ``.md``); ``refuse`` ends the command when it cannot be."""
-    from aptix_pipeline.engine import DiagramError, DiagramFormat, pipeline_diagram
+    from aptix_pipeline.engine import DiagramError, pipeline_diagram
+
+    from .cli_diagram import write_drawing
 
     if outcome.trace is None:
         raise refuse(f"--diagram {out}: the turn left no trace to draw")
@@ -370,12 +372,7 @@ def draw_turn_path(
         data = pipeline_diagram(fmt, path=outcome.trace, rules=pipeline.rules)
     except (DiagramError, ValueError) as error:
         raise refuse(f"--diagram {out}: {error}") from None
-    if out.suffix.lower() == ".md" and fmt is DiagramFormat.MERMAID:
-        data = b"```mermaid\n" + data + b"```\n"
-    try:
-        out.write_bytes(data)
-    except OSError as error:
-        raise refuse(f"--diagram: cannot write {out}: {error.strerror or error}") from None
+    write_drawing(data, fmt, out, lambda message: refuse(f"--diagram: {message}"))
     typer.echo(f"path diagram: {out}", err=True)
 
 
