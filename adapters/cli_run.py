@@ -472,13 +472,20 @@ def build_run_pipeline(
     from .catalog_config import CatalogError
     from .embedded import embedded_pipeline
     from .retry_notices import stderr_retry_notices
-    from .service_config import ConfigError, open_retriever
 
+    retriever = None
+    if service is not None:  # only with --config: a run without one never loads service_config
+        from .service_config import ConfigError, open_retriever
+
+        try:
+            retriever = open_retriever(service)
+        except ConfigError as error:
+            raise usage_error(str(error)) from None
     try:
         return embedded_pipeline(
             llm=llm,
             store=session_store,
-            retriever=open_retriever(service) if service else None,
+            retriever=retriever,
             catalog=service.catalog if service else None,
             options=service.options if service else None,
             telemetry=Telemetry(tracer_provider=provider),
@@ -489,7 +496,7 @@ def build_run_pipeline(
             ),
             listeners=(stderr_retry_notices(service.options if service else None),),
         )
-    except (CatalogError, ConfigError, OSError) as error:
+    except (CatalogError, OSError) as error:
         raise usage_error(str(error)) from None
 
 
