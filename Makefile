@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 # The link tree holds the files that existed at install time: reinstall when the
 # list of package files (or pyproject.toml) changes.
-PACKAGE_DIRS := package contracts validators steps engine adapters
+PACKAGE_DIRS := package contracts validators steps engine adapters testing
 MODULES := $(VENV)/.modules
 
 .PHONY: all test demo bench bench-http fuzz lint typecheck format schemas conformance diagrams recordings install clean postgres-server graphviz chromium
@@ -21,7 +21,7 @@ $(PY):
 	$(BIN)/pip install --quiet --upgrade pip
 
 install: $(PY)
-	@find $(PACKAGE_DIRS) -type f \( -name '*.py' -o -name 'py.typed' -o -name '*.toml' -o -path '*/ui_static/*' \) | sort > $(MODULES).want
+	@find $(PACKAGE_DIRS) -type f \( -name '*.py' -o -name 'py.typed' -o -name '*.toml' -o -path '*/ui/static/*' \) | sort > $(MODULES).want
 	@md5sum pyproject.toml >> $(MODULES).want
 	@if ! cmp -s $(MODULES).want $(MODULES); then \
 		echo "installing aptix-pipeline (strict editable) into $(VENV)"; \
@@ -33,7 +33,7 @@ install: $(PY)
 	@# compile each module from source at start-up. Up-to-date files are skipped.
 	@$(PY) -m compileall -q "$$($(PY) -c 'import aptix_pipeline, os; print(os.path.dirname(aptix_pipeline.__file__))')" >/dev/null
 
-# The PostgreSQL store's tests start a throwaway server (tests/pg_server.py) and need
+# The PostgreSQL store's tests start a throwaway server (tests/kits/pg_server.py) and need
 # its binaries. Install them through apt only when none is found; where that is not
 # possible (no root, no apt) say so and go on: the tests then skip, except under CI
 # (CI=true), where they fail.
@@ -48,7 +48,7 @@ postgres-server:
 		|| echo "warning: could not install PostgreSQL; its tests will be skipped (failed under CI)"; \
 	fi
 
-# svg/png diagrams (aptix diagram, tests/test_diagrams.py) need Graphviz's `dot`: the same
+# svg/png diagrams (aptix diagram, tests/engine/test_diagrams.py) need Graphviz's `dot`: the same
 # pattern as the PostgreSQL server — apt-get install when missing, else warn; its tests
 # then skip, except under CI (CI=true), where they fail.
 graphviz:
@@ -59,7 +59,7 @@ graphviz:
 		|| echo "warning: could not install Graphviz; its tests will be skipped (failed under CI)"; \
 	fi
 
-# The turn browser's tests (tests/test_ui_browser.py) drive a headless Chromium through
+# The turn browser's tests (tests/adapters/ui/test_ui_browser.py) drive a headless Chromium through
 # Playwright, launched from the system's package (Playwright's own download is never
 # used): the same pattern again — apt-get install when missing, else warn; the tests
 # then skip, except under CI (CI=true), where they fail.
@@ -72,7 +72,7 @@ chromium:
 	fi
 
 test: install postgres-server graphviz chromium
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto
 	$(BIN)/mypy -p aptix_pipeline
 	$(BIN)/mypy tests bench examples
 	$(BIN)/ruff check .
@@ -101,30 +101,30 @@ bench-http: install
 	$(PY) bench/http_load.py $(HTTP_BENCH_ARGS)
 
 # 100,000 mutated requests of the three kinds through Pipeline.execute, recording and
-# redacting, on the memory and SQLite stores, in 2 processes (tests/fuzz_run.py; options
+# redacting, on the memory and SQLite stores, in 2 processes (tests/kits/fuzz_run.py; options
 # in FUZZ_ARGS, e.g. FUZZ_ARGS="--requests 1000000 --seed 7"). Prints the counts; fails
 # on any unhandled exception, unserializable result or change stored by a refused request.
 fuzz: install
-	$(PY) tests/fuzz_run.py $(FUZZ_ARGS)
+	$(PY) tests/kits/fuzz_run.py $(FUZZ_ARGS)
 
 schemas: install
 	$(PY) -m aptix_pipeline.contracts.schemas docs/schemas
 
 # docs/CONFORMANCE.md's rule table (from the code and the tests' rule markers) and its
 # decision tables (from docs/decisions.toml and the tests' decision markers);
-# tests/test_conformance.py fails when they are stale.
+# tests/project/test_conformance.py fails when they are stale.
 conformance: install
-	$(PY) tests/conformance.py --write
+	$(PY) tests/kits/conformance.py --write
 
 # examples/recordings/: the demo session, a faulted turn and a streamed turn, recorded for replay
-# (examples/make_recordings.py); tests/test_example_recordings.py fails when they are stale.
+# (examples/make_recordings.py); tests/project/test_example_recordings.py fails when they are stale.
 recordings: install
 	$(PY) examples/make_recordings.py examples/recordings
 
 # diagrams/pipeline.mmd, diagrams/pipeline.dot and README.md's mermaid block, drawn from
-# the machine (engine/diagram.py); tests/test_diagrams.py fails when they are stale.
+# the machine (engine/diagram.py); tests/engine/test_diagrams.py fails when they are stale.
 diagrams: install graphviz
-	$(PY) tests/diagram_files.py --write
+	$(PY) tests/kits/diagram_files.py --write
 	$(BIN)/aptix replay examples/recordings/02-faulted-unknown-tool-call-id.json --quiet \
 		--diagram diagrams/example-faulted-turn.svg
 

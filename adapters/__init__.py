@@ -1,8 +1,17 @@
-"""Concrete ports and front doors: stores, LLM clients, catalogs, the HTTP app, the CLI.
+"""Concrete ports and front doors, one room (subpackage) per concern.
 
-Adapters depend on everything above them; nothing in contracts, validators, steps
-or engine imports an adapter (DESIGN.md "Layout and layers"). Each name below is
-imported on first use, so an adapter's optional dependency (psycopg, openai,
+- the front doors: ``cli/`` (the ``aptix`` command), ``http/`` (the service),
+  ``ui/`` (the turn browser page);
+- ``embedded.py``, the composition root: ``embedded_pipeline``, ``build_pipeline``;
+- ``config/``: the service's TOML file, the catalog, the data folder;
+- the ports' rooms: ``stores/``, ``models/``, ``retrieval/``, ``files/``, ``tools/``,
+  ``system/`` (clock, ids, tracing).
+
+Adapters may import everything above them; nothing in contracts, validators, steps
+or engine imports an adapter (DESIGN.md "Layout and layers", docs/DEVELOPMENT.md).
+Within, the front doors sit above the composition root and config, which sit above
+the ports' rooms; a room is imported only through its ``__init__``. Each name below
+is imported on first use, so an adapter's optional dependency (psycopg, openai,
 FastAPI, typer) is needed only by a host that uses that adapter.
 """
 
@@ -13,71 +22,80 @@ from typing import TYPE_CHECKING
 from aptix_pipeline.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .builtin_tools import BUILTIN_TOOLS
-    from .catalog_config import CatalogError, ConfigCatalog
-    from .clocks import SteppingClock, SystemClock
-    from .embedded import DEFAULT_STORE_URL, embedded_pipeline, open_store
-    from .file_store import LocalFileStore
-    from .fts_retriever import FtsRetriever, RetrievalIndexError, build_index
-    from .http_app import ApiKeyAuthenticator, Authenticator, create_app
-    from .ids import RandomIds, SequentialIds
-    from .memory_store import MemoryStore
-    from .openai_llm import OpenAICompatibleLLM, StreamBrokenError
-    from .postgres_migrations import SchemaVersionError
-    from .postgres_store import PostgresStore, PostgresStoreError
-    from .scripted_llm import ScriptedLLM, ScriptError, ScriptExhaustedError
-    from .service_config import ConfigError, ServiceConfig
-    from .sqlite_store import SQLiteStore
-    from .store_contract import StoreContract
-    from .telemetry_setup import TelemetrySetupError, configure_tracing
-    from .unit_of_work import (
+    from .config import CatalogError, ConfigCatalog, ConfigError, ServiceConfig
+    from .embedded import DEFAULT_STORE_URL, build_pipeline, embedded_pipeline, open_store
+    from .files import LocalFileStore
+    from .http import ApiKeyAuthenticator, Authenticator, create_app
+    from .models import (
+        OpenAICompatibleLLM,
+        ScriptedLLM,
+        ScriptError,
+        ScriptExhaustedError,
+        StreamBrokenError,
+    )
+    from .retrieval import FtsRetriever, RetrievalIndexError, build_index
+    from .stores import (
         BufferedTransaction,
+        MemoryStore,
+        PostgresStore,
+        PostgresStoreError,
+        SchemaVersionError,
         SessionWrite,
+        SQLiteStore,
         StoreBackend,
         TurnWrite,
         TurnWrites,
         outcome_replaceable,
     )
+    from .system import (
+        RandomIds,
+        SequentialIds,
+        SteppingClock,
+        SystemClock,
+        TelemetrySetupError,
+        configure_tracing,
+    )
+    from .tools import BUILTIN_TOOLS
 
 _EXPORTS: dict[str, str] = {
-    "BUILTIN_TOOLS": "builtin_tools",
-    "CatalogError": "catalog_config",
-    "ConfigCatalog": "catalog_config",
-    "SteppingClock": "clocks",
-    "SystemClock": "clocks",
-    "DEFAULT_STORE_URL": "embedded",
+    "BUILTIN_TOOLS": "tools",
+    "CatalogError": "config",
+    "ConfigCatalog": "config",
+    "SteppingClock": "system",
+    "SystemClock": "system",
+    "DEFAULT_STORE_URL": "stores",
     "embedded_pipeline": "embedded",
-    "open_store": "embedded",
-    "LocalFileStore": "file_store",
-    "FtsRetriever": "fts_retriever",
-    "RetrievalIndexError": "fts_retriever",
-    "build_index": "fts_retriever",
-    "ApiKeyAuthenticator": "http_app",
-    "Authenticator": "http_app",
-    "create_app": "http_app",
-    "RandomIds": "ids",
-    "SequentialIds": "ids",
-    "MemoryStore": "memory_store",
-    "OpenAICompatibleLLM": "openai_llm",
-    "StreamBrokenError": "openai_llm",
-    "PostgresStore": "postgres_store",
-    "PostgresStoreError": "postgres_store",
-    "SchemaVersionError": "postgres_migrations",
-    "ScriptError": "scripted_llm",
-    "ScriptExhaustedError": "scripted_llm",
-    "ScriptedLLM": "scripted_llm",
-    "ConfigError": "service_config",
-    "ServiceConfig": "service_config",
-    "SQLiteStore": "sqlite_store",
-    "StoreContract": "store_contract",
-    "TelemetrySetupError": "telemetry_setup",
-    "configure_tracing": "telemetry_setup",
-    "BufferedTransaction": "unit_of_work",
-    "SessionWrite": "unit_of_work",
-    "StoreBackend": "unit_of_work",
-    "TurnWrite": "unit_of_work",
-    "TurnWrites": "unit_of_work",
-    "outcome_replaceable": "unit_of_work",
+    "build_pipeline": "embedded",
+    "open_store": "stores",
+    "LocalFileStore": "files",
+    "FtsRetriever": "retrieval",
+    "RetrievalIndexError": "retrieval",
+    "build_index": "retrieval",
+    "ApiKeyAuthenticator": "http",
+    "Authenticator": "http",
+    "create_app": "http",
+    "RandomIds": "system",
+    "SequentialIds": "system",
+    "MemoryStore": "stores",
+    "OpenAICompatibleLLM": "models",
+    "StreamBrokenError": "models",
+    "PostgresStore": "stores",
+    "PostgresStoreError": "stores",
+    "SchemaVersionError": "stores",
+    "ScriptError": "models",
+    "ScriptExhaustedError": "models",
+    "ScriptedLLM": "models",
+    "ConfigError": "config",
+    "ServiceConfig": "config",
+    "SQLiteStore": "stores",
+    "TelemetrySetupError": "system",
+    "configure_tracing": "system",
+    "BufferedTransaction": "stores",
+    "SessionWrite": "stores",
+    "StoreBackend": "stores",
+    "TurnWrite": "stores",
+    "TurnWrites": "stores",
+    "outcome_replaceable": "stores",
 }
 """Each public name and the module it comes from."""
 
@@ -108,13 +126,13 @@ __all__ = [
     "SessionWrite",
     "SteppingClock",
     "StoreBackend",
-    "StoreContract",
     "StreamBrokenError",
     "SystemClock",
     "TelemetrySetupError",
     "TurnWrite",
     "TurnWrites",
     "build_index",
+    "build_pipeline",
     "configure_tracing",
     "create_app",
     "embedded_pipeline",

@@ -16,10 +16,9 @@ a host's catalog is checked by ``await pipeline.verify()``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from aptix_pipeline.contracts import (
     LLM,
@@ -31,6 +30,7 @@ from aptix_pipeline.contracts import (
     Retriever,
     SessionStore,
     ToolExecutor,
+    scrub_urls,
 )
 from aptix_pipeline.engine import (
     Listener,
@@ -44,23 +44,26 @@ from aptix_pipeline.engine.replay import Recorder, RecordingOptions
 from aptix_pipeline.steps import Hooks, PipelineOptions, Ports
 from aptix_pipeline.validators import HostRule
 
-from .builtin_tools import BUILTIN_TOOLS, DEMO_TOOLS
-from .catalog_config import ConfigCatalog
-from .clocks import SystemClock
-from .ids import RandomIds
-from .memory_store import MemoryStore
-from .sqlite_store import SQLiteStore, Synchronous, synchronous_mode
-
-if TYPE_CHECKING:
-    from .postgres_store import PostgresStore
+from .config import (
+    ConfigCatalog,
+    ConfigError,
+    FilesConfig,
+    ServiceConfig,
+    build_llm,
+    default_store_url,
+    open_retriever,
+)
+from .files import LocalFileStore
+from .stores import DEFAULT_STORE_URL, open_store
+from .system import RandomIds, SystemClock
+from .tools import BUILTIN_TOOLS, DEMO_TOOLS
 
 __all__ = [
     "DEFAULT_STORE_URL",
     "CatalogPorts",
+    "build_pipeline",
     "embedded_pipeline",
     "open_store",
-    "sqlite_target",
-    "unknown_store_scheme",
 ]
 
 
@@ -68,76 +71,6 @@ class CatalogPorts(ModeCatalog, AgentCatalog, Protocol):
     """A catalog that is both ports: the Mode Catalog and the Agent Catalog
     (``contracts/ports.py``). ``ConfigCatalog`` is one; a host's own class is one
     when it has their four methods."""
-
-
-DEFAULT_STORE_URL = "sqlite:aptix.db"
-"""A SQLite file in the working directory, for a host that wants its store beside its
-process (also ``service_config.DEFAULT_STORE_URL``). ``aptix run`` and a configuration
-without a ``[store]`` table use the data folder's file instead (``data_dir.py``)."""
-
-
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
-"""A URL scheme: two characters or more, so a Windows drive letter (``C:``) is none."""
-
-_KNOWN_STORES = "memory, sqlite:PATH or postgresql://USER@HOST/DB"
-
-
-def unknown_store_scheme(spec: str) -> str | None:
-    """The scheme ``spec`` starts with when it is none a store knows (``sqllite:x.db``
-    gives ``"sqllite"``), else ``None`` (D375)."""
-    match = _SCHEME.match(spec)
-    if match is None or match.group(1) in ("sqlite", "postgresql", "postgres"):
-        return None
-    return match.group(1)
-
-
-def sqlite_target(spec: str) -> tuple[str, Synchronous]:
-    """``sqlite:PATH[?synchronous=normal|full]`` → the path and the durability setting.
-
-    ``synchronous`` (sqlite_store.py) defaults to ``normal``; an unknown option or a
-    bad value is a ``ValueError`` naming the option.
-    """
-    path, _, query = spec.removeprefix("sqlite:").partition("?")
-    if not path:
-        raise ValueError("sqlite: needs a file path, e.g. sqlite:aptix.db")
-    synchronous: Synchronous = "normal"
-    for pair in query.split("&") if query else ():
-        key, _, value = pair.partition("=")
-        if key != "synchronous":
-            raise ValueError(f"unknown sqlite: option {key!r}; known: synchronous")
-        synchronous = synchronous_mode(value, option="sqlite: option synchronous")
-    return path, synchronous
-
-
-def open_store(spec: str | Path) -> MemoryStore | SQLiteStore | PostgresStore:
-    """A store from its spec: ``memory``, ``sqlite:PATH`` (with options:
-    ``sqlite:PATH?synchronous=full``, see ``sqlite_target``), a ``.db``/``.sqlite`` path,
-    or a PostgreSQL URL (``postgresql://user:password@host:5432/db``, also ``postgres://``).
-
-    The PostgreSQL store needs the ``postgres`` extra; it is imported only when asked for.
-    """
-    text = str(spec)
-    if text == "memory":
-        return MemoryStore()
-    if text.startswith(("postgresql://", "postgres://")):
-        try:
-            from .postgres_store import PostgresStore
-        except ImportError as error:
-            raise RuntimeError(
-                "a postgresql:// store needs psycopg: pip install 'aptix-pipeline[postgres]' "
-                f"({error})"
-            ) from None
-        return PostgresStore(text)
-    if text.startswith("sqlite:"):
-        path, synchronous = sqlite_target(text)
-        return SQLiteStore(path, synchronous=synchronous)
-    scheme = unknown_store_scheme(text)
-    if scheme is not None:  # a misspelt scheme, not a file name to create
-        raise ValueError(f"unknown store scheme {scheme + ':'!r}: use {_KNOWN_STORES}")
-    if text.endswith((".db", ".sqlite", ".sqlite3")):
-        return SQLiteStore(text)
-    shown = f"{text.partition('://')[0]}://..." if "://" in text else text  # no credentials
-    raise ValueError(f"unknown store {shown!r}: use {_KNOWN_STORES}")
 
 
 def _demo_executors(catalog: CatalogPorts) -> dict[str, ToolExecutor]:
@@ -222,4 +155,77 @@ def embedded_pipeline(
         runtime=runtime,
         hooks=hooks,
         rules=rules,
+    )
+
+
+def _file_store(files: FilesConfig | None, clock: Clock | None) -> LocalFileStore | None:
+    """The ``LocalFileStore`` ``[files]`` describes, on ``clock``; ``None`` without ``[files]``."""
+    if files is None or clock is None:
+        return None
+    return LocalFileStore(
+        files.directory,
+        url_base=files.url_base,
+        signing_key=files.signing_key,
+        clock=clock,
+        ttl_seconds=files.ttl_seconds,
+    )
+
+
+def build_pipeline(
+    config: ServiceConfig,
+    *,
+    llm: LLM | None = None,
+    store: SessionStore | str | None = None,
+    tools: Mapping[str, ToolExecutor] | None = None,
+    clock: Clock | None = None,
+    ids: IdSource | None = None,
+    telemetry: Telemetry | None = None,
+    retriever: Retriever | None = None,
+    listeners: Sequence[Listener] = (),
+) -> Pipeline:
+    """A ``Pipeline`` on the configuration's catalog, store, model and engine options.
+
+    With ``[retrieval]`` its turns retrieve from that index (``retriever`` overrides
+    it); an index not built yet is a ``ConfigError`` that says to run ``aptix index``.
+
+    ``telemetry`` says where spans go (default: the global OpenTelemetry provider);
+    ``listeners`` hear every event of every turn (docs/EVENTS.md).
+
+    ``llm`` and ``store`` override the file's (``aptix run --llm-script`` /
+    ``--store``); a store given as text is opened with ``open_store``; without either,
+    the file's ``[store]``, else the data folder's file (``config/data_dir.py``). Raises
+    ``ConfigError`` when there is no model at all, or the store cannot be opened.
+    """
+    if llm is None:
+        if config.model is None:
+            raise ConfigError(f"{config.source}: no [model] table and no model given")
+        llm = build_llm(config.model)
+    if config.files is not None:
+        clock = clock or SystemClock()  # the store's URLs expire by the pipeline's clock
+    if store is None or isinstance(store, str):
+        try:
+            url = store if isinstance(store, str) else config.store_url or default_store_url()
+            store = open_store(url)
+        except Exception as error:  # the driver's own errors: name the store, not a traceback
+            raise ConfigError(
+                scrub_urls(
+                    f"{config.source}: [store]: cannot open the store: "
+                    f"{type(error).__name__}: {error}"
+                )
+            ) from None
+    if retriever is None and config.retrieval is not None:
+        retriever = open_retriever(config)
+    return embedded_pipeline(
+        llm=llm,
+        store=store,
+        retriever=retriever,
+        catalog=config.catalog,
+        tools=tools,
+        files=_file_store(config.files, clock),
+        clock=clock,
+        ids=ids,
+        options=config.options,
+        telemetry=telemetry,
+        recording=config.recording,
+        listeners=listeners,
     )

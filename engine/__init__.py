@@ -48,6 +48,7 @@ from .events import (
     WarningRaised,
 )
 from .interceptors import Proceed, TurnCall, TurnInterceptor
+from .machine import TurnMachine
 from .pipeline import Pipeline
 from .report import RequestInput, TurnReport
 from .runner import RUNTIMES, Runtime
@@ -148,6 +149,7 @@ __all__ = [
     "TurnFaulted",
     "TurnFinished",
     "TurnInterceptor",
+    "TurnMachine",
     "TurnReport",
     "TurnStarted",
     "TurnStream",

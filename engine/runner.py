@@ -18,7 +18,7 @@ target (the step was taken) and a failed guard or step from the source.
 
 ``StatechartCursor`` runs the same walk on python-statemachine's own runtime (one
 ``StateChart`` per turn, ``send`` per step): the reference the compiled runner is
-held to (``Pipeline(runtime="statechart")``, tests/test_runtimes.py).
+held to (``Pipeline(runtime="statechart")``, tests/engine/test_runtimes.py).
 
 What the compiled runner does not take, it refuses when it compiles (a
 ``MachineCompileError`` naming the callback): callbacks given by name rather than

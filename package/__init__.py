@@ -44,7 +44,6 @@ if TYPE_CHECKING:
         SQLiteStore,
         SteppingClock,
         StoreBackend,
-        StoreContract,
         StreamBrokenError,
         SystemClock,
         TurnWrite,
@@ -212,6 +211,7 @@ if TYPE_CHECKING:
         ToolExecution,
         TurnScope,
     )
+    from .testing import StoreContract
     from .validators import (
         HostRule,
         HostRules,
@@ -227,209 +227,118 @@ if TYPE_CHECKING:
         validate_tool_call_manifest,
     )
 
+_GROUPS: dict[str, dict[str, str]] = {
+    "Running a turn (docs/EMBEDDING.md)": {
+        "engine": "Pipeline TurnReport RequestInput Runtime Telemetry",
+        "steps": "PipelineOptions Ports",
+    },
+    "Streaming (docs/STREAMING.md)": {
+        "engine": (
+            "TurnStream StreamItem StreamProgress StreamDelta StreamResult "
+            "PROGRESS_EVENTS progress_json"
+        ),
+    },
+    "Interceptors and step overrides (docs/EXTENDING.md)": {
+        "engine": "TurnInterceptor TurnCall Proceed",
+        "steps": "STEP_FUNCTIONS StepFunction TurnScope StepFaultError",
+    },
+    "Hooks and host rules (docs/EXTENDING.md)": {
+        "steps": "Hooks ToolExecution ToolErrorDetail",
+        "validators": "HostRule HostRules",
+        "contracts": "HostErrorCode",
+    },
+    "What a turn did, in its TurnReport": {
+        "steps": "ModeChange ToolCallRecord ToolCallFate ToolCallSide RejectionKind",
+    },
+    "The request and the response (AGN-034, AGN-033)": {
+        "contracts": (
+            "AgentExecuteRequest AgentExecuteResponse InvokeResult InvokeError "
+            "InvokeWarning ErrorCode ContextType ResponseKind ResponseType "
+            "FileRef Usage InputArtifact ClipboardImage ArtifactEncoding "
+            "ArtifactOrigin RagOperator RagScopeCondition WorkspaceHints "
+            "ToolCall ToolResult"
+        ),
+    },
+    "The caller and the turn's context (AGN-036 §3)": {
+        "contracts": (
+            "Caller PipelineContext PipelineStep Envelope AgentContext "
+            "ConversationContext Session Turn TurnStatus ModeHistoryEntry "
+            "StoredOutcome ResponsePayload DEFAULT_MODE"
+        ),
+    },
+    "The ports a host plugs in (docs/EXTENDING.md)": {
+        "contracts": (
+            "SessionStore SessionTransaction LLM StreamingLLM ModeCatalog "
+            "AgentCatalog ToolExecutor FileStore Retriever Clock IdSource"
+        ),
+    },
+    "The values the ports carry": {
+        "contracts": (
+            "ToolInvocation ToolOutput ToolFile StoredFile RetrievalQuery "
+            "Passage PassageSource LLMRequest LLMReply ReplyChunk ReplyTextDelta "
+            "ReplyToolCallDelta ReplyFinished ReplyAssembler split_reply "
+            "ChatMessage ChatRole ContentPart TextPart ImagePart ModeSpec "
+            "ToolDefinition SourceType"
+        ),
+    },
+    "Errors": {
+        "contracts": (
+            "AptixPipelineError PermanentPortError StoreConflictError MalformedStreamError"
+        ),
+        "engine": "ToolRoutingError",
+    },
+    "Rules and validators (AGN-036, AGN-034, AGN-033)": {
+        "validators": (
+            "Rule all_rules parse_request parse_response validate_core "
+            "validate_post_step validate_pre_step validate_request "
+            "validate_response validate_tool_call_manifest"
+        ),
+    },
+    "Events and the state trace (docs/EVENTS.md)": {
+        "engine": (
+            "Listener TurnEvent TurnStarted StepStarted StepEnded TransitionTaken "
+            "CheckRan ModelCallStarted ModelFirstChunk ModelTextDelta "
+            "RetrievalStarted RetrievalFinished ModelCallRetried ModelCallFinished "
+            "ToolCallHandled ToolExecutionStarted ToolExecuted ModeChanged "
+            "WarningRaised TurnFaulted TurnFinished StateTrace TransitionRecord "
+            "CheckRecord FaultRecord LLMCallRecord RetrievalRecord"
+        ),
+    },
+    "Recording and replay (docs/RECORDING.md)": {
+        "engine.replay": (
+            "Recorder RecordingOptions TurnRecording PortCall RecordedError "
+            "RECORDING_FORMAT write_recording replay replay_sync "
+            "assert_replays recordings_in ReplayOutcome Divergence LivePorts "
+            "ReplayDivergenceError"
+        ),
+    },
+    "Diagrams (docs/MACHINE.md)": {
+        "engine": "pipeline_diagram diagram_text DiagramFormat DiagramError GraphvizMissingError",
+    },
+    "The embedded defaults and the adapters": {
+        "adapters": (
+            "embedded_pipeline open_store MemoryStore SQLiteStore PostgresStore "
+            "ScriptedLLM OpenAICompatibleLLM StreamBrokenError FtsRetriever "
+            "build_index ConfigCatalog BUILTIN_TOOLS LocalFileStore SystemClock "
+            "SteppingClock RandomIds SequentialIds ServiceConfig create_app"
+        ),
+    },
+    "A store of your own (docs/STORES.md)": {
+        "adapters": (
+            "StoreBackend BufferedTransaction TurnWrites SessionWrite TurnWrite outcome_replaceable"
+        ),
+        "testing": "StoreContract",
+    },
+}
+"""The public names, grouped as the README and docs/ present them: each group maps
+the subpackage its names come from to the names, separated by spaces."""
+
+
 _EXPORTS: dict[str, str] = {
-    # Running a turn
-    "Pipeline": "engine",
-    "TurnReport": "engine",
-    "RequestInput": "engine",
-    "Runtime": "engine",
-    "Telemetry": "engine",
-    "TurnInterceptor": "engine",
-    "TurnCall": "engine",
-    "Proceed": "engine",
-    "TurnStream": "engine",
-    "StreamItem": "engine",
-    "StreamProgress": "engine",
-    "StreamDelta": "engine",
-    "StreamResult": "engine",
-    "PROGRESS_EVENTS": "engine",
-    "progress_json": "engine",
-    # Running a turn
-    "PipelineOptions": "steps",
-    "Ports": "steps",
-    # Running a turn
-    "STEP_FUNCTIONS": "steps",
-    "StepFunction": "steps",
-    "TurnScope": "steps",
-    "ModeChange": "steps",
-    "ToolCallRecord": "steps",
-    "ToolCallFate": "steps",
-    "ToolCallSide": "steps",
-    "RejectionKind": "steps",
-    "StepFaultError": "steps",
-    # Hooks and host rules (docs/EXTENDING.md)
-    "Hooks": "steps",
-    "ToolExecution": "steps",
-    "ToolErrorDetail": "steps",
-    "HostRule": "validators",
-    "HostRules": "validators",
-    "HostErrorCode": "contracts",
-    # The request and the response (AGN-034, AGN-033)
-    "AgentExecuteRequest": "contracts",
-    "AgentExecuteResponse": "contracts",
-    "InvokeResult": "contracts",
-    "InvokeError": "contracts",
-    "InvokeWarning": "contracts",
-    "ErrorCode": "contracts",
-    "ContextType": "contracts",
-    "ResponseKind": "contracts",
-    "ResponseType": "contracts",
-    "FileRef": "contracts",
-    "Usage": "contracts",
-    "InputArtifact": "contracts",
-    "ClipboardImage": "contracts",
-    "ArtifactEncoding": "contracts",
-    "ArtifactOrigin": "contracts",
-    "RagOperator": "contracts",
-    "RagScopeCondition": "contracts",
-    "WorkspaceHints": "contracts",
-    "ToolCall": "contracts",
-    "ToolResult": "contracts",
-    # The caller and the turn's context (AGN-036 §3)
-    "Caller": "contracts",
-    "PipelineContext": "contracts",
-    "PipelineStep": "contracts",
-    "Envelope": "contracts",
-    "AgentContext": "contracts",
-    "ConversationContext": "contracts",
-    "Session": "contracts",
-    "Turn": "contracts",
-    "TurnStatus": "contracts",
-    "ModeHistoryEntry": "contracts",
-    "StoredOutcome": "contracts",
-    "ResponsePayload": "contracts",
-    "DEFAULT_MODE": "contracts",
-    # Ports and the values they carry
-    "SessionStore": "contracts",
-    "SessionTransaction": "contracts",
-    "LLM": "contracts",
-    "ModeCatalog": "contracts",
-    "AgentCatalog": "contracts",
-    "ToolExecutor": "contracts",
-    "Clock": "contracts",
-    "IdSource": "contracts",
-    "ToolInvocation": "contracts",
-    # Files server tools make (docs/FILES.md)
-    "ToolFile": "contracts",
-    "ToolOutput": "contracts",
-    "FileStore": "contracts",
-    "StoredFile": "contracts",
-    "Retriever": "contracts",
-    "RetrievalQuery": "contracts",
-    "Passage": "contracts",
-    "PassageSource": "contracts",
-    "LLMRequest": "contracts",
-    "LLMReply": "contracts",
-    "StreamingLLM": "contracts",
-    "ReplyChunk": "contracts",
-    "ReplyTextDelta": "contracts",
-    "ReplyToolCallDelta": "contracts",
-    "ReplyFinished": "contracts",
-    "ReplyAssembler": "contracts",
-    "MalformedStreamError": "contracts",
-    "split_reply": "contracts",
-    "ChatMessage": "contracts",
-    "ChatRole": "contracts",
-    "ContentPart": "contracts",
-    "TextPart": "contracts",
-    "ImagePart": "contracts",
-    "ModeSpec": "contracts",
-    "ToolDefinition": "contracts",
-    "SourceType": "contracts",
-    "AptixPipelineError": "contracts",
-    "PermanentPortError": "contracts",
-    "StoreConflictError": "contracts",
-    "ToolRoutingError": "engine",
-    # Rules and validators (AGN-036, AGN-034, AGN-033)
-    "Rule": "validators",
-    "all_rules": "validators",
-    "parse_request": "validators",
-    "parse_response": "validators",
-    "validate_core": "validators",
-    "validate_post_step": "validators",
-    "validate_pre_step": "validators",
-    "validate_request": "validators",
-    "validate_response": "validators",
-    "validate_tool_call_manifest": "validators",
-    # Events (docs/EVENTS.md) and the state trace
-    "Listener": "engine",
-    "TurnEvent": "engine",
-    "TurnStarted": "engine",
-    "StepStarted": "engine",
-    "StepEnded": "engine",
-    "TransitionTaken": "engine",
-    "CheckRan": "engine",
-    "ModelCallStarted": "engine",
-    "ModelFirstChunk": "engine",
-    "ModelTextDelta": "engine",
-    "RetrievalStarted": "engine",
-    "RetrievalFinished": "engine",
-    "ModelCallRetried": "engine",
-    "ModelCallFinished": "engine",
-    "ToolCallHandled": "engine",
-    "ToolExecutionStarted": "engine",
-    "ToolExecuted": "engine",
-    "ModeChanged": "engine",
-    "WarningRaised": "engine",
-    "TurnFaulted": "engine",
-    "TurnFinished": "engine",
-    "StateTrace": "engine",
-    "TransitionRecord": "engine",
-    "CheckRecord": "engine",
-    "FaultRecord": "engine",
-    "LLMCallRecord": "engine",
-    "RetrievalRecord": "engine",
-    # Recording and replay (docs/RECORDING.md)
-    "replay": "engine.replay",
-    "replay_sync": "engine.replay",
-    "assert_replays": "engine.replay",
-    "recordings_in": "engine.replay",
-    "ReplayOutcome": "engine.replay",
-    "Divergence": "engine.replay",
-    "LivePorts": "engine.replay",
-    "ReplayDivergenceError": "engine.replay",
-    # Recording and replay (docs/RECORDING.md)
-    "Recorder": "engine.replay",
-    "RECORDING_FORMAT": "engine.replay",
-    "RecordingOptions": "engine.replay",
-    "TurnRecording": "engine.replay",
-    "PortCall": "engine.replay",
-    "RecordedError": "engine.replay",
-    "write_recording": "engine.replay",
-    # Diagrams
-    "pipeline_diagram": "engine",
-    "diagram_text": "engine",
-    "DiagramFormat": "engine",
-    "DiagramError": "engine",
-    "GraphvizMissingError": "engine",
-    # The embedded defaults and the adapters
-    "embedded_pipeline": "adapters",
-    "open_store": "adapters",
-    "MemoryStore": "adapters",
-    "SQLiteStore": "adapters",
-    "PostgresStore": "adapters",
-    "ScriptedLLM": "adapters",
-    "OpenAICompatibleLLM": "adapters",
-    "FtsRetriever": "adapters",
-    "build_index": "adapters",
-    "StreamBrokenError": "adapters",
-    "ConfigCatalog": "adapters",
-    "BUILTIN_TOOLS": "adapters",
-    "SystemClock": "adapters",
-    "LocalFileStore": "adapters",
-    "SteppingClock": "adapters",
-    "RandomIds": "adapters",
-    "SequentialIds": "adapters",
-    "ServiceConfig": "adapters",
-    "create_app": "adapters",
-    # A store of your own (docs/STORES.md)
-    "StoreBackend": "adapters",
-    "BufferedTransaction": "adapters",
-    "TurnWrites": "adapters",
-    "SessionWrite": "adapters",
-    "TurnWrite": "adapters",
-    "outcome_replaceable": "adapters",
-    "StoreContract": "adapters",
+    name: subpackage
+    for subpackages in _GROUPS.values()
+    for subpackage, names in subpackages.items()
+    for name in names.split()
 }
 """Each public name and the subpackage it comes from."""
 

@@ -66,6 +66,16 @@ logger = scrubbed_logger(__name__)
 T = TypeVar("T")
 
 
+def _port_class(port: object) -> str:
+    """The class a port is, as the digest names it: a host's class by its module and
+    name; the package's own by its name under ``aptix_pipeline`` (class names are unique
+    in the package), so moving a module within the package leaves digests alone."""
+    kind = type(port)
+    if kind.__module__.partition(".")[0] == "aptix_pipeline":
+        return f"aptix_pipeline.{kind.__qualname__}"
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 def config_digest(ports: Ports, options: PipelineOptions) -> str:
     """A digest of what configures a turn besides its request: options, ports, catalogs.
 
@@ -77,7 +87,7 @@ def config_digest(ports: Ports, options: PipelineOptions) -> str:
         "server_tools": sorted(ports.tools),
         "provider_name": provider_name_of(ports.llm),
         "ports": {
-            name: f"{type(port).__module__}.{type(port).__qualname__}"
+            name: _port_class(port)
             for name, port in (
                 ("store", ports.store),
                 ("llm", ports.llm),

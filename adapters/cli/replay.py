@@ -1,0 +1,209 @@
+"""``aptix replay FILE|DIR... [--live CONFIG [--live-model]] [--diagram OUT] [--spans]``.
+
+Each recording is re-run (``engine/replay/replayer.py``) with the ports answering from it;
+the command prints each trace and names the first divergence. ``--live CONFIG``
+runs that configuration's catalog, server tools and retrieval index live instead, and with
+``--live-model`` its ``[model]`` too (``LivePorts``, docs/RECORDING.md "Replaying
+against your own code"), so a change of prompt, mode, tool or model shows as an
+``answer`` divergence. ``--diagram`` draws the recorded turn's path. Exit codes: 0
+every recording replays, 1 one diverges, 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from aptix_pipeline.engine import DiagramFormat, Telemetry
+    from aptix_pipeline.engine.replay import LivePorts, TurnRecording
+
+__all__ = ["replay"]
+
+
+def replay(
+    files: Annotated[
+        list[Path],
+        typer.Argument(exists=True, readable=True, help="Recordings, or folders of them."),
+    ],
+    diagram_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--diagram",
+            dir_okay=False,
+            help="Draw the path the recorded turn took (one recording); "
+            "format from the suffix (.mmd, .dot, .svg, .png).",
+        ),
+    ] = None,
+    spans: Annotated[
+        bool,
+        typer.Option("--spans", help="Emit spans (OTEL_TRACES_EXPORTER); off by default."),
+    ] = False,
+    quiet: Annotated[bool, typer.Option(help="Only the verdict of each recording.")] = False,
+    live: Annotated[
+        Path | None,
+        typer.Option(
+            "--live",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="Run this configuration's catalog, tools and retriever live (docs/RECORDING.md).",
+        ),
+    ] = None,
+    live_model: Annotated[
+        bool,
+        typer.Option("--live-model", help="With --live, run its \\[model] live too."),
+    ] = False,
+) -> None:
+    """Re-run recorded turns against this code; name the first divergence of each.
+
+    Ports answer from the recording and every call is checked against it; with
+    --live, the configuration's catalog, server tools and retriever (and with --live-model
+    its model) answer instead, and must answer as the recorded ones did. Exit
+    codes: 0 when every recording replays, 1 when one diverges, 2 for a usage
+    error (not a recording, an unknown format, a diagram that cannot be drawn, a
+    configuration that does not load).
+    """
+    if live_model and live is None:
+        raise _refuse("--live-model needs --live CONFIG")
+    paths, recordings, fmt = _recordings(files, diagram_out)
+    ports = _live_ports(live, live_model) if live is not None else None
+    diverged = _replay_all(paths, recordings, spans=spans, quiet=quiet, live=ports)
+    if diagram_out is not None and fmt is not None:
+        _draw_path(recordings[0], fmt, diagram_out)
+    if len(paths) > 1:
+        typer.echo(f"{len(paths) - diverged} of {len(paths)} recordings replay; {diverged} diverge")
+    raise typer.Exit(1 if diverged else 0)
+
+
+def _refuse(message: str) -> typer.Exit:
+    """Say what is wrong on stderr; the exit (code 2) to raise."""
+    typer.echo(f"aptix replay: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _recordings(
+    files: list[Path], diagram_out: Path | None
+) -> tuple[list[Path], list[TurnRecording], DiagramFormat | None]:
+    """The recordings the files and folders hold, loaded, and the format ``--diagram``'s
+    suffix names; refused when there are none, or more than one to draw."""
+    from aptix_pipeline.engine import format_for
+    from aptix_pipeline.engine.replay import TurnRecording, recordings_in
+
+    paths = recordings_in(*files)
+    if not paths:
+        raise _refuse("no recordings (*.json) found")
+    if diagram_out is not None and len(paths) != 1:
+        raise _refuse(f"--diagram draws one turn; {len(paths)} recordings given")
+    try:
+        recordings = [TurnRecording.load(path) for path in paths]
+        fmt = format_for(diagram_out) if diagram_out is not None else None
+    except ValueError as error:
+        raise _refuse(str(error)) from None
+    return paths, recordings, fmt
+
+
+def _live_ports(config: Path, model: bool) -> LivePorts:
+    """The configuration's catalog, server tools and retriever (and model) as live ports."""
+    from aptix_pipeline.adapters.config import (
+        ConfigError,
+        SecretTable,
+        build_llm,
+        load_service_config,
+        open_retriever,
+    )
+    from aptix_pipeline.engine.replay import LivePorts
+
+    try:
+        # Only the model's secret, and only when it runs live (D364): no store, no API keys.
+        uses: tuple[SecretTable, ...] = ("model",) if model else ()
+        service = load_service_config(config, secrets_for=uses)
+        if model and service.model is None:
+            raise ConfigError(f"{config}: --live-model needs a [model] table")
+        llm = build_llm(service.model) if model and service.model is not None else None
+        retriever = open_retriever(service)  # [retrieval]'s index, when it has one
+    except ConfigError as error:
+        raise _refuse(str(error)) from None
+    catalog = service.catalog
+    return LivePorts(
+        llm=llm, tools=dict(catalog.tools), modes=catalog, agents=catalog, retriever=retriever
+    )
+
+
+def _telemetry(spans: bool) -> tuple[Telemetry | None, TracerProvider | None]:
+    """With ``--spans``, telemetry exporting as OTEL_TRACES_EXPORTER says, and its
+    provider to flush; without, neither."""
+    if not spans:
+        return None, None
+    from aptix_pipeline.adapters.system import TelemetrySetupError, configure_tracing
+    from aptix_pipeline.engine import Telemetry
+
+    try:
+        provider = configure_tracing()
+    except TelemetrySetupError as error:
+        raise _refuse(str(error)) from None
+    return Telemetry(tracer_provider=provider), provider
+
+
+def _replay_all(
+    paths: list[Path],
+    recordings: list[TurnRecording],
+    *,
+    spans: bool,
+    quiet: bool,
+    live: LivePorts | None = None,
+) -> int:
+    """Replay each recording and print its trace (with ``--quiet``, only the first and last
+    line of one that replays); how many diverge."""
+    import asyncio
+    from dataclasses import replace
+
+    from aptix_pipeline.engine.replay import replay as replay_turn
+
+    telemetry, provider = _telemetry(spans)
+    diverged = 0
+    try:
+        for path, recording in zip(paths, recordings, strict=True):
+            try:
+                outcome = asyncio.run(replay_turn(recording, telemetry=telemetry, live=live))
+            except ValueError as error:  # a live model or tool for a redacted recording
+                raise _refuse(f"{path}: {error}") from None
+            outcome = replace(outcome, source=path)
+            lines = list(outcome.describe())
+            if outcome.ok:
+                lines[-1] = _verdict(recording, outcome.report.result.rule_ids, lines[-1])
+            typer.echo("\n".join([lines[0], lines[-1]] if quiet and outcome.ok else lines))
+            diverged += not outcome.ok
+    finally:
+        if provider is not None:
+            provider.shutdown()
+    return diverged
+
+
+def _verdict(recording: TurnRecording, rule_ids: Sequence[str], line: str) -> str:
+    """The ``ok`` line of a recording that replays; for a turn that faulted, it names the
+    step and rule it faulted at, so ``ok`` never reads as a turn that went well (D369)."""
+    trace = recording.trace
+    if trace.outcome != "faulted":
+        return line
+    rules = ", ".join(dict.fromkeys(rule_ids)) or ", ".join(trace.error_codes) or "none named"
+    detail = line.removeprefix("ok: ").removeprefix("ok")
+    return f"ok, the turn faulted at {trace.faulted_step} (rule {rules}): {detail}".rstrip(": ")
+
+
+def _draw_path(recording: TurnRecording, fmt: DiagramFormat, out: Path) -> None:
+    """The path the recorded turn took, drawn into ``out``."""
+    from aptix_pipeline.engine import DiagramError, pipeline_diagram
+
+    try:
+        out.write_bytes(pipeline_diagram(fmt, path=recording.trace))
+    except (DiagramError, ValueError) as error:
+        raise _refuse(str(error)) from None
+    except OSError as error:
+        raise _refuse(f"cannot write {out}: {error.strerror or error}") from None
+    typer.echo(f"path diagram: {out}")

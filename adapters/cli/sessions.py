@@ -1,0 +1,213 @@
+"""``aptix sessions list|show``: what a store holds, read through ``SessionBrowser`` (docs/UI.md).
+
+- ``aptix sessions list --store URL --org ORG --user USER`` lists that caller's
+  sessions, most recent activity first: id, mode, turn count, last activity and
+  creation time. Without ``--org``/``--user`` it lists the org and user pairs that
+  hold sessions, so an operator sees whom to ask about. ``--limit``/``--offset``
+  page through the list.
+- ``aptix sessions show SESSION --store URL --org ORG --user USER`` prints the
+  session, its turns (mode, status, usage, server tool results) and its transcript
+  with the content of each message: the store is the operator's own.
+
+``--json`` prints the same as JSON. Reads are scoped to the org and user given,
+as a turn's are: another caller's session is not found. Exit codes: 0 shown, 1
+no such session, 2 a usage error (a store that is missing, unknown or
+unreachable; ``--org`` without ``--user``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+if TYPE_CHECKING:
+    from aptix_pipeline.adapters.stores import (
+        BrowsableStore,
+        OwnerSummary,
+        SessionDetail,
+        SessionSummary,
+    )
+
+__all__ = ["sessions_app"]
+
+T = TypeVar("T")
+
+_Store = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="The store: sqlite:PATH or postgresql://USER@HOST/DB; default: aptix run's.",
+    ),
+]
+_Org = Annotated[str | None, typer.Option("--org", help="The caller's org.")]
+_User = Annotated[str | None, typer.Option("--user", help="The caller's user.")]
+_Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+sessions_app = typer.Typer(
+    name="sessions",
+    help="List and show the sessions a store holds, scoped to an org and user.",
+    no_args_is_help=True,
+)
+
+
+def _refuse(message: str, code: int = 2) -> typer.Exit:
+    """Say what is wrong on stderr; the exit to raise (2: usage, 1: not found)."""
+    typer.echo(f"aptix sessions: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _browse(store: str | None, read: Callable[[BrowsableStore], Awaitable[T]]) -> T:
+    """Open the store, run ``read`` on it and close it; a store that fails is a usage error."""
+    import asyncio
+    import sqlite3
+
+    from aptix_pipeline.adapters.config import default_store_path
+    from aptix_pipeline.adapters.stores import (
+        BrowseStoreError,
+        close_browse_store,
+        open_browse_store,
+    )
+    from aptix_pipeline.contracts import AptixPipelineError
+
+    async def main() -> T:  # by default, where aptix run keeps sessions (never made here)
+        opened = open_browse_store(store or f"sqlite:{default_store_path()}")
+        try:
+            return await read(opened)
+        finally:
+            await close_browse_store(opened)
+
+    try:
+        return asyncio.run(main())
+    except BrowseStoreError as error:
+        raise _refuse(str(error)) from None
+    except (AptixPipelineError, sqlite3.Error, OSError) as error:
+        raise _refuse(f"the store cannot be read: {error}") from None
+
+
+def _time(moment: object) -> str:
+    return "-" if moment is None else str(moment)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    lines = [header, *rows]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def _print_owners(owners: list[OwnerSummary], as_json: bool) -> None:
+    if as_json:
+        typer.echo(
+            json.dumps([{"org": o.org, "user": o.user, "sessions": o.sessions} for o in owners])
+        )
+        return
+    if not owners:
+        typer.echo("no sessions in this store")
+        return
+    rows = [[o.org, o.user, str(o.sessions)] for o in owners]
+    typer.echo(_table(["ORG", "USER", "SESSIONS"], rows))
+    typer.echo("(give --org and --user to list their sessions)")
+
+
+def _print_sessions(sessions: list[SessionSummary], as_json: bool) -> None:
+    from aptix_pipeline.adapters.stores import summary_json
+
+    if as_json:
+        typer.echo(json.dumps([summary_json(s) for s in sessions], ensure_ascii=False))
+        return
+    if not sessions:
+        typer.echo("no sessions for this org and user")
+        return
+    rows = [
+        [s.id, s.mode or "-", str(s.turns), _time(s.last_activity), _time(s.created_at)]
+        for s in sessions
+    ]
+    typer.echo(_table(["SESSION", "MODE", "TURNS", "LAST ACTIVITY", "CREATED"], rows))
+
+
+@sessions_app.command("list")
+def list_sessions(
+    store: _Store = None,
+    org: _Org = None,
+    user: _User = None,
+    as_json: _Json = False,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Rows at most.")] = 50,
+    offset: Annotated[int, typer.Option(min=0, help="Rows to skip.")] = 0,
+) -> None:
+    """List a caller's sessions (most recent first); without --org/--user, who holds sessions."""
+    if (org is None) != (user is None):
+        raise _refuse("give --org and --user together (or neither, to list who holds sessions)")
+    if org is None or user is None:
+        owners = _browse(store, lambda s: s.list_owners(limit=limit, offset=offset))
+        _print_owners(owners, as_json)
+        return
+    sessions = _browse(store, lambda s: s.list_sessions(org, user, limit=limit, offset=offset))
+    _print_sessions(sessions, as_json)
+
+
+def _detail_text(detail: SessionDetail) -> list[str]:
+    from aptix_pipeline.adapters.stores import message_text
+
+    s = detail.summary
+    lines = [
+        f"session {s.id}  org {s.org}  user {s.user}",
+        f"  mode {s.mode or '-'}  turns {s.turns}  created {_time(s.created_at)}  "
+        f"last activity {_time(s.last_activity)}",
+    ]
+    for change in detail.session.mode_history:
+        lines.append(
+            f"  mode change {change.previous_mode} -> {change.new_mode} ({change.turn_id})"
+        )
+    lines.append("")
+    lines.append("turns:")
+    for turn in detail.turns:
+        usage = turn.usage
+        tokens = "-" if usage is None else f"{usage.input_tokens} in / {usage.output_tokens} out"
+        lines.append(
+            f"  {turn.id}  {turn.status.value}  mode {turn.mode or '-'}  tokens {tokens}  "
+            f"created {_time(turn.created_at)}"
+        )
+        lines.extend(
+            f"    server tool result {r.tool_call_id}: "
+            f"{r.result_json if r.error_message is None else 'error: ' + r.error_message}"
+            for r in turn.server_tool_results
+        )
+        lines.extend(
+            f"    awaits client tool {call.name} ({call.tool_call_id})"
+            for call in turn.pending_tool_calls
+        )
+    lines.append("")
+    lines.append("transcript:")
+    for entry in detail.transcript:
+        message = entry.message
+        calls = ", ".join(f"{c.name}({c.tool_call_id})" for c in message.tool_calls or ())
+        label = message.role.value + (f" {message.name}" if message.name else "")
+        text = message_text(message) + (f" [calls {calls}]" if calls else "")
+        lines.append(f"  {entry.seq:>3} {entry.turn_id}  {label}: {text}")
+    return lines
+
+
+@sessions_app.command("show")
+def show_session(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION", help="The session's id.")],
+    org: Annotated[str, typer.Option("--org", help="The caller's org.")],
+    user: Annotated[str, typer.Option("--user", help="The caller's user.")],
+    store: _Store = None,
+    as_json: _Json = False,
+) -> None:
+    """Print a session: its turns (status, usage, server tool results) and its transcript."""
+    from aptix_pipeline.adapters.stores import detail_json, read_session_detail
+
+    detail = _browse(store, lambda s: read_session_detail(s, org, user, session_id))
+    if detail is None:
+        raise _refuse(f"no session {session_id!r} for org {org!r} and user {user!r}", code=1)
+    if as_json:
+        data: dict[str, Any] = detail_json(detail)
+        typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
+        return
+    typer.echo("\n".join(_detail_text(detail)))

@@ -1,0 +1,107 @@
+"""``aptix ui [--store URL] [--recordings DIR] [--host 127.0.0.1] [--port N]``: the turn browser.
+
+Serves the page of ``ui/app.py`` (docs/UI.md) under uvicorn for the operator of a
+store: every org and user's sessions, and the recordings of a folder. It asks for
+no key, so it listens on loopback only: a ``--host`` that is not a loopback
+address is refused unless ``--allow-remote`` says so. The store is opened for
+browsing (``stores/browse.py``: never created); without ``--store`` the default
+store is shown when its file exists. Exit codes: 2 for a usage error (a store that
+is missing, unknown or unreachable, a folder that does not exist, nothing to
+show, a non-loopback host, the ``http`` extra missing).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["DEFAULT_UI_PORT", "is_loopback", "ui"]
+
+DEFAULT_UI_PORT = 8090
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _refuse(message: str) -> typer.Exit:
+    typer.echo(f"aptix ui: {message}", err=True)
+    return typer.Exit(2)
+
+
+def ui(
+    store: Annotated[
+        str | None,
+        typer.Option(help="The store: sqlite:PATH or postgresql://USER@HOST/DB."),
+    ] = None,
+    recordings: Annotated[
+        Path | None,
+        typer.Option(file_okay=False, help="A folder of turn recordings (aptix run --record)."),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Interface (loopback unless --allow-remote).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = DEFAULT_UI_PORT,
+    allow_remote: Annotated[
+        bool,
+        typer.Option(
+            "--allow-remote",
+            help="Listen on a non-loopback --host: anyone who reaches it sees every session.",
+        ),
+    ] = False,
+) -> None:
+    """Serve the turn browser page: sessions, recordings, a turn's path, timeline and replay."""
+    if not is_loopback(host) and not allow_remote:
+        raise _refuse(
+            f"--host {host} is not a loopback address: the page has no key and shows every "
+            "session; add --allow-remote to listen there anyway"
+        )
+    if recordings is not None and not recordings.is_dir():
+        raise _refuse(f"--recordings {recordings}: no such folder")
+    try:
+        import uvicorn
+
+        from aptix_pipeline.adapters.config import default_store_path
+        from aptix_pipeline.adapters.stores import (
+            BrowseStoreError,
+            close_browse_store,
+            open_browse_store,
+        )
+        from aptix_pipeline.adapters.ui import create_ui_app
+        from aptix_pipeline.contracts import scrub_urls
+    except ImportError as error:
+        raise _refuse(f"{error}; install aptix-pipeline[http]") from None
+    spec = store
+    if spec is None and default_store_path().is_file():  # where aptix run keeps sessions
+        spec = f"sqlite:{default_store_path()}"
+    if spec is None and recordings is None:
+        raise _refuse("nothing to show: give --store and/or --recordings")
+    opened = None
+    if spec is not None:
+        try:
+            opened = open_browse_store(spec)
+        except BrowseStoreError as error:
+            raise _refuse(str(error)) from None
+
+    async def close() -> None:
+        if opened is not None:
+            await close_browse_store(opened)
+
+    app = create_ui_app(
+        opened,
+        recordings,
+        store_name=scrub_urls(spec) if spec is not None else None,
+        close_store=close,
+    )
+    shown = f"[{host}]" if ":" in host else host
+    typer.echo(f"aptix ui: the turn browser on http://{shown}:{port}/ (Ctrl+C stops it)")
+    uvicorn.run(app, host=host, port=port, log_level="warning")

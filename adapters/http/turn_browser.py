@@ -1,0 +1,62 @@
+"""The turn browser page inside ``aptix serve``: ``[ui] enabled = true`` (docs/UI.md).
+
+``mount_ui`` mounts ``ui_app.create_ui_app`` at ``[ui] path`` (default ``/ui``) on
+the service's app, reading the service's own store (once it is open) and the
+``[ui] recordings`` folder. It is behind the service's API keys: the browser
+gives a key once, at ``/ui/login``, and the UI keeps it in a cookie scoped to its
+path (HttpOnly, SameSite=Strict: no script reads it, no other site's form sends
+it), checked by the service's ``Authenticator`` on every page. A page shows only
+that key's org and user. Its watch view sends a request to the service's own
+``POST /v1/agent/execute`` handler (``http_execute.run_turn``) as that caller,
+asking for Server-Sent Events, so what the page shows is the service's own
+stream.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import Response
+
+from aptix_pipeline.adapters.config import UIConfig
+from aptix_pipeline.adapters.stores import BrowsableStore, SessionBrowser
+from aptix_pipeline.adapters.ui import UIAccess, create_ui_app
+from aptix_pipeline.contracts import Caller
+
+from .auth import authenticated_caller
+from .execute import EXECUTE_PATH, ServiceState, run_turn
+
+__all__ = ["mount_ui"]
+
+
+def mount_ui(app: FastAPI, service: ServiceState, ui: UIConfig) -> None:
+    """Mount the turn browser on ``app`` at ``ui.path`` (module docstring)."""
+
+    def store() -> BrowsableStore | None:
+        pipeline = service.pipeline
+        found = pipeline.ports.store if pipeline is not None else None
+        return found if isinstance(found, SessionBrowser) else None
+
+    async def caller_for_key(key: str) -> Caller | None:
+        return await authenticated_caller(
+            service.authenticator, Headers(headers={"authorization": f"Bearer {key}"})
+        )
+
+    async def watch(request: Request, key: str) -> Response:
+        scope = dict(request.scope)
+        kept = [(n, v) for n, v in request.scope["headers"] if n in (b"content-length", b"host")]
+        scope["headers"] = [
+            *kept,
+            (b"authorization", f"Bearer {key}".encode("latin-1", "replace")),
+            (b"accept", b"text/event-stream"),
+            (b"content-type", b"application/json"),
+        ]
+        scope["path"] = EXECUTE_PATH
+        return await run_turn(service, Request(scope, request.receive))
+
+    access = UIAccess(caller_for_key=caller_for_key, watch=watch)
+    app.mount(
+        ui.path,
+        create_ui_app(store, ui.recordings, store_name="the service's store", access=access),
+    )

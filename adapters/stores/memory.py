@@ -1,0 +1,182 @@
+"""An in-memory ``SessionStore``: for tests, examples and hosts that keep nothing.
+
+Same behaviour as the SQLite store — scoped reads, one atomic commit per turn,
+optimistic version checks — minus durability. ``apply`` runs without awaiting,
+so within one event loop it is atomic.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+
+from aptix_pipeline.contracts import (
+    ChatMessage,
+    Session,
+    StoreConflictError,
+    StoredOutcome,
+    Turn,
+    TurnStatus,
+)
+
+from .session_browser import (
+    DEFAULT_PAGE,
+    OwnerSummary,
+    SessionSummary,
+    TranscriptEntry,
+    check_page,
+    turn_order,
+)
+from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """Sessions, turns and transcripts in dictionaries; see the module docstring."""
+
+    def __init__(self) -> None:
+        # Sessions, turns and messages are frozen values (contracts), so the store
+        # hands out and keeps the very objects it is given: no copies either way.
+        self._sessions: dict[str, Session] = {}
+        self._turns: dict[str, dict[str, Turn]] = {}
+        """Each session's turns by id, in the order they were first written."""
+        self._pending: dict[str, set[str]] = {}
+        """Each session's turns that await client tool results: a follow-on's lookup is O(1)."""
+        self._transcript: dict[str, list[ChatMessage]] = {}
+        self._transcript_turns: dict[str, list[str]] = {}
+        """The turn that appended each message of ``_transcript``, position for position."""
+        self._outcomes: dict[tuple[str, str, str], StoredOutcome] = {}
+        """Stored outcomes by org, user and key; an expired one stays until replaced."""
+
+    def begin(self, org: str, user: str) -> BufferedTransaction:
+        """Start one turn's transaction for this caller."""
+        return BufferedTransaction(self, org, user)
+
+    def _owned(self, org: str, user: str, session_id: str) -> Session | None:
+        session = self._sessions.get(session_id)
+        if session is None or (session.org, session.user) != (org, user):
+            return None
+        return session
+
+    async def read_session(self, org: str, user: str, session_id: str) -> Session | None:
+        """The session, if it belongs to this org and user."""
+        return self._owned(org, user, session_id)
+
+    async def read_turn(self, org: str, user: str, session_id: str, turn_id: str) -> Turn | None:
+        """The turn of the caller's session, or ``None``."""
+        if self._owned(org, user, session_id) is None:
+            return None
+        return self._turns.get(session_id, {}).get(turn_id)
+
+    async def read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
+        """The session's messages, oldest first."""
+        if self._owned(org, user, session_id) is None:
+            return []
+        return list(self._transcript.get(session_id, ()))
+
+    async def read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
+        """The session's turn that awaits client tool results, if any."""
+        if self._owned(org, user, session_id) is None:
+            return None
+        pending = self._pending.get(session_id)
+        if not pending:
+            return None
+        turns = self._turns[session_id]
+        if len(pending) == 1:
+            return turns[next(iter(pending))]
+        # Several (only a caller driving transactions by hand makes them): the first written.
+        return next(turn for turn_id, turn in turns.items() if turn_id in pending)
+
+    async def read_outcome(self, org: str, user: str, key: str) -> StoredOutcome | None:
+        """This org and user's outcome under ``key``, expired or not."""
+        return self._outcomes.get((org, user, key))
+
+    async def purge_outcomes(self, now: datetime) -> int:
+        """Forget every outcome expired by ``now``; how many there were."""
+        expired = [key for key, outcome in self._outcomes.items() if outcome.expired(now)]
+        for key in expired:
+            del self._outcomes[key]
+        return len(expired)
+
+    # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
+
+    async def list_owners(
+        self, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[OwnerSummary]:
+        """The org and user pairs holding sessions, by org then user."""
+        check_page(limit, offset)
+        counts = Counter((session.org, session.user) for session in self._sessions.values())
+        owners = [OwnerSummary(org, user, count) for (org, user), count in sorted(counts.items())]
+        return owners[offset : offset + limit]
+
+    def _summary(self, session: Session) -> SessionSummary:
+        turns = self._turns.get(session.id, {}).values()
+        return SessionSummary.of_session(session, [turn.created_at for turn in turns])
+
+    async def list_sessions(
+        self, org: str, user: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[SessionSummary]:
+        """The caller's sessions, most recent activity first."""
+        check_page(limit, offset)
+        owned = (s for s in self._sessions.values() if (s.org, s.user) == (org, user))
+        summaries = sorted((self._summary(s) for s in owned), key=SessionSummary.sort_key)
+        return summaries[offset : offset + limit]
+
+    async def list_turns(
+        self, org: str, user: str, session_id: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[Turn] | None:
+        """The session's turns in creation order; ``None`` when the caller has no such session."""
+        check_page(limit, offset)
+        if self._owned(org, user, session_id) is None:
+            return None
+        turns = sorted(self._turns.get(session_id, {}).values(), key=turn_order)
+        return turns[offset : offset + limit]
+
+    async def read_transcript_page(
+        self, org: str, user: str, session_id: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[TranscriptEntry] | None:
+        """The session's messages in order; ``None`` when the caller has no such session."""
+        check_page(limit, offset)
+        if self._owned(org, user, session_id) is None:
+            return None
+        messages = self._transcript.get(session_id, [])[offset : offset + limit]
+        turn_ids = self._transcript_turns.get(session_id, [])[offset : offset + limit]
+        return [
+            TranscriptEntry(seq=offset + n + 1, turn_id=turn_id, message=message)
+            for n, (turn_id, message) in enumerate(zip(turn_ids, messages, strict=True))
+        ]
+
+    async def apply(self, writes: TurnWrites) -> None:
+        """Check every version first, then write everything (no await in between)."""
+        for write in writes.sessions:
+            stored = self._sessions.get(write.session.id)
+            if write.created and stored is not None:
+                raise StoreConflictError(f"session {write.session.id!r} already exists")
+            if not write.created and (stored is None or stored.version != write.expected_version):
+                raise StoreConflictError(f"session {write.session.id!r} changed since it was read")
+        for turn_write in writes.turns:
+            turn = turn_write.turn
+            if turn_write.created and turn.id in self._turns.get(turn.session_id, {}):
+                raise StoreConflictError(f"turn {turn.id!r} already exists")
+        for outcome in writes.outcomes:
+            if not outcome_replaceable(
+                self._outcomes.get((writes.org, writes.user, outcome.key)), outcome
+            ):
+                raise StoreConflictError(f"outcome {outcome.key!r} is already stored")
+        for write in writes.sessions:
+            version = write.expected_version + 1
+            self._sessions[write.session.id] = write.session.model_copy(update={"version": version})
+        for turn_write in writes.turns:
+            turn = turn_write.turn
+            self._turns.setdefault(turn.session_id, {})[turn.id] = turn
+            pending = self._pending.setdefault(turn.session_id, set())
+            if turn.status is TurnStatus.AWAITING_CLIENT_TOOLS:
+                pending.add(turn.id)
+            else:
+                pending.discard(turn.id)
+        for session_id, turn_id, message in writes.transcript:
+            self._transcript.setdefault(session_id, []).append(message)
+            self._transcript_turns.setdefault(session_id, []).append(turn_id)
+        for outcome in writes.outcomes:
+            self._outcomes[(writes.org, writes.user, outcome.key)] = outcome

@@ -1,0 +1,606 @@
+"""The PostgreSQL ``SessionStore``: many workers on many hosts share one database.
+
+- psycopg 3, async, over a ``psycopg_pool.AsyncConnectionPool``. The constructor
+  needs no event loop: the pool opens on first use inside the loop (or at
+  ``await store.open()``), after the schema is migrated (``postgres_migrations``).
+- One database transaction per turn: a turn's writes arrive together
+  (``unit_of_work.BufferedTransaction``) and are applied at commit in one
+  transaction, so a failed turn writes nothing and no lock is held while the
+  model thinks.
+- Optimistic versioning, as in the SQLite store: each session a turn writes must
+  still have the version the turn read (``UPDATE … WHERE version = expected``);
+  otherwise — another turn, or another continuation of the same turn, committed
+  first — the commit raises ``StoreConflictError`` and nothing of it is stored.
+- Stored outcomes (``StoredOutcome``, schema version 3) are written in the same
+  transaction with ``INSERT … ON CONFLICT DO UPDATE … WHERE`` the stored one has
+  expired: of two transactions storing one key at once, the second waits for the
+  first and then finds the key taken (``StoreConflictError``). Each commit that
+  stores outcomes deletes up to ``OUTCOME_SWEEP`` expired ones (skipping rows other
+  transactions hold); ``purge_outcomes`` removes all of them.
+- The URL's password never appears in an error message or a repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import weakref
+from collections.abc import Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import AsyncConnection, errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from aptix_pipeline.contracts import (
+    AptixPipelineError,
+    ChatMessage,
+    Session,
+    StoreConflictError,
+    StoredOutcome,
+    Turn,
+    TurnStatus,
+)
+
+from .postgres_migrations import SCHEMA_VERSION, SchemaVersionError, migrate, read_schema_version
+from .session_browser import (
+    DEFAULT_PAGE,
+    OwnerSummary,
+    SessionSummary,
+    TranscriptEntry,
+    check_page,
+    turn_order,
+)
+from .unit_of_work import BufferedTransaction, SessionWrite, TurnWrites, session_from_row
+
+__all__ = [
+    "OUTCOME_SWEEP",
+    "SCHEMA_VERSION",
+    "PostgresStore",
+    "PostgresStoreError",
+    "SchemaVersionError",
+    "redact_url",
+]
+
+_Connection = AsyncConnection[tuple[Any, ...]]
+_PASSWORD_IN_CONNINFO = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", re.IGNORECASE)
+OUTCOME_SWEEP: Final = 100
+"""Expired outcomes a commit that stores outcomes deletes at most (module docstring)."""
+_PURGE_BATCH: Final = 1000
+_DELETE_EXPIRED: Final = (
+    "DELETE FROM aptix_outcomes o USING (SELECT org, user_name, key "
+    "FROM aptix_outcomes WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED) d "
+    "WHERE o.org = d.org AND o.user_name = d.user_name AND o.key = d.key"
+)
+"""Delete at most ``LIMIT`` outcomes expired by the time given, skipping rows other
+transactions hold (they are being replaced)."""
+
+
+class PostgresStoreError(AptixPipelineError, RuntimeError):
+    """The PostgreSQL store cannot serve: unreachable, refused, or already closed."""
+
+
+def _nul_safe_columns(text: str | None) -> tuple[str | None, str | None]:
+    """``(text, literal)``: the two columns that keep ``text`` (solution context, result).
+
+    PostgreSQL text cannot hold U+0000, which SQLite and memory keep (D221): such a
+    text is stored as a JSON string literal in the second column
+    (``solution_context_json``, schema version 2; ``result_json_literal``, version 3),
+    every other text as itself in the first, so rows written before still read.
+    """
+    if text is not None and "\x00" in text:
+        return None, json.dumps(text)
+    return text, None
+
+
+def _outcome_from_row(row: Sequence[Any]) -> StoredOutcome:
+    """A stored outcome from its columns as ``read_outcome`` selects them."""
+    return StoredOutcome(
+        key=row[0],
+        request_digest=row[1],
+        session_id=row[2],
+        turn_id=row[3],
+        result_json=row[4] if row[5] is None else json.loads(row[5]),
+        created_at=row[6],
+        expires_at=row[7],
+    )
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (URL or ``key=value`` form)."""
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.password is not None:
+            host = parts.netloc.rpartition("@")[2]
+            user = parts.netloc.rpartition("@")[0].partition(":")[0]
+            parts = parts._replace(netloc=f"{user}:***@{host}")
+        url = urlunsplit(parts)
+    return _PASSWORD_IN_CONNINFO.sub(r"\1***", url)
+
+
+class PostgresStore:
+    """Sessions in PostgreSQL; see the module docstring.
+
+    ``url`` is a libpq URL (``postgresql://user:password@host:5432/db``) or a
+    ``key=value`` connection string. ``min_size``/``max_size`` bound the pool
+    (one connection serves one read or one commit at a time, so a worker needs far
+    fewer connections than concurrent turns); ``timeout`` is how long a call waits
+    for a connection. ``migrate=False`` refuses a database not already at
+    ``SCHEMA_VERSION`` instead of migrating it. Close with ``await store.aclose()``
+    (or ``async with PostgresStore(url) as store``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        migrate: bool = True,
+    ) -> None:
+        self.url = redact_url(url)
+        """The URL with its password masked: safe to log."""
+        try:
+            conninfo_to_dict(url)
+        except psycopg.Error:
+            # psycopg's message quotes the connection string, password included.
+            raise ValueError(f"store url {self.url!r} is not a valid PostgreSQL URL") from None
+        if min_size < 0:
+            raise ValueError(f"min_size must be 0 or more, not {min_size}")
+        if max_size < max(min_size, 1):
+            raise ValueError(f"max_size must be at least min_size and 1, not {max_size}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, not {timeout}")
+        self._conninfo = url
+        self.min_size, self.max_size, self.timeout = min_size, max_size, timeout
+        self._migrate = migrate
+        self._pool: AsyncConnectionPool[_Connection] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        self._migrated = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.url!r}, min_size={self.min_size}, max_size={self.max_size})"
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Migrate the schema if needed and open the pool (first use does this too)."""
+        await self._ready()
+
+    async def _connect(self) -> _Connection:
+        try:
+            return await AsyncConnection.connect(
+                self._conninfo, autocommit=True, connect_timeout=max(2, int(self.timeout))
+            )
+        except psycopg.OperationalError as error:
+            raise PostgresStoreError(f"{self.url}: cannot connect: {error}") from error
+
+    async def _configure(self, connection: _Connection) -> None:
+        # Timestamps come back in UTC whatever the server's or role's time zone.
+        await connection.execute("SET TIME ZONE 'UTC'")
+        self._connections.add(connection)
+
+    async def _ready(self) -> AsyncConnectionPool[_Connection]:
+        loop = asyncio.get_running_loop()
+        if self._pool is not None and self._loop is loop:
+            return self._pool
+        if self._closed:
+            raise PostgresStoreError(f"{self.url}: the store is closed")
+        if self._opening is None or self._opening[0] is not loop:
+            self._opening = (loop, asyncio.Lock())
+        async with self._opening[1]:
+            if self._pool is not None and self._loop is loop:
+                return self._pool
+            if self._closed:
+                raise PostgresStoreError(f"{self.url}: the store is closed")
+            if self._pool is not None:
+                if self._loop is not None and not self._loop.is_closed():
+                    raise PostgresStoreError(
+                        f"{self.url}: this store's pool belongs to another running event "
+                        "loop; give each event loop its own PostgresStore"
+                    )
+                self._abandon_pool()  # e.g. execute_sync: each call runs its own loop
+            if not self._migrated:
+                connection = await self._connect()
+                try:
+                    await migrate(connection, apply=self._migrate)
+                finally:
+                    await connection.close()
+                self._migrated = True
+            pool: AsyncConnectionPool[_Connection] = AsyncConnectionPool(
+                self._conninfo,
+                min_size=self.min_size,
+                max_size=self.max_size,
+                timeout=self.timeout,
+                open=False,
+                kwargs={"autocommit": True},
+                configure=self._configure,
+                check=AsyncConnectionPool.check_connection,
+                name="aptix-postgres",
+            )
+            try:
+                await pool.open(wait=True, timeout=self.timeout)
+            except PoolTimeout:
+                await pool.close()
+                raise PostgresStoreError(
+                    f"{self.url}: the connection pool did not open within {self.timeout} s"
+                ) from None
+            self._pool, self._loop = pool, loop
+            return pool
+
+    def _abandon_pool(self) -> None:
+        """Drop a pool whose event loop has ended: its connections are closed directly."""
+        for connection in list(self._connections):
+            if not connection.closed:
+                connection.pgconn.finish()
+        self._connections = weakref.WeakSet()
+        self._pool, self._loop = None, None
+
+    async def aclose(self) -> None:
+        """Close the pool; the store cannot be used afterwards."""
+        self._closed = True
+        pool, loop = self._pool, self._loop
+        if pool is None:
+            return
+        if loop is asyncio.get_running_loop():
+            self._pool, self._loop = None, None
+            await pool.close()
+        elif loop is None or loop.is_closed():
+            self._abandon_pool()
+        else:
+            raise PostgresStoreError(f"{self.url}: close the store from the loop that used it")
+
+    def close(self) -> None:
+        """Close from synchronous code (not inside a running event loop)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("PostgresStore.close() inside a running event loop: await aclose()")
+        self._closed = True
+        if self._pool is None:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.run_until_complete(self.aclose())
+        else:
+            self._abandon_pool()
+
+    async def __aenter__(self) -> PostgresStore:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def schema_version(self) -> int:
+        """The database's schema version (0 before the first migration)."""
+        connection = await self._connect()
+        try:
+            return await read_schema_version(connection)
+        finally:
+            await connection.close()
+
+    # --- the port --------------------------------------------------------------------
+
+    def begin(self, org: str, user: str) -> BufferedTransaction:
+        """Start one turn's transaction for this caller."""
+        return BufferedTransaction(self, org, user)
+
+    async def _fetchone(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        pool = await self._ready()
+        async with pool.connection() as connection:
+            cursor = await connection.execute(sql, params)
+            return await cursor.fetchone()
+
+    async def read_session(self, org: str, user: str, session_id: str) -> Session | None:
+        """The session, if it belongs to this org and user (one statement, one snapshot)."""
+        row = await self._fetchone(
+            "SELECT s.id, s.org, s.user_name, s.mode, s.agent_context_id, "
+            "s.conversation_context_id, s.solution_context_text, s.created_at, s.version, "
+            "ARRAY(SELECT h.entry FROM aptix_mode_history h WHERE h.session_id = s.id "
+            "ORDER BY h.seq), s.solution_context_json FROM aptix_sessions s "
+            "WHERE s.id = %s AND s.org = %s AND s.user_name = %s",
+            (session_id, org, user),
+        )
+        if row is None:
+            return None
+        if row[10] is not None:  # a text holding NUL (_nul_safe_columns)
+            row = (*row[:6], json.loads(row[10]), *row[7:])
+        return session_from_row(row, row[9])
+
+    async def read_turn(self, org: str, user: str, session_id: str, turn_id: str) -> Turn | None:
+        """The turn of the caller's session, or ``None``."""
+        row = await self._fetchone(
+            "SELECT t.data FROM aptix_turns t JOIN aptix_sessions s ON s.id = t.session_id "
+            "WHERE t.session_id = %s AND t.id = %s AND s.org = %s AND s.user_name = %s",
+            (session_id, turn_id, org, user),
+        )
+        return None if row is None else Turn.model_validate_json(row[0])
+
+    async def read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
+        """The session's messages, oldest first."""
+        row = await self._fetchone(
+            "SELECT ARRAY(SELECT t.message FROM aptix_transcript t "
+            "JOIN aptix_sessions s ON s.id = t.session_id "
+            "WHERE t.session_id = %s AND s.org = %s AND s.user_name = %s ORDER BY t.seq)",
+            (session_id, org, user),
+        )
+        messages: list[str] = row[0] if row is not None else []
+        return [ChatMessage.model_validate_json(message) for message in messages]
+
+    async def read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
+        """The session's turn that awaits client tool results, if any."""
+        row = await self._fetchone(
+            "SELECT t.data FROM aptix_turns t JOIN aptix_sessions s ON s.id = t.session_id "
+            "WHERE t.session_id = %s AND t.status = %s AND s.org = %s AND s.user_name = %s "
+            "LIMIT 1",
+            (session_id, TurnStatus.AWAITING_CLIENT_TOOLS.value, org, user),
+        )
+        return None if row is None else Turn.model_validate_json(row[0])
+
+    async def read_outcome(self, org: str, user: str, key: str) -> StoredOutcome | None:
+        """This org and user's outcome under ``key``, expired or not."""
+        row = await self._fetchone(
+            "SELECT key, request_digest, session_id, turn_id, result_json, result_json_literal, "
+            "created_at, expires_at FROM aptix_outcomes "
+            "WHERE org = %s AND user_name = %s AND key = %s",
+            (org, user, key),
+        )
+        return None if row is None else _outcome_from_row(row)
+
+    # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
+
+    async def _fetchall(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        pool = await self._ready()
+        async with pool.connection() as connection:
+            cursor = await connection.execute(sql, params)
+            return await cursor.fetchall()
+
+    async def list_owners(
+        self, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[OwnerSummary]:
+        """The org and user pairs holding sessions, by org then user (code point order)."""
+        check_page(limit, offset)
+        rows = await self._fetchall(
+            "SELECT org, user_name, COUNT(*) FROM aptix_sessions GROUP BY org, user_name "
+            'ORDER BY org COLLATE "C", user_name COLLATE "C" LIMIT %s OFFSET %s',
+            (limit, offset),
+        )
+        return [OwnerSummary(org, user, int(count)) for org, user, count in rows]
+
+    async def list_sessions(
+        self, org: str, user: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[SessionSummary]:
+        """The caller's sessions, most recent activity first (one statement, one snapshot)."""
+        check_page(limit, offset)
+        rows = await self._fetchall(
+            "SELECT s.id, s.mode, s.created_at, ARRAY(SELECT t.data::json->>'CreatedAt' "
+            "FROM aptix_turns t WHERE t.session_id = s.id) FROM aptix_sessions s "
+            "WHERE s.org = %s AND s.user_name = %s",
+            (org, user),
+        )
+        summaries = []
+        for session_id, mode, created_at, turn_times in rows:
+            times = [None if t is None else datetime.fromisoformat(t) for t in turn_times]
+            summaries.append(SessionSummary.of(session_id, org, user, mode, created_at, times))
+        summaries.sort(key=SessionSummary.sort_key)
+        return summaries[offset : offset + limit]
+
+    async def list_turns(
+        self, org: str, user: str, session_id: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[Turn] | None:
+        """The session's turns in creation order; ``None`` when the caller has no such session."""
+        check_page(limit, offset)
+        row = await self._fetchone(
+            "SELECT ARRAY(SELECT t.data FROM aptix_turns t WHERE t.session_id = s.id) "
+            "FROM aptix_sessions s WHERE s.id = %s AND s.org = %s AND s.user_name = %s",
+            (session_id, org, user),
+        )
+        if row is None:
+            return None
+        turns = sorted((Turn.model_validate_json(data) for data in row[0]), key=turn_order)
+        return turns[offset : offset + limit]
+
+    async def read_transcript_page(
+        self, org: str, user: str, session_id: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[TranscriptEntry] | None:
+        """The session's messages in order; ``None`` when the caller has no such session."""
+        check_page(limit, offset)
+        pool = await self._ready()
+        async with pool.connection() as connection:
+            # Two statements: an owner is never changed and messages are only appended,
+            # so reading them apart cannot show another caller's messages.
+            cursor = await connection.execute(
+                "SELECT 1 FROM aptix_sessions WHERE id = %s AND org = %s AND user_name = %s",
+                (session_id, org, user),
+            )
+            if await cursor.fetchone() is None:
+                return None
+            cursor = await connection.execute(
+                "SELECT seq, turn_id, message FROM aptix_transcript WHERE session_id = %s "
+                "ORDER BY seq LIMIT %s OFFSET %s",
+                (session_id, limit, offset),
+            )
+            rows = await cursor.fetchall()
+        return [
+            TranscriptEntry(int(seq), turn_id, ChatMessage.model_validate_json(text))
+            for seq, turn_id, text in rows
+        ]
+
+    async def purge_outcomes(self, now: datetime) -> int:
+        """Delete every outcome expired by ``now``; how many there were.
+
+        In batches of one short statement each (``MemoryStore.purge_outcomes``, async
+        here); a row another transaction holds is left to it (it is being replaced).
+        """
+        pool = await self._ready()
+        purged = 0
+        while True:
+            async with pool.connection() as connection:
+                cursor = await connection.execute(_DELETE_EXPIRED, (now, _PURGE_BATCH))
+            purged += cursor.rowcount
+            if cursor.rowcount < _PURGE_BATCH:
+                return purged
+
+    async def apply(self, writes: TurnWrites) -> None:
+        """Write a turn in one transaction; ``StoreConflictError`` when another turn won."""
+        pool = await self._ready()
+        async with pool.connection() as connection:
+            try:
+                async with connection.transaction():
+                    await self._write(connection, writes)
+            except (errors.UniqueViolation, errors.SerializationFailure) as error:
+                raise StoreConflictError(f"a concurrent turn won: {error}") from error
+            except errors.DeadlockDetected as error:
+                raise StoreConflictError("a concurrent turn won (deadlock)") from error
+
+    @staticmethod
+    async def _write_session(
+        connection: _Connection, write: SessionWrite, org: str, user: str
+    ) -> None:
+        s = write.session
+        if write.created:
+            cursor = await connection.execute(
+                "INSERT INTO aptix_sessions (id, org, user_name, mode, agent_context_id, "
+                "conversation_context_id, solution_context_text, solution_context_json, "
+                "created_at, version) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 1) ON CONFLICT (id) DO NOTHING",
+                (
+                    s.id,
+                    s.org,
+                    s.user,
+                    s.mode,
+                    s.agent_context_id,
+                    s.conversation_context_id,
+                    *_nul_safe_columns(s.solution_context_text),
+                    s.created_at,
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise StoreConflictError(f"session {s.id!r} already exists")
+        else:
+            # The row lock this takes serializes every later write of this session
+            # until commit, so the seq numbers read below cannot race.
+            cursor = await connection.execute(
+                "UPDATE aptix_sessions SET mode = %s, solution_context_text = %s, "
+                "solution_context_json = %s, version = version + 1 "
+                "WHERE id = %s AND org = %s AND user_name = %s AND version = %s",
+                (
+                    s.mode,
+                    *_nul_safe_columns(s.solution_context_text),
+                    s.id,
+                    org,
+                    user,
+                    write.expected_version,
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise StoreConflictError(f"session {s.id!r} changed since it was read")
+        # A new session's whole history is new; an existing one's only what this turn added.
+        history = s.mode_history if write.created else write.new_history
+        if history:
+            cursor = await connection.execute(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM aptix_mode_history WHERE session_id = %s",
+                (s.id,),
+            )
+            row = await cursor.fetchone()
+            first = int(row[0]) if row is not None else 1
+            await cursor.executemany(
+                "INSERT INTO aptix_mode_history (session_id, seq, entry) VALUES (%s, %s, %s)",
+                [(s.id, first + n, entry.model_dump_json()) for n, entry in enumerate(history)],
+            )
+
+    async def _write(self, connection: _Connection, writes: TurnWrites) -> None:
+        # Sessions in id order, so two turns touching the same sessions lock them alike.
+        for write in sorted(writes.sessions, key=lambda w: w.session.id):
+            await self._write_session(connection, write, writes.org, writes.user)
+        for turn_write in writes.turns:
+            turn = turn_write.turn
+            row = (turn.status.value, turn.model_dump_json(), turn.session_id, turn.id)
+            if turn_write.created:
+                cursor = await connection.execute(
+                    "INSERT INTO aptix_turns (status, data, session_id, id) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT (session_id, id) DO NOTHING",
+                    row,
+                )
+                if cursor.rowcount != 1:
+                    raise StoreConflictError(f"turn {turn.id!r} already exists")
+            else:
+                await connection.execute(
+                    "UPDATE aptix_turns SET status = %s, data = %s "
+                    "WHERE session_id = %s AND id = %s",
+                    row,
+                )
+        by_session: dict[str, list[tuple[str, ChatMessage]]] = {}
+        for session_id, turn_id, message in writes.transcript:
+            by_session.setdefault(session_id, []).append((turn_id, message))
+        for session_id, messages in by_session.items():
+            cursor = await connection.execute(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM aptix_transcript WHERE session_id = %s",
+                (session_id,),
+            )
+            row_ = await cursor.fetchone()
+            first = int(row_[0]) if row_ is not None else 1
+            await cursor.executemany(
+                "INSERT INTO aptix_transcript (session_id, seq, turn_id, message) "
+                "VALUES (%s, %s, %s, %s)",
+                [
+                    (session_id, first + n, turn_id, message.model_dump_json())
+                    for n, (turn_id, message) in enumerate(messages)
+                ],
+            )
+        if writes.outcomes:
+            # After the sessions: an Initial turn's outcome names the session it creates.
+            await self._write_outcomes(connection, writes)
+
+    @staticmethod
+    async def _write_outcomes(connection: _Connection, writes: TurnWrites) -> None:
+        # The sweep: expired by the earliest new outcome's time, so expired for each of
+        # them too, and deleting one changes no conflict decision below. SKIP LOCKED: a
+        # row another transaction holds is not waited for.
+        earliest = min(outcome.created_at for outcome in writes.outcomes)
+        await connection.execute(_DELETE_EXPIRED, (earliest, OUTCOME_SWEEP))
+        # In key order, so two turns storing the same keys lock them alike. A key held
+        # by a concurrent uncommitted insert makes this wait for it; once it commits,
+        # the WHERE sees its row (unexpired): no row written, a conflict (the rule of
+        # unit_of_work.outcome_replaceable, decided by the database).
+        for outcome in sorted(writes.outcomes, key=lambda o: o.key):
+            cursor = await connection.execute(
+                "INSERT INTO aptix_outcomes (org, user_name, key, request_digest, session_id, "
+                "turn_id, result_json, result_json_literal, created_at, expires_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (org, user_name, key) DO UPDATE SET "
+                "request_digest = EXCLUDED.request_digest, session_id = EXCLUDED.session_id, "
+                "turn_id = EXCLUDED.turn_id, result_json = EXCLUDED.result_json, "
+                "result_json_literal = EXCLUDED.result_json_literal, "
+                "created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at "
+                "WHERE aptix_outcomes.expires_at <= EXCLUDED.created_at",
+                (
+                    writes.org,
+                    writes.user,
+                    outcome.key,
+                    outcome.request_digest,
+                    outcome.session_id,
+                    outcome.turn_id,
+                    *_nul_safe_columns(outcome.result_json),
+                    outcome.created_at,
+                    outcome.expires_at,
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise StoreConflictError(f"outcome {outcome.key!r} is already stored")

@@ -1,0 +1,727 @@
+"""The SQLite ``SessionStore``: the embedded default (DESIGN.md "Embedding").
+
+- stdlib ``sqlite3``, always off the event loop: every statement runs on one
+  worker thread that owns the connection, and a turn's reads and its commit are
+  one hop each to that thread (no pool, no ``concurrent.futures`` per call).
+- WAL journal and a busy timeout, so several processes (separate ``aptix run``
+  calls) can share one file.
+- One transaction per turn: a turn's writes arrive together
+  (``unit_of_work.BufferedTransaction``) and are applied in one ``BEGIN
+  IMMEDIATE … COMMIT`` with optimistic version checks, so a failed turn writes
+  nothing and a concurrent one loses cleanly (``StoreConflictError``).
+- A versioned schema (``PRAGMA user_version``): a new file is created at the
+  current version, an older one is migrated in place (version 2 added stored
+  outcomes), and a file written by a newer version is refused.
+- Stored outcomes (``StoredOutcome``, docs/CONFORMANCE.md D181) are written in
+  the turn's transaction; a key holding an unexpired one makes the whole commit a
+  conflict. Each commit that stores outcomes also deletes up to
+  ``OUTCOME_SWEEP`` expired ones, so the table does not grow without bound;
+  ``purge_outcomes`` removes all of them.
+
+Durability (``synchronous``, docs/STORES.md "SQLite durability"): ``"normal"`` (the default)
+is WAL with ``PRAGMA synchronous = NORMAL``: a commit writes the turn to the WAL
+file without waiting for the disk, so a turn the store acknowledged survives a
+crash of the process (``kill -9`` included), but a power loss or an OS crash
+may roll back the turns committed since the WAL was last synced to disk, which
+SQLite does at each checkpoint (here: in the background, after every
+``CHECKPOINT_EVERY`` commits of this store). The file itself is never corrupted.
+``"full"`` (``PRAGMA synchronous = FULL``) syncs the WAL at every commit: an
+acknowledged turn survives a power loss too, at the cost of one fsync a turn.
+
+Checkpoints (copying the WAL back into the database file, with its fsyncs) run on
+a second connection in a thread of their own, never in a turn's commit, so a
+turn does not wait behind one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar, cast, get_args
+
+from aptix_pipeline.contracts import (
+    ChatMessage,
+    Session,
+    StoreConflictError,
+    StoredOutcome,
+    Turn,
+    TurnStatus,
+)
+
+from .session_browser import (
+    DEFAULT_PAGE,
+    OwnerSummary,
+    SessionSummary,
+    TranscriptEntry,
+    check_page,
+    turn_order,
+)
+from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable, session_from_row
+
+__all__ = [
+    "CHECKPOINT_EVERY",
+    "OUTCOME_SWEEP",
+    "SCHEMA_VERSION",
+    "SYNCHRONOUS_MODES",
+    "SQLiteStore",
+    "Synchronous",
+    "synchronous_mode",
+]
+
+SCHEMA_VERSION = 2
+T = TypeVar("T")
+
+Synchronous = Literal["normal", "full"]
+"""The durability settings: ``PRAGMA synchronous`` in WAL mode (module docstring)."""
+SYNCHRONOUS_MODES: Final[tuple[Synchronous, ...]] = get_args(Synchronous)
+CHECKPOINT_EVERY: Final = 200
+"""Commits of one store between two background WAL checkpoints."""
+OUTCOME_SWEEP: Final = 100
+"""Expired outcomes a commit that stores outcomes deletes at most (module docstring)."""
+_PURGE_BATCH: Final = 1000
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_DELETE_EXPIRED: Final = (
+    "DELETE FROM outcomes WHERE rowid IN (SELECT rowid FROM outcomes "
+    "WHERE expires_at_us <= ? LIMIT ?)"
+)
+"""Delete at most ``LIMIT`` outcomes expired by the instant given (in microseconds)."""
+
+
+def synchronous_mode(value: str, *, option: str = "synchronous") -> Synchronous:
+    """``value`` as a durability setting (any case); ``ValueError`` naming ``option`` if not."""
+    mode = value.strip().lower()
+    if mode not in SYNCHRONOUS_MODES:
+        raise ValueError(f"{option} must be one of {', '.join(SYNCHRONOUS_MODES)}, not {value!r}")
+    return mode
+
+
+class _Worker:
+    """One thread that runs every call on the store's connection, in order.
+
+    ``call`` hands a function to the thread and awaits its result; the answer comes
+    back through ``call_soon_threadsafe``. ``call_sync`` blocks the calling thread
+    (opening, closing). Cheaper per call than ``run_in_executor``.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        """Whether calls are still taken."""
+        return not self._stopping
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+
+    def _put(self, job: Callable[[], None]) -> None:
+        if self._stopping:
+            raise RuntimeError("the SQLite store is closed")
+        self._jobs.put(job)
+
+    async def call(self, work: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def settle(result: T | None, error: BaseException | None) -> None:
+            if future.done():  # the awaiting task was cancelled
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(cast(T, result))
+
+        def job() -> None:
+            if future.cancelled():  # cancelled before it started: skip it, as an executor would
+                return
+            try:
+                result, error = work(), None
+            except BaseException as raised:
+                result, error = None, raised
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle, result, error)
+
+        self._put(job)
+        return await future
+
+    def call_sync(self, work: Callable[[], T]) -> T:
+        if threading.current_thread() is self._thread:
+            return work()
+        future: Future[T] = Future()
+
+        def job() -> None:
+            try:
+                future.set_result(work())
+            except BaseException as error:
+                future.set_exception(error)
+
+        self._put(job)
+        return future.result()
+
+    def submit(self, work: Callable[[], None]) -> None:
+        """Run ``work`` on the thread; nobody waits for it."""
+        self._put(work)
+
+    def stop(self) -> None:
+        """Take no more calls, finish the queued ones and end the thread."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._jobs.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+        while True:  # a call queued while stopping: it runs, and finds the store closed
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job()
+
+
+_SCHEMA = (
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        org TEXT NOT NULL,
+        user TEXT NOT NULL,
+        mode TEXT,
+        agent_context_id TEXT,
+        conversation_context_id TEXT,
+        solution_context_text TEXT,
+        created_at TEXT,
+        version INTEGER NOT NULL)""",
+    "CREATE INDEX sessions_owner ON sessions (org, user)",
+    """CREATE TABLE mode_history (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        seq INTEGER NOT NULL,
+        entry TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq))""",
+    """CREATE TABLE turns (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (session_id, id))""",
+    "CREATE INDEX turns_status ON turns (session_id, status)",
+    """CREATE TABLE transcript (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        seq INTEGER NOT NULL,
+        turn_id TEXT NOT NULL,
+        message TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq))""",
+)
+# Version 2: stored outcomes. Times are ISO 8601 text, as sessions' created_at, so a
+# read gives back the very value written (its UTC offset included); expires_at_us is
+# the same instant as microseconds since 1970 UTC, the order the expiry index keeps.
+_SCHEMA_2 = (
+    """CREATE TABLE outcomes (
+        org TEXT NOT NULL,
+        user TEXT NOT NULL,
+        key TEXT NOT NULL,
+        request_digest TEXT NOT NULL,
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        turn_id TEXT NOT NULL,
+        result_json TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT,
+        expires_at_us INTEGER,
+        PRIMARY KEY (org, user, key))""",
+    "CREATE INDEX outcomes_expiry ON outcomes (expires_at_us)",
+)
+_MIGRATIONS = (_SCHEMA, _SCHEMA_2)
+"""``_MIGRATIONS[n]`` takes a file from schema version ``n`` to ``n + 1``."""
+
+
+def _instant_us(moment: datetime) -> int:
+    """``moment`` as microseconds since 1970 UTC (a naive time counts as UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+class SQLiteStore:
+    """Sessions in a SQLite file; see the module docstring. Close it when done.
+
+    ``synchronous`` is the durability setting, ``"normal"`` or ``"full"`` (module
+    docstring); ``ValueError`` for anything else.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Synchronous | str = "normal",
+        busy_timeout_ms: int = 10_000,
+    ) -> None:
+        self.path = Path(path)
+        self.synchronous: Synchronous = synchronous_mode(synchronous)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._connection: sqlite3.Connection | None = None
+        self._commits = 0
+        self._checkpointing = False
+        self._checkpoint_connection: sqlite3.Connection | None = None
+        self._checkpointer: _Worker | None = None
+        self._worker = _Worker("aptix-sqlite")
+        try:
+            self._worker.call_sync(self._connect)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def _open_connection(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        return connection
+
+    def _connect(self) -> None:
+        connection = self._open_connection()
+        self._connection = connection
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:  # checked before anything changes the file
+            raise RuntimeError(
+                f"{self.path}: the database has schema version {version}; this "
+                f"aptix-pipeline knows up to {SCHEMA_VERSION}"
+            )
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute("PRAGMA foreign_keys = ON")
+        connection.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+        # Checkpoints run in the background (_checkpoint); this is only the safety net
+        # for WAL growth this store's own commits do not account for (other processes).
+        connection.execute("PRAGMA wal_autocheckpoint = 10000")
+        self._migrate(connection)
+
+    @staticmethod
+    def _migrate(connection: sqlite3.Connection) -> None:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"the database has schema version {version}; this aptix-pipeline "
+                    f"knows up to {SCHEMA_VERSION}"
+                )
+            # Every step from the file's version on, in this one transaction.
+            for step in _MIGRATIONS[version:]:
+                for statement in step:
+                    connection.execute(statement)
+            if version < SCHEMA_VERSION:
+                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL into the database file (``PASSIVE``: never waits for a turn)."""
+        try:
+            if self._checkpoint_connection is None:
+                self._checkpoint_connection = self._open_connection()
+                self._checkpoint_connection.execute(
+                    f"PRAGMA synchronous = {self.synchronous.upper()}"
+                )
+            self._checkpoint_connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error:
+            pass  # the next one tries again; SQLite's own autocheckpoint is the safety net
+        finally:
+            self._checkpointing = False
+
+    def _after_commit(self) -> None:
+        self._commits += 1
+        if self._commits % CHECKPOINT_EVERY or self._checkpointing:
+            return
+        if self._checkpointer is None:
+            self._checkpointer = _Worker("aptix-sqlite-checkpoint")
+        self._checkpointing = True
+        self._checkpointer.submit(self._checkpoint)
+
+    def _close_checkpoint_connection(self) -> None:  # on the checkpointer's thread
+        if self._checkpoint_connection is not None:
+            self._checkpoint_connection.close()
+            self._checkpoint_connection = None
+
+    def _close_connection(self) -> None:  # on the worker thread, after every queued call
+        if self._checkpointer is not None:
+            self._checkpointer.call_sync(self._close_checkpoint_connection)
+            self._checkpointer.stop()
+            self._checkpointer = None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def close(self) -> None:
+        """Close the connection and stop the worker thread (waits for a running commit).
+
+        Closing twice is harmless. From async code prefer ``await store.aclose()``,
+        which waits off the loop.
+        """
+        if self._worker.running:
+            self._worker.call_sync(self._close_connection)
+        self._worker.stop()
+
+    async def aclose(self) -> None:
+        """``close`` without blocking the event loop."""
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        """The file's schema version."""
+        return int(self._worker.call_sync(lambda: self._query_one("PRAGMA user_version", ()))[0])
+
+    async def _run(self, work: Callable[[], T]) -> T:
+        return await self._worker.call(work)
+
+    def _db(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise RuntimeError("the SQLite store is closed")
+        return self._connection
+
+    def _query_one(self, sql: str, params: tuple[Any, ...]) -> Any:
+        return self._db().execute(sql, params).fetchone()
+
+    # --- the port --------------------------------------------------------------------
+
+    def begin(self, org: str, user: str) -> BufferedTransaction:
+        """Start one turn's transaction for this caller."""
+        return BufferedTransaction(self, org, user)
+
+    def _read_session(self, org: str, user: str, session_id: str) -> Session | None:
+        db = self._db()
+        row = db.execute(
+            "SELECT id, org, user, mode, agent_context_id, conversation_context_id, "
+            "solution_context_text, created_at, version FROM sessions "
+            "WHERE id = ? AND org = ? AND user = ?",
+            (session_id, org, user),
+        ).fetchone()
+        if row is None:
+            return None
+        history = db.execute(
+            "SELECT entry FROM mode_history WHERE session_id = ? ORDER BY seq", (session_id,)
+        )
+        return session_from_row(row, (entry for (entry,) in history))
+
+    async def read_session(self, org: str, user: str, session_id: str) -> Session | None:
+        """The session, if it belongs to this org and user."""
+        return await self._run(lambda: self._read_session(org, user, session_id))
+
+    def _read_turn(self, org: str, user: str, session_id: str, turn_id: str) -> Turn | None:
+        row = (
+            self._db()
+            .execute(
+                "SELECT t.data FROM turns t JOIN sessions s ON s.id = t.session_id "
+                "WHERE t.session_id = ? AND t.id = ? AND s.org = ? AND s.user = ?",
+                (session_id, turn_id, org, user),
+            )
+            .fetchone()
+        )
+        return None if row is None else Turn.model_validate_json(row[0])
+
+    async def read_turn(self, org: str, user: str, session_id: str, turn_id: str) -> Turn | None:
+        """The turn of the caller's session, or ``None``."""
+        return await self._run(lambda: self._read_turn(org, user, session_id, turn_id))
+
+    def _read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
+        rows = self._db().execute(
+            "SELECT t.message FROM transcript t JOIN sessions s ON s.id = t.session_id "
+            "WHERE t.session_id = ? AND s.org = ? AND s.user = ? ORDER BY t.seq",
+            (session_id, org, user),
+        )
+        return [ChatMessage.model_validate_json(message) for (message,) in rows]
+
+    async def read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
+        """The session's messages, oldest first."""
+        return await self._run(lambda: self._read_transcript(org, user, session_id))
+
+    def _read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
+        row = (
+            self._db()
+            .execute(
+                "SELECT t.data FROM turns t JOIN sessions s ON s.id = t.session_id "
+                "WHERE t.session_id = ? AND t.status = ? AND s.org = ? AND s.user = ? LIMIT 1",
+                (session_id, TurnStatus.AWAITING_CLIENT_TOOLS.value, org, user),
+            )
+            .fetchone()
+        )
+        return None if row is None else Turn.model_validate_json(row[0])
+
+    async def read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
+        """The session's turn that awaits client tool results, if any."""
+        return await self._run(lambda: self._read_pending_turn(org, user, session_id))
+
+    @staticmethod
+    def _read_outcome(
+        db: sqlite3.Connection, org: str, user: str, key: str
+    ) -> StoredOutcome | None:
+        row = db.execute(
+            "SELECT key, request_digest, session_id, turn_id, result_json, created_at, "
+            "expires_at FROM outcomes WHERE org = ? AND user = ? AND key = ?",
+            (org, user, key),
+        ).fetchone()
+        if row is None:
+            return None
+        return StoredOutcome(
+            key=row[0],
+            request_digest=row[1],
+            session_id=row[2],
+            turn_id=row[3],
+            result_json=row[4],
+            created_at=row[5],  # the ISO text as written: the same instant and offset
+            expires_at=row[6],
+        )
+
+    async def read_outcome(self, org: str, user: str, key: str) -> StoredOutcome | None:
+        """This org and user's outcome under ``key``, expired or not."""
+        return await self._run(lambda: self._read_outcome(self._db(), org, user, key))
+
+    def _purge_batch(self, now_us: int) -> int:
+        # One statement, so one short transaction: queued turns run between batches.
+        return self._db().execute(_DELETE_EXPIRED, (now_us, _PURGE_BATCH)).rowcount
+
+    async def purge_outcomes(self, now: datetime) -> int:
+        """Delete every outcome expired by ``now``; how many there were.
+
+        In batches of a short transaction each, so turns committing meanwhile wait
+        for one batch at most (``MemoryStore.purge_outcomes``, here off the loop).
+        """
+        now_us, purged = _instant_us(now), 0
+        while (deleted := await self._run(lambda: self._purge_batch(now_us))) > 0:
+            purged += deleted
+            if deleted < _PURGE_BATCH:
+                break
+        return purged
+
+    # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
+
+    def _list_owners(self, limit: int, offset: int) -> list[OwnerSummary]:
+        rows = self._db().execute(
+            "SELECT org, user, COUNT(*) FROM sessions GROUP BY org, user "
+            "ORDER BY org, user LIMIT ? OFFSET ?",
+            (limit, offset),
+        )
+        return [OwnerSummary(org, user, count) for org, user, count in rows]
+
+    async def list_owners(
+        self, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[OwnerSummary]:
+        """The org and user pairs holding sessions, by org then user."""
+        check_page(limit, offset)
+        return await self._run(lambda: self._list_owners(limit, offset))
+
+    def _list_sessions(self, org: str, user: str) -> list[SessionSummary]:
+        db = self._db()
+        turn_times: dict[str, list[datetime | None]] = {}
+        for session_id, created in db.execute(
+            "SELECT t.session_id, json_extract(t.data, '$.CreatedAt') FROM turns t "
+            "JOIN sessions s ON s.id = t.session_id WHERE s.org = ? AND s.user = ?",
+            (org, user),
+        ):
+            moment = None if created is None else datetime.fromisoformat(created)
+            turn_times.setdefault(session_id, []).append(moment)
+        summaries = []
+        for session_id, mode, created_text in db.execute(
+            "SELECT id, mode, created_at FROM sessions WHERE org = ? AND user = ?", (org, user)
+        ):
+            created_at = None if created_text is None else datetime.fromisoformat(created_text)
+            times = turn_times.get(session_id, [])
+            summaries.append(SessionSummary.of(session_id, org, user, mode, created_at, times))
+        return sorted(summaries, key=SessionSummary.sort_key)
+
+    async def list_sessions(
+        self, org: str, user: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[SessionSummary]:
+        """The caller's sessions, most recent activity first."""
+        check_page(limit, offset)
+        summaries = await self._run(lambda: self._list_sessions(org, user))
+        return summaries[offset : offset + limit]
+
+    def _owns(self, org: str, user: str, session_id: str) -> bool:
+        return (
+            self._query_one(
+                "SELECT 1 FROM sessions WHERE id = ? AND org = ? AND user = ?",
+                (session_id, org, user),
+            )
+            is not None
+        )
+
+    def _list_turns(self, org: str, user: str, session_id: str) -> list[Turn] | None:
+        if not self._owns(org, user, session_id):
+            return None
+        rows = self._db().execute("SELECT data FROM turns WHERE session_id = ?", (session_id,))
+        return sorted((Turn.model_validate_json(data) for (data,) in rows), key=turn_order)
+
+    async def list_turns(
+        self, org: str, user: str, session_id: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[Turn] | None:
+        """The session's turns in creation order; ``None`` when the caller has no such session."""
+        check_page(limit, offset)
+        turns = await self._run(lambda: self._list_turns(org, user, session_id))
+        return None if turns is None else turns[offset : offset + limit]
+
+    def _transcript_page(
+        self, org: str, user: str, session_id: str, limit: int, offset: int
+    ) -> list[TranscriptEntry] | None:
+        if not self._owns(org, user, session_id):
+            return None
+        rows = self._db().execute(
+            "SELECT seq, turn_id, message FROM transcript WHERE session_id = ? "
+            "ORDER BY seq LIMIT ? OFFSET ?",
+            (session_id, limit, offset),
+        )
+        return [
+            TranscriptEntry(seq, turn_id, ChatMessage.model_validate_json(text))
+            for seq, turn_id, text in rows
+        ]
+
+    async def read_transcript_page(
+        self, org: str, user: str, session_id: str, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[TranscriptEntry] | None:
+        """The session's messages in order; ``None`` when the caller has no such session."""
+        check_page(limit, offset)
+        return await self._run(lambda: self._transcript_page(org, user, session_id, limit, offset))
+
+    def _apply(self, writes: TurnWrites) -> None:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            self._write(db, writes)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self._after_commit()
+
+    @staticmethod
+    def _write(db: sqlite3.Connection, writes: TurnWrites) -> None:
+        for write in writes.sessions:
+            s = write.session
+            if write.created:
+                try:
+                    db.execute(
+                        "INSERT INTO sessions (id, org, user, mode, agent_context_id, "
+                        "conversation_context_id, solution_context_text, created_at, version) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                        (
+                            s.id,
+                            s.org,
+                            s.user,
+                            s.mode,
+                            s.agent_context_id,
+                            s.conversation_context_id,
+                            s.solution_context_text,
+                            s.created_at.isoformat() if s.created_at else None,
+                        ),
+                    )
+                except sqlite3.IntegrityError as error:
+                    raise StoreConflictError(f"session {s.id!r} already exists") from error
+            else:
+                updated = db.execute(
+                    "UPDATE sessions SET mode = ?, solution_context_text = ?, "
+                    "version = version + 1 WHERE id = ? AND org = ? AND user = ? AND version = ?",
+                    (
+                        s.mode,
+                        s.solution_context_text,
+                        s.id,
+                        writes.org,
+                        writes.user,
+                        write.expected_version,
+                    ),
+                )
+                if updated.rowcount != 1:
+                    raise StoreConflictError(f"session {s.id!r} changed since it was read")
+            (next_seq,) = (
+                (1,)  # a session this turn creates has no history yet
+                if write.created
+                else db.execute(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM mode_history WHERE session_id = ?",
+                    (s.id,),
+                ).fetchone()
+            )
+            # A new session's whole history is new; an existing one's only what this turn added.
+            history = s.mode_history if write.created else write.new_history
+            for offset, entry in enumerate(history):
+                db.execute(
+                    "INSERT INTO mode_history (session_id, seq, entry) VALUES (?, ?, ?)",
+                    (s.id, next_seq + offset, entry.model_dump_json()),
+                )
+        for turn_write in writes.turns:
+            turn = turn_write.turn
+            row = (turn.status.value, turn.model_dump_json(), turn.session_id, turn.id)
+            if turn_write.created:
+                try:
+                    db.execute(
+                        "INSERT INTO turns (status, data, session_id, id) VALUES (?, ?, ?, ?)", row
+                    )
+                except sqlite3.IntegrityError as error:
+                    raise StoreConflictError(f"turn {turn.id!r} already exists") from error
+            else:
+                db.execute(
+                    "UPDATE turns SET status = ?, data = ? WHERE session_id = ? AND id = ?", row
+                )
+        # A session this turn creates has no transcript yet: its messages start at 1.
+        next_seq_by_session = {write.session.id: 1 for write in writes.sessions if write.created}
+        for session_id, turn_id, message in writes.transcript:
+            if session_id not in next_seq_by_session:
+                (next_seq_by_session[session_id],) = db.execute(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM transcript WHERE session_id = ?",
+                    (session_id,),
+                ).fetchone()
+            db.execute(
+                "INSERT INTO transcript (session_id, seq, turn_id, message) VALUES (?, ?, ?, ?)",
+                (session_id, next_seq_by_session[session_id], turn_id, message.model_dump_json()),
+            )
+            next_seq_by_session[session_id] += 1
+        if writes.outcomes:
+            SQLiteStore._write_outcomes(db, writes)
+
+    @staticmethod
+    def _write_outcomes(db: sqlite3.Connection, writes: TurnWrites) -> None:
+        # After the sessions: an Initial turn's outcome names the session it creates.
+        # The sweep: expired by the earliest new outcome's time, so expired for each of
+        # them too, and deleting one changes no conflict decision below.
+        earliest = min(_instant_us(outcome.created_at) for outcome in writes.outcomes)
+        db.execute(_DELETE_EXPIRED, (earliest, OUTCOME_SWEEP))
+        for outcome in writes.outcomes:
+            # Inside BEGIN IMMEDIATE nobody else writes: read, decide, write.
+            stored = SQLiteStore._read_outcome(db, writes.org, writes.user, outcome.key)
+            if not outcome_replaceable(stored, outcome):
+                raise StoreConflictError(f"outcome {outcome.key!r} is already stored")
+            expires = outcome.expires_at
+            db.execute(
+                "INSERT OR REPLACE INTO outcomes (org, user, key, request_digest, session_id, "
+                "turn_id, result_json, created_at, expires_at, expires_at_us) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    writes.org,
+                    writes.user,
+                    outcome.key,
+                    outcome.request_digest,
+                    outcome.session_id,
+                    outcome.turn_id,
+                    outcome.result_json,
+                    outcome.created_at.isoformat(),
+                    None if expires is None else expires.isoformat(),
+                    None if expires is None else _instant_us(expires),
+                ),
+            )
+
+    async def apply(self, writes: TurnWrites) -> None:
+        """Write a turn in one transaction; ``StoreConflictError`` when another turn won."""
+        await self._run(lambda: self._apply(writes))

@@ -1,0 +1,358 @@
+"""The turn browser page: a Starlette app of server-rendered HTML (docs/UI.md).
+
+``create_ui_app`` serves, under whatever path it is mounted at:
+
+- ``/`` — the sessions of the store (org, user, mode, turns, last activity) and the
+  recordings of the folder;
+- ``/session?org=&user=&id=`` — a session: its turns and transcript;
+- ``/turn?org=&user=&session=&id=`` — a stored turn: what the store holds, and the
+  view of its recordings (``ui/recordings.py`` says which are its);
+- ``/recording?name=`` — a recorded turn: the pipeline diagram with its path, the
+  timeline, request and response (``ui/turn.py``); ``POST /recording/replay?name=``
+  replays it (``engine/replay``) and answers the outcome (an htmx fragment, or a
+  whole page to a plain form post);
+- ``/static/…`` — htmx (vendored, with its licence), the page's stylesheet and the
+  watch view's script, from the package; nothing is fetched from elsewhere.
+
+Who sees what (``UIAccess``): standalone (``aptix ui``) the page is for the
+operator of the store and shows every org and user; mounted in ``aptix serve``
+(``[ui] enabled``) it shows the sessions and recordings of the caller whose API
+key the browser gave once at ``/login`` (kept in an HttpOnly, SameSite=Strict
+cookie whose path is the UI's), and ``/watch`` starts a turn as that caller and
+shows its progress events as they stream.
+
+Every page goes out with a Content-Security-Policy allowing scripts from the page's
+own static folder only, so nothing a store or a recording holds can run as a script.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qs
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from aptix_pipeline.adapters.stores import (
+    MAX_PAGE,
+    BrowsableStore,
+    OwnerSummary,
+    SessionDetail,
+    SessionSummary,
+    read_session_detail,
+)
+from aptix_pipeline.contracts import Caller
+
+from .html import Markup, html, page, stylesheet
+from .pages import (
+    index_body,
+    login_body,
+    recording_body,
+    session_body,
+    stored_turn_body,
+    watch_body,
+)
+from .recordings import RecordingEntry, RecordingShelf
+from .turn import replay_outcome
+
+__all__ = ["KEY_COOKIE", "UIAccess", "create_ui_app"]
+
+KEY_COOKIE: Final = "aptix_ui_key"
+"""The cookie the mounted UI keeps the browser's API key in (module docstring)."""
+_SECURITY_HEADERS: Final = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+_STATIC: Final = {
+    "htmx.min.js": "text/javascript",
+    "htmx.LICENSE": "text/plain",
+    "ui_watch.js": "text/javascript",
+}
+_OWNERS_SHOWN: Final = 100
+"""Orgs and users the first page lists; each with its most recent sessions."""
+
+
+@dataclass(frozen=True, slots=True)
+class UIAccess:
+    """How the mounted UI knows its caller and starts turns (``None`` fields: standalone).
+
+    ``caller_for_key`` names the caller an API key stands for (``None``: not a key);
+    ``watch`` answers the watch view's request with the service's streamed answer,
+    run as the caller of the key given.
+    """
+
+    caller_for_key: Callable[[str], Awaitable[Caller | None]]
+    watch: Callable[[Request, str], Awaitable[Response]] | None = None
+
+
+_StoreSource = Callable[[], BrowsableStore | None]
+
+
+def _base(request: Request) -> str:
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _html(body: Markup | str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(str(body), status_code=status, headers=_SECURITY_HEADERS)
+
+
+def _static_file(name: str) -> bytes:
+    return importlib.resources.files(__package__).joinpath("static", name).read_bytes()
+
+
+class _UI:
+    """The routes' shared state: where sessions and recordings come from, and who may look."""
+
+    def __init__(
+        self,
+        store: _StoreSource,
+        store_name: str | None,
+        shelf: RecordingShelf,
+        access: UIAccess | None,
+    ) -> None:
+        self.store = store
+        self.store_name = store_name
+        self.shelf = shelf
+        self.access = access
+
+    async def caller(self, request: Request) -> Caller | None:
+        """The mounted UI's caller (from the key cookie); ``None`` when it has none."""
+        assert self.access is not None
+        key = request.cookies.get(KEY_COOKIE)
+        return None if not key else await self.access.caller_for_key(key)
+
+    def page(self, request: Request, title: str, body: Markup, **kwargs: Any) -> HTMLResponse:
+        watch = self.access is not None and self.access.watch is not None
+        status = kwargs.pop("status", 200)
+        return _html(page(title, body, base=_base(request), watch=watch, **kwargs), status)
+
+    def not_found(self, request: Request, what: str) -> HTMLResponse:
+        body = html("<h1>Not found</h1><p id='not-found'>{what}</p>", what=what)
+        return self.page(request, "not found", body, status=404)
+
+    def allowed(self, caller: Caller | None, org: str, user: str) -> bool:
+        """Standalone: any; mounted: only the caller's own org and user."""
+        return self.access is None or (
+            caller is not None and (caller.org, caller.user) == (org, user)
+        )
+
+    def visible(self, caller: Caller | None, entry: RecordingEntry) -> bool:
+        return self.access is None or (
+            caller is not None and entry.belongs_to(caller.org, caller.user)
+        )
+
+
+def _guarded(
+    ui: _UI, handler: Callable[[Request, Caller | None], Awaitable[Response]]
+) -> Callable[[Request], Awaitable[Response]]:
+    """The handler, given the caller; a mounted UI without one sends the browser to ``/login``."""
+
+    async def endpoint(request: Request) -> Response:
+        caller = None
+        if ui.access is not None:
+            caller = await ui.caller(request)
+            if caller is None:
+                return RedirectResponse(f"{_base(request)}/login", status_code=303)
+        return await handler(request, caller)
+
+    return endpoint
+
+
+def _query(request: Request, *names: str) -> list[str] | None:
+    values = [request.query_params.get(name) for name in names]
+    return None if any(v is None or v == "" for v in values) else [str(v) for v in values]
+
+
+def create_ui_app(
+    store: BrowsableStore | _StoreSource | None,
+    recordings: str | Path | None,
+    *,
+    store_name: str | None = None,
+    access: UIAccess | None = None,
+    close_store: Callable[[], Awaitable[None]] | None = None,
+) -> Starlette:
+    """The turn browser app (module docstring).
+
+    ``store`` is a store (or a function giving the store when asked: the service's,
+    once it is open), or ``None`` for recordings only; ``recordings`` the folder of
+    recording files, or ``None``; ``store_name`` what the page calls the store;
+    ``access`` makes it the mounted UI; ``close_store`` runs when the app stops.
+    """
+    source: _StoreSource = store if callable(store) else (lambda: store)
+    shelf = RecordingShelf(Path(recordings) if recordings is not None else None)
+    ui = _UI(source, store_name, shelf, access)
+
+    async def index(request: Request, caller: Caller | None) -> Response:
+        opened = ui.store()
+        owners: list[tuple[OwnerSummary, list[SessionSummary]]] = []
+        more_owners = False
+        if opened is not None:
+            if caller is not None:
+                listed = await opened.list_sessions(caller.org, caller.user, limit=MAX_PAGE)
+                summary = OwnerSummary(caller.org, caller.user, len(listed))
+                owners = [(summary, listed)] if listed else []
+            else:
+                found = await opened.list_owners(limit=_OWNERS_SHOWN + 1)
+                more_owners = len(found) > _OWNERS_SHOWN
+                for owner in found[:_OWNERS_SHOWN]:
+                    sessions = await opened.list_sessions(owner.org, owner.user, limit=MAX_PAGE)
+                    owners.append((owner, sessions))
+        entries = [e for e in ui.shelf.entries() if ui.visible(caller, e)]
+        folder = str(ui.shelf.folder) if ui.shelf.folder is not None else None
+        name = ui.store_name if opened is not None else None
+        body = index_body(_base(request), owners, name, entries, folder, more_owners=more_owners)
+        return ui.page(request, "sessions and recordings", body)
+
+    async def _detail(org: str, user: str, session_id: str) -> SessionDetail | None:
+        opened = ui.store()
+        return None if opened is None else await read_session_detail(opened, org, user, session_id)
+
+    async def session(request: Request, caller: Caller | None) -> Response:
+        asked = _query(request, "org", "user", "id")
+        if asked is None or not ui.allowed(caller, asked[0], asked[1]):
+            return ui.not_found(request, "no such session")
+        org, user, session_id = asked
+        detail = await _detail(org, user, session_id)
+        if detail is None:
+            return ui.not_found(request, f"no session {session_id} of {org} / {user}")
+        recorded = {t.id: ui.shelf.for_turn(org, user, session_id, t.id) for t in detail.turns}
+        body = session_body(_base(request), detail, recorded)
+        return ui.page(request, f"session {session_id}", body)
+
+    async def turn(request: Request, caller: Caller | None) -> Response:
+        asked = _query(request, "org", "user", "session", "id")
+        if asked is None or not ui.allowed(caller, asked[0], asked[1]):
+            return ui.not_found(request, "no such turn")
+        org, user, session_id, turn_id = asked
+        detail = await _detail(org, user, session_id)
+        found = next((t for t in detail.turns if t.id == turn_id), None) if detail else None
+        if detail is None or found is None:
+            return ui.not_found(request, f"no turn {turn_id} in session {session_id}")
+        matched = ui.shelf.for_turn(org, user, session_id, turn_id)
+        folder = str(ui.shelf.folder) if ui.shelf.folder is not None else None
+        body = stored_turn_body(_base(request), detail, found, matched, folder)
+        return ui.page(request, f"turn {turn_id}", body)
+
+    def _recording(request: Request, caller: Caller | None) -> RecordingEntry | None:
+        name = request.query_params.get("name")
+        entry = ui.shelf.find(name) if name else None
+        if entry is None or entry.recording is None or not ui.visible(caller, entry):
+            return None
+        return entry
+
+    async def recording(request: Request, caller: Caller | None) -> Response:
+        entry = _recording(request, caller)
+        if entry is None or entry.recording is None:
+            return ui.not_found(request, "no such recording")
+        body = recording_body(_base(request), entry, entry.recording)
+        return ui.page(request, entry.name, body)
+
+    async def replay(request: Request, caller: Caller | None) -> Response:
+        from aptix_pipeline.engine.replay import replay as replay_turn
+
+        entry = _recording(request, caller)
+        if entry is None or entry.recording is None:
+            return ui.not_found(request, "no such recording")
+        try:
+            fragment = replay_outcome(await replay_turn(entry.recording))
+        except ValueError as error:  # a recording this code cannot replay at all
+            fragment = html("<div id='replay-result' data-verdict='error'>{e}</div>", e=str(error))
+        if request.headers.get("hx-request") == "true":
+            return _html(fragment)
+        body = html("<h1>Replay of {name}</h1>{fragment}", name=entry.name, fragment=fragment)
+        return ui.page(request, f"replay {entry.name}", body)
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name == "ui.css":
+            return Response(stylesheet(), media_type="text/css", headers=_SECURITY_HEADERS)
+        if name not in _STATIC:
+            return Response("not found", status_code=404, media_type="text/plain")
+        return Response(_static_file(name), media_type=_STATIC[name], headers=_SECURITY_HEADERS)
+
+    routes = [
+        Route("/", _guarded(ui, index)),
+        Route("/session", _guarded(ui, session)),
+        Route("/turn", _guarded(ui, turn)),
+        Route("/recording", _guarded(ui, recording)),
+        Route("/recording/replay", _guarded(ui, replay), methods=["POST"]),
+        Route("/static/{name}", static),
+    ]
+    if access is not None:
+        routes.extend(_mounted_routes(ui, access))
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if close_store is not None:
+                await close_store()
+
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _mounted_routes(ui: _UI, access: UIAccess) -> list[Route]:
+    """``/login`` and ``/logout``, and ``/watch`` when the service can start turns."""
+
+    async def login_form(request: Request) -> Response:
+        return ui.page(request, "sign in", login_body(_base(request), refused=False))
+
+    async def login(request: Request) -> Response:
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        key = (form.get("key") or [""])[0].strip()
+        base = _base(request)
+        if not key or await access.caller_for_key(key) is None:
+            return ui.page(request, "sign in", login_body(base, refused=True), status=401)
+        response = RedirectResponse(f"{base}/", status_code=303)
+        response.set_cookie(
+            KEY_COOKIE,
+            key,
+            path=f"{base}/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    async def logout(request: Request) -> Response:
+        base = _base(request)
+        response = RedirectResponse(f"{base}/login", status_code=303)
+        response.delete_cookie(KEY_COOKIE, path=f"{base}/")
+        return response
+
+    routes = [
+        Route("/login", login_form),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+    ]
+    watch = access.watch
+    if watch is None:
+        return routes
+
+    async def watch_page(request: Request, caller: Caller | None) -> Response:
+        assert caller is not None
+        body = watch_body(_base(request), caller.org, caller.user)
+        return ui.page(request, "watch a turn", body, scripts=["ui_watch.js"])
+
+    async def watch_run(request: Request, caller: Caller | None) -> Response:
+        return await watch(request, request.cookies[KEY_COOKIE])
+
+    routes.extend(
+        [
+            Route("/watch", _guarded(ui, watch_page)),
+            Route("/watch/run", _guarded(ui, watch_run), methods=["POST"]),
+        ]
+    )
+    return routes

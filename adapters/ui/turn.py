@@ -1,0 +1,376 @@
+"""One recorded turn as the turn browser page shows it (docs/UI.md "The turn page").
+
+- **The path picture**: the pipeline diagram with the turn's path drawn on it
+  (``engine/diagram.py``, the picture ``aptix replay --diagram`` draws): visited
+  states and taken edges in blue, numbered in order, the faulting step, the
+  ``fault`` edge and ``faulted`` in red, the caption naming the step and the rule
+  that failed. It is Graphviz's SVG; where Graphviz's ``dot`` is not installed the
+  page draws the path itself (``path_strip``): the states the turn entered, in
+  order, joined by the steps taken, the faulting one in red with its rule.
+- **The timeline**: the ``StateTrace`` entries in order (engine/trace.py): each
+  transition, each guard and exit hook with its rule ids (the failed ones named),
+  each model call with its tokens, each tool call and its fate, each mode change,
+  warning and the fault. A trace holds no wall-clock time (it is deterministic);
+  the times shown are the clock readings the turn itself made, at the step that
+  made them, a server tool's ``ExecutionMs`` from the result, and how long each
+  model call took, from the recording's timed port calls (``PortCall.elapsed_ms``).
+- **Request and response** exactly as recorded: a redacted recording shows its
+  redaction marks, and the model's text appears in the timeline only where the
+  recording captured content (``trace_content``).
+- **Replay**: ``replay_outcome`` shows what ``engine/replay`` answered: ok, or the
+  first divergence, and how the replayed turn ended.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aptix_pipeline.engine import (
+    CheckRecord,
+    DiagramError,
+    DiagramFormat,
+    FaultRecord,
+    LLMCallRecord,
+    StateTrace,
+    TransitionRecord,
+    pipeline_diagram,
+)
+from aptix_pipeline.engine.replay import ReplayOutcome, TurnRecording
+from aptix_pipeline.steps import ModeChange, ToolCallRecord
+
+from .html import Markup, html, join
+
+__all__ = [
+    "fault_banner",
+    "path_picture",
+    "path_strip",
+    "replay_outcome",
+    "request_and_response",
+    "timeline",
+]
+
+_PROLOG = re.compile(r"^.*?(?=<svg\b)", re.DOTALL)
+
+
+def path_picture(trace: StateTrace) -> Markup:
+    """The pipeline diagram with this turn's path (Graphviz SVG), else ``path_strip``."""
+    try:
+        svg = pipeline_diagram(DiagramFormat.SVG, path=trace).decode("utf-8")
+    except (DiagramError, ValueError):  # no Graphviz, or a trace of another engine version
+        return path_strip(trace)
+    return html(
+        '<div class="picture" data-picture="graphviz">{svg}</div>',
+        svg=Markup(_PROLOG.sub("", svg, count=1)),
+    )
+
+
+def path_strip(trace: StateTrace) -> Markup:
+    """The turn's path drawn without Graphviz: its states in order, joined by the steps taken."""
+    rules = trace.failed_rules
+    box_w, box_h, gap, x = 300, 30, 34, 20
+    steps = list(trace.transitions)
+    states = [steps[0].source, *(t.target for t in steps)] if steps else list(trace.states)
+    height = 60 + len(states) * (box_h + gap)
+    parts = [
+        html(
+            '<text x="{x}" y="20" class="caption">{caption}</text>',
+            x=x,
+            caption=_caption(trace, rules),
+        )
+    ]
+    for index, state in enumerate(states):
+        top = 40 + index * (box_h + gap)
+        red = state == "faulted"
+        parts.append(
+            html(
+                '<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" '
+                'fill="{fill}" stroke="{stroke}" stroke-width="2"/>'
+                '<text x="{tx}" y="{ty}" text-anchor="middle" fill="{stroke}">{state}</text>',
+                x=x,
+                y=top,
+                w=box_w,
+                h=box_h,
+                fill="#ffebe9" if red else "#ddf4ff",
+                stroke="#cf222e" if red else "#0969da",
+                tx=x + box_w // 2,
+                ty=top + 20,
+                state=state,
+            )
+        )
+        if index < len(steps):
+            step = steps[index]
+            faulting = step.event in ("fault", trace.faulted_step)
+            label = f"#{index + 1} {step.event}"
+            if step.event == trace.faulted_step:
+                label = f"#{index + 1} ✗ {step.event}"
+            parts.append(
+                html(
+                    '<line x1="{cx}" y1="{y1}" x2="{cx}" y2="{y2}" stroke="{color}" '
+                    'stroke-width="2"/><text x="{lx}" y="{ly}" fill="{color}">{label}</text>',
+                    cx=x + box_w // 2,
+                    y1=top + box_h,
+                    y2=top + box_h + gap,
+                    color="#cf222e" if faulting else "#0969da",
+                    lx=x + box_w // 2 + 8,
+                    ly=top + box_h + gap // 2 + 4,
+                    label=label,
+                )
+            )
+    return html(
+        '<div class="picture" data-picture="strip"><svg xmlns="http://www.w3.org/2000/svg" '
+        'width="{w}" height="{h}" font-family="Helvetica, sans-serif" font-size="12">'
+        "<title>the path of the turn (Graphviz is not installed: the states it entered)"
+        "</title>{parts}</svg></div>",
+        w=box_w + 2 * x + 260,
+        h=height,
+        parts=join(parts),
+    )
+
+
+def _caption(trace: StateTrace, rules: Sequence[str]) -> str:
+    ended = f"faulted at {trace.faulted_step}" if trace.faulted_step else trace.outcome
+    if rules:
+        ended = f"{ended} (rule {', '.join(rules)})"
+    kind = trace.context_type or "unknown"
+    return f"path: {kind} turn, {len(trace.transitions)} transitions, {ended}"
+
+
+def fault_banner(recording: TurnRecording) -> Markup:
+    """For a failed turn: where it faulted, by which rules, and the errors it answered."""
+    trace = recording.trace
+    if recording.successful:
+        return Markup("")
+    errors = recording.result.get("Errors") or []
+    items = join(
+        html(
+            "<li><code>{code}</code> {rule}: {message}</li>",
+            code=error.get("Code"),
+            rule=html("<code>{r}</code>", r=error.get("RuleId")) if error.get("RuleId") else "",
+            message=error.get("Message"),
+        )
+        for error in errors
+        if isinstance(error, Mapping)
+    )
+    return html(
+        '<div class="fault-banner" data-fault-step="{step}">✗ the turn faulted at '
+        "<strong>{step}</strong>, rule <strong>{rules}</strong><ul>{items}</ul></div>",
+        step=trace.faulted_step or trace.outcome,
+        rules=", ".join(trace.failed_rules) or "-",
+        items=items,
+    )
+
+
+def _clock_by_step(recording: TurnRecording) -> dict[str, list[str]]:
+    times: dict[str, list[str]] = {}
+    for call in recording.calls:
+        if call.port == "Clock" and call.step is not None:
+            times.setdefault(call.step, []).append(str(call.answer))
+    return times
+
+
+def _execution_ms(recording: TurnRecording) -> dict[str, Any]:
+    result = recording.result.get("Result")
+    found: dict[str, Any] = {}
+    if isinstance(result, Mapping):
+        for tool_result in result.get("ToolResults") or []:
+            if isinstance(tool_result, Mapping):
+                found[str(tool_result.get("ToolCallId"))] = tool_result.get("ExecutionMs")
+    return found
+
+
+def _model_call_ms(recording: TurnRecording) -> dict[int, float]:
+    """How long each model call of the trace took (by its index among the trace's
+    entries): its attempts' recorded ``elapsed_ms``, added up; a call whose attempts
+    were not all timed (a recording made with ``timer=None``) is left out."""
+    timed = iter([call.elapsed_ms for call in recording.calls if call.port == "LLM"])
+    found: dict[int, float] = {}
+    for index, entry in enumerate(recording.trace.entries):
+        if isinstance(entry, LLMCallRecord):
+            attempts = [next(timed, None) for _ in range(max(entry.attempts, 1))]
+            if all(ms is not None for ms in attempts):
+                found[index] = sum(ms for ms in attempts if ms is not None)
+    return found
+
+
+def _duration(ms: float) -> str:
+    """A duration for a person: µs below a millisecond, one decimal below 100 ms."""
+    if ms < 1:
+        return f"{ms * 1000:.0f} µs"
+    return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
+def _rules(ids: Sequence[str], failed: Sequence[str]) -> Markup:
+    listed = join(
+        html(
+            '<li class="{cls}"><code>{rule}</code></li>',
+            cls="failed" if r in failed else "",
+            rule=r,
+        )
+        for r in ids
+    )
+    return html(
+        "<details><summary>{n} rule ids</summary><ul class='rules'>{listed}</ul></details>",
+        n=len(ids),
+        listed=listed,
+    )
+
+
+def _entry(
+    entry: object,
+    clock: dict[str, list[str]],
+    ms: dict[str, Any],
+    took: float | None = None,
+) -> Markup:
+    if isinstance(entry, TransitionRecord):
+        times = clock.get(entry.event, [])
+        return html(
+            '<li class="kind-transition" data-step="{step}"><span class="kind">step</span>'
+            "<strong>{step}</strong> <span class='muted'>{source} → {target}</span>{times}</li>",
+            step=entry.event,
+            source=entry.source,
+            target=entry.target,
+            times=html(" <span class='muted mono'>clock {t}</span>", t=", ".join(times))
+            if times
+            else "",
+        )
+    if isinstance(entry, CheckRecord):
+        kind = "guard" if entry.phase == "PRE" else "exit hook"
+        failed = html(
+            " failed: {rules}",
+            rules=join((html("<code>{r}</code>", r=r) for r in entry.failed), " "),
+        )
+        return html(
+            '<li class="kind-check {outcome}" data-check="{step}:{phase}">'
+            '<span class="kind">{kind}</span>{step} {phase} '
+            '<span class="badge {outcome}">{outcome}</span>{failed}{rules}</li>',
+            outcome=entry.outcome,
+            step=entry.step,
+            phase=entry.phase,
+            kind=kind,
+            failed=failed if entry.failed else "",
+            rules=_rules(entry.rule_ids, entry.failed),
+        )
+    if isinstance(entry, LLMCallRecord):
+        tokens = (
+            f"{entry.input_tokens} in / {entry.output_tokens} out tokens"
+            if entry.input_tokens is not None or entry.output_tokens is not None
+            else "tokens not reported"
+        )
+        calls = ", ".join(f"{name} ({call_id})" for call_id, name in entry.tool_calls)
+        return html(
+            '<li class="kind-llm_call {err}"><span class="kind">model call</span>'
+            "round {round}, mode <code>{mode}</code>, {messages} messages, {tokens}, "
+            "{attempts} attempt(s){took}, finish <code>{finish}</code>{calls}{error}{text}</li>",
+            err="failed" if entry.error else "",
+            round=entry.round,
+            mode=entry.mode,
+            messages=entry.messages,
+            tokens=tokens,
+            attempts=entry.attempts,
+            took=html(" in {t}", t=_duration(took)) if took is not None else "",
+            finish=entry.finish_reason or "-",
+            calls=html(", asked for {c}", c=calls) if calls else "",
+            error=html(", error <code>{e}</code>", e=entry.error) if entry.error else "",
+            text=html("<pre>{t}</pre>", t=entry.text) if entry.text is not None else "",
+        )
+    if isinstance(entry, ToolCallRecord):
+        took = ms.get(entry.tool_call_id)
+        return html(
+            '<li class="kind-tool_call"><span class="kind">tool call</span>'
+            "<code>{name}</code> ({id}) on the {side}: {outcome}{rule}{took}</li>",
+            name=entry.name,
+            id=entry.tool_call_id,
+            side=entry.side,
+            outcome=entry.outcome,
+            rule=html(", rule <code>{r}</code>", r=entry.rule_id) if entry.rule_id else "",
+            took=html(", {ms} ms", ms=took) if took is not None else "",
+        )
+    if isinstance(entry, ModeChange):
+        return html(
+            '<li class="kind-mode_change"><span class="kind">mode change</span>'
+            "<code>{old}</code> → <code>{new}</code>{branch}{reason}</li>",
+            old=entry.previous_mode,
+            new=entry.new_mode,
+            branch=" (branch)" if entry.branch else "",
+            reason=html(": {r}", r=entry.reason) if entry.reason is not None else "",
+        )
+    if isinstance(entry, FaultRecord):
+        return html(
+            '<li class="kind-fault failed" data-fault="{step}"><span class="kind">fault</span>'
+            "at <strong>{step}</strong>: {codes}, rule {rules}</li>",
+            step=entry.step,
+            codes=", ".join(entry.error_codes),
+            rules=join((html("<code>{r}</code>", r=r) for r in entry.rule_ids), " "),
+        )
+    data = getattr(entry, "code", None), getattr(entry, "rule_id", None)
+    return html(
+        '<li class="kind-warning"><span class="kind">warning</span><code>{code}</code> {rule}</li>',
+        code=data[0],
+        rule=data[1] or "",
+    )
+
+
+def timeline(recording: TurnRecording) -> Markup:
+    """The turn's state trace as a timeline (module docstring)."""
+    trace = recording.trace
+    clock = _clock_by_step(recording)
+    ms = _execution_ms(recording)
+    model_ms = _model_call_ms(recording)
+    items = join(
+        _entry(entry, clock, ms, model_ms.get(index)) for index, entry in enumerate(trace.entries)
+    )
+    return html(
+        '<ol class="timeline" id="timeline">{items}<li class="kind-outcome {outcome}">'
+        '<span class="kind">outcome</span><span class="badge {outcome}">{outcome}</span> '
+        "{codes}</li></ol>",
+        items=items,
+        outcome=trace.outcome,
+        codes=" ".join(trace.error_codes),
+    )
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def request_and_response(recording: TurnRecording) -> Markup:
+    """The request and the result as recorded, with what the recording captured of content."""
+    request = recording.request
+    shown: object = request.get("json", request.get("text", request))
+    if recording.redacted:
+        note = "redacted: user content was replaced by the marks shown"
+    elif recording.trace_content:
+        note = "content captured: the model's text is in the timeline"
+    else:
+        note = "the request and result as given; the trace holds no content (capture off)"
+    return html(
+        "<p class='muted' id='content-note'>{note}</p>"
+        "<h3>request</h3><pre id='request'>{request}</pre>"
+        "<h3>response</h3><pre id='response'>{response}</pre>",
+        note=note,
+        request=_json(shown),
+        response=_json(recording.result),
+    )
+
+
+def replay_outcome(outcome: ReplayOutcome) -> Markup:
+    """What a replay answered: ok or the first divergence, and how the replayed turn ended."""
+    report = outcome.report
+    trace = report.trace
+    if trace is not None and trace.outcome == "faulted":
+        rules = ", ".join(trace.failed_rules) or "-"
+        ended = f"the turn faulted at {trace.faulted_step} (rule {rules})"
+    else:
+        ended = f"the turn ended {trace.outcome if trace is not None else 'without a trace'}"
+    verdict = "ok" if outcome.ok else "diverged"
+    return html(
+        '<div id="replay-result" data-verdict="{verdict}"><p><span class="badge {cls}">{verdict}'
+        "</span> {ended}</p><pre>{lines}</pre></div>",
+        verdict=verdict,
+        cls="ok" if outcome.ok else "failed",
+        ended=ended,
+        lines="\n".join(outcome.describe()),
+    )

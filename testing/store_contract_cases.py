@@ -1,0 +1,1191 @@
+"""The cases of the store contract kit (``StoreContract``; loaded through store_contract.py).
+
+What every ``SessionStore`` (contracts/ports.py) keeps, checked through the port
+alone: isolation by org and user (DESIGN.md "Isolation"); a transaction's reads
+see its own writes, other transactions see nothing before its commit, and a
+rollback (or no commit) writes nothing; turns round-trip with their status and
+pending client tool calls, and ``find_pending_turn`` finds the one that awaits
+results (AGN-036 §4.4); the transcript keeps its order; SetSessionMode sets the
+mode and appends to ModeHistory, refusing an entry that does not start from the
+current mode (AGN-011 §3.2); the solution context is replaced at commit (AGN-034
+§4.5); stored outcomes read back equal, and a key holding an unexpired one makes
+the commit a conflict that writes nothing (docs/CONFORMANCE.md D181, D183, D186);
+racing commits on one session let exactly one win (``StoreConflictError``); text
+of every kind comes back exactly (D221); and a session of three turns runs
+through the engine on the store.
+
+A refusal raises ``LookupError`` when the caller has no such session or turn, and
+``ValueError`` when a write contradicts what is stored (docs/STORES.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any, ClassVar
+
+import pytest
+
+from aptix_pipeline.adapters import (
+    ConfigCatalog,
+    ScriptedLLM,
+    SequentialIds,
+    SteppingClock,
+    embedded_pipeline,
+)
+from aptix_pipeline.contracts import (
+    Caller,
+    ChatMessage,
+    ChatRole,
+    ModeHistoryEntry,
+    Session,
+    SessionStore,
+    SessionTransaction,
+    StoreConflictError,
+    StoredOutcome,
+    ToolCall,
+    Turn,
+    TurnStatus,
+)
+
+__all__ = [
+    "StoreContract",
+    "assistant_says",
+    "read_outcome",
+    "sample_entry",
+    "sample_outcome",
+    "sample_session",
+    "sample_turn",
+    "save_outcomes",
+    "seed_store",
+    "store_snapshot",
+    "user_says",
+]
+
+_ORG, _USER = "acme", "ana"
+_OTHER_CALLERS = (("globex", _USER), (_ORG, "bob"))
+"""Another org with the same user name, and another user of the same org."""
+_T0 = datetime(2026, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
+_PLUS_TWO = timezone(timedelta(hours=2))
+_READ_FILE = ToolCall(tool_call_id="call_1", name="read_file", arguments_json='{"path": "a.py"}')
+_RESULT = '{"Successful": true, "Result": {"PrimaryOutputText": "done"}}'
+_RESULTS = {
+    "plain": _RESULT,
+    "escaped NUL": '{"Result": {"PrimaryOutputText": "a\\u0000b"}}',
+    "raw NUL": "a\x00b\x00",
+    "astral": '{"Result": {"PrimaryOutputText": "hi 👋🏽 𝄞 \U0010ffff"}}',
+    "long": '{"Text": "' + "x" * 200_000 + '"}',
+}
+"""Outcome JSON texts a store keeps exactly, by what makes each hard."""
+_TEXTS = {
+    "NUL": "a\x00b\x00",
+    "only NUL": "\x00",
+    "emoji": "hi 👋🏽 𝄞",
+    "combining marks": "e\u0301 n\u0303 \u0308",
+    "noncharacters": "\uffff\ufffe\U0010ffff",
+    "line and paragraph separators": "a\u2028b\u2029c",
+    "bidi marks": "\u200f\u202eRTL\u202c\u200e",
+    "long": "x" * 200_000 + "\x00" + "é" * 1000,
+    "backslashes and quotes": '\\ \\\\ " \' \\n \\"',
+    "literal escapes": "\\u0000 and \\x00",
+    "control characters": "\x01\x1f\x7f\t\r\n",
+}
+"""Texts a store keeps exactly in every field, by what makes each hard."""
+_CATALOG = """
+[[modes]]
+name = "general"
+display_name = "General"
+
+[[modes]]
+name = "review"
+display_name = "Review"
+
+[[agents]]
+id = "assistant"
+name = "Assistant"
+default = true
+
+[[agents.client_tools]]
+name = "read_file"
+description = "Read a file of the user's workspace."
+parameters = { type = "object", properties = { path = { type = "string" } }, required = ["path"] }
+
+[[conversations]]
+id = "workspace"
+default = true
+"""
+"""The catalog of the whole-session case: two modes and one client tool."""
+
+
+# --- what the cases are made of ------------------------------------------------------------
+
+
+def sample_session(
+    session_id: str = "s1",
+    *,
+    org: str = _ORG,
+    user: str = _USER,
+    mode: str | None = "general",
+    history: Sequence[ModeHistoryEntry] = (),
+) -> Session:
+    """A session of ``org``/``user`` as the cases store it; a host's own store tests may use it."""
+    return Session(
+        id=session_id,
+        org=org,
+        user=user,
+        mode=mode,
+        mode_history=list(history),
+        agent_context_id="assistant",
+        conversation_context_id="workspace",
+        solution_context_text="solution: aptix.sln",
+        created_at=_T0,
+    )
+
+
+def sample_turn(
+    turn_id: str = "t1",
+    session_id: str = "s1",
+    *,
+    status: TurnStatus = TurnStatus.OPEN,
+    pending: Sequence[ToolCall] = (),
+    expanded: Sequence[str] = (),
+) -> Turn:
+    """A turn of ``session_id`` as the cases store it."""
+    return Turn(
+        id=turn_id,
+        session_id=session_id,
+        mode="general",
+        status=status,
+        pending_tool_calls=list(pending),
+        expanded_containers=list(expanded),
+        created_at=_T0 + timedelta(seconds=1),
+    )
+
+
+def sample_entry(
+    previous: str, new: str, *, minute: int = 0, turn_id: str = "t1", reason: str | None = None
+) -> ModeHistoryEntry:
+    """A ModeHistory entry of acme/ana from ``previous`` to ``new``, ``minute`` minutes in."""
+    return ModeHistoryEntry(
+        previous_mode=previous,
+        new_mode=new,
+        timestamp=_T0 + timedelta(minutes=minute),
+        reason=f"{previous} to {new}" if reason is None else reason,
+        org=_ORG,
+        user=_USER,
+        branch=minute % 2 == 1,
+        turn_id=turn_id,
+    )
+
+
+def user_says(text: str) -> ChatMessage:
+    """A user message of the transcript."""
+    return ChatMessage(role=ChatRole.USER, content=text)
+
+
+def assistant_says(text: str) -> ChatMessage:
+    """An assistant message of the transcript."""
+    return ChatMessage(role=ChatRole.ASSISTANT, content=text)
+
+
+def sample_outcome(
+    key: str = "key:k1",
+    *,
+    session_id: str = "s1",
+    turn_id: str = "t1",
+    result_json: str = _RESULT,
+    created_at: datetime = _T0,
+    ttl: timedelta | None = timedelta(hours=1),
+    digest: str = "d1",
+) -> StoredOutcome:
+    """A stored answer under ``key``, expiring ``ttl`` after ``created_at`` (never: ``None``)."""
+    return StoredOutcome(
+        key=key,
+        request_digest=digest,
+        session_id=session_id,
+        turn_id=turn_id,
+        result_json=result_json,
+        created_at=created_at,
+        expires_at=None if ttl is None else created_at + ttl,
+    )
+
+
+async def seed_store(
+    store: SessionStore,
+    session: Session | None = None,
+    *,
+    turns: Sequence[Turn] = (),
+    messages: Sequence[ChatMessage] = (),
+) -> Session:
+    """Create and commit a session (by default ``s1`` of acme/ana) with turns and messages."""
+    session = session or sample_session()
+    tx = store.begin(session.org, session.user)
+    await tx.create_session(session)
+    for turn in turns:
+        await tx.open_turn(turn)
+    if messages:
+        await tx.append_transcript(session.id, turns[0].id if turns else "t0", messages)
+    await tx.commit()
+    return session
+
+
+_Snapshot = tuple[Session | None, list[Turn | None], list[ChatMessage]]
+
+
+async def store_snapshot(
+    store: SessionStore,
+    session_id: str = "s1",
+    turn_ids: Sequence[str] = ("t1", "t2"),
+    *,
+    org: str = _ORG,
+    user: str = _USER,
+) -> _Snapshot:
+    """What the caller sees of a session now, read in a fresh transaction."""
+    tx = store.begin(org, user)
+    session = await tx.load_session(session_id)
+    turns = [await tx.load_turn(session_id, turn_id) for turn_id in turn_ids]
+    transcript = await tx.load_transcript(session_id)
+    await tx.rollback()
+    return session, turns, transcript
+
+
+async def save_outcomes(store: SessionStore, *outcomes: StoredOutcome, org: str = _ORG) -> None:
+    """Commit ``outcomes`` in one transaction of ``org``/ana."""
+    tx = store.begin(org, _USER)
+    for each in outcomes:
+        await tx.save_outcome(each)
+    await tx.commit()
+
+
+async def read_outcome(
+    store: SessionStore, key: str, org: str = _ORG, user: str = _USER
+) -> StoredOutcome | None:
+    """The caller's outcome under ``key``, read in a fresh transaction."""
+    tx = store.begin(org, user)
+    found = await tx.load_outcome(key)
+    await tx.rollback()
+    return found
+
+
+def _without_version(session: Session | None) -> dict[str, object]:
+    assert session is not None
+    return session.model_dump(exclude={"version"})
+
+
+# --- how a case runs -----------------------------------------------------------------------
+
+_Case = Callable[["StoreContract", SessionStore], Awaitable[None]]
+_Test = Callable[["StoreContract"], None]
+
+
+def _case(*, race: bool = False) -> Callable[[_Case], _Test]:
+    """Make ``async def test_x(self, store)`` the plain test method ``test_x(self)``.
+
+    The method runs the case in an event loop of its own on a store from
+    ``make_store``. A ``race`` case is skipped when the class says its store does
+    not check conflicts.
+    """
+
+    def plain(case: _Case) -> _Test:
+        def test(self: StoreContract) -> None:
+            if race and not self.checks_conflicts:
+                pytest.skip(f"{type(self).__name__}.checks_conflicts is False")
+            self.run_case(case)
+
+        # Not functools.wraps: pytest would read the case's signature and look for a
+        # `store` fixture, and an asyncio plugin might take the method for a coroutine.
+        test.__name__, test.__qualname__ = case.__name__, case.__qualname__
+        test.__doc__, test.__module__ = case.__doc__, case.__module__
+        return test
+
+    return plain
+
+
+class StoreContract:
+    """The cases every ``SessionStore`` passes; a test class subclasses it with ``make_store``.
+
+    Name the subclass so pytest collects it (``TestMyStore``); this class itself
+    is not collected. Each case is a plain (not ``async``) test method: it makes a
+    fresh store with ``make_store`` inside an event loop of its own
+    (``asyncio.Runner``), runs on it, and awaits ``close_store`` in the same loop.
+    So the kit needs pytest alone; pytest-asyncio (any mode) and anyio leave it
+    be. A store whose set-up needs a pytest fixture (``tmp_path``, a database URL)
+    takes it in an ``autouse`` fixture of the subclass that keeps it on ``self``.
+    A case can also be called by hand: ``TestMyStore().test_rollback_writes_nothing()``.
+    """
+
+    checks_conflicts: ClassVar[bool] = True
+    """``False`` for a store that never sees two turns of one session at once (the host
+    runs them one by one): the cases where a racing commit must lose are skipped."""
+
+    def make_store(self) -> SessionStore | Awaitable[SessionStore]:
+        """A fresh, empty store for one case; ``async def`` is fine too."""
+        raise NotImplementedError(f"{type(self).__name__} must define make_store()")
+
+    async def close_store(self, store: SessionStore) -> None:
+        """Release ``store`` after its case: by default its ``aclose()``, else its ``close()``."""
+        close = getattr(store, "aclose", None) or getattr(store, "close", None)
+        if close is not None:
+            closed = close()
+            if inspect.isawaitable(closed):
+                await closed
+
+    def run_case(self, case: Callable[[StoreContract, SessionStore], Awaitable[None]]) -> None:
+        """Run one ``async`` case (``case(self, store)``) to its end in an event loop of its own."""
+
+        async def main() -> None:
+            made = self.make_store()
+            store = await made if inspect.isawaitable(made) else made
+            try:
+                await case(self, store)
+            finally:
+                await self.close_store(store)
+
+        with asyncio.Runner() as runner:
+            runner.run(main())
+
+    # --- the transaction is a SessionTransaction ----------------------------------------
+
+    @_case()
+    async def test_begin_gives_a_session_transaction(self, store: SessionStore) -> None:
+        tx = store.begin(_ORG, _USER)
+
+        assert isinstance(store, SessionStore)
+        assert isinstance(tx, SessionTransaction)
+        await tx.rollback()
+
+    # --- round trips ----------------------------------------------------------------------
+
+    @_case()
+    async def test_created_session_round_trips_every_field(self, store: SessionStore) -> None:
+        session = sample_session(mode="review")
+
+        await seed_store(store, session)
+        loaded, _, _ = await store_snapshot(store)
+
+        assert loaded is not None
+        assert _without_version(loaded) == _without_version(session)
+        assert loaded.created_at == _T0
+        assert loaded.created_at.tzinfo is not None
+
+    @_case()
+    async def test_mode_history_given_at_creation_is_kept(self, store: SessionStore) -> None:
+        history = [
+            sample_entry("general", "review", minute=1),
+            sample_entry("review", "debug", minute=2),
+        ]
+
+        await seed_store(store, sample_session(mode="debug", history=history))
+        loaded, _, _ = await store_snapshot(store)
+
+        assert loaded is not None
+        assert loaded.mode == "debug"
+        assert loaded.mode_history == history
+
+    @_case()
+    async def test_turn_round_trips_pending_calls_expanded_containers_and_status(
+        self, store: SessionStore
+    ) -> None:
+        second = ToolCall(tool_call_id="call_2", name="run_tests", arguments_json="{}")
+        turn = sample_turn(
+            status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[_READ_FILE, second], expanded=["Math"]
+        )
+
+        await seed_store(store, turns=[turn])
+        _, (loaded, missing), _ = await store_snapshot(store)
+
+        assert loaded == turn
+        assert missing is None
+
+    @_case()
+    async def test_transcript_keeps_order_across_turns(self, store: SessionStore) -> None:
+        first_turn = [
+            user_says("read a.py"),
+            ChatMessage(role=ChatRole.ASSISTANT, content="", tool_calls=[_READ_FILE]),
+        ]
+        second_turn = [
+            ChatMessage(
+                role=ChatRole.TOOL, content='{"text": "x"}', tool_call_id="call_1", name="read_file"
+            ),
+            assistant_says("a.py holds x"),
+            user_says("thanks"),
+        ]
+        await seed_store(store, turns=[sample_turn("t1")], messages=first_turn)
+
+        tx = store.begin(_ORG, _USER)
+        await tx.open_turn(sample_turn("t2"))
+        await tx.append_transcript("s1", "t2", second_turn[:2])
+        await tx.append_transcript("s1", "t2", second_turn[2:])
+        await tx.commit()
+        _, _, transcript = await store_snapshot(store)
+
+        assert transcript == [*first_turn, *second_turn]
+
+    @_case()
+    async def test_completed_turn_is_saved_with_its_new_status(self, store: SessionStore) -> None:
+        waiting = sample_turn(status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[_READ_FILE])
+        await seed_store(store, turns=[waiting])
+
+        tx = store.begin(_ORG, _USER)
+        await tx.complete_turn(sample_turn(status=TurnStatus.COMPLETED, expanded=["Math"]))
+        await tx.commit()
+        _, (turn, _), _ = await store_snapshot(store)
+
+        assert turn is not None
+        assert turn.status is TurnStatus.COMPLETED
+        assert turn.pending_tool_calls == []
+        assert turn.expanded_containers == ["Math"]
+
+    @_case()
+    async def test_sessions_do_not_share_turns_or_transcripts(self, store: SessionStore) -> None:
+        await seed_store(
+            store,
+            sample_session("s1"),
+            turns=[sample_turn("t1", "s1")],
+            messages=[user_says("one")],
+        )
+        await seed_store(
+            store,
+            sample_session("s2"),
+            turns=[sample_turn("t9", "s2")],
+            messages=[user_says("two")],
+        )
+
+        tx = store.begin(_ORG, _USER)
+
+        assert await tx.load_turn("s1", "t9") is None
+        assert await tx.load_turn("s2", "t1") is None
+        assert await tx.load_transcript("s1") == [user_says("one")]
+        assert await tx.load_transcript("s2") == [user_says("two")]
+
+    # --- what a transaction sees, and what others see -------------------------------------
+
+    @_case()
+    async def test_reads_see_the_transactions_own_writes_before_commit(
+        self, store: SessionStore
+    ) -> None:
+        tx = store.begin(_ORG, _USER)
+
+        await tx.create_session(sample_session())
+        await tx.open_turn(sample_turn())
+        await tx.append_transcript("s1", "t1", [user_says("hi")])
+        changed = await tx.set_session_mode("s1", sample_entry("general", "review"))
+
+        loaded = await tx.load_session("s1")
+        assert loaded is not None
+        assert loaded.mode == "review"
+        assert loaded.mode_history == [sample_entry("general", "review")]
+        assert changed.mode == "review"
+        assert await tx.load_turn("s1", "t1") == sample_turn()
+        assert await tx.load_transcript("s1") == [user_says("hi")]
+
+    @_case()
+    async def test_uncommitted_writes_are_invisible_to_other_transactions(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(
+            store,
+            sample_session("old"),
+            turns=[sample_turn("t1", "old")],
+            messages=[user_says("a")],
+        )
+        writer = store.begin(_ORG, _USER)
+        await writer.create_session(sample_session("new"))
+        await writer.open_turn(sample_turn("t1", "new"))
+        await writer.append_transcript("new", "t1", [user_says("hidden")])
+        await writer.open_turn(sample_turn("t2", "old"))
+        await writer.append_transcript("old", "t2", [user_says("hidden too")])
+        await writer.set_session_mode("old", sample_entry("general", "review"))
+
+        reader = store.begin(_ORG, _USER)
+
+        assert await reader.load_session("new") is None
+        assert await reader.load_turn("new", "t1") is None
+        assert await reader.load_transcript("new") == []
+        old = await reader.load_session("old")
+        assert old is not None
+        assert old.mode == "general"
+        assert old.mode_history == []
+        assert await reader.load_turn("old", "t2") is None
+        assert await reader.load_transcript("old") == [user_says("a")]
+
+    @_case()
+    async def test_rollback_writes_nothing(self, store: SessionStore) -> None:
+        await seed_store(store, turns=[sample_turn("t1")], messages=[user_says("kept")])
+        before = await store_snapshot(store)
+
+        tx = store.begin(_ORG, _USER)
+        await tx.create_session(sample_session("s2"))
+        await tx.open_turn(sample_turn("t2"))
+        await tx.complete_turn(sample_turn("t1", status=TurnStatus.COMPLETED))
+        await tx.append_transcript("s1", "t2", [user_says("dropped")])
+        await tx.set_session_mode("s1", sample_entry("general", "review"))
+        await tx.set_solution_context("s1", "dropped")
+        await tx.rollback()
+
+        assert await store_snapshot(store) == before
+        assert (await store_snapshot(store, "s2"))[0] is None
+
+    @_case()
+    async def test_a_transaction_never_committed_writes_nothing(self, store: SessionStore) -> None:
+        await seed_store(store, messages=[user_says("kept")])
+        before = await store_snapshot(store)
+
+        abandoned = store.begin(_ORG, _USER)
+        await abandoned.create_session(sample_session("s2"))
+        await abandoned.append_transcript("s1", "t1", [user_says("dropped")])
+        await abandoned.set_session_mode("s1", sample_entry("general", "review"))
+        del abandoned
+
+        assert await store_snapshot(store) == before
+        assert (await store_snapshot(store, "s2"))[0] is None
+
+    @_case()
+    async def test_a_commit_with_no_writes_changes_nothing(self, store: SessionStore) -> None:
+        await seed_store(store, messages=[user_says("kept")])
+        before = await store_snapshot(store)
+
+        empty = store.begin(_ORG, _USER)
+        await empty.commit()
+        reads_only = store.begin(_ORG, _USER)
+        await reads_only.load_session("s1")
+        await reads_only.load_transcript("s1")
+        await reads_only.load_turn("s1", "t1")
+        await reads_only.commit()
+
+        assert await store_snapshot(store) == before
+
+    # --- isolation by org and user --------------------------------------------------------
+
+    @_case()
+    async def test_another_caller_sees_nothing_of_the_session(self, store: SessionStore) -> None:
+        await seed_store(
+            store,
+            turns=[sample_turn(status=TurnStatus.AWAITING_CLIENT_TOOLS)],
+            messages=[user_says("private")],
+        )
+
+        for org, user in _OTHER_CALLERS:
+            tx = store.begin(org, user)
+            seen = (
+                await tx.load_session("s1"),
+                await tx.load_turn("s1", "t1"),
+                await tx.load_transcript("s1"),
+                await tx.find_pending_turn("s1"),
+            )
+            await tx.rollback()
+            assert seen == (None, None, [], None), f"{org}/{user} sees acme/ana's session"
+
+    @_case()
+    async def test_another_caller_cannot_write_into_the_session(self, store: SessionStore) -> None:
+        await seed_store(store, turns=[sample_turn()], messages=[user_says("private")])
+        before = await store_snapshot(store)
+
+        for org, user in _OTHER_CALLERS:
+            tx = store.begin(org, user)
+            with pytest.raises(LookupError):
+                await tx.open_turn(sample_turn("t2"))
+            with pytest.raises(LookupError):
+                await tx.set_session_mode("s1", sample_entry("general", "review"))
+            with pytest.raises(LookupError):
+                await tx.complete_turn(sample_turn(status=TurnStatus.COMPLETED))
+            with pytest.raises(LookupError):
+                await tx.append_transcript("s1", "t1", [user_says("intruder")])
+            with pytest.raises(LookupError):
+                await tx.set_solution_context("s1", "stolen")
+            await tx.commit()
+
+        assert await store_snapshot(store) == before
+
+    @_case()
+    async def test_another_caller_cannot_take_over_a_session_id(self, store: SessionStore) -> None:
+        await seed_store(store, messages=[user_says("private")])
+        before = await store_snapshot(store)
+
+        for org, user in _OTHER_CALLERS:
+            tx = store.begin(org, user)
+            await tx.create_session(sample_session(org=org, user=user, mode="review"))
+            with pytest.raises(StoreConflictError):
+                await tx.commit()
+
+        assert await store_snapshot(store) == before
+
+    @_case()
+    async def test_creating_a_session_for_another_org_or_user_is_refused(
+        self, store: SessionStore
+    ) -> None:
+        tx = store.begin(_ORG, _USER)
+
+        for org, user in _OTHER_CALLERS:
+            with pytest.raises(ValueError, match=org if org != _ORG else user):
+                await tx.create_session(sample_session(org=org, user=user))
+        await tx.commit()
+
+        assert (await store_snapshot(store))[0] is None
+
+    @_case()
+    async def test_creating_an_existing_session_is_refused(self, store: SessionStore) -> None:
+        await seed_store(store)
+        tx = store.begin(_ORG, _USER)
+        await tx.load_session("s1")
+
+        with pytest.raises(ValueError, match="s1"):
+            await tx.create_session(sample_session())
+
+    @_case()
+    async def test_the_same_new_session_created_by_two_transactions_commits_once(
+        self, store: SessionStore
+    ) -> None:
+        first, second = store.begin(_ORG, _USER), store.begin(_ORG, _USER)
+        await first.create_session(sample_session(mode="general"))
+        await second.create_session(sample_session(mode="review"))
+        await first.commit()
+
+        with pytest.raises(StoreConflictError):
+            await second.commit()
+
+        session, _, _ = await store_snapshot(store)
+        assert session is not None
+        assert session.mode == "general"
+
+    # --- turns ------------------------------------------------------------------------------
+
+    @_case()
+    async def test_opening_an_existing_turn_is_refused(self, store: SessionStore) -> None:
+        await seed_store(store, turns=[sample_turn("t1")])
+        tx = store.begin(_ORG, _USER)
+
+        with pytest.raises(ValueError, match="t1"):
+            await tx.open_turn(sample_turn("t1"))
+        await tx.open_turn(sample_turn("t2"))
+        with pytest.raises(ValueError, match="t2"):
+            await tx.open_turn(sample_turn("t2"))
+
+    @_case()
+    async def test_opening_a_turn_in_a_missing_session_is_a_lookup_error(
+        self, store: SessionStore
+    ) -> None:
+        tx = store.begin(_ORG, _USER)
+
+        with pytest.raises(LookupError, match="nope"):
+            await tx.open_turn(sample_turn("t1", "nope"))
+
+    @_case()
+    async def test_completing_an_unknown_turn_is_a_lookup_error(self, store: SessionStore) -> None:
+        await seed_store(store, turns=[sample_turn("t1")])
+        tx = store.begin(_ORG, _USER)
+
+        with pytest.raises(LookupError, match="t9"):
+            await tx.complete_turn(sample_turn("t9", status=TurnStatus.COMPLETED))
+
+    @_case()
+    async def test_find_pending_turn_sees_stored_and_buffered_turns(
+        self, store: SessionStore
+    ) -> None:
+        waiting = sample_turn("t1", status=TurnStatus.AWAITING_CLIENT_TOOLS, pending=[_READ_FILE])
+        await seed_store(store, turns=[waiting, sample_turn("t2", status=TurnStatus.COMPLETED)])
+
+        tx = store.begin(_ORG, _USER)
+        found = await tx.find_pending_turn("s1")
+        await tx.complete_turn(waiting.model_copy(update={"status": TurnStatus.COMPLETED}))
+        after_settling = await tx.find_pending_turn("s1")
+        await tx.open_turn(sample_turn("t3", status=TurnStatus.AWAITING_CLIENT_TOOLS))
+        buffered = await tx.find_pending_turn("s1")
+
+        assert found is not None
+        assert (found.id, found.pending_tool_calls) == ("t1", [_READ_FILE])
+        assert after_settling is None
+        assert buffered is not None
+        assert buffered.id == "t3"
+
+    @_case()
+    async def test_find_pending_turn_is_none_when_no_turn_awaits_results(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(
+            store, turns=[sample_turn("t1", status=TurnStatus.COMPLETED), sample_turn("t2")]
+        )
+
+        tx = store.begin(_ORG, _USER)
+
+        assert await tx.find_pending_turn("s1") is None
+        assert await tx.find_pending_turn("missing") is None
+
+    @_case()
+    async def test_find_pending_turn_finds_its_own_sessions_turn_among_many_sessions(
+        self, store: SessionStore
+    ) -> None:
+        for n in range(12):
+            await seed_store(
+                store,
+                sample_session(f"s{n}"),
+                turns=[
+                    sample_turn(f"done{n}", f"s{n}", status=TurnStatus.COMPLETED),
+                    sample_turn(f"wait{n}", f"s{n}", status=TurnStatus.AWAITING_CLIENT_TOOLS),
+                ],
+            )
+        settle = store.begin(_ORG, _USER)
+        waiting = await settle.load_turn("s3", "wait3")
+        assert waiting is not None
+        await settle.complete_turn(waiting.model_copy(update={"status": TurnStatus.COMPLETED}))
+        await settle.commit()
+
+        tx = store.begin(_ORG, _USER)
+        found = {n: await tx.find_pending_turn(f"s{n}") for n in range(12)}
+
+        assert found.pop(3) is None
+        assert {n: (turn.id, turn.session_id) for n, turn in found.items() if turn} == {
+            n: (f"wait{n}", f"s{n}") for n in found
+        }
+
+    # --- SetSessionMode (AGN-011 §3.2) ------------------------------------------------------
+
+    @_case()
+    async def test_set_session_mode_changes_mode_and_appends_history(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(store)
+        tx = store.begin(_ORG, _USER)
+
+        returned = await tx.set_session_mode("s1", sample_entry("general", "review"))
+        await tx.commit()
+        loaded, _, _ = await store_snapshot(store)
+
+        assert returned.mode == "review"
+        assert returned.mode_history == [sample_entry("general", "review")]
+        assert loaded is not None
+        assert loaded.mode == "review"
+        assert loaded.mode_history == [sample_entry("general", "review")]
+
+    @_case()
+    async def test_several_mode_changes_are_kept_in_order(self, store: SessionStore) -> None:
+        await seed_store(store)
+        changes = [
+            sample_entry("general", "review", minute=1),
+            sample_entry("review", "general", minute=2),
+            sample_entry("general", "debug", minute=3),
+        ]
+        tx = store.begin(_ORG, _USER)
+        for change in changes:
+            await tx.set_session_mode("s1", change)
+        await tx.commit()
+        later = sample_entry("debug", "review", minute=4, turn_id="t2")
+        tx = store.begin(_ORG, _USER)
+        await tx.set_session_mode("s1", later)
+        await tx.commit()
+
+        loaded, _, _ = await store_snapshot(store)
+
+        assert loaded is not None
+        assert loaded.mode == "review"
+        assert loaded.mode_history == [*changes, later]
+
+    @_case()
+    async def test_mode_change_of_a_session_created_in_the_same_transaction_is_kept(
+        self, store: SessionStore
+    ) -> None:
+        tx = store.begin(_ORG, _USER)
+        await tx.create_session(sample_session())
+        await tx.set_session_mode("s1", sample_entry("general", "review"))
+        await tx.commit()
+
+        loaded, _, _ = await store_snapshot(store)
+
+        assert loaded is not None
+        assert loaded.mode == "review"
+        assert loaded.mode_history == [sample_entry("general", "review")]
+
+    @_case()
+    async def test_set_session_mode_from_the_wrong_previous_mode_is_a_value_error(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(store)
+        tx = store.begin(_ORG, _USER)
+
+        with pytest.raises(ValueError, match="review"):
+            await tx.set_session_mode("s1", sample_entry("review", "debug"))
+
+        loaded = await tx.load_session("s1")
+        assert loaded is not None
+        assert loaded.mode == "general"
+        assert loaded.mode_history == []
+
+    @_case()
+    async def test_set_session_mode_on_a_missing_session_is_a_lookup_error(
+        self, store: SessionStore
+    ) -> None:
+        tx = store.begin(_ORG, _USER)
+
+        with pytest.raises(LookupError, match="nope"):
+            await tx.set_session_mode("nope", sample_entry("general", "review"))
+
+    # --- the solution context (AGN-034 §4.5) ------------------------------------------------
+
+    @_case()
+    async def test_set_solution_context_replaces_it_at_commit_only(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(store)
+
+        tx = store.begin(_ORG, _USER)
+        updated = await tx.set_solution_context("s1", "solution: other.sln")
+        seen_by_others, _, _ = await store_snapshot(store)
+        await tx.commit()
+        committed, _, _ = await store_snapshot(store)
+
+        assert updated.solution_context_text == "solution: other.sln"
+        assert seen_by_others is not None
+        assert seen_by_others.solution_context_text == "solution: aptix.sln"
+        assert committed is not None
+        assert committed.solution_context_text == "solution: other.sln"
+        assert committed.mode == "general"
+
+    # --- racing commits ---------------------------------------------------------------------
+
+    @_case(race=True)
+    async def test_the_second_of_two_racing_commits_conflicts_and_writes_nothing(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(
+            store,
+            turns=[sample_turn("t1", status=TurnStatus.AWAITING_CLIENT_TOOLS)],
+            messages=[user_says("start")],
+        )
+        winner, loser = store.begin(_ORG, _USER), store.begin(_ORG, _USER)
+        assert await winner.load_session("s1") is not None
+        assert await loser.load_session("s1") is not None
+
+        await winner.append_transcript("s1", "t1", [assistant_says("winner")])
+        await winner.commit()
+        await loser.open_turn(sample_turn("t2"))
+        await loser.complete_turn(sample_turn("t1", status=TurnStatus.COMPLETED))
+        await loser.append_transcript("s1", "t2", [assistant_says("loser")])
+        await loser.set_session_mode("s1", sample_entry("general", "review"))
+        with pytest.raises(StoreConflictError):
+            await loser.commit()
+
+        session, (t1, t2), transcript = await store_snapshot(store)
+        assert session is not None
+        assert session.mode == "general"
+        assert session.mode_history == []
+        assert t1 is not None
+        assert t1.status is TurnStatus.AWAITING_CLIENT_TOOLS
+        assert t2 is None
+        assert transcript == [user_says("start"), assistant_says("winner")]
+
+    @_case(race=True)
+    async def test_a_conflicting_turn_succeeds_when_retried_in_a_new_transaction(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(store)
+        winner, loser = store.begin(_ORG, _USER), store.begin(_ORG, _USER)
+        await winner.load_session("s1")
+        await loser.load_session("s1")
+        await winner.set_session_mode("s1", sample_entry("general", "review"))
+        await winner.commit()
+        await loser.append_transcript("s1", "t1", [user_says("lost")])
+        with pytest.raises(StoreConflictError):
+            await loser.commit()
+
+        retry = store.begin(_ORG, _USER)
+        await retry.set_session_mode("s1", sample_entry("review", "debug"))
+        await retry.append_transcript("s1", "t1", [user_says("retried")])
+        await retry.commit()
+
+        session, _, transcript = await store_snapshot(store)
+        assert session is not None
+        assert session.mode_history == [
+            sample_entry("general", "review"),
+            sample_entry("review", "debug"),
+        ]
+        assert transcript == [user_says("retried")]
+
+    @_case(race=True)
+    async def test_of_many_concurrent_turns_on_one_session_exactly_one_commits(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(store)
+        all_read = asyncio.Barrier(10)
+
+        async def turn(index: int) -> bool:
+            tx = store.begin(_ORG, _USER)
+            await tx.load_session("s1")
+            await all_read.wait()
+            await tx.append_transcript("s1", f"t{index}", [user_says(f"turn {index}")])
+            try:
+                await tx.commit()
+            except StoreConflictError:
+                return False
+            return True
+
+        outcomes = await asyncio.gather(*(turn(i) for i in range(10)))
+
+        assert outcomes.count(True) == 1
+        winner = outcomes.index(True)
+        assert (await store_snapshot(store))[2] == [user_says(f"turn {winner}")]
+
+    @_case()
+    async def test_transactions_on_different_sessions_do_not_conflict(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(store, sample_session("s1"))
+        await seed_store(store, sample_session("s2"))
+        one, two = store.begin(_ORG, _USER), store.begin(_ORG, _USER)
+        await one.load_session("s1")
+        await two.load_session("s2")
+
+        await one.append_transcript("s1", "t1", [user_says("one")])
+        await two.append_transcript("s2", "t1", [user_says("two")])
+        await one.commit()
+        await two.commit()
+
+        assert (await store_snapshot(store, "s1"))[2] == [user_says("one")]
+        assert (await store_snapshot(store, "s2"))[2] == [user_says("two")]
+
+    @_case()
+    async def test_a_commit_without_writes_does_not_make_others_conflict(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(store)
+        writer, reader = store.begin(_ORG, _USER), store.begin(_ORG, _USER)
+        await writer.load_session("s1")
+        await reader.load_session("s1")
+        await reader.load_transcript("s1")
+
+        await reader.commit()
+        await writer.append_transcript("s1", "t1", [user_says("after a read-only commit")])
+        await writer.commit()
+
+        assert (await store_snapshot(store))[2] == [user_says("after a read-only commit")]
+
+    @_case()
+    async def test_a_refused_write_leaves_nothing_to_commit(self, store: SessionStore) -> None:
+        await seed_store(store, turns=[sample_turn("t1")])
+        refusals: dict[str, Callable[[SessionTransaction], Awaitable[object]]] = {
+            "set_session_mode": lambda tx: tx.set_session_mode(
+                "s1", sample_entry("review", "debug")
+            ),
+            "open_turn": lambda tx: tx.open_turn(sample_turn("t1")),
+            "complete_turn": lambda tx: tx.complete_turn(sample_turn("t9")),
+        }
+
+        for name, refused in refusals.items():
+            other = store.begin(_ORG, _USER)
+            await other.load_session("s1")
+            tx = store.begin(_ORG, _USER)
+            with pytest.raises((ValueError, LookupError)):
+                await refused(tx)
+            await tx.commit()
+            await other.append_transcript("s1", "t1", [user_says(f"after {name}")])
+            await other.commit()  # the refused write made no conflict
+
+        transcript = (await store_snapshot(store))[2]
+        assert transcript == [user_says(f"after {name}") for name in refusals]
+
+    # --- stored outcomes (D181, D183, D186) -------------------------------------------------
+
+    @_case()
+    async def test_a_committed_outcome_reads_back_equal(self, store: SessionStore) -> None:
+        await seed_store(store, turns=[sample_turn()])
+        kept = {
+            name: sample_outcome(f"key:{n}", result_json=text, created_at=_T0.astimezone(_PLUS_TWO))
+            for n, (name, text) in enumerate(_RESULTS.items())
+        }
+
+        await save_outcomes(store, *kept.values())
+
+        for name, outcome in kept.items():
+            loaded = await read_outcome(store, outcome.key)
+            assert loaded == outcome, f"the {name} outcome changed in the store"
+            assert loaded is not None
+            assert loaded.expires_at is not None
+            assert loaded.created_at.utcoffset() is not None
+
+    @_case()
+    async def test_an_outcome_that_never_expires_reads_back_without_expiry(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(store)
+
+        await save_outcomes(store, sample_outcome(ttl=None))
+
+        assert await read_outcome(store, "key:k1") == sample_outcome(ttl=None)
+
+    @_case()
+    async def test_the_outcome_of_a_turn_creating_its_session_is_kept(
+        self, store: SessionStore
+    ) -> None:
+        tx = store.begin(_ORG, _USER)  # an Initial turn: session, turn and answer in one commit
+        await tx.create_session(sample_session())
+        await tx.open_turn(sample_turn())
+        await tx.save_outcome(sample_outcome())
+        await tx.commit()
+
+        assert await read_outcome(store, "key:k1") == sample_outcome()
+
+    @_case()
+    async def test_another_caller_reads_no_outcome_and_may_store_its_own_under_the_key(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(store)
+        await save_outcomes(store, sample_outcome())
+
+        for n, (org, user) in enumerate(_OTHER_CALLERS):
+            assert await read_outcome(store, "key:k1", org, user) is None, f"{org}/{user} reads it"
+            theirs = sample_outcome(session_id=f"other{n}", digest=f"other{n}")
+            await seed_store(store, sample_session(f"other{n}", org=org, user=user))
+            tx = store.begin(org, user)
+            await tx.save_outcome(theirs)
+            await tx.commit()  # another caller's key is another key: no conflict
+            assert await read_outcome(store, "key:k1", org, user) == theirs
+
+        assert await read_outcome(store, "key:k1") == sample_outcome()
+
+    @_case()
+    async def test_a_transaction_sees_its_own_outcome_before_commit_and_a_rollback_keeps_none(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(store)
+        tx = store.begin(_ORG, _USER)
+        await tx.save_outcome(sample_outcome())
+        assert await tx.load_outcome("key:k1") == sample_outcome()
+        assert await read_outcome(store, "key:k1") is None  # invisible to others until commit
+
+        await tx.rollback()
+
+        assert await read_outcome(store, "key:k1") is None
+
+    @_case()
+    async def test_a_second_outcome_under_a_held_key_makes_the_commit_conflict_and_write_nothing(
+        self, store: SessionStore
+    ) -> None:
+        for ttl in (timedelta(hours=1), None):  # unexpired, and never expiring
+            session_id = "s1" if ttl else "s2"
+            await seed_store(
+                store,
+                sample_session(session_id),
+                turns=[sample_turn("t1", session_id)],
+                messages=[user_says("hi")],
+            )
+            first = sample_outcome(f"key:{session_id}", session_id=session_id, ttl=ttl)
+            await save_outcomes(store, first)
+            before = await store_snapshot(store, session_id)
+
+            tx = store.begin(_ORG, _USER)
+            await tx.set_session_mode(session_id, sample_entry("general", "review", turn_id="t2"))
+            await tx.set_solution_context(session_id, "changed")
+            await tx.open_turn(sample_turn("t2", session_id))
+            await tx.complete_turn(sample_turn("t2", session_id, status=TurnStatus.COMPLETED))
+            await tx.append_transcript(session_id, "t2", [user_says("again")])
+            await tx.save_outcome(sample_outcome(f"key:other-{session_id}", turn_id="t2"))
+            later = _T0 + timedelta(minutes=30)
+            await tx.save_outcome(
+                first.model_copy(
+                    update={"turn_id": "t2", "request_digest": "d2", "created_at": later}
+                )
+            )
+            with pytest.raises(StoreConflictError):
+                await tx.commit()
+
+            assert await store_snapshot(store, session_id) == before  # nothing of the turn stored
+            assert await read_outcome(store, first.key) == first
+            assert await read_outcome(store, f"key:other-{session_id}") is None
+
+    @_case()
+    async def test_an_expired_outcome_is_replaced(self, store: SessionStore) -> None:
+        await seed_store(store, turns=[sample_turn(), sample_turn("t2")])
+        await save_outcomes(store, sample_outcome(ttl=timedelta(minutes=5)))
+        again = sample_outcome(turn_id="t2", digest="d2", created_at=_T0 + timedelta(minutes=5))
+
+        await save_outcomes(store, again)  # expired exactly at the new outcome's time
+
+        assert await read_outcome(store, "key:k1") == again
+
+    # --- text of every kind -----------------------------------------------------------------
+
+    @_case()
+    async def test_every_stored_text_field_round_trips_exactly(self, store: SessionStore) -> None:
+        for n, (name, text) in enumerate(_TEXTS.items()):
+            session_id = f"s{n}"
+            call = ToolCall(tool_call_id="call_1", name="read_file", arguments_json=text)
+            messages = [
+                ChatMessage(role=ChatRole.USER, content=text),
+                ChatMessage(role=ChatRole.ASSISTANT, content=text, tool_calls=[call]),
+                ChatMessage(role=ChatRole.TOOL, content=text, tool_call_id="call_1"),
+            ]
+            session = sample_session(
+                session_id, history=[sample_entry("x", "general", reason=text)]
+            )
+            await seed_store(
+                store,
+                session.model_copy(update={"solution_context_text": text}),
+                turns=[sample_turn("t1", session_id, pending=[call])],
+                messages=messages,
+            )
+            tx = store.begin(_ORG, _USER)  # a change keeps it too
+            await tx.set_solution_context(session_id, text + "!")
+            await tx.set_session_mode(session_id, sample_entry("general", "review", reason=text))
+            await tx.commit()
+
+            loaded, [turn, _], transcript = await store_snapshot(store, session_id)
+            assert loaded is not None
+            assert loaded.solution_context_text == text + "!", name
+            assert [e.reason for e in loaded.mode_history] == [text, text], name
+            assert turn is not None
+            assert turn.pending_tool_calls == [call], name
+            assert transcript == messages, name
+
+    # --- whole turns through the engine -----------------------------------------------------
+
+    @_case()
+    async def test_a_session_of_three_turns_runs_on_the_store(self, store: SessionStore) -> None:
+        change = {"mode": "review", "reason": "asked"}
+        script: list[dict[str, Any]] = [
+            {"tool_calls": [{"id": "m1", "name": "agent_change_mode", "arguments": change}]},
+            {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "a.py"}}]},
+            {"text": "a.py looks fine"},
+            {"text": "you are welcome"},
+        ]
+        llm = ScriptedLLM(script)
+        pipeline = embedded_pipeline(
+            llm=llm,
+            store=store,
+            catalog=ConfigCatalog.from_toml(_CATALOG),
+            clock=SteppingClock(),
+            ids=SequentialIds(),
+        )
+        caller = Caller(org=_ORG, user=_USER)
+
+        first = await pipeline.execute({"Instruction": "review a.py"}, caller)
+        assert first.successful, first.errors  # an Initial turn awaiting read_file's result
+        assert first.result is not None
+        session_id, turn_id = first.result.session_id, first.result.turn_id
+        result = {"ToolCallId": "c1", "ExecutionMs": 1, "ResultJson": '{"text": "x"}'}
+        answer = {"SessionId": session_id, "TurnId": turn_id, "ToolResults": [result]}
+        second = await pipeline.execute(answer, caller)
+        assert second.successful, second.errors
+        assert second.result is not None
+        settled = second.result.turn_id  # a FollowOn names the last settled turn
+        third = await pipeline.execute(
+            {"SessionId": session_id, "TurnId": settled, "Instruction": "thanks"}, caller
+        )
+        assert third.successful, third.errors
+        assert third.result is not None
+
+        session, turns, transcript = await store_snapshot(
+            store, session_id, [turn_id, third.result.turn_id]
+        )
+        assert session is not None
+        assert session.mode == "review"
+        assert [(e.previous_mode, e.new_mode) for e in session.mode_history] == [
+            ("general", "review")
+        ]
+        assert [turn.status if turn else None for turn in turns] == [TurnStatus.COMPLETED] * 2
+        assert [m.content for m in transcript if m.role is ChatRole.USER] == [
+            "review a.py",
+            "thanks",
+        ]
+        assert transcript[-1] == assistant_says("you are welcome")
+        assert await store_snapshot(store, session_id, [], org="globex") == (None, [], [])
