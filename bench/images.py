@@ -28,8 +28,8 @@ from rounds import best_of_rounds
 from turns import CALLER, FixedLLM, bench_ports
 
 from aptix_pipeline import PipelineOptions
-from aptix_pipeline.adapters.catalog_config import ConfigCatalog
-from aptix_pipeline.adapters.sqlite_store import SQLiteStore
+from aptix_pipeline.adapters.config.catalog import ConfigCatalog
+from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
 from aptix_pipeline.engine import Pipeline, Telemetry
 
 __all__ = ["IMAGE_BYTES", "image_rows"]

@@ -26,10 +26,10 @@ from rounds import best_of_rounds
 from tracing import CALLER, FINAL, ReplayingLLM
 
 from aptix_pipeline import FtsRetriever, PipelineOptions, Ports, build_index
-from aptix_pipeline.adapters.catalog_config import ConfigCatalog
-from aptix_pipeline.adapters.clocks import SystemClock
-from aptix_pipeline.adapters.ids import RandomIds
-from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.adapters.config.catalog import ConfigCatalog
+from aptix_pipeline.adapters.stores.memory import MemoryStore
+from aptix_pipeline.adapters.system.clocks import SystemClock
+from aptix_pipeline.adapters.system.ids import RandomIds
 from aptix_pipeline.contracts import Retriever
 from aptix_pipeline.engine import Pipeline, Telemetry
 

@@ -46,8 +46,8 @@ from typing import Any
 from turns import CALLER, CLIENT_CALL, FINAL, FixedLLM, bench_ports, engine_pipeline
 
 from aptix_pipeline import Recorder, RecordingOptions, TurnRecording, replay
-from aptix_pipeline.adapters.memory_store import MemoryStore
-from aptix_pipeline.adapters.sqlite_store import SQLiteStore
+from aptix_pipeline.adapters.stores.memory import MemoryStore
+from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
 from aptix_pipeline.contracts import AgentExecuteResponse, LLMReply, LLMRequest, SessionStore
 from aptix_pipeline.engine import Pipeline
 

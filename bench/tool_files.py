@@ -25,11 +25,11 @@ from typing import Any
 
 from rounds import best_of_rounds
 
-from aptix_pipeline.adapters.catalog_config import ConfigCatalog
-from aptix_pipeline.adapters.clocks import SystemClock
-from aptix_pipeline.adapters.file_store import LocalFileStore
-from aptix_pipeline.adapters.ids import RandomIds
-from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.adapters.config.catalog import ConfigCatalog
+from aptix_pipeline.adapters.files.local import LocalFileStore
+from aptix_pipeline.adapters.stores.memory import MemoryStore
+from aptix_pipeline.adapters.system.clocks import SystemClock
+from aptix_pipeline.adapters.system.ids import RandomIds
 from aptix_pipeline.contracts import (
     Caller,
     LLMReply,

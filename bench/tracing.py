@@ -25,10 +25,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from aptix_pipeline import PipelineOptions, Ports, Recorder, RecordingOptions
-from aptix_pipeline.adapters.catalog_config import ConfigCatalog
-from aptix_pipeline.adapters.clocks import SystemClock
-from aptix_pipeline.adapters.ids import RandomIds
-from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.adapters.config.catalog import ConfigCatalog
+from aptix_pipeline.adapters.stores.memory import MemoryStore
+from aptix_pipeline.adapters.system.clocks import SystemClock
+from aptix_pipeline.adapters.system.ids import RandomIds
 from aptix_pipeline.contracts import Caller, LLMReply, LLMRequest, ToolCall, Usage
 from aptix_pipeline.engine import Pipeline, Telemetry
 

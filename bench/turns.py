@@ -33,10 +33,10 @@ from builders import PATHS
 from statemachine import State, StateChart
 
 from aptix_pipeline import PipelineOptions, Ports, validators
-from aptix_pipeline.adapters.catalog_config import ConfigCatalog
-from aptix_pipeline.adapters.clocks import SystemClock
-from aptix_pipeline.adapters.ids import RandomIds
-from aptix_pipeline.adapters.memory_store import MemoryStore
+from aptix_pipeline.adapters.config.catalog import ConfigCatalog
+from aptix_pipeline.adapters.stores.memory import MemoryStore
+from aptix_pipeline.adapters.system.clocks import SystemClock
+from aptix_pipeline.adapters.system.ids import RandomIds
 from aptix_pipeline.contracts import (
     LLM,
     AgentExecuteResponse,

@@ -101,7 +101,7 @@ class FileStore(Protocol):
     ``put`` keeps ``file.content`` under ``file.content_hash`` (the same bytes are
     kept once) and answers where a client can fetch them, and until when.
     Raising fails the tool call that made the file: the model is told, the turn
-    goes on. ``LocalFileStore`` (``adapters/file_store.py``) is the embedded one.
+    goes on. ``LocalFileStore`` (``adapters/files/local.py``) is the embedded one.
     """
 
     async def put(self, file: ToolFile) -> StoredFile:

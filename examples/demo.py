@@ -43,14 +43,14 @@ from pathlib import Path
 from typing import Any
 
 from aptix_pipeline import RecordingOptions, TurnRecording, replay
-from aptix_pipeline.adapters.builtin_tools import MAKE_REPORT_TOOL
-from aptix_pipeline.adapters.catalog_config import ConfigCatalog
-from aptix_pipeline.adapters.clocks import SystemClock
+from aptix_pipeline.adapters.config.catalog import ConfigCatalog
 from aptix_pipeline.adapters.embedded import embedded_pipeline
-from aptix_pipeline.adapters.file_store import LocalFileStore
-from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
-from aptix_pipeline.adapters.sqlite_store import SQLiteStore
-from aptix_pipeline.adapters.telemetry_setup import configure_tracing
+from aptix_pipeline.adapters.files.local import LocalFileStore
+from aptix_pipeline.adapters.models.scripted import ScriptedLLM
+from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
+from aptix_pipeline.adapters.system.clocks import SystemClock
+from aptix_pipeline.adapters.system.tracing import configure_tracing
+from aptix_pipeline.adapters.tools.builtin import MAKE_REPORT_TOOL
 from aptix_pipeline.contracts import AgentExecuteResponse, Caller
 from aptix_pipeline.engine import (
     DiagramError,

@@ -18,7 +18,7 @@ files come out the same byte for byte on every run:
    server tool round runs between them, and each model call is an ``LLM.stream``
    port call (docs/RECORDING.md "Streamed model calls").
 
-``tests/test_example_recordings.py`` replays them and checks they are current.
+``tests/project/test_example_recordings.py`` replays them and checks they are current.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from aptix_pipeline import RecordingOptions, TurnRecording
-from aptix_pipeline.adapters.clocks import SteppingClock
 from aptix_pipeline.adapters.embedded import embedded_pipeline
-from aptix_pipeline.adapters.ids import SequentialIds
-from aptix_pipeline.adapters.scripted_llm import ScriptedLLM
+from aptix_pipeline.adapters.models.scripted import ScriptedLLM
+from aptix_pipeline.adapters.system.clocks import SteppingClock
+from aptix_pipeline.adapters.system.ids import SequentialIds
 from aptix_pipeline.contracts import Caller
 from aptix_pipeline.engine import Telemetry
 

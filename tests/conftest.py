@@ -4,7 +4,7 @@
 the rule failing; ``"holds"`` says it shows the rule satisfied.
 ``@pytest.mark.decision("D26")`` (one or more ids) says the test checks that decision
 or DESIGN.md resolution of docs/decisions.toml. The conformance tables
-(docs/CONFORMANCE.md) are generated from these markers by ``tests/conformance.py``;
+(docs/CONFORMANCE.md) are generated from these markers by ``tests/kits/conformance.py``;
 ``--rule-map FILE`` and ``--decision-map FILE`` write the maps at collection time.
 """
 
@@ -15,6 +15,10 @@ import re
 from pathlib import Path
 
 import pytest
+
+# Tests import the store contract kit's cases directly too: pytest rewrites their asserts
+# whichever module imports them first (testing/store_contract.py asks the same).
+pytest.register_assert_rewrite("aptix_pipeline.testing.store_contract_cases")
 
 OUTCOMES = ("holds", "broken")
 DECISION_ID = re.compile(r"[DR][1-9][0-9]*")
@@ -45,21 +49,34 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config) -> None:
     target = config.getoption("--rule-map")
     links: dict[str, dict[str, list[str]]] = {}
-    for item in session.items:
+    for item in _by_file_name(session.items):
         for marker in item.iter_markers("rule"):
             rule_id, outcome = marker.args
             if outcome not in OUTCOMES:
                 raise pytest.UsageError(f"{item.nodeid}: rule outcome must be one of {OUTCOMES}")
-            links.setdefault(rule_id, {}).setdefault(outcome, []).append(item.nodeid)
+            links.setdefault(rule_id, {}).setdefault(outcome, []).append(_linked(item.nodeid))
     if target:
         Path(target).write_text(json.dumps(links, indent=1, sort_keys=True), encoding="utf-8")
     _map_decisions(session, config)
 
 
+def _by_file_name(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items in the order docs/CONFORMANCE.md lists them: by test file name, then
+    as collected (the order of one folder of test files, whatever folders hold them)."""
+    return sorted(items, key=lambda item: _linked(item.nodeid).partition("::")[0])
+
+
+def _linked(node_id: str) -> str:
+    """A test as docs/CONFORMANCE.md names it: its file's name (unique in tests/, which
+    ``tests/project/test_layout.py`` holds) and its function, without the folders."""
+    path, _, rest = node_id.partition("::")
+    return f"{path.rpartition('/')[2]}::{rest}"
+
+
 def _map_decisions(session: pytest.Session, config: pytest.Config) -> None:
     """Check every ``decision`` marker's ids; write decision id → test node ids if asked."""
     links: dict[str, list[str]] = {}
-    for item in session.items:
+    for item in _by_file_name(session.items):
         for marker in item.iter_markers("decision"):
             if not marker.args or not all(
                 isinstance(i, str) and DECISION_ID.fullmatch(i) for i in marker.args
@@ -69,8 +86,10 @@ def _map_decisions(session: pytest.Session, config: pytest.Config) -> None:
                 )
             for decision_id in marker.args:
                 nodes = links.setdefault(decision_id, [])
-                if item.nodeid not in nodes:  # a module's and a function's marker may repeat one
-                    nodes.append(item.nodeid)
+                if (
+                    _linked(item.nodeid) not in nodes
+                ):  # a module's and a function's marker may repeat one
+                    nodes.append(_linked(item.nodeid))
     target = config.getoption("--decision-map")
     if target:
         Path(target).write_text(json.dumps(links, indent=1, sort_keys=True), encoding="utf-8")
@@ -79,7 +98,7 @@ def _map_decisions(session: pytest.Session, config: pytest.Config) -> None:
 # The engine scenario suite's `store` fixture: every scenario on both stores.
 from engine_kit import store  # noqa: E402, F401
 
-# A throwaway PostgreSQL server on loopback (tests/pg_server.py): `postgres_url`, `postgres_db_url`.
+# A throwaway PostgreSQL server on loopback (kits/pg_server.py): `postgres_url`, `postgres_db_url`.
 from pg_server import postgres_db_url, postgres_server, postgres_url  # noqa: E402, F401
 
 
@@ -87,6 +106,6 @@ from pg_server import postgres_db_url, postgres_server, postgres_url  # noqa: E4
 def _own_data_dir(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each test's default store (``adapters/data_dir.py``) in a folder of its own, so no
+    """Each test's default store (``adapters/config/data_dir.py``) in a folder of its own, so no
     test writes into the user's data folder; subprocesses inherit it."""
     monkeypatch.setenv("APTIX_DATA_DIR", str(tmp_path_factory.mktemp("aptix-data")))

@@ -1,0 +1,246 @@
+"""``aptix run``: one turn per process; a session chains across processes on one SQLite file.
+
+A turn that fails exits 1 with its unsuccessful result; what the command cannot
+use — a bad script or option, a catalog that is broken or not UTF-8, a SQLite store
+that is a directory or not a database — is a usage error: exit 2, a message, no
+traceback, nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from cli_kit import APTIX, aptix_run, stdout_json, write_json
+
+from aptix_pipeline.adapters.config.data_dir import default_store_path
+
+
+def _run_hi(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``aptix run`` on a one-line Initial request with a one-reply script."""
+    return aptix_run(tmp, {"Instruction": "hi"}, [{"text": "hello"}], *args)
+
+
+def test_three_turns_chain_across_processes_on_one_sqlite_file(tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'session.db'}"
+    mode_and_read = [
+        {
+            "tool_calls": [
+                {"id": "m1", "name": "agent_change_mode", "arguments": {"mode": "review"}},
+                {"id": "r1", "name": "read_file", "arguments": {"path": "a.py"}},
+            ]
+        }
+    ]
+
+    first = aptix_run(tmp_path, {"Instruction": "review a.py"}, mode_and_read, "--store", store)
+    assert first.returncode == 0, first.stderr
+    one = stdout_json(first)["Result"]
+    assert one["Kind"] == "client_tool_continuation"
+    assert one["ModeDisplayName"] == "Code Review"
+
+    results = [{"ToolCallId": "r1", "ExecutionMs": 2, "ResultJson": '{"text": "x = 1"}'}]
+    second = aptix_run(
+        tmp_path,
+        {"SessionId": one["SessionId"], "TurnId": one["TurnId"], "ToolResults": results},
+        [{"text": "Looks fine."}],
+        "--store",
+        store,
+    )
+    assert second.returncode == 0, second.stderr
+    two = stdout_json(second)["Result"]
+    assert (two["Kind"], two["TurnId"]) == ("final", one["TurnId"])
+
+    third = aptix_run(
+        tmp_path,
+        {"SessionId": two["SessionId"], "TurnId": two["TurnId"], "Instruction": "checklist?"},
+        [
+            {"tool_calls": [{"id": "k1", "name": "review_checklist", "arguments": {}}]},
+            {"text": "Checked."},
+        ],
+        "--store",
+        store,
+        "--report",
+    )
+    assert third.returncode == 0, third.stderr
+    three = stdout_json(third)["Result"]
+    assert three["ModeDisplayName"] == "Code Review"
+    assert three["TurnId"] != one["TurnId"]
+    assert three["ToolResults"][0]["ToolCallId"] == "k1"
+    report = json.loads(third.stderr)
+    assert report["states"][-1] == "done"
+    assert report["tool_calls"][0]["outcome"] == "executed"
+
+
+def test_a_failed_turn_exits_one_with_an_unsuccessful_result(tmp_path: Path) -> None:
+    run = aptix_run(
+        tmp_path,
+        {"SessionId": "nope", "TurnId": "nope", "Instruction": "hi"},
+        [{"text": "never"}],
+        "--store",
+        "memory",
+    )
+
+    assert run.returncode == 1
+    result = stdout_json(run)
+    assert result["Successful"] is False
+    assert result["Result"] is None
+    assert result["Errors"][0]["RuleId"] == "AGN-033/3.1/session-found"
+
+
+def test_a_refused_request_exits_one_and_writes_no_database(tmp_path: Path) -> None:
+    run = aptix_run(tmp_path, {"Instruction": "hi", "Mode": "review"}, [{"text": "x"}])
+
+    assert run.returncode == 1
+    assert "AGN-034/3/server-owned-field" in run.stdout
+
+
+@pytest.mark.decision("D366")
+def test_the_default_store_is_a_sqlite_file_in_the_data_folder_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    monkeypatch.setenv("APTIX_DATA_DIR", str(data))
+
+    first = aptix_run(tmp_path, {"Instruction": "hi"}, [{"text": "hello"}])
+    second = aptix_run(tmp_path, {"Instruction": "hi"}, [{"text": "hello"}])
+
+    assert (first.returncode, second.returncode) == (0, 0), first.stderr
+    assert (data / "aptix.db").is_file()
+    assert not (tmp_path / "aptix.db").exists()
+    assert f"aptix: creating the session store {data / 'aptix.db'}" in first.stderr
+    assert second.stderr == ""
+
+
+@pytest.mark.decision("D366")
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"APTIX_DATA_DIR": "/srv/aptix", "XDG_DATA_HOME": "/x", "HOME": "/h"}, "/srv/aptix"),
+        ({"XDG_DATA_HOME": "/x", "HOME": "/h"}, "/x/aptix"),
+        ({"XDG_DATA_HOME": "relative", "HOME": "/h"}, "/h/.local/share/aptix"),
+        ({"HOME": "/h"}, "/h/.local/share/aptix"),
+    ],
+)
+def test_the_data_folder_is_aptix_data_dir_else_xdg_data_home_else_local_share(
+    env: dict[str, str], expected: str
+) -> None:
+    assert default_store_path(env) == Path(expected) / "aptix.db"
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "message"),
+    [
+        ([{"txt": "typo"}], (), "replies[0] has unknown keys"),
+        ("not a list", (), "a script is a list of replies"),
+        ([{"text": "x"}], ("--store", "mysql://x"), "unknown store"),
+        ([{"text": "x"}], ("--org", " "), "must not be empty"),
+    ],
+)
+def test_usage_errors_exit_two_with_a_message(
+    tmp_path: Path, script: object, args: tuple[str, ...], message: str
+) -> None:
+    run = aptix_run(tmp_path, {"Instruction": "hi"}, script, *args)
+
+    assert run.returncode == 2
+    assert message in run.stderr
+    assert run.stdout == ""
+
+
+def test_a_broken_config_is_a_usage_error(tmp_path: Path) -> None:
+    config = tmp_path / "catalog.toml"
+    config.write_text('[[modes]]\nname = "review"\ndisplay_name = "Review"\n', encoding="utf-8")
+
+    run = aptix_run(tmp_path, {"Instruction": "hi"}, [{"text": "x"}], "--config", str(config))
+
+    assert run.returncode == 2
+    assert "catalog.toml" in run.stderr
+
+
+def test_a_missing_request_file_is_a_usage_error(tmp_path: Path) -> None:
+    script = write_json(tmp_path / "script.json", [{"text": "x"}])
+    run = subprocess.run(
+        [str(APTIX), "run", str(tmp_path / "absent.json"), "--llm-script", str(script)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert run.returncode == 2
+
+
+def test_a_custom_catalog_and_initial_mode_are_used(tmp_path: Path) -> None:
+    config = tmp_path / "catalog.toml"
+    config.write_text(
+        '[[modes]]\nname = "general"\ndisplay_name = "Everyday"\n'
+        '[[modes]]\nname = "plan"\ndisplay_name = "Planning"\n'
+        '[[agents]]\nid = "a"\nname = "A"\n'
+        '[[conversations]]\nid = "c"\n',
+        encoding="utf-8",
+    )
+
+    run = aptix_run(
+        tmp_path,
+        {"Instruction": "hi"},
+        [{"text": "ok"}],
+        "--config",
+        str(config),
+        "--initial-mode",
+        "plan",
+        "--store",
+        "memory",
+    )
+
+    assert run.returncode == 0, run.stderr
+    assert stdout_json(run)["Result"]["ModeDisplayName"] == "Planning"
+
+
+def test_aptix_run_on_a_directory_as_sqlite_store_is_a_usage_error(tmp_path: Path) -> None:
+    directory = tmp_path / "store-dir"
+    directory.mkdir()
+
+    run = _run_hi(tmp_path, "--store", f"sqlite:{directory}")
+
+    assert run.returncode == 2
+    assert run.stderr.startswith("aptix run: ")
+    assert "Traceback" not in run.stderr
+    assert run.stdout == ""
+    assert list(directory.iterdir()) == []
+
+
+def test_aptix_run_on_a_file_that_is_not_a_database_is_a_usage_error(tmp_path: Path) -> None:
+    junk = tmp_path / "notes.db"
+    content = b"these are my notes, not a database\n" * 64
+    junk.write_bytes(content)
+
+    run = _run_hi(tmp_path, "--store", f"sqlite:{junk}")
+
+    assert run.returncode == 2
+    assert run.stderr.startswith("aptix run: ")
+    assert "not a database" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stdout == ""
+    assert junk.read_bytes() == content
+
+
+def test_aptix_run_with_a_non_utf8_config_is_a_usage_error_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "latin1-catalog.toml"
+    config.write_bytes('[[modes]]\nname = "général"\n'.encode("latin-1"))
+
+    run = _run_hi(tmp_path, "--config", str(config), "--store", "memory")
+
+    assert run.returncode == 2
+    assert "latin1-catalog.toml" in run.stderr
+    assert "UTF-8" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stdout == ""
+
+
+def test_a_sqlite_store_that_works_still_runs(tmp_path: Path) -> None:
+    run = _run_hi(tmp_path, "--store", f"sqlite:{tmp_path / 'fine.db'}")
+
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["Result"]["PrimaryOutputText"] == "hello"

@@ -1,0 +1,198 @@
+"""The turn browser in a real headless browser: the system's Chromium, driven by Playwright.
+
+``aptix ui`` runs as a process of its own on a real SQLite store and recordings
+folder (tests/kits/ui_kit.py); the browser opens its page, follows the session to a
+turn, reads the path picture and the timeline, opens the faulted turn and finds
+its step and rule named, presses "replay" and reads the outcome. The page mounted
+in ``aptix serve`` is signed in to with a key and its watch view shows a turn's
+events as they stream. Screenshots are kept in ``build/test-artifacts/``.
+
+Chromium comes from the system's package manager (``make chromium``), never from
+Playwright's own download. Without it (or without Playwright) these tests skip,
+except under CI (``CI=true``), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+from http_kit import ANA_KEY, ENV
+from repo import ROOT
+from serve_process import free_port
+from server_thread import WAIT, server_thread
+from ui_kit import FAULT_RULE, Browsed, browsed_store, write_ui_config
+
+from aptix_pipeline.adapters.config.service import load_service_config
+from aptix_pipeline.adapters.http.app import create_app
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+APTIX = Path(sys.executable).parent / "aptix"
+ARTIFACTS = ROOT / "build" / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _missing(reason: str) -> None:
+    """Skip for ``reason``; under CI, fail: the browser tests must run there."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: the browser tests may not skip; run make chromium)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if CHROMIUM is None:
+        _missing("no chromium on PATH: make chromium installs it (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("playwright is not installed (the test extra): pip install -e '.[test]'")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def tab(browser: Browser) -> Iterator[Page]:
+    """A fresh page; tests ask for it last, as Playwright's loop runs in this thread from
+    then on and the store is written (``asyncio.run``) before."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    opened = context.new_page()
+    opened.set_default_timeout(WAIT * 1000)
+    yield opened
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def browsed(tmp_path_factory: pytest.TempPathFactory) -> Browsed:
+    return browsed_store(tmp_path_factory.mktemp("browser"))
+
+
+@pytest.fixture(scope="module")
+def aptix_ui(browsed: Browsed) -> Iterator[str]:
+    """``aptix ui`` on the browsed store and folder, a process of its own; its URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            str(APTIX),
+            "ui",
+            "--store",
+            browsed.store_url,
+            "--recordings",
+            str(browsed.recordings),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + WAIT
+        while True:
+            assert process.poll() is None, process.stdout.read() if process.stdout else ""
+            assert time.monotonic() < deadline, "aptix ui did not start"
+            try:
+                httpx.get(f"{url}/static/ui.css")
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(WAIT)
+
+
+def _screenshot(tab: Page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    tab.screenshot(path=str(path), full_page=True)
+    return path
+
+
+@pytest.mark.decision("D359")
+def test_a_session_followed_to_its_turn_shows_the_path_and_the_timeline(
+    aptix_ui: str, browsed: Browsed, tab: Page
+) -> None:
+    tab.goto(f"{aptix_ui}/")
+    tab.click(f"tr[data-session='{browsed.session_id}'] a")
+    tab.click(f"tr[data-turn='{browsed.second_turn}'] a")
+
+    picture = tab.locator("[data-picture]").first.inner_text()
+    steps = tab.locator("#timeline li.kind-transition").evaluate_all(
+        "items => items.map(item => item.dataset.step)"
+    )
+    assert tab.locator("#turn-id").inner_text() == browsed.second_turn
+    assert "path: FollowOn turn" in picture
+    assert ", done" in picture
+    assert steps[:3] == ["request_handler", "session_restorer", "agent_context_loader"]
+    assert steps[-1] == "complete"
+    assert "llm_client" in steps
+    assert "server_tool_round" in steps
+    assert _screenshot(tab, "turn-page.png").stat().st_size > 0
+
+
+@pytest.mark.decision("D359")
+def test_the_faulted_turn_names_its_step_and_rule_and_replays_to_the_same_fault(
+    aptix_ui: str, tab: Page
+) -> None:
+    tab.goto(f"{aptix_ui}/")
+    tab.click("tr[data-recording]:has-text('faulted at') a")
+
+    picture = tab.locator("[data-picture]").first.inner_text()
+    banner = tab.locator(".fault-banner").inner_text()
+    fault = tab.locator("#timeline li.kind-fault").inner_text()
+    tab.click("#replay")
+    outcome = tab.locator("#replay-result")
+    outcome.wait_for()
+
+    assert f"faulted at client_tool_continuation_resolver (rule {FAULT_RULE})" in picture
+    assert "client_tool_continuation_resolver" in banner
+    assert FAULT_RULE in banner
+    assert FAULT_RULE in fault
+    assert outcome.get_attribute("data-verdict") == "ok"
+    assert (
+        f"the turn faulted at client_tool_continuation_resolver (rule {FAULT_RULE})"
+        in outcome.inner_text()
+    )
+    assert _screenshot(tab, "faulted-turn-replayed.png").stat().st_size > 0
+
+
+@pytest.mark.decision("D356")
+def test_the_mounted_page_takes_a_key_and_watches_a_turn_stream(
+    tmp_path: Path, browsed: Browsed, tab: Page
+) -> None:
+    config = load_service_config(write_ui_config(tmp_path, browsed), env=ENV)
+    with server_thread(create_app(config)) as port:
+        tab.goto(f"http://127.0.0.1:{port}/ui/")
+        tab.fill("#key", ANA_KEY)
+        tab.click("button[type=submit]")
+        tab.click("text=watch a turn")
+        tab.click("#watch-send")
+        tab.locator("#events li[data-event=result]").wait_for()
+
+        names = tab.locator("#events li").evaluate_all(
+            "items => items.map(item => item.dataset.event)"
+        )
+        result = tab.locator("#events li[data-event=result]").inner_text()
+        _screenshot(tab, "watch-view.png")
+
+    assert tab.url.endswith("/ui/watch")
+    assert names[0] == "progress"
+    assert names.count("result") == 1
+    assert names.count("progress") >= 5
+    assert "2 + 3 = 5" in result
