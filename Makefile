@@ -16,17 +16,25 @@ MODULES := $(VENV)/.modules
 
 all: test
 
+# pip's own output (its warnings included) goes to build/install.log, shown only when
+# the install fails: `make demo` and `make test` start with one line, not a page.
+INSTALL_LOG := build/install.log
+
 $(PY):
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	@echo "making the virtual environment $(VENV) (log: $(INSTALL_LOG))"
+	@mkdir -p build
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install --quiet --upgrade pip > $(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG); exit 1; }
 
 install: $(PY)
 	@find $(PACKAGE_DIRS) -type f \( -name '*.py' -o -name 'py.typed' -o -name '*.toml' -o -path '*/ui/static/*' \) | sort > $(MODULES).want
 	@md5sum pyproject.toml >> $(MODULES).want
 	@if ! cmp -s $(MODULES).want $(MODULES); then \
-		echo "installing aptix-pipeline (strict editable) into $(VENV)"; \
-		$(BIN)/pip install --quiet -e '.[test]' --config-settings editable_mode=strict \
-			&& mv $(MODULES).want $(MODULES); \
+		echo "installing aptix-pipeline (strict editable) into $(VENV) (log: $(INSTALL_LOG))"; \
+		mkdir -p build; \
+		if $(BIN)/pip install --quiet -e '.[test]' --config-settings editable_mode=strict \
+			> $(INSTALL_LOG) 2>&1; then mv $(MODULES).want $(MODULES); \
+		else cat $(INSTALL_LOG); rm -f $(MODULES).want; exit 1; fi; \
 	else rm -f $(MODULES).want; fi
 	@# Byte-compile the package as pip does for an installed wheel: with
 	@# PYTHONDONTWRITEBYTECODE set (as on CI), every aptix command would otherwise
@@ -78,8 +86,9 @@ test: install postgres-server graphviz chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# One screen of summary; DEMO_ARGS=--verbose prints the whole story (also in build/demo/demo.log).
 demo: install
-	$(PY) examples/demo.py
+	@$(PY) examples/demo.py $(DEMO_ARGS)
 
 # The bench extra (Apache Burr, LangGraph: bench/peers.py) is installed here, not by
 # `make test`; again whenever pyproject.toml changes. Without it the peers are skipped.

@@ -29,16 +29,27 @@ from serve_process import free_port, serving
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The wheel built from the repository, and what the build printed."""
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
+    run = subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)],
         check=True,
         capture_output=True,
         text=True,
     )
-    (built,) = out.glob("aptix_pipeline-*.whl")
-    return built
+    (wheel,) = out.glob("aptix_pipeline-*.whl")
+    return wheel, run.stdout + run.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(built: tuple[Path, str]) -> Path:
+    return built[0]
+
+
+@pytest.mark.decision("D396")
+def test_the_build_warns_of_no_folder_left_out_of_the_packages(built: tuple[Path, str]) -> None:
+    assert "absent from the `packages` configuration" not in built[1]
 
 
 def test_wheel_holds_only_the_aptix_pipeline_package(wheel: Path) -> None:
@@ -52,9 +63,14 @@ def test_wheel_holds_only_the_aptix_pipeline_package(wheel: Path) -> None:
 def test_wheel_maps_the_folders_to_subpackages(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
 
-    for subpackage in ("contracts", "validators", "steps", "engine", "engine/replay", "adapters"):
+    rooms = [path.parent.name for path in (ROOT / "adapters").glob("*/__init__.py")]
+    subpackages = ["contracts", "validators", "steps", "engine", "engine/replay", "adapters"]
+    for subpackage in [*subpackages, *(f"adapters/{room}" for room in rooms), "testing"]:
         assert f"aptix_pipeline/{subpackage}/__init__.py" in names
     assert "aptix_pipeline/py.typed" in names
+    assert "aptix_pipeline/adapters/config/default_config.toml" in names
+    static = {path.name for path in (ROOT / "adapters" / "ui" / "static").iterdir()}
+    assert {n.rpartition("/")[2] for n in names if "/ui/static/" in n} == static
     assert not [n for n in names if n.startswith(("aptix_pipeline/tests", "tests/"))]
 
 

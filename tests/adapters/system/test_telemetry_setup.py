@@ -126,9 +126,10 @@ def test_trace_option_prints_the_state_trace(tmp_path: Path) -> None:
     assert lines[-1] == "outcome     done"
 
 
-def test_demo_with_console_exporter_shows_every_kind_of_span() -> None:
+def test_demo_with_console_exporter_shows_every_kind_of_span(tmp_path: Path) -> None:
+    demo = ROOT / "examples" / "demo.py"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "demo.py")],
+        [sys.executable, str(demo), "--verbose", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         check=False,
