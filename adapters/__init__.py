@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         ScriptError,
         ScriptExhaustedError,
         StreamBrokenError,
+        TurnScript,
     )
     from .retrieval import FtsRetriever, RetrievalIndexError, build_index
     from .stores import (
@@ -85,6 +86,7 @@ _EXPORTS: dict[str, str] = {
     "ScriptError": "models",
     "ScriptExhaustedError": "models",
     "ScriptedLLM": "models",
+    "TurnScript": "models",
     "ConfigError": "config",
     "ServiceConfig": "config",
     "SQLiteStore": "stores",
@@ -129,6 +131,7 @@ __all__ = [
     "StreamBrokenError",
     "SystemClock",
     "TelemetrySetupError",
+    "TurnScript",
     "TurnWrite",
     "TurnWrites",
     "build_index",

@@ -54,6 +54,7 @@ from .config import (
     open_retriever,
 )
 from .files import LocalFileStore
+from .models import TurnScript
 from .stores import DEFAULT_STORE_URL, open_store
 from .system import RandomIds, SystemClock
 from .tools import BUILTIN_TOOLS, DEMO_TOOLS
@@ -216,6 +217,7 @@ def build_pipeline(
     if retriever is None and config.retrieval is not None:
         retriever = open_retriever(config)
     return embedded_pipeline(
+        interceptors=(llm,) if isinstance(llm, TurnScript) else (),  # it places each turn
         llm=llm,
         store=store,
         retriever=retriever,

@@ -51,7 +51,7 @@ from .interceptors import Proceed, TurnCall, TurnInterceptor
 from .machine import TurnMachine
 from .pipeline import Pipeline
 from .report import RequestInput, TurnReport
-from .runner import RUNTIMES, Runtime
+from .runner import FAULT_RECORD, RUNTIMES, Runtime
 from .streaming import (
     PROGRESS_EVENTS,
     StreamDelta,
@@ -104,6 +104,7 @@ if not TYPE_CHECKING:
 
 
 __all__ = [
+    "FAULT_RECORD",
     "PROGRESS_EVENTS",
     "RUNTIMES",
     "CheckRan",

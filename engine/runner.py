@@ -47,6 +47,7 @@ from .machine import FAULT, UNINTERRUPTED, TurnMachine, TurnRun
 from .trace import FaultRecord, TransitionRecord
 
 __all__ = [
+    "FAULT_RECORD",
     "RUNTIMES",
     "CompiledMachine",
     "CompiledTransition",
@@ -378,6 +379,12 @@ class TurnStop:
             limit.reschedule(asyncio.get_running_loop().time())
 
 
+FAULT_RECORD = "aptix_turn_fault"
+"""The attribute, true, of the log record that tells why a turn faulted (with the
+traceback of what a host's code raised): the turn's ``InvokeResult`` says what failed,
+so a terminal may show the record only when asked (``aptix run --verbose``)."""
+
+
 def _log_cause(event: str, error: StepFaultError, cause: BaseException, capture: bool) -> None:
     """The traceback of what a host's port, tool, hook or rule raised, once (D292).
 
@@ -385,8 +392,9 @@ def _log_cause(event: str, error: StepFaultError, cause: BaseException, capture:
     they may quote user content (D162).
     """
     codes = ", ".join(str(e.code) for e in error.errors)
+    marked = {FAULT_RECORD: True}  # a front door that shows the turn's errors can skip it
     if capture:
-        logger.error("step %s faulted (%s): %s", event, codes, error, exc_info=cause)
+        logger.error("step %s faulted (%s): %s", event, codes, error, exc_info=cause, extra=marked)
     else:
         logger.error(
             "step %s faulted (%s): %s raised\n%s",
@@ -394,6 +402,7 @@ def _log_cause(event: str, error: StepFaultError, cause: BaseException, capture:
             codes,
             exception_type(cause),
             traceback_text(cause, messages=False),
+            extra=marked,
         )
 
 

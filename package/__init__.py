@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         StoreBackend,
         StreamBrokenError,
         SystemClock,
+        TurnScript,
         TurnWrite,
         TurnWrites,
         build_index,
@@ -318,7 +319,7 @@ _GROUPS: dict[str, dict[str, str]] = {
     "The embedded defaults and the adapters": {
         "adapters": (
             "embedded_pipeline open_store MemoryStore SQLiteStore PostgresStore "
-            "ScriptedLLM OpenAICompatibleLLM StreamBrokenError FtsRetriever "
+            "ScriptedLLM TurnScript OpenAICompatibleLLM StreamBrokenError FtsRetriever "
             "build_index ConfigCatalog BUILTIN_TOOLS LocalFileStore SystemClock "
             "SteppingClock RandomIds SequentialIds ServiceConfig create_app"
         ),
@@ -499,6 +500,7 @@ __all__ = [
     "TurnRecording",
     "TurnReport",
     "TurnScope",
+    "TurnScript",
     "TurnStarted",
     "TurnStatus",
     "TurnStream",

@@ -6,9 +6,10 @@
   (``aptix.toml`` with a scripted model, ``replies.json``, ``request.json``) that
   ``aptix run`` runs at once (``cli/init.py``). Exit codes: 0 written, 2 when a file
   exists (without ``--force``) or cannot be written.
-- ``aptix validate FILE...`` checks request files against AGN-034 and prints one
-  ``InvokeResult`` per file. Exit codes: 0 when every file is a valid request, 1
-  when any is not, 2 for a usage error (a missing file, an unknown option).
+- ``aptix validate PATH...`` checks request files, folders of them or stdin (``-``)
+  against AGN-034: a line each and a count (``--json``: each ``InvokeResult``).
+  Exit codes: 0 when every request is valid, 1 when any is not, 2 for a usage
+  error (a missing path, a folder without requests, an unknown option).
 - ``aptix run REQUEST.json --llm-script SCRIPT.json`` runs one turn on the
   embedded defaults (SQLite file, built-in or TOML catalog, scripted model) and
   prints its ``InvokeResult``. Exit codes: 0 when Successful, 1 when not, 2 for a

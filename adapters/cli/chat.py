@@ -36,13 +36,17 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO, cast
 
 import typer
 
+from .logs import show_logs
 from .run import (
+    DEFAULT_ORG,
+    DEFAULT_USER,
     ConfigOption,
     InitialModeOption,
     LlmScriptOption,
     OrgOption,
     StoreOption,
     UserOption,
+    VerboseOption,
 )
 
 if TYPE_CHECKING:
@@ -87,8 +91,8 @@ def parse_handlers(specs: list[str]) -> dict[str, list[str]]:
 def chat(
     llm_script: LlmScriptOption = None,
     store: StoreOption = None,
-    org: OrgOption = "local",
-    user: UserOption = "local",
+    org: OrgOption = DEFAULT_ORG,
+    user: UserOption = DEFAULT_USER,
     config: ConfigOption = None,
     initial_mode: InitialModeOption = None,
     agent: Annotated[
@@ -102,6 +106,7 @@ def chat(
             "JSON on stdin, result on stdout) instead of asking; repeatable.",
         ),
     ] = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Hold a session in the terminal: each line a turn, answers as they are written.
 
@@ -112,6 +117,7 @@ def chat(
     from . import run as cli_run
 
     cli_run.COMMAND_NAME.set("chat")
+    show_logs(verbose)
     if not org.strip() or not user.strip():
         raise cli_run.usage_error("--org and --user must not be empty")
     provider = cli_run.start_tracing()

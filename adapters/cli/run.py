@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 import typer
 
+from .logs import show_logs
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
@@ -50,6 +52,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMAND_NAME",
+    "DEFAULT_ORG",
+    "DEFAULT_USER",
     "ConfigOption",
     "InitialModeOption",
     "LlmScriptOption",
@@ -57,8 +61,10 @@ __all__ = [
     "ReportFormat",
     "StoreOption",
     "UserOption",
+    "VerboseOption",
     "build_run_pipeline",
     "caller_of",
+    "check_output_file",
     "check_record_folder",
     "close_ports",
     "config_script",
@@ -107,6 +113,11 @@ StoreOption: TypeAlias = Annotated[
 ]
 OrgOption: TypeAlias = Annotated[str, typer.Option(help="The caller's org.")]
 UserOption: TypeAlias = Annotated[str, typer.Option(help="The caller's user.")]
+DEFAULT_ORG = "local"
+"""The org of every command that acts as a caller (``run``, ``chat``, ``sessions show``)
+when ``--org`` is not given (D390)."""
+DEFAULT_USER = "local"
+"""The user of every command that acts as a caller when ``--user`` is not given."""
 ConfigOption: TypeAlias = Annotated[
     Path | None,
     typer.Option(
@@ -167,6 +178,14 @@ _Trace: TypeAlias = Annotated[
     typer.Option("--trace", help="Also print the turn's state trace, one line a step, to stderr."),
 ]
 _Compact: TypeAlias = Annotated[bool, typer.Option(help="One line of JSON.")]
+VerboseOption: TypeAlias = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Show whole log records on stderr, tracebacks included (else one line each).",
+    ),
+]
 _Record: TypeAlias = Annotated[
     Path | None,
     typer.Option(
@@ -201,8 +220,8 @@ def run(
     request: _Request,
     llm_script: LlmScriptOption = None,
     store: StoreOption = None,
-    org: OrgOption = "local",
-    user: UserOption = "local",
+    org: OrgOption = DEFAULT_ORG,
+    user: UserOption = DEFAULT_USER,
     config: ConfigOption = None,
     initial_mode: InitialModeOption = None,
     report: _Report = False,
@@ -215,11 +234,13 @@ def run(
     report_format: _ReportFormat = None,
     diagram: _Diagram = None,
     after: _After = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Run one agent turn (AGN-034 request in, AGN-033 response out) and print its InvokeResult.
 
     Spans go where OTEL_TRACES_EXPORTER says (console: JSON on stderr; otlp; none).
     """
+    show_logs(verbose)
     if redact and record is None:
         raise usage_error("--redact applies to --record DIR")
     if not org.strip() or not user.strip():
@@ -337,9 +358,24 @@ def check_record_folder(folder: Path, refuse: Refuse) -> None:
         raise refuse(f"--record {folder}: the folder is not writable")
 
 
+def check_output_file(out: Path, option: str, refuse: Refuse) -> None:
+    """Refuse, before anything is run or stored, an output file that cannot be written:
+    a folder, or a file whose folder does not exist or is not writable (D391)."""
+    import os
+
+    if out.is_dir():
+        raise refuse(f"{option} {out}: is a folder, not a file")
+    folder = out.parent
+    if not folder.is_dir():
+        raise refuse(f"{option} {out}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise refuse(f"{option} {out}: not writable")
+
+
 def diagram_format(out: Path, refuse: Refuse) -> DiagramFormat:
-    """The format ``--diagram``'s suffix names; an unknown suffix, or svg/png without
-    Graphviz's ``dot`` on ``PATH``, is refused before the turn runs."""
+    """The format ``--diagram``'s suffix names; an unknown suffix, svg/png without
+    Graphviz's ``dot`` on ``PATH``, or a file that cannot be written is refused before
+    the turn runs."""
     import shutil
 
     from aptix_pipeline.engine import DiagramFormat, format_for
@@ -348,6 +384,7 @@ def diagram_format(out: Path, refuse: Refuse) -> DiagramFormat:
         fmt = format_for(out)
     except ValueError as error:
         raise refuse(f"--diagram: {error}") from None
+    check_output_file(out, "--diagram", refuse)
     if fmt in (DiagramFormat.SVG, DiagramFormat.PNG) and shutil.which("dot") is None:
         raise refuse(
             f"--diagram {out}: {fmt.value} needs Graphviz's 'dot' program, which is not on "
@@ -604,7 +641,13 @@ def _print_outcome(
     else the turn did (``--report``)."""
     import json
 
+    from aptix_pipeline.contracts import ErrorCode
+
     typer.echo(outcome.result.to_json(indent=None if compact else 2))
+    for error in outcome.result.errors:  # a model or store that failed: said in one line
+        if error.code is ErrorCode.PORT_FAILED:
+            first = error.message.strip().splitlines()[0] if error.message.strip() else ""
+            typer.echo(f"aptix {COMMAND_NAME.get()}: {first} (--verbose: the traceback)", err=True)
     if trace and outcome.trace is not None:
         typer.echo("\n".join(outcome.trace.describe()), err=True)
     if report is not None:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from .listen import check_free
+
 if TYPE_CHECKING:
     from aptix_pipeline.adapters.config import ServiceConfig
 
@@ -115,13 +117,19 @@ def _run_uvicorn(
         from aptix_pipeline.adapters.http import CONFIG_ENV, PROTOCOL_PATH, create_app
     except ImportError as error:
         raise _refuse(f"{error}: {_EXTRA.format('http')}") from None
+    host = host or service.server.host
+    port = service.server.port if port is None else port
+    try:  # a port another program holds: one line, before uvicorn starts (D392)
+        check_free(host, port)
+    except OSError as error:
+        raise _refuse(f"--host {host} --port {port}: {error.strerror}") from None
     # Every worker process builds its own app from the same file (create_app()).
     os.environ[CONFIG_ENV] = str(config.resolve())
     uvicorn.run(
         f"{create_app.__module__}:create_app",
         factory=True,
-        host=host or service.server.host,
-        port=service.server.port if port is None else port,
+        host=host,
+        port=port,
         workers=workers or service.server.workers,
         access_log=service.server.access_log if access_log is None else access_log,
         http=PROTOCOL_PATH,  # with [server] read_timeout_seconds

@@ -5,9 +5,10 @@
   creation time. Without ``--org``/``--user`` it lists the org and user pairs that
   hold sessions, so an operator sees whom to ask about. ``--limit``/``--offset``
   page through the list.
-- ``aptix sessions show SESSION --store URL --org ORG --user USER`` prints the
+- ``aptix sessions show SESSION --store URL [--org ORG --user USER]`` prints the
   session, its turns (mode, status, usage, server tool results) and its transcript
-  with the content of each message: the store is the operator's own.
+  with the content of each message: the store is the operator's own. As for
+  ``aptix run``, the caller is ``local``/``local`` unless given (D390).
 
 ``--json`` prints the same as JSON. Reads are scoped to the org and user given,
 as a turn's are: another caller's session is not found. Exit codes: 0 shown, 1
@@ -22,6 +23,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+
+from .run import DEFAULT_ORG, DEFAULT_USER, OrgOption, UserOption
 
 if TYPE_CHECKING:
     from aptix_pipeline.adapters.stores import (
@@ -195,8 +198,8 @@ def _detail_text(detail: SessionDetail) -> list[str]:
 @sessions_app.command("show")
 def show_session(
     session_id: Annotated[str, typer.Argument(metavar="SESSION", help="The session's id.")],
-    org: Annotated[str, typer.Option("--org", help="The caller's org.")],
-    user: Annotated[str, typer.Option("--user", help="The caller's user.")],
+    org: OrgOption = DEFAULT_ORG,
+    user: UserOption = DEFAULT_USER,
     store: _Store = None,
     as_json: _Json = False,
 ) -> None:

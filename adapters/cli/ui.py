@@ -7,7 +7,8 @@ address is refused unless ``--allow-remote`` says so. The store is opened for
 browsing (``stores/browse.py``: never created); without ``--store`` the default
 store is shown when its file exists. Exit codes: 2 for a usage error (a store that
 is missing, unknown or unreachable, a folder that does not exist, nothing to
-show, a non-loopback host, the ``http`` extra missing).
+show, a non-loopback host, a port another program holds, the ``http`` extra
+missing). The socket is bound before the page says where it serves (``listen.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from .listen import listen
 
 __all__ = ["DEFAULT_UI_PORT", "is_loopback", "ui"]
 
@@ -102,6 +105,12 @@ def ui(
         store_name=scrub_urls(spec) if spec is not None else None,
         close_store=close,
     )
-    shown = f"[{host}]" if ":" in host else host
-    typer.echo(f"aptix ui: the turn browser on http://{shown}:{port}/ (Ctrl+C stops it)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    try:
+        sock = listen(host, port)
+    except OSError as error:
+        raise _refuse(f"--host {host} --port {port}: {error.strerror}") from None
+    with sock:
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        typer.echo(f"aptix ui: the turn browser on http://{shown}:{bound}/ (Ctrl+C stops it)")
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -79,7 +79,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aptix_pipeline.adapters.files import MIN_SIGNING_KEY_BYTES
-from aptix_pipeline.adapters.models import ScriptedLLM, ScriptError
+from aptix_pipeline.adapters.models import ScriptedLLM, ScriptError, TurnScript
 from aptix_pipeline.adapters.stores import DEFAULT_STORE_URL, sqlite_target, unknown_store_scheme
 from aptix_pipeline.contracts import (
     LLM,
@@ -715,7 +715,10 @@ def build_llm(model: ModelConfig) -> LLM:
     ``openai`` extra; without it an ``openai`` model is a ``ConfigError`` naming the extra.
     """
     if isinstance(model, ScriptedModelConfig):
-        return ScriptedLLM.from_file(model.script)
+        text = model.script.read_bytes()
+        if ScriptedLLM.has_turns(text):  # every session plays it from its own turn (D393)
+            return TurnScript(text)
+        return ScriptedLLM.from_json(text)
     try:
         from aptix_pipeline.adapters.models import OpenAICompatibleLLM  # the `openai` extra
     except ImportError as error:

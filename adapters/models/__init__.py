@@ -15,12 +15,16 @@ if TYPE_CHECKING:
     from .openai_compatible import OpenAICompatibleLLM, StreamBrokenError
     from .retry_notices import log_retry_notices, stderr_retry_notices
     from .scripted import ScriptedLLM, ScriptError, ScriptExhaustedError
+    from .turn_script import TurnScript, script_position, session_of
 
 _EXPORTS: dict[str, str] = {
     "OpenAICompatibleLLM": "openai_compatible",
     "StreamBrokenError": "openai_compatible",
     "log_retry_notices": "retry_notices",
     "stderr_retry_notices": "retry_notices",
+    "TurnScript": "turn_script",
+    "script_position": "turn_script",
+    "session_of": "turn_script",
     "ScriptedLLM": "scripted",
     "ScriptError": "scripted",
     "ScriptExhaustedError": "scripted",
@@ -33,7 +37,10 @@ __all__ = [
     "ScriptExhaustedError",
     "ScriptedLLM",
     "StreamBrokenError",
+    "TurnScript",
     "log_retry_notices",
+    "script_position",
+    "session_of",
     "stderr_retry_notices",
 ]
 

@@ -44,9 +44,16 @@ class Served:
 
 @contextmanager
 def serving(
-    argv: Sequence[object], env: Mapping[str, str], *, port: int, cwd: Path, log: Path
+    argv: Sequence[object],
+    env: Mapping[str, str],
+    *,
+    port: int,
+    cwd: Path,
+    log: Path,
+    wait: bool = True,
 ) -> Iterator[Served]:
-    """``argv`` running in ``cwd`` with ``env``, healthy on ``port``; stopped afterwards."""
+    """``argv`` running in ``cwd`` with ``env``, healthy on ``port`` (unless not ``wait``:
+    started, as a shell's ``&`` starts it); stopped afterwards."""
     with log.open("wb") as out:
         process = subprocess.Popen(
             [str(arg) for arg in argv], stdout=out, stderr=subprocess.STDOUT, env=dict(env), cwd=cwd
@@ -54,7 +61,7 @@ def serving(
     served = Served(f"http://127.0.0.1:{port}", log)
     try:
         deadline = time.monotonic() + WAIT
-        while True:
+        while wait:
             assert process.poll() is None, served.output()
             try:
                 if httpx.get(served.base + "/healthz", timeout=1).status_code == 200:

@@ -5,8 +5,9 @@ Each block runs in order, in a fresh temporary folder holding a copy of
 never in the clone. A line is one of:
 
 - ``aptix …`` — run with this environment's ``aptix``; it must exit 0;
-- ``aptix … &`` — a server, started and waited for (``GET /healthz``), stopped when
-  the block ends; it is given ``--port`` of a free port, and the block's URLs on
+- ``aptix … &`` — a server, started as a shell starts it, with no wait: the next
+  line runs at once, as when the block is pasted (D395); it is stopped when the
+  block ends; it is given ``--port`` of a free port, and the block's URLs on
   ``127.0.0.1:8080`` are pointed there (the one change to what is written);
 - ``curl …`` — run by bash as written (variables and quoting as a shell reads them);
   it must exit 0 and print an ``InvokeResult`` with ``"Successful": true``;
@@ -87,7 +88,9 @@ def _run_block(block: str, folder: Path, stack: ExitStack) -> list[str]:
             port = free_port()
             argv = [*_without_comment(command.removesuffix("&")), "--port", str(port)]
             log = folder / f"server-{port}.log"
-            stack.enter_context(serving(argv, env, port=port, cwd=folder, log=log))
+            # started as a shell's & starts it: the block's next line runs at once, with
+            # no wait for the server here (the README's own lines must wait, D395)
+            stack.enter_context(serving(argv, env, port=port, cwd=folder, log=log, wait=False))
         elif command.startswith("aptix "):
             ran = subprocess.run(
                 _without_comment(command),
@@ -118,7 +121,7 @@ def _run_block(block: str, folder: Path, stack: ExitStack) -> list[str]:
     return printed
 
 
-@pytest.mark.decision("D387")
+@pytest.mark.decision("D387", "D395")
 @pytest.mark.parametrize("number", range(len(sh_blocks())), ids=lambda n: f"block{n + 1}")
 def test_each_sh_block_of_the_readme_runs_as_written(number: int, tmp_path: Path) -> None:
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
@@ -132,7 +135,7 @@ def test_each_sh_block_of_the_readme_runs_as_written(number: int, tmp_path: Path
     )
 
 
-@pytest.mark.decision("D387")
+@pytest.mark.decision("D387", "D395")
 def test_the_quick_start_curl_gets_a_tool_call_from_the_scripted_model(tmp_path: Path) -> None:
     (block,) = [b for b in sh_blocks() if "curl " in b]
     shutil.copytree(ROOT / "examples", tmp_path / "examples")

@@ -9,11 +9,13 @@ traceback, nothing written.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from cli_kit import APTIX, aptix_run, stdout_json, write_json
+from serve_process import free_port
 
 from aptix_pipeline.adapters.config.data_dir import default_store_path
 
@@ -244,3 +246,89 @@ def test_a_sqlite_store_that_works_still_runs(tmp_path: Path) -> None:
 
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["Result"]["PrimaryOutputText"] == "hello"
+
+
+@pytest.mark.decision("D391")
+@pytest.mark.parametrize("where", ["missing-folder/path.mmd", "a-folder.mmd"])
+def test_a_diagram_file_that_cannot_be_written_is_refused_before_the_turn_runs(
+    tmp_path: Path, where: str
+) -> None:
+    (tmp_path / "a-folder.mmd").mkdir()
+    store = tmp_path / "turns.db"
+
+    ran = aptix_run(
+        tmp_path,
+        {"Instruction": "hi"},
+        [{"text": "hello"}],
+        "--store",
+        f"sqlite:{store}",
+        "--diagram",
+        str(tmp_path / where),
+    )
+
+    assert ran.returncode == 2
+    assert ran.stdout == ""
+    assert not store.exists()  # nothing was opened, so nothing was committed
+
+
+@pytest.mark.decision("D391")
+def test_the_refusal_of_a_diagram_file_names_the_folder_that_is_missing(tmp_path: Path) -> None:
+    out = tmp_path / "missing" / "path.mmd"
+
+    ran = aptix_run(tmp_path, {"Instruction": "hi"}, [{"text": "hello"}], "--diagram", str(out))
+
+    assert ran.returncode == 2
+    assert ran.stderr.strip() == (
+        f"aptix run: --diagram {out}: the folder {out.parent} does not exist"
+    )
+
+
+def _unreachable_model(tmp: Path) -> Path:
+    """A configuration whose OpenAI-compatible model server is a port nothing listens on,
+    with credentials in its URL; the request beside it."""
+    write_json(tmp / "request.json", {"Instruction": "hi"})
+    config = tmp / "aptix.toml"
+    config.write_text(
+        '[store]\nurl = "memory"\n[model]\nkind = "openai"\nmodel = "m"\n'
+        f'base_url = "http://ana:pa55word@127.0.0.1:{free_port()}/v1"\n'
+        'api_key_env = "MODEL_KEY"\nmax_attempts = 2\n',
+        encoding="utf-8",
+    )
+    return config
+
+
+@pytest.mark.decision("D394")
+def test_a_model_that_cannot_be_reached_is_one_line_naming_its_url_without_secrets(
+    tmp_path: Path,
+) -> None:
+    config = _unreachable_model(tmp_path)
+    env = {**os.environ, "MODEL_KEY": "sk-very-secret"}
+
+    quiet = subprocess.run(
+        [str(APTIX), "run", "request.json", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    verbose = subprocess.run(
+        [str(APTIX), "run", "request.json", "--config", str(config), "--verbose"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+
+    assert quiet.returncode == 1
+    lines = quiet.stderr.splitlines()
+    assert len(lines) == 2  # one retry line (max_attempts = 2), then the failure
+    assert lines[0].startswith("aptix: model call failed (APIConnectionError: ")
+    assert lines[1].startswith("aptix run: the LLM failed after ")
+    assert "could not reach the model server at http://***@127.0.0.1:" in lines[1]
+    for shown in (quiet.stderr, quiet.stdout, verbose.stderr):
+        assert "pa55word" not in shown
+        assert "sk-very-secret" not in shown
+    assert "Traceback" not in quiet.stderr
+    assert "Traceback" in verbose.stderr

@@ -7,11 +7,15 @@ store holding the demo session and another caller's (tests/kits/ui_kit.py).
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
+from cli_kit import aptix_run, stdout_json
 from repo import ROOT
 from ui_kit import Browsed, browsed_store
 
@@ -188,13 +192,13 @@ def test_loopback_hosts_are_this_machine_only(host: str, loopback: bool) -> None
     assert is_loopback(host) is loopback
 
 
-@pytest.mark.decision("D360")
+@pytest.mark.decision("D360", "D396")
 def test_the_demo_ends_with_the_command_that_opens_the_page_on_its_store(tmp_path: Path) -> None:
     db, recordings = tmp_path / "demo.db", tmp_path / "recordings"
     demo = ROOT / "examples" / "demo.py"
 
     run = subprocess.run(
-        [sys.executable, str(demo), "--db", str(db), "--record", str(recordings)],
+        [sys.executable, str(demo), "--db", str(db), "--record", str(recordings), "--out", "."],
         capture_output=True,
         text=True,
         check=True,
@@ -220,9 +224,32 @@ def test_the_demo_ends_with_the_command_that_opens_the_page_on_its_store(tmp_pat
         cwd=tmp_path,
     )
 
-    assert command == ["aptix", "ui", "--store", "sqlite:demo.db", "--recordings", "recordings"]
+    assert command == [str(APTIX), "ui", "--store", "sqlite:demo.db", "--recordings", "recordings"]
     assert [session["turns"] for session in json.loads(listed.stdout)] == [2]
     assert len(list(recordings.glob("*.json"))) == 3
+    # as printed, in a shell without the virtual environment on its PATH (on a free port)
+    shell_path = os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != APTIX.parent
+    )
+    with subprocess.Popen(
+        ["bash", "-c", " ".join(command) + " --port 0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PATH": shell_path},
+    ) as page:
+        try:
+            assert page.stdout is not None
+            first = page.stdout.readline()
+            url = first.split(" on ", 1)[1].split()[0]
+            answer = httpx.get(url, timeout=10)
+        finally:
+            page.terminate()
+
+    assert first.startswith("aptix ui: the turn browser on http://127.0.0.1:")
+    assert answer.status_code == 200
+    assert "acme" in answer.text
 
 
 def test_without_a_store_sessions_reads_where_aptix_run_keeps_them(tmp_path: Path) -> None:
@@ -245,3 +272,47 @@ def test_without_a_store_sessions_reads_where_aptix_run_keeps_them(tmp_path: Pat
     [session] = json.loads(listed.stdout)
     assert session["id"] == json.loads(run.stdout)["Result"]["SessionId"]
     assert not (tmp_path / "aptix.db").exists()
+
+
+@pytest.mark.decision("D390")
+def test_show_reads_as_the_same_default_caller_as_aptix_run(tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'aptix.db'}"
+    ran = aptix_run(tmp_path, {"Instruction": "hi"}, [{"text": "hello"}], "--store", store)
+    session = stdout_json(ran)["Result"]["SessionId"]
+
+    shown = aptix("sessions", "show", session, "--store", store, "--json")
+    elsewhere = aptix("sessions", "show", session, "--store", store, "--org", "acme", "--user", "x")
+
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["session"]["id"] == session
+    assert elsewhere.returncode == 1
+
+
+@pytest.mark.decision("D392")
+@pytest.mark.parametrize("command", ["ui", "serve"])
+def test_a_port_another_program_holds_is_refused_before_anything_says_serving(
+    command: str, tmp_path: Path
+) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        given = (
+            ["--recordings", str(ROOT / "examples" / "recordings")]
+            if command == "ui"
+            else ["--config", str(ROOT / "examples" / "quickstart" / "aptix.toml")]
+        )
+        run = subprocess.run(
+            [str(APTIX), command, *given, "--port", str(port)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "APTIX_KEY_ANA": "a-key"},
+            timeout=60,
+        )
+
+    assert run.returncode == 2
+    assert run.stdout == ""
+    assert run.stderr.strip() == (
+        f"aptix {command}: --host 127.0.0.1 --port {port}: "
+        "the address is in use (another program listens there)"
+    )
