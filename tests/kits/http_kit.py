@@ -16,8 +16,6 @@ import hashlib
 import json
 import os
 import sqlite3
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -26,11 +24,11 @@ from typing import Any
 import httpx
 from cli_kit import APTIX
 from fastapi import FastAPI
-from serve_process import free_port
+from serve_process import free_port, serving
 
 from aptix_pipeline.adapters.config.service import ApiKey
 from aptix_pipeline.adapters.embedded import embedded_pipeline
-from aptix_pipeline.adapters.http.app import HEALTH_PATH, ApiKeyAuthenticator, create_app
+from aptix_pipeline.adapters.http.app import ApiKeyAuthenticator, create_app
 from aptix_pipeline.adapters.models.scripted import ScriptedLLM
 from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
 from aptix_pipeline.contracts import SessionStore, SessionTransaction
@@ -154,35 +152,11 @@ def host_app(tmp_path: Path) -> tuple[FastAPI, ScriptedLLM, CountingStore]:
 
 @contextmanager
 def aptix_serve(config: Path, env: Mapping[str, str], *args: str) -> Iterator[tuple[str, Path]]:
-    """``aptix serve`` on 127.0.0.1 at a free port; its base URL and log. Stopped afterwards."""
+    """``aptix serve`` on 127.0.0.1 at a free port (``serve_process.serving``); its base URL
+    and log, beside the configuration. Stopped afterwards."""
     port = free_port()
+    loopback = ["--host", "127.0.0.1", "--port", str(port)]
+    argv = [APTIX, "serve", "--config", config, *loopback, *args]
     log = config.parent / f"serve-{port}.log"
-    with log.open("wb") as out:
-        loopback = ["--host", "127.0.0.1", "--port", str(port)]
-        process = subprocess.Popen(
-            [str(APTIX), "serve", "--config", str(config), *loopback, *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
-            cwd=config.parent,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, log.read_text(errors="replace")
-            try:
-                if httpx.get(base + HEALTH_PATH, timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "no health: " + log.read_text(errors="replace")
-            time.sleep(0.1)
-        yield base, log
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+    with serving(argv, {**os.environ, **env}, port=port, cwd=config.parent, log=log) as served:
+        yield served.base, served.log
