@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from aptix_pipeline.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .config import CatalogError, ConfigCatalog, ConfigError, ServiceConfig
+    from .config import CatalogError, ConfigCatalog, ConfigError, HostExtension, ServiceConfig
     from .embedded import DEFAULT_STORE_URL, build_pipeline, embedded_pipeline, open_store
     from .files import LocalFileStore
     from .http import ApiKeyAuthenticator, Authenticator, create_app
@@ -89,6 +89,7 @@ _EXPORTS: dict[str, str] = {
     "TurnScript": "models",
     "ConfigError": "config",
     "ServiceConfig": "config",
+    "HostExtension": "config",
     "SQLiteStore": "stores",
     "TelemetrySetupError": "system",
     "configure_tracing": "system",
@@ -111,6 +112,7 @@ __all__ = [
     "ConfigCatalog",
     "ConfigError",
     "FtsRetriever",
+    "HostExtension",
     "LocalFileStore",
     "MemoryStore",
     "OpenAICompatibleLLM",

@@ -48,6 +48,7 @@ from .config import (
     ConfigCatalog,
     ConfigError,
     FilesConfig,
+    HostExtension,
     ServiceConfig,
     build_llm,
     default_store_url,
@@ -190,7 +191,9 @@ def build_pipeline(
     it); an index not built yet is a ``ConfigError`` that says to run ``aptix index``.
 
     ``telemetry`` says where spans go (default: the global OpenTelemetry provider);
-    ``listeners`` hear every event of every turn (docs/EVENTS.md).
+    ``listeners`` hear every event of every turn (docs/EVENTS.md), after those of
+    ``[host] extension`` (``HostExtension``), whose rules, hooks and server tools the
+    pipeline runs too (``tools`` replace its tools of the same name).
 
     ``llm`` and ``store`` override the file's (``aptix run --llm-script`` /
     ``--store``); a store given as text is opened with ``open_store``; without either,
@@ -216,18 +219,21 @@ def build_pipeline(
             ) from None
     if retriever is None and config.retrieval is not None:
         retriever = open_retriever(config)
+    host = config.host or HostExtension()
     return embedded_pipeline(
         interceptors=(llm,) if isinstance(llm, TurnScript) else (),  # it places each turn
         llm=llm,
         store=store,
         retriever=retriever,
         catalog=config.catalog,
-        tools=tools,
+        tools={**host.tools, **(tools or {})},
         files=_file_store(config.files, clock),
         clock=clock,
         ids=ids,
         options=config.options,
         telemetry=telemetry,
         recording=config.recording,
-        listeners=listeners,
+        listeners=(*host.listeners, *listeners),
+        hooks=host.hooks,
+        rules=host.rules,
     )

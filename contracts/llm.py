@@ -21,8 +21,8 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
-from enum import StrEnum
-from typing import Annotated, Literal, Self
+from enum import Enum, StrEnum
+from typing import Annotated, Final, Literal, Self
 
 from pydantic import Field, field_serializer, field_validator, model_validator
 
@@ -159,6 +159,15 @@ class ChatMessage(FrozenWireModel):
         return tuple(part for part in self.parts if isinstance(part, ImagePart))
 
 
+class _Keep(Enum):
+    """The default of ``LLMRequest.replace``'s keywords: the field is kept."""
+
+    KEEP = "keep"
+
+
+KEEP: Final = _Keep.KEEP
+
+
 class LLMRequest(WireModel):
     """One call to the model: the messages so far and the tools it may call.
 
@@ -171,6 +180,37 @@ class LLMRequest(WireModel):
     mode: str
     messages: list[ChatMessage]
     tools: list[ToolDefinition] = Field(default_factory=list)
+
+    def replace(
+        self,
+        *,
+        model: str | _Keep | None = KEEP,
+        mode: str | _Keep = KEEP,
+        messages: Sequence[ChatMessage] | _Keep = KEEP,
+        tools: Sequence[ToolDefinition] | _Keep = KEEP,
+    ) -> LLMRequest:
+        """A copy with the fields given changed: the typed way for a hook to change a
+        request (docs/EXTENDING.md "Hooks").
+
+        Each keyword is a field, so mypy checks the names and the types, and a
+        misspelt one is a ``TypeError`` at run time (``model_copy(update=...)``
+        would drop it silently); the new values are validated as a new request's
+        are (a ``ValidationError`` naming the field).
+        """
+        changes = {
+            name: value
+            for name, value in (
+                ("model", model),
+                ("mode", mode),
+                ("messages", messages),
+                ("tools", tools),
+            )
+            if value is not KEEP
+        }
+        if not changes:
+            return self
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        return type(self).model_validate({**fields, **changes})
 
 
 class LLMReply(FrozenWireModel):

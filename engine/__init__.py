@@ -44,6 +44,7 @@ from .events import (
     TurnEvent,
     TurnFaulted,
     TurnFinished,
+    TurnIdentified,
     TurnStarted,
     WarningRaised,
 )
@@ -149,6 +150,7 @@ __all__ = [
     "TurnEvent",
     "TurnFaulted",
     "TurnFinished",
+    "TurnIdentified",
     "TurnInterceptor",
     "TurnMachine",
     "TurnReport",

@@ -60,7 +60,13 @@ from aptix_pipeline.contracts import (
     Usage,
     scrubbed_logger,
 )
-from aptix_pipeline.steps import ModeChange, RejectionKind, ToolCallFate, ToolCallRecord
+from aptix_pipeline.steps import (
+    PROPAGATED,
+    ModeChange,
+    RejectionKind,
+    ToolCallFate,
+    ToolCallRecord,
+)
 from aptix_pipeline.validators import utf8_text
 
 from .trace import (
@@ -96,6 +102,7 @@ __all__ = [
     "TurnEvents",
     "TurnFaulted",
     "TurnFinished",
+    "TurnIdentified",
     "TurnStarted",
     "WarningRaised",
 ]
@@ -118,9 +125,28 @@ class TurnEvent:
 
 @dataclass(frozen=True, slots=True)
 class TurnStarted(TurnEvent):
-    """A turn begins (before its request is parsed)."""
+    """A turn begins (before its request is parsed), for the caller ``org`` and ``user``
+    (``Caller``): a listener shared by every turn can count them per tenant."""
 
     provider_name: str
+    org: str
+    user: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnIdentified(TurnEvent):
+    """The turn's session and turn ids are known, with its caller: made for a new
+    session (Initial, AGN-036 §4.2), or named by the request and found (§4.3).
+
+    A turn refused before then (a malformed request, a session that is not the
+    caller's) has none. The ids of a new session that then fails name nothing
+    stored (``TurnFinished`` says what exists).
+    """
+
+    org: str
+    user: str
+    session_id: str
+    turn_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +373,8 @@ class TurnFinished(TurnEvent):
     ``session_id``/``turn_id`` name what exists in the store (a failed Initial turn
     created nothing); ``llm_calls`` counts this request's model calls; ``usage`` is
     the turn's total over its continuations too (the response's ``Usage``);
-    ``context`` is the turn's pipeline context, with content capture only.
+    ``context`` is the turn's pipeline context, with content capture only; ``org`` and
+    ``user`` are the caller's (``TurnStarted``).
     """
 
     result: InvokeResult[AgentExecuteResponse]
@@ -362,6 +389,8 @@ class TurnFinished(TurnEvent):
     llm_calls: int
     usage: Usage | None
     context: PipelineContext | None = None
+    org: str = ""
+    user: str = ""
 
     @property
     def successful(self) -> bool:
@@ -371,6 +400,7 @@ class TurnFinished(TurnEvent):
 
 _EVENT_TYPES: tuple[type[TurnEvent], ...] = (
     TurnStarted,
+    TurnIdentified,
     StepStarted,
     CheckRan,
     TransitionTaken,
@@ -471,7 +501,9 @@ class TurnEvents:
         for subscriber in self._text_subscribers:
             try:
                 subscriber(event)
-            except Exception:
+            except PROPAGATED:
+                raise
+            except BaseException:  # SystemExit too: a listener never stops the turn
                 logger.exception("event listener %r raised on ModelTextDelta", subscriber)
         if self._async_text:
             self._deliver_later(event)
@@ -481,7 +513,9 @@ class TurnEvents:
         for subscriber in self._subscribers:
             try:
                 subscriber(event)
-            except Exception:
+            except PROPAGATED:
+                raise
+            except BaseException:  # SystemExit too: a listener never stops the turn
                 logger.exception(
                     "event listener %r raised on %s; the turn goes on",
                     subscriber,
@@ -511,7 +545,9 @@ class TurnEvents:
             for listener in self._async:
                 try:
                     await listener(event)  # type: ignore[misc]
-                except Exception:
+                except PROPAGATED:
+                    raise
+                except BaseException:
                     logger.exception(
                         "event listener %r raised on %s; the turn goes on",
                         listener,
@@ -815,8 +851,10 @@ class StepReporter:
         "emit",
         "emit_text",
         "model_call_started",
+        "org",
         "rounds",
         "run_id",
+        "user",
     )
 
     def __init__(
@@ -827,8 +865,11 @@ class StepReporter:
         *,
         model_call_started: bool = True,
         emit_text: Callable[[ModelTextDelta], None] | None = None,
+        org: str = "",
+        user: str = "",
     ) -> None:
         self.emit, self.run_id, self.capture_content = emit, run_id, capture_content
+        self.org, self.user = org, user
         self.model_call_started = model_call_started
         """Whether anyone reads ``ModelCallStarted`` (else none is made)."""
         self.emit_text = emit_text
@@ -859,6 +900,10 @@ class StepReporter:
     ) -> None:
         """What became of one of the model's tool calls."""
         self.emit(ToolCallHandled(self.run_id, record, rejection_kind))
+
+    def identified(self, session_id: str, turn_id: str) -> None:
+        """The turn's ids are known: ``TurnIdentified``, with its caller."""
+        self.emit(TurnIdentified(self.run_id, self.org, self.user, session_id, turn_id))
 
     def mode_changed(self, change: ModeChange) -> None:
         """A persisted mode change; its reason only with content capture."""

@@ -27,52 +27,61 @@ from aptix_pipeline.contracts import (
     StoredOutcome,
     Turn,
 )
-from aptix_pipeline.steps import StepFaultError, port_failed
+from aptix_pipeline.steps import PROPAGATED, ErrorDetail, StepFaultError, port_failed
 
 __all__ = ["GuardedAgentCatalog", "GuardedModeCatalog", "GuardedStore"]
 
 T = TypeVar("T")
 
 
-async def _guard(port: str, call: str, work: Awaitable[T]) -> T:
+async def _guard(port: str, call: str, work: Awaitable[T], detail: ErrorDetail) -> T:
     try:
         return await work
-    except (StepFaultError, StoreConflictError):
+    except (StepFaultError, StoreConflictError, *PROPAGATED):
         raise
-    except Exception as error:
-        raise port_failed(port, call, error) from error
+    except BaseException as error:  # SystemExit too: the host's port failed
+        raise port_failed(port, call, error, detail) from error
 
 
 class GuardedTransaction:
     """A ``SessionTransaction`` whose unexpected failures are ``port_failed`` faults."""
 
-    def __init__(self, inner: SessionTransaction) -> None:
-        self._inner = inner
+    def __init__(self, inner: SessionTransaction, detail: ErrorDetail = "short") -> None:
+        self._inner, self._detail = inner, detail
 
     async def load_session(self, session_id: str) -> Session | None:
         """See ``SessionTransaction``."""
-        return await _guard("SessionStore", "load_session", self._inner.load_session(session_id))
+        return await _guard(
+            "SessionStore", "load_session", self._inner.load_session(session_id), self._detail
+        )
 
     async def create_session(self, session: Session) -> None:
         """See ``SessionTransaction``."""
-        await _guard("SessionStore", "create_session", self._inner.create_session(session))
+        await _guard(
+            "SessionStore", "create_session", self._inner.create_session(session), self._detail
+        )
 
     async def load_turn(self, session_id: str, turn_id: str) -> Turn | None:
         """See ``SessionTransaction``."""
-        return await _guard("SessionStore", "load_turn", self._inner.load_turn(session_id, turn_id))
+        return await _guard(
+            "SessionStore", "load_turn", self._inner.load_turn(session_id, turn_id), self._detail
+        )
 
     async def open_turn(self, turn: Turn) -> None:
         """See ``SessionTransaction``."""
-        await _guard("SessionStore", "open_turn", self._inner.open_turn(turn))
+        await _guard("SessionStore", "open_turn", self._inner.open_turn(turn), self._detail)
 
     async def complete_turn(self, turn: Turn) -> None:
         """See ``SessionTransaction``."""
-        await _guard("SessionStore", "complete_turn", self._inner.complete_turn(turn))
+        await _guard("SessionStore", "complete_turn", self._inner.complete_turn(turn), self._detail)
 
     async def find_pending_turn(self, session_id: str) -> Turn | None:
         """See ``SessionTransaction``."""
         return await _guard(
-            "SessionStore", "find_pending_turn", self._inner.find_pending_turn(session_id)
+            "SessionStore",
+            "find_pending_turn",
+            self._inner.find_pending_turn(session_id),
+            self._detail,
         )
 
     async def set_solution_context(self, session_id: str, text: str) -> Session:
@@ -81,12 +90,13 @@ class GuardedTransaction:
             "SessionStore",
             "set_solution_context",
             self._inner.set_solution_context(session_id, text),
+            self._detail,
         )
 
     async def load_transcript(self, session_id: str) -> list[ChatMessage]:
         """See ``SessionTransaction``."""
         return await _guard(
-            "SessionStore", "load_transcript", self._inner.load_transcript(session_id)
+            "SessionStore", "load_transcript", self._inner.load_transcript(session_id), self._detail
         )
 
     async def append_transcript(
@@ -97,70 +107,83 @@ class GuardedTransaction:
             "SessionStore",
             "append_transcript",
             self._inner.append_transcript(session_id, turn_id, messages),
+            self._detail,
         )
 
     async def set_session_mode(self, session_id: str, entry: ModeHistoryEntry) -> Session:
         """See ``SessionTransaction``."""
         return await _guard(
-            "SessionStore", "set_session_mode", self._inner.set_session_mode(session_id, entry)
+            "SessionStore",
+            "set_session_mode",
+            self._inner.set_session_mode(session_id, entry),
+            self._detail,
         )
 
     async def load_outcome(self, key: str) -> StoredOutcome | None:
         """See ``SessionTransaction``."""
-        return await _guard("SessionStore", "load_outcome", self._inner.load_outcome(key))
+        return await _guard(
+            "SessionStore", "load_outcome", self._inner.load_outcome(key), self._detail
+        )
 
     async def save_outcome(self, outcome: StoredOutcome) -> None:
         """See ``SessionTransaction``."""
-        await _guard("SessionStore", "save_outcome", self._inner.save_outcome(outcome))
+        await _guard(
+            "SessionStore", "save_outcome", self._inner.save_outcome(outcome), self._detail
+        )
 
     async def commit(self) -> None:
         """See ``SessionTransaction``."""
-        await _guard("SessionStore", "commit", self._inner.commit())
+        await _guard("SessionStore", "commit", self._inner.commit(), self._detail)
 
     async def rollback(self) -> None:
         """See ``SessionTransaction``."""
-        await _guard("SessionStore", "rollback", self._inner.rollback())
+        await _guard("SessionStore", "rollback", self._inner.rollback(), self._detail)
 
 
 class GuardedStore:
     """A ``SessionStore`` whose transactions are guarded."""
 
-    def __init__(self, inner: SessionStore) -> None:
-        self.inner = inner
+    def __init__(self, inner: SessionStore, detail: ErrorDetail = "short") -> None:
+        self.inner, self._detail = inner, detail
 
     def begin(self, org: str, user: str) -> GuardedTransaction:
         """See ``SessionStore``."""
         try:
-            return GuardedTransaction(self.inner.begin(org, user))
-        except Exception as error:
-            raise port_failed("SessionStore", "begin", error) from error
+            return GuardedTransaction(self.inner.begin(org, user), self._detail)
+        except PROPAGATED:
+            raise
+        except BaseException as error:
+            raise port_failed("SessionStore", "begin", error, self._detail) from error
 
 
 class GuardedModeCatalog:
     """A ``ModeCatalog`` whose failures are ``port_failed`` faults."""
 
-    def __init__(self, inner: ModeCatalog) -> None:
-        self.inner = inner
+    def __init__(self, inner: ModeCatalog, detail: ErrorDetail = "short") -> None:
+        self.inner, self._detail = inner, detail
 
     async def get_mode(self, mode: str) -> ModeSpec | None:
         """See ``ModeCatalog``."""
-        return await _guard("ModeCatalog", "get_mode", self.inner.get_mode(mode))
+        return await _guard("ModeCatalog", "get_mode", self.inner.get_mode(mode), self._detail)
 
     async def list_modes(self) -> list[ModeSpec]:
         """See ``ModeCatalog``."""
-        return await _guard("ModeCatalog", "list_modes", self.inner.list_modes())
+        return await _guard("ModeCatalog", "list_modes", self.inner.list_modes(), self._detail)
 
 
 class GuardedAgentCatalog:
     """An ``AgentCatalog`` whose failures are ``port_failed`` faults."""
 
-    def __init__(self, inner: AgentCatalog) -> None:
-        self.inner = inner
+    def __init__(self, inner: AgentCatalog, detail: ErrorDetail = "short") -> None:
+        self.inner, self._detail = inner, detail
 
     async def get_agent_context(self, agent_context_id: str | None) -> AgentContext | None:
         """See ``AgentCatalog``."""
         return await _guard(
-            "AgentCatalog", "get_agent_context", self.inner.get_agent_context(agent_context_id)
+            "AgentCatalog",
+            "get_agent_context",
+            self.inner.get_agent_context(agent_context_id),
+            self._detail,
         )
 
     async def get_conversation_context(
@@ -171,4 +194,5 @@ class GuardedAgentCatalog:
             "AgentCatalog",
             "get_conversation_context",
             self.inner.get_conversation_context(conversation_context_id),
+            self._detail,
         )

@@ -58,10 +58,13 @@ from statemachine import State, StateChart
 
 from aptix_pipeline.contracts import ContextType, InvokeError, PipelineStep, scrubbed_logger
 from aptix_pipeline.steps import (
+    MAX_RULE_DETAIL_CHARS,
+    PROPAGATED,
     STEP_FUNCTIONS,
     StepFaultError,
     StepFunction,
     TurnScope,
+    bounded,
     check_round_limit,
     complete_turn,
     error_text,
@@ -73,6 +76,7 @@ from aptix_pipeline.validators import (
     Phase,
     snapshot_context,
     step_rule_ids,
+    utf8_text,
     validate_post_step,
     validate_pre_step,
 )
@@ -211,17 +215,24 @@ def _checked(model: TurnRun, passed: CheckRecord, result: Any) -> None:
 def _verdict(rule: HostRule, model: TurnRun) -> InvokeError | None:
     """What ``rule``'s check says of the turn's context: ``None`` when it holds.
 
-    A check that raises (or answers other than ``True``, ``False`` or a string)
-    faults the turn under the rule's own id and code; the runner logs the cause.
+    A check that raises (any exception but ``PROPAGATED``'s) or answers other than
+    ``True``, ``False`` or a string faults the turn under the rule's own id and
+    code, the exception told per ``PipelineOptions.error_detail``; the runner logs
+    the cause. A string is the rule's own words, cut to ``MAX_RULE_DETAIL_CHARS``.
     """
     try:
         verdict = rule.check(model.scope.ctx)
-    except Exception as error:
-        raise StepFaultError([rule.error(f"the rule raised {error_text(error)}")]) from error
+    except PROPAGATED:
+        raise
+    except BaseException as error:
+        told = error_text(error, model.scope.options.error_detail)
+        raise StepFaultError([rule.error(f"the rule raised {told}")]) from error
     if verdict is True:
         return None
-    if verdict is False or isinstance(verdict, str):
-        return rule.error(verdict or None)
+    if verdict is False:
+        return rule.error()
+    if isinstance(verdict, str):
+        return rule.error(bounded(utf8_text(verdict), MAX_RULE_DETAIL_CHARS) or None)
     raise StepFaultError(
         [rule.error(f"the rule returned {type(verdict).__name__}, not True, False or a str")]
     )

@@ -37,8 +37,10 @@ from aptix_pipeline.contracts import (
     scrubbed_logger,
 )
 from aptix_pipeline.steps import (
+    PROPAGATED,
     STEP_FUNCTIONS,
     AnswerKeys,
+    ErrorDetail,
     Hooks,
     PipelineOptions,
     Ports,
@@ -98,13 +100,14 @@ def _caller_key(caller: object) -> tuple[str, str]:
     return str(who.org), str(who.user)
 
 
-def _guarded(ports: Ports) -> Ports:
-    """Ports whose store and catalogs report their own failures (``engine/guarded_ports.py``)."""
+def _guarded(ports: Ports, detail: ErrorDetail) -> Ports:
+    """Ports whose store and catalogs report their own failures (``engine/guarded_ports.py``),
+    told per ``detail`` (``PipelineOptions.error_detail``)."""
     return replace(
         ports,
-        store=GuardedStore(ports.store),
-        modes=GuardedModeCatalog(ports.modes),
-        agents=GuardedAgentCatalog(ports.agents),
+        store=GuardedStore(ports.store, detail),
+        modes=GuardedModeCatalog(ports.modes, detail),
+        agents=GuardedAgentCatalog(ports.agents, detail),
     )
 
 
@@ -124,6 +127,15 @@ def _persisted_turn_id(ctx: PipelineContext | None, errors: tuple[InvokeError, .
     if errors and ctx.type is not ContextType.CLIENT_TOOL_CALL_CONTINUATION:
         return None
     return ctx.turn.id
+
+
+def _loop_running() -> bool:
+    """Whether this thread runs an event loop now."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class Pipeline:
@@ -177,18 +189,19 @@ class Pipeline:
         check_tool_routing_now(ports)
         self.ports = ports
         self.hooks = hooks
+        self.options = options or PipelineOptions()
+        detail = self.options.error_detail
         self.rules = rules if isinstance(rules, HostRules) else HostRules(rules)
         self._host_guards = host_guards(self.rules)
         # The hooks wrap the host's ports; interceptors and the turn see them hooked.
-        self._turn_ports = hooked_ports(ports, hooks) if hooks is not None else ports
+        self._turn_ports = hooked_ports(ports, hooks, detail) if hooks is not None else ports
         self.runtime: Runtime = runtime
         self.telemetry = (telemetry or Telemetry()).resolved()
         self._tracer = self.telemetry.tracer()
         self._capture_content = bool(self.telemetry.capture_content)
         self._provider_name = provider_name_of(ports.llm) or "aptix"
         # Steps see the store and catalogs through guards that name a failing port.
-        self._ports = _guarded(self._turn_ports)
-        self.options = options or PipelineOptions()
+        self._ports = _guarded(self._turn_ports, detail)
         self.interceptors: tuple[TurnInterceptor, ...] = tuple(interceptors)
         unknown = set(steps or {}) - set(PipelineStep)
         if unknown:
@@ -368,11 +381,13 @@ class Pipeline:
         try:
             stored = await self._answers.stored(keys)
             result = None if stored is None else self._answers.answer(keys, stored)
-        except Exception as error:  # the store, the clock, or a stored answer that does not parse
+        except PROPAGATED:
+            raise
+        except BaseException as error:  # the store, the clock, or an answer that does not parse
             fault = (
                 error
                 if isinstance(error, StepFaultError)
-                else port_failed("SessionStore", "load_outcome", error)
+                else port_failed("SessionStore", "load_outcome", error, self.options.error_detail)
             )
             return answered_report(ResponseResult.failure(fault.errors), keys.context_type, None)
         if stored is None or result is None:
@@ -453,7 +468,9 @@ class Pipeline:
                 call.caller,
                 initial_mode=call.initial_mode,
                 answer_keys=answer_keys,
-                ports=None if call.ports is self._turn_ports else _guarded(call.ports),
+                ports=None
+                if call.ports is self._turn_ports
+                else _guarded(call.ports, self.options.error_detail),
                 listeners=gathered,
                 stop=stop,
             )
@@ -519,6 +536,8 @@ class Pipeline:
             self._capture_content,
             model_call_started=events.wants(ModelCallStarted),
             emit_text=events.emit_text if events.streamed else None,
+            org=scope.caller.org,
+            user=scope.caller.user,
         )
         run = TurnRun(
             scope=scope,
@@ -530,7 +549,7 @@ class Pipeline:
             host_guards=self._host_guards,
         )
         walked = Walked((), (), None)
-        emit(TurnStarted(run_id, self._provider_name))
+        emit(TurnStarted(run_id, self._provider_name, scope.caller.org, scope.caller.user))
         try:
             try:
                 walked = await walk(run, self.runtime)
@@ -565,6 +584,8 @@ class Pipeline:
             llm_calls=scope.observer.rounds if isinstance(scope.observer, StepReporter) else 0,
             usage=scope.usage,
             context=ctx if self._capture_content else None,
+            org=scope.caller.org,
+            user=scope.caller.user,
         )
 
     def execute_sync(
@@ -588,16 +609,16 @@ class Pipeline:
         initial_mode: str | None = None,
         idempotency_key: str | None = None,
     ) -> TurnReport:
-        """``run`` for scripts without an event loop of their own."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(
-                self.run(
-                    request, caller, initial_mode=initial_mode, idempotency_key=idempotency_key
-                )
-            )
-        raise RuntimeError("run_sync called inside a running event loop; await run() instead")
+        """``run`` for scripts without an event loop of their own.
+
+        ``asyncio.run`` is called outside any ``except`` block, so a traceback logged
+        during the turn carries no chained ``RuntimeError`` of the loop check.
+        """
+        if _loop_running():
+            raise RuntimeError("run_sync called inside a running event loop; await run() instead")
+        return asyncio.run(
+            self.run(request, caller, initial_mode=initial_mode, idempotency_key=idempotency_key)
+        )
 
     @staticmethod
     async def _rollback(scope: TurnScope) -> None:
@@ -605,7 +626,9 @@ class Pipeline:
             return
         try:
             await scope.tx.rollback()
-        except Exception:  # the turn already failed; a failing rollback must not hide why
+        except PROPAGATED:
+            raise
+        except BaseException:  # the turn already failed; a failing rollback must not hide why
             logger.exception("rollback failed")
 
     @staticmethod

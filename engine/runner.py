@@ -39,7 +39,14 @@ from typing import Any, Literal, Protocol
 from statemachine import State, StateChart
 
 from aptix_pipeline.contracts import AptixPipelineError, ErrorCode, InvokeError, scrubbed_logger
-from aptix_pipeline.steps import StepFaultError, described, exception_type, traceback_text
+from aptix_pipeline.steps import (
+    PROPAGATED,
+    ErrorDetail,
+    StepFaultError,
+    exception_type,
+    internal_text,
+    traceback_text,
+)
 from aptix_pipeline.validators import TURN_CANCELLED, TURN_DEADLINE
 
 from .events import StepEnded, StepStarted, TransitionTaken, TurnFaulted
@@ -406,7 +413,9 @@ def _log_cause(event: str, error: StepFaultError, cause: BaseException, capture:
         )
 
 
-def _errors_of(event: str, error: Exception, capture: bool = False) -> tuple[InvokeError, ...]:
+def _errors_of(
+    event: str, error: BaseException, capture: bool = False, detail: ErrorDetail = "short"
+) -> tuple[InvokeError, ...]:
     if isinstance(error, StepFaultError):
         cause = error.__cause__
         if cause is not None and (
@@ -420,13 +429,13 @@ def _errors_of(event: str, error: Exception, capture: bool = False) -> tuple[Inv
     return (
         InvokeError(
             code=ErrorCode.INTERNAL,
-            message=f"step {event} raised {described(error)}",
+            message=f"step {event} raised {internal_text(error, detail)}",
             field=event,
         ),
     )
 
 
-def _cause_of(error: Exception) -> BaseException | None:
+def _cause_of(error: BaseException) -> BaseException | None:
     """The exception behind a fault the engine named: a ``StepFaultError``'s cause (what a
     host's port, tool, hook or rule raised). A step that raised is logged, not carried:
     its traceback runs through the runtime, which differs between runtimes."""
@@ -514,8 +523,11 @@ class _Walk:
                     emit(StepStarted(run_id, event, source, context_type))
                 try:
                     await cursor.take(transition)
-                except Exception as error:  # a failed guard or exit hook, a raising step
-                    errors = _errors_of(event, error, scope.capture_content)
+                except PROPAGATED:
+                    raise
+                except BaseException as error:  # a failed guard or exit hook, a raising step
+                    detail = scope.options.error_detail
+                    errors = _errors_of(event, error, scope.capture_content, detail)
                     self._faulted(event, errors, _cause_of(error))
                 self.in_step = False
                 if step_events:

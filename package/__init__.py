@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         BufferedTransaction,
         ConfigCatalog,
         FtsRetriever,
+        HostExtension,
         LocalFileStore,
         MemoryStore,
         OpenAICompatibleLLM,
@@ -170,6 +171,7 @@ if TYPE_CHECKING:
         TurnEvent,
         TurnFaulted,
         TurnFinished,
+        TurnIdentified,
         TurnInterceptor,
         TurnReport,
         TurnStarted,
@@ -198,6 +200,7 @@ if TYPE_CHECKING:
     )
     from .steps import (
         STEP_FUNCTIONS,
+        ErrorDetail,
         Hooks,
         ModeChange,
         PipelineOptions,
@@ -244,7 +247,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "steps": "STEP_FUNCTIONS StepFunction TurnScope StepFaultError",
     },
     "Hooks and host rules (docs/EXTENDING.md)": {
-        "steps": "Hooks ToolExecution ToolErrorDetail",
+        "steps": "Hooks ToolExecution ErrorDetail ToolErrorDetail",
         "validators": "HostRule HostRules",
         "contracts": "HostErrorCode",
     },
@@ -297,7 +300,7 @@ _GROUPS: dict[str, dict[str, str]] = {
     },
     "Events and the state trace (docs/EVENTS.md)": {
         "engine": (
-            "Listener TurnEvent TurnStarted StepStarted StepEnded TransitionTaken "
+            "Listener TurnEvent TurnStarted TurnIdentified StepStarted StepEnded TransitionTaken "
             "CheckRan ModelCallStarted ModelFirstChunk ModelTextDelta "
             "RetrievalStarted RetrievalFinished ModelCallRetried ModelCallFinished "
             "ToolCallHandled ToolExecutionStarted ToolExecuted ModeChanged "
@@ -321,7 +324,7 @@ _GROUPS: dict[str, dict[str, str]] = {
             "embedded_pipeline open_store MemoryStore SQLiteStore PostgresStore "
             "ScriptedLLM TurnScript OpenAICompatibleLLM StreamBrokenError FtsRetriever "
             "build_index ConfigCatalog BUILTIN_TOOLS LocalFileStore SystemClock "
-            "SteppingClock RandomIds SequentialIds ServiceConfig create_app"
+            "SteppingClock RandomIds SequentialIds ServiceConfig HostExtension create_app"
         ),
     },
     "A store of your own (docs/STORES.md)": {
@@ -374,6 +377,7 @@ __all__ = [
     "Divergence",
     "Envelope",
     "ErrorCode",
+    "ErrorDetail",
     "FaultRecord",
     "FileRef",
     "FileStore",
@@ -381,6 +385,7 @@ __all__ = [
     "GraphvizMissingError",
     "Hooks",
     "HostErrorCode",
+    "HostExtension",
     "HostRule",
     "HostRules",
     "IdSource",
@@ -496,6 +501,7 @@ __all__ = [
     "TurnEvent",
     "TurnFaulted",
     "TurnFinished",
+    "TurnIdentified",
     "TurnInterceptor",
     "TurnRecording",
     "TurnReport",

@@ -19,14 +19,21 @@ from .agent_session_creator import agent_session_creator
 from .client_tool_continuation_resolver import client_tool_continuation_resolver
 from .completion import complete_turn
 from .exception_text import (
+    ERROR_DETAILS,
+    MAX_RULE_DETAIL_CHARS,
+    PROPAGATED,
     SHORT_ERROR_CHARS,
     TOOL_ERROR_DETAILS,
+    ErrorDetail,
     ToolErrorDetail,
+    bounded,
     error_text,
     exception_type,
+    internal_text,
+    port_failed,
     traceback_text,
 )
-from .faults import StepFaultError, described, port_failed
+from .faults import StepFaultError, described
 from .hooks import (
     AfterModelReply,
     AfterTool,
@@ -34,7 +41,9 @@ from .hooks import (
     HookFailedError,
     Hooks,
     ToolExecution,
+    hooked_llm,
     hooked_ports,
+    hooked_tools,
 )
 from .llm_client import check_round_limit, llm_client
 from .mode_change import AGENT_CHANGE_MODE
@@ -57,7 +66,10 @@ from .tool_records import ModeChange, RejectionKind, ToolCallFate, ToolCallRecor
 
 __all__ = [
     "AGENT_CHANGE_MODE",
+    "ERROR_DETAILS",
     "MAX_IDEMPOTENCY_TTL_SECONDS",
+    "MAX_RULE_DETAIL_CHARS",
+    "PROPAGATED",
     "RETRIEVED_CONTEXT_LABEL",
     "SHORT_ERROR_CHARS",
     "STEP_FUNCTIONS",
@@ -67,6 +79,7 @@ __all__ = [
     "AfterTool",
     "AnswerKeys",
     "BeforeModelRequest",
+    "ErrorDetail",
     "HookFailedError",
     "Hooks",
     "ModeChange",
@@ -82,13 +95,17 @@ __all__ = [
     "ToolExecution",
     "TranscriptPolicy",
     "TurnScope",
+    "bounded",
     "check_round_limit",
     "collection_of",
     "complete_turn",
     "described",
     "error_text",
     "exception_type",
+    "hooked_llm",
     "hooked_ports",
+    "hooked_tools",
+    "internal_text",
     "port_failed",
     "traceback_text",
 ]

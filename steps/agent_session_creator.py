@@ -46,4 +46,5 @@ async def agent_session_creator(scope: TurnScope) -> None:
     await scope.transaction.open_turn(turn)
     ctx.session = session
     ctx.turn = turn
+    scope.observer.identified(session.id, turn.id)
     ctx.mode = mode

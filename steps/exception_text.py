@@ -1,13 +1,28 @@
-"""What the client is told of an exception raised by a host's code (a server tool, a hook).
+"""What the caller is told of an exception raised by a host's code.
 
-A failing server tool's text reaches the client (``ToolResults[].ErrorMessage``,
-AGN-033 §5.2) and the model (its tool message); ``PipelineOptions.tool_error_detail``
-says how much of the exception it holds:
+A host's code — a server tool, a hook, a host rule, a listener, the retriever,
+the store, the catalogs, the model adapter, a step override — may raise anything,
+with any text: a password, a megabyte, a traceback. One policy,
+``PipelineOptions.error_detail``, says how much of it reaches the caller, in an
+error's message (``InvokeResult.Errors``), a failing tool's
+``ToolResults[].ErrorMessage`` (AGN-033 §5.2) and the model's tool message:
 
 - ``"short"`` (the default): the exception's class and the first line of its
   message, cut to ``SHORT_ERROR_CHARS`` characters (``KeyError: 'T-7'``);
 - ``"class"``: the class alone (``KeyError``), nothing of its message;
 - ``"full"``: the class and the whole message.
+
+An ``internal`` fault — a hook's failure, a step that raised — names the class
+alone unless the policy is ``"full"`` (``internal_text``): it is a bug, and its
+text is for the log. A host rule's own words (the string its check returns) are
+the host's to give, bounded to ``MAX_RULE_DETAIL_CHARS`` (``bounded``).
+
+``PROPAGATED`` are the exceptions that pass through every boundary around a
+host's code: cancellation (``asyncio.CancelledError``, ``KeyboardInterrupt``)
+and a generator's close (``GeneratorExit``). Any other ``BaseException`` a host's
+code raises (``SystemExit``, a class of its own) is a failure of that code like
+an ``Exception``: it faults the turn and never escapes ``Pipeline.execute``
+(docs/EXTENDING.md "When your code fails").
 
 Never a traceback: the traceback goes to the log and to the span
 (docs/CONFORMANCE.md D289, D292). The text is made safe to store and send as
@@ -21,41 +36,85 @@ the exception and of each one in its chain — and the frames and classes stay
 
 from __future__ import annotations
 
+import asyncio
 import traceback
 from typing import Final, Literal, get_args
 
-from aptix_pipeline.contracts import scrub_urls
+from aptix_pipeline.contracts import ErrorCode, InvokeError, scrub_urls
 
-from .faults import described
+from .faults import StepFaultError, described, described_text
 
 __all__ = [
+    "ERROR_DETAILS",
+    "MAX_RULE_DETAIL_CHARS",
+    "PROPAGATED",
     "SHORT_ERROR_CHARS",
     "TOOL_ERROR_DETAILS",
+    "ErrorDetail",
     "ToolErrorDetail",
+    "bounded",
     "error_text",
     "exception_type",
+    "internal_text",
+    "port_failed",
     "traceback_text",
 ]
 
 _CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
 _CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
 
-ToolErrorDetail = Literal["short", "class", "full"]
-"""How much of a failing tool's exception reaches the client (see the module docstring)."""
-TOOL_ERROR_DETAILS: Final[tuple[ToolErrorDetail, ...]] = get_args(ToolErrorDetail)
+ErrorDetail = Literal["short", "class", "full"]
+"""How much of a host's exception reaches the caller (see the module docstring)."""
+ERROR_DETAILS: Final[tuple[ErrorDetail, ...]] = get_args(ErrorDetail)
+ToolErrorDetail = ErrorDetail
+"""The former name of ``ErrorDetail``, when the policy covered server tools alone."""
+TOOL_ERROR_DETAILS: Final = ERROR_DETAILS
 SHORT_ERROR_CHARS: Final = 200
 """The longest ``"short"`` text, in characters (an ellipsis ends a text that was cut)."""
+MAX_RULE_DETAIL_CHARS: Final = 1024
+"""The longest text a host rule's check may add to its error (``bounded``)."""
+PROPAGATED: Final = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
+"""What passes through every boundary around a host's code (the module docstring)."""
 
 
-def error_text(error: BaseException, detail: ToolErrorDetail = "short") -> str:
-    """The text of ``error`` that reaches the client, per ``detail`` (the module docstring)."""
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, an ellipsis ending a text that was cut."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
+def error_text(error: BaseException, detail: ErrorDetail = "short") -> str:
+    """The text of ``error`` that reaches the caller, per ``detail`` (the module docstring)."""
     if detail == "class":
         return type(error).__name__
-    text = described(error)
     if detail == "full":
-        return text
-    line = text.splitlines()[0] if text else text
-    return line if len(line) <= SHORT_ERROR_CHARS else f"{line[: SHORT_ERROR_CHARS - 1]}…"
+        return described(error)
+    # Only the first line is looked at: a megabyte of message costs what its line costs.
+    message = str(error)
+    end = message.find("\n")
+    line = described_text(type(error).__name__, message if end < 0 else message[:end])
+    return bounded(line.rstrip("\r"), SHORT_ERROR_CHARS)
+
+
+def internal_text(error: BaseException, detail: ErrorDetail = "short") -> str:
+    """What an ``internal`` fault says of ``error``: the class alone, unless ``"full"``."""
+    return described(error) if detail == "full" else type(error).__name__
+
+
+def port_failed(
+    port: str, call: str, error: BaseException, detail: ErrorDetail = "short"
+) -> StepFaultError:
+    """The ``port_failed`` fault of ``port.call`` raising ``error``, told per ``detail``:
+    the engine's port guards (``engine/guarded_ports.py``) and the steps that call a
+    port themselves (the model, the retriever, the mode change) fault alike."""
+    return StepFaultError(
+        [
+            InvokeError(
+                code=ErrorCode.PORT_FAILED,
+                field=port,
+                message=f"{port}.{call} failed: {error_text(error, detail)}",
+            )
+        ]
+    )
 
 
 def exception_type(error: BaseException) -> str:

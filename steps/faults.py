@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aptix_pipeline.contracts import AptixPipelineError, ErrorCode, InvokeError, scrub_urls
+from aptix_pipeline.contracts import AptixPipelineError, InvokeError, scrub_urls
 from aptix_pipeline.validators import utf8_text
 
-__all__ = ["StepFaultError", "described", "port_failed", "shown"]
+__all__ = ["StepFaultError", "described", "described_text", "shown"]
 
 
 class StepFaultError(AptixPipelineError):
@@ -33,22 +33,12 @@ def described(error: BaseException) -> str:
     surrogate in it is escaped (``utf8_text``) so the result can always be written,
     and credentials in any URL it quotes are masked (``scrub_urls``, D220).
     """
-    return utf8_text(scrub_urls(f"{type(error).__name__}: {error}"))
+    return described_text(type(error).__name__, str(error))
 
 
-def port_failed(port: str, call: str, error: Exception) -> StepFaultError:
-    """The ``port_failed`` fault of ``port.call`` raising ``error``, the error described:
-    the engine's port guards (``engine/guarded_ports.py``) and the steps that call a
-    port themselves (the retriever) fault alike."""
-    return StepFaultError(
-        [
-            InvokeError(
-                code=ErrorCode.PORT_FAILED,
-                field=port,
-                message=f"{port}.{call} failed: {described(error)}",
-            )
-        ]
-    )
+def described_text(kind: str, message: str) -> str:
+    """``"kind: message"``, made safe as ``described`` makes it."""
+    return utf8_text(scrub_urls(f"{kind}: {message}"))
 
 
 def shown(value: object, limit: int = 80) -> str:

@@ -22,16 +22,18 @@ the hooks let through — a hook's own answer as the model call's answer — and
 replay, which answers every port call from the recording, runs no hook and still
 repeats the turn (docs/CONFORMANCE.md D287).
 
-A hook that raises, or returns what it may not, raises ``HookFailedError``; the
-turn faults with ``internal`` (``hook_fault``), its traceback is logged once and
-nothing is stored (D288). A pipeline without hooks calls its ports directly: hooks
-cost nothing until given.
+A hook that raises (any exception but ``PROPAGATED``'s: ``SystemExit`` too), or
+returns what it may not, raises ``HookFailedError``; the turn faults with
+``internal`` (``hook_fault``), its traceback is logged once and nothing is stored
+(D288). The message names the hook and the exception's class alone — its text
+only with ``PipelineOptions.error_detail = "full"`` (``steps/exception_text.py``).
+A pipeline without hooks calls its ports directly: hooks cost nothing until given.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -50,7 +52,13 @@ from aptix_pipeline.contracts import (
     split_reply,
 )
 
-from .exception_text import error_text
+from .exception_text import (
+    PROPAGATED,
+    SHORT_ERROR_CHARS,
+    ErrorDetail,
+    bounded,
+    internal_text,
+)
 from .faults import StepFaultError
 from .scope import Ports
 
@@ -65,7 +73,9 @@ __all__ = [
     "Hooks",
     "ToolExecution",
     "hook_fault",
+    "hooked_llm",
     "hooked_ports",
+    "hooked_tools",
 ]
 
 
@@ -130,25 +140,38 @@ class HookFailedError(AptixPipelineError):
     """
 
 
-def hook_fault(error: HookFailedError) -> StepFaultError:
-    """The fault of a turn whose hook failed: ``internal``, with the hook's message."""
-    return StepFaultError([InvokeError(code=ErrorCode.INTERNAL, message=str(error))])
+def hook_fault(error: HookFailedError, detail: ErrorDetail = "short") -> StepFaultError:
+    """The fault of a turn whose hook failed: ``internal``, with the hook's message (made
+    per the pipeline's ``error_detail`` when it was raised, so a replay tells it alike).
+
+    ``detail`` bounds a message that did not come from ``_run`` (a host's own
+    ``HookFailedError``): its first line, at most ``SHORT_ERROR_CHARS`` characters.
+    """
+    message = str(error)
+    if detail != "full":
+        message = bounded(message.split("\n", 1)[0], SHORT_ERROR_CHARS)
+    return StepFaultError([InvokeError(code=ErrorCode.INTERNAL, message=message)])
 
 
-async def _run(name: str, hook: Callable[..., Any], *args: object) -> Any:
+async def _run(name: str, hook: Callable[..., Any], detail: ErrorDetail, *args: object) -> Any:
     """Call ``hook`` (awaiting what it returns, when awaitable); its failure, named."""
     try:
         outcome = hook(*args)
         if inspect.isawaitable(outcome):
             outcome = await outcome
-    except Exception as error:
-        raise HookFailedError(f"the {name} hook raised {error_text(error)}") from error
+    except PROPAGATED:
+        raise
+    except BaseException as error:
+        told = internal_text(error, detail)
+        raise HookFailedError(f"the {name} hook raised {told}") from error
     return outcome
 
 
-async def _observed(name: str, hook: Callable[..., Any], *args: object) -> None:
+async def _observed(
+    name: str, hook: Callable[..., Any], detail: ErrorDetail, *args: object
+) -> None:
     """Run an observing hook, which must return ``None``."""
-    outcome = await _run(name, hook, *args)
+    outcome = await _run(name, hook, detail, *args)
     if outcome is not None:
         raise HookFailedError(
             f"the {name} hook returned {type(outcome).__name__}; it observes and returns None"
@@ -161,15 +184,15 @@ class HookedLLM:
     ``provider_name`` is the model's own, so spans and recordings name the host's model.
     """
 
-    def __init__(self, inner: LLM, hooks: Hooks) -> None:
-        self.inner, self.hooks = inner, hooks
+    def __init__(self, inner: LLM, hooks: Hooks, detail: ErrorDetail = "short") -> None:
+        self.inner, self.hooks, self.detail = inner, hooks, detail
         self.provider_name: str | None = getattr(inner, "provider_name", None)
 
     async def _before(self, request: LLMRequest) -> LLMRequest | LLMReply:
         hook = self.hooks.before_model_request
         if hook is None:
             return request
-        answer = await _run("before_model_request", hook, request)
+        answer = await _run("before_model_request", hook, self.detail, request)
         if answer is None:
             return request
         if not isinstance(answer, LLMRequest | LLMReply):
@@ -182,7 +205,7 @@ class HookedLLM:
     async def _after(self, request: LLMRequest, reply: object) -> None:
         hook = self.hooks.after_model_reply
         if hook is not None and isinstance(reply, LLMReply):
-            await _observed("after_model_reply", hook, request, reply)
+            await _observed("after_model_reply", hook, self.detail, request, reply)
 
     async def complete(self, request: LLMRequest) -> LLMReply:
         """See ``LLM``: the hook's answer, or the model's reply to the (changed) request."""
@@ -232,8 +255,8 @@ class HookedStreamingLLM(HookedLLM):
 class HookedTool:
     """A server tool's executor with ``after_tool`` after each run (``hooked_ports``)."""
 
-    def __init__(self, inner: ToolExecutor, hook: AfterTool) -> None:
-        self.inner, self.hook = inner, hook
+    def __init__(self, inner: ToolExecutor, hook: AfterTool, detail: ErrorDetail = "short") -> None:
+        self.inner, self.hook, self.detail = inner, hook, detail
 
     async def __call__(
         self, arguments: dict[str, Any], invocation: ToolInvocation
@@ -243,26 +266,46 @@ class HookedTool:
             result = await self.inner(arguments, invocation)
         except Exception as error:
             await _observed(
-                "after_tool", self.hook, ToolExecution(invocation, arguments, None, error)
+                "after_tool",
+                self.hook,
+                self.detail,
+                ToolExecution(invocation, arguments, None, error),
             )
             raise
-        await _observed("after_tool", self.hook, ToolExecution(invocation, arguments, result))
+        await _observed(
+            "after_tool", self.hook, self.detail, ToolExecution(invocation, arguments, result)
+        )
         return result
 
 
-def hooked_ports(ports: Ports, hooks: Hooks) -> Ports:
-    """``ports`` whose model and server tools run through ``hooks`` (those it has).
+def hooked_llm(llm: LLM, hooks: Hooks, detail: ErrorDetail = "short") -> LLM:
+    """``llm`` with the model hooks of ``hooks`` around it (itself when there are none).
 
     The model is hooked as a ``HookedStreamingLLM`` when it can stream (it has a
     ``stream`` method), else as a ``HookedLLM``, so the engine streams it exactly
     when it would stream the model itself.
     """
-    llm: LLM = ports.llm
-    if hooks.wraps_model:
-        streams = callable(getattr(ports.llm, "stream", None))
-        llm = (HookedStreamingLLM if streams else HookedLLM)(ports.llm, hooks)
-    tools = ports.tools
-    if hooks.after_tool is not None:
-        after = hooks.after_tool
-        tools = {name: HookedTool(executor, after) for name, executor in ports.tools.items()}
-    return replace(ports, llm=llm, tools=tools)
+    if not hooks.wraps_model:
+        return llm
+    streams = callable(getattr(llm, "stream", None))
+    return (HookedStreamingLLM if streams else HookedLLM)(llm, hooks, detail)
+
+
+def hooked_tools(
+    tools: Mapping[str, ToolExecutor], hooks: Hooks, detail: ErrorDetail = "short"
+) -> Mapping[str, ToolExecutor]:
+    """``tools`` with ``after_tool`` after each run (themselves when there is none)."""
+    after = hooks.after_tool
+    if after is None:
+        return tools
+    return {name: HookedTool(executor, after, detail) for name, executor in tools.items()}
+
+
+def hooked_ports(ports: Ports, hooks: Hooks, detail: ErrorDetail = "short") -> Ports:
+    """``ports`` whose model and server tools run through ``hooks`` (those it has);
+    a hook's failure is told per ``detail`` (``PipelineOptions.error_detail``)."""
+    return replace(
+        ports,
+        llm=hooked_llm(ports.llm, hooks, detail),
+        tools=hooked_tools(ports.tools, hooks, detail),
+    )

@@ -23,7 +23,7 @@ by a second, different reply.
 The host's hooks (``steps/hooks.py``) run inside the model and tool ports; one that
 fails faults the turn with ``internal`` here (``hook_fault``), never retried nor
 reported to the model as a tool failure. A server tool that raises is reported
-to the model and in ``ToolResults`` with the text ``tool_error_detail`` allows
+to the model and in ``ToolResults`` with the text ``error_detail`` allows
 (``steps/exception_text.py``); its traceback is logged once and goes to its span.
 A server tool that returns files (``ToolOutput``) has them kept while the call runs
 (``steps/tool_files.py``): they join the turn's files, which the final response
@@ -83,8 +83,8 @@ from aptix_pipeline.validators import (
     utf8_text,
 )
 
-from .exception_text import error_text, exception_type, traceback_text
-from .faults import StepFaultError, described
+from .exception_text import PROPAGATED, ErrorDetail, error_text, exception_type, traceback_text
+from .faults import StepFaultError
 from .hooks import HookFailedError, hook_fault
 from .mode_change import AGENT_CHANGE_MODE, change_mode
 from .observer import LLMCallObservation
@@ -174,7 +174,11 @@ def _too_large(size: int, limit: int) -> StepFaultError:
 
 
 async def _streamed(
-    llm: StreamingLLM, request: LLMRequest, observation: LLMCallObservation, limit: int
+    llm: StreamingLLM,
+    request: LLMRequest,
+    observation: LLMCallObservation,
+    limit: int,
+    detail: ErrorDetail,
 ) -> LLMReply:
     """One streamed attempt: its text passed on as it comes, its chunks put together.
 
@@ -199,17 +203,17 @@ async def _streamed(
         raise
     except Exception as error:
         if assembler.has_text:
-            raise _interrupted(error) from error
+            raise _interrupted(error, detail) from error
         raise
     finally:
         await close_stream(chunks)
 
 
-def _interrupted(error: BaseException) -> StepFaultError:
+def _interrupted(error: BaseException, detail: ErrorDetail) -> StepFaultError:
     return StepFaultError(
         [
             STREAM_INTERRUPTED.error(
-                f"the LLM's stream failed after its text began: {described(error)}",
+                f"the LLM's stream failed after its text began: {error_text(error, detail)}",
                 field="LLM",
             )
         ]
@@ -235,7 +239,7 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
             streaming = cast(StreamingLLM, llm)
 
             def ask() -> Awaitable[LLMReply]:
-                return _streamed(streaming, request, observation, limit)
+                return _streamed(streaming, request, observation, limit, options.error_detail)
 
         else:
 
@@ -284,14 +288,17 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
         except StepFaultError:
             raise
         except HookFailedError as error:  # the host's hook, not the model: never retried
-            raise hook_fault(error) from error
-        except Exception as error:
+            raise hook_fault(error, options.error_detail) from error
+        except PROPAGATED:
+            raise
+        except BaseException as error:  # SystemExit too: the host's adapter failed
+            told = error_text(error, options.error_detail)
             raise StepFaultError(
                 [
                     InvokeError(
                         code=ErrorCode.PORT_FAILED,
                         field="LLM",
-                        message=(f"the LLM failed after {attempts} attempt(s): {described(error)}"),
+                        message=f"the LLM failed after {attempts} attempt(s): {told}",
                     )
                 ]
             ) from error
@@ -439,10 +446,10 @@ async def _run_server_tool(
         except StepFaultError:
             raise
         except HookFailedError as failure:  # the host's after_tool hook: the turn faults
-            raise hook_fault(failure) from failure
+            raise hook_fault(failure, scope.options.error_detail) from failure
         except Exception as failure:
             outcome, raised = ToolCallFate.FAILED, failure
-            error = error_text(failure, scope.options.tool_error_detail)
+            error = error_text(failure, scope.options.error_detail)
             if isinstance(failure, TimeoutError) and limit is not None and limit.expired():
                 rule_id = SERVER_TOOL_TIMEOUT.id  # our timeout, not one the tool raised
                 error = (

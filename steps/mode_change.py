@@ -39,7 +39,8 @@ from aptix_pipeline.validators import (
     strict_json_loads,
 )
 
-from .faults import StepFaultError, described
+from .exception_text import PROPAGATED, error_text
+from .faults import StepFaultError
 from .scope import TurnScope
 from .tool_records import ModeChange, ToolCallFate
 
@@ -180,8 +181,10 @@ async def change_mode(
         )
         try:
             ctx.session = await scope.transaction.set_session_mode(session.id, entry)
-        except Exception as error:
-            detail = described(error)
+        except PROPAGATED:
+            raise
+        except BaseException as error:
+            detail = error_text(error, scope.options.error_detail)
             raise StepFaultError(
                 [
                     InvokeError(

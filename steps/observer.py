@@ -132,6 +132,11 @@ class TurnObserver(Protocol):
         """A mode change was persisted through SetSessionMode (AGN-011 §5.2)."""
         ...
 
+    def identified(self, session_id: str, turn_id: str) -> None:
+        """The turn's session and turn ids are known: made by the AgentSessionCreator
+        (AGN-036 §4.2, Initial) or read by the SessionRestorer (§4.3)."""
+        ...
+
     def warned(self, warning: InvokeWarning) -> None:
         """The turn raised a warning (e.g. DESIGN.md R8's several mode changes)."""
         ...
@@ -198,6 +203,9 @@ class NullObserver:
         """Nothing to observe."""
 
     def mode_changed(self, change: ModeChange) -> None:
+        """Nothing to observe."""
+
+    def identified(self, session_id: str, turn_id: str) -> None:
         """Nothing to observe."""
 
     def warned(self, warning: InvokeWarning) -> None:

@@ -32,7 +32,8 @@ from aptix_pipeline.contracts import (
 )
 from aptix_pipeline.validators import utf8_text
 
-from .faults import StepFaultError, port_failed
+from .exception_text import PROPAGATED, port_failed
+from .faults import StepFaultError
 from .scope import TurnScope
 
 __all__ = [
@@ -82,10 +83,10 @@ async def retrieved_messages(scope: TurnScope) -> list[ChatMessage]:
         try:
             found = await retriever.retrieve(query)
             passages = _PASSAGES.validate_python(list(found))[: query.limit]
-        except StepFaultError:
+        except (StepFaultError, *PROPAGATED):
             raise
-        except Exception as error:
-            raise port_failed("Retriever", "retrieve", error) from error
+        except BaseException as error:
+            raise port_failed("Retriever", "retrieve", error, scope.options.error_detail) from error
         observation.found(passages)
     return [context_message(passages)] if passages else []
 

@@ -10,7 +10,7 @@ changes — is working state that the steps hand to one another.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Final, Literal, get_args
 
 from aptix_pipeline.contracts import (
@@ -37,7 +37,7 @@ from aptix_pipeline.contracts import (
     Usage,
 )
 
-from .exception_text import TOOL_ERROR_DETAILS, ToolErrorDetail
+from .exception_text import ERROR_DETAILS, ErrorDetail
 from .observer import NullObserver, TurnObserver
 from .tool_records import ModeChange, ToolCallRecord
 
@@ -132,11 +132,17 @@ class PipelineOptions:
 
     Failures (docs/EXTENDING.md "Hooks and host rules"):
 
-    - ``tool_error_detail``: how much of a failing server tool's exception its
-      ``ToolResults[].ErrorMessage`` and the model's tool message hold:
-      ``"short"`` (the default; the class and the first line of the message, at most
-      200 characters), ``"class"`` (the class alone) or ``"full"`` (the class and the
-      whole message). Never a traceback (``steps/exception_text.py``).
+    - ``error_detail``: how much of an exception a host's code raised reaches the
+      caller — a failing server tool's ``ToolResults[].ErrorMessage`` and the
+      model's tool message, and the errors of a turn that a failing store,
+      catalog, model, retriever or host rule faulted: ``"short"`` (the default;
+      the class and the first line of the message, at most 200 characters),
+      ``"class"`` (the class alone) or ``"full"`` (the class and the whole
+      message). An ``internal`` fault (a hook, a step) names the class alone but
+      with ``"full"``. Never a traceback (``steps/exception_text.py``).
+    - ``tool_error_detail``: the former name of ``error_detail``, read from
+      recordings and code made when the policy covered server tools alone; when
+      given it is the ``error_detail`` (an init-only argument: it is not kept).
     """
 
     max_server_tool_rounds: int = 8
@@ -157,10 +163,11 @@ class PipelineOptions:
     max_image_bytes: int = 5 * 1024 * 1024
     max_total_image_bytes: int = 20 * 1024 * 1024
     idempotency_ttl_seconds: float | None = 86_400.0
-    tool_error_detail: ToolErrorDetail = "short"
+    error_detail: ErrorDetail = "short"
     retrieval_limit: int = 5
+    tool_error_detail: InitVar[ErrorDetail | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, tool_error_detail: ErrorDetail | None) -> None:
         if min(self.max_input_artifacts, self.max_clipboard_images, self.max_tool_results) < 0:
             raise ValueError("count caps must be 0 or more")
         if min(self.max_images, self.max_image_bytes, self.max_total_image_bytes) < 0:
@@ -199,10 +206,20 @@ class PipelineOptions:
                 f"transcript_policy must be one of {', '.join(TRANSCRIPT_POLICIES)}, "
                 f"not {self.transcript_policy!r}"
             )
-        if self.tool_error_detail not in TOOL_ERROR_DETAILS:
+        if tool_error_detail is not None:  # the former name (its recordings replay)
+            if tool_error_detail not in ERROR_DETAILS:
+                raise ValueError(
+                    f"tool_error_detail must be one of {', '.join(ERROR_DETAILS)}, "
+                    f"not {tool_error_detail!r}"
+                )
+            if self.error_detail not in ("short", tool_error_detail):
+                raise ValueError(
+                    "error_detail and tool_error_detail (its former name) disagree: give one"
+                )
+            object.__setattr__(self, "error_detail", tool_error_detail)
+        if self.error_detail not in ERROR_DETAILS:
             raise ValueError(
-                f"tool_error_detail must be one of {', '.join(TOOL_ERROR_DETAILS)}, "
-                f"not {self.tool_error_detail!r}"
+                f"error_detail must be one of {', '.join(ERROR_DETAILS)}, not {self.error_detail!r}"
             )
 
 

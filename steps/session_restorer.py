@@ -78,6 +78,7 @@ async def session_restorer(scope: TurnScope) -> None:
     _warn_about_ignored_inputs(scope, session)
     ctx.session = session
     ctx.turn = turn
+    scope.observer.identified(session.id, turn.id)
     ctx.mode = session.mode
 
 

@@ -130,8 +130,15 @@ def _live_ports(config: Path, model: bool) -> LivePorts:
     except ConfigError as error:
         raise _refuse(str(error)) from None
     catalog = service.catalog
+    host = service.host  # [host] extension: the host's rules, hooks and tools go live too
     return LivePorts(
-        llm=llm, tools=dict(catalog.tools), modes=catalog, agents=catalog, retriever=retriever
+        llm=llm,
+        tools={**catalog.tools, **(host.tools if host is not None else {})},
+        modes=catalog,
+        agents=catalog,
+        retriever=retriever,
+        hooks=host.hooks if host is not None else None,
+        rules=tuple(host.rules) if host is not None else (),
     )
 
 

@@ -15,6 +15,7 @@ from aptix_pipeline.lazy import lazy_exports
 if TYPE_CHECKING:
     from .catalog import CatalogError, ConfigCatalog
     from .data_dir import default_store_path, default_store_url
+    from .host import HostExtension, load_extension
     from .service import (
         ApiKey,
         ConfigError,
@@ -34,6 +35,8 @@ _EXPORTS: dict[str, str] = {
     "ConfigCatalog": "catalog",
     "default_store_path": "data_dir",
     "default_store_url": "data_dir",
+    "HostExtension": "host",
+    "load_extension": "host",
     "ApiKey": "service",
     "build_llm": "service",
     "ConfigError": "service",
@@ -54,6 +57,7 @@ __all__ = [
     "ConfigCatalog",
     "ConfigError",
     "FilesConfig",
+    "HostExtension",
     "OpenAIModelConfig",
     "ScriptedModelConfig",
     "SecretTable",
@@ -62,6 +66,7 @@ __all__ = [
     "build_llm",
     "default_store_path",
     "default_store_url",
+    "load_extension",
     "load_service_config",
     "open_retriever",
 ]

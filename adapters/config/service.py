@@ -31,6 +31,9 @@ its own, each optional:
   retries (0 keeps it for good).
   ``max_tool_results``), and ``idempotency_ttl_seconds``, how long a committed turn's
   answer is kept for retries (0 keeps it for good).
+- ``[host]`` — ``extension``, ``module:attribute`` naming a ``HostExtension``: the
+  host's rules, hooks, listeners and server tools, for every command and the
+  service (``config/host.py``, docs/EXTENDING.md "Your code in the service").
 - ``[chat]`` — ``handlers``, a table of client tool name → command: ``aptix chat``
   runs the command for each call of that tool instead of asking (``cli/chat.py``).
 - ``[recording]`` — record every turn for replay (``engine/replay/recording.py``):
@@ -93,12 +96,13 @@ from aptix_pipeline.engine import (
 from aptix_pipeline.engine.replay import RecordingOptions
 from aptix_pipeline.steps import (
     MAX_IDEMPOTENCY_TTL_SECONDS,
+    ErrorDetail,
     PipelineOptions,
-    ToolErrorDetail,
     TranscriptPolicy,
 )
 
 from .catalog import CatalogError, ConfigCatalog
+from .host import EXTENSION_PATTERN, HostExtension, load_extension
 
 if TYPE_CHECKING:
     from aptix_pipeline.adapters.retrieval import FtsRetriever
@@ -135,6 +139,7 @@ _SERVICE_TABLES = (
     "ui",
     "retrieval",
     "chat",
+    "host",
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -217,7 +222,8 @@ class _Engine(_Table):
     max_model_reply_chars: int = Field(default=1_000_000, ge=1)
     max_transcript_messages: int = Field(default=1000, ge=1)
     transcript_policy: TranscriptPolicy = "truncate"
-    tool_error_detail: ToolErrorDetail = "short"
+    error_detail: ErrorDetail = "short"
+    tool_error_detail: ErrorDetail | None = None  # error_detail's former name, still read
     max_json_depth: int = Field(default=64, ge=1)
     max_errors: int = Field(default=20, ge=1)
     max_input_artifacts: int = Field(default=100, ge=0)
@@ -235,6 +241,10 @@ class _Engine(_Table):
     def options(self) -> PipelineOptions:
         """The ``PipelineOptions`` these keys give (0 seconds is ``None``: no limit)."""
         values = self.model_dump()
+        if values["tool_error_detail"] is None:
+            del values["tool_error_detail"]
+        elif self.error_detail not in ("short", self.tool_error_detail):
+            raise ValueError("[engine].error_detail and tool_error_detail disagree: give one")
         for name in (
             "turn_deadline_seconds",
             "server_tool_timeout_seconds",
@@ -267,6 +277,10 @@ class _Retrieval(_Table):
     index: str = Field(default="retrieval.db", min_length=1)
     limit: int = Field(default=5, ge=1, le=100)
     collection: str | None = Field(default=None, min_length=1)
+
+
+class _Host(_Table):
+    extension: str | None = Field(default=None, pattern=EXTENSION_PATTERN)
 
 
 class _Chat(_Table):
@@ -395,6 +409,9 @@ class ServiceConfig:
     ui: UIConfig = field(default_factory=UIConfig)
     retrieval: RetrievalConfig | None = None
     chat_handlers: Mapping[str, str] = field(default_factory=dict)
+    host: HostExtension | None = None
+    """``[host] extension``'s ``HostExtension``: the host's rules, hooks, listeners and
+    server tools (``config/host.py``); ``None`` without one."""
     """``[chat.handlers]``: client tool name → the command ``aptix chat`` runs for its
     calls (``cli/chat.py``, D371)."""
 
@@ -609,8 +626,16 @@ def parse_service_config(
         )
     except CatalogError as error:
         raise ConfigError(str(error)) from None
+    host = None
+    spec = _table(_Host, data.get("host", {}), "host", source).extension
+    if spec is not None:
+        try:
+            host = load_extension(spec, base)
+        except (ValueError, TypeError) as error:
+            raise ConfigError(f"{source}: {error}") from None
+    executors = {**catalog.tools, **(host.tools if host is not None else {})}
     try:  # a server tool the file declares has no executor here: say so before serving
-        check_tool_routing(catalog.all_modes(), catalog.all_agents(), catalog.tools)
+        check_tool_routing(catalog.all_modes(), catalog.all_agents(), executors)
     except ToolRoutingError as error:
         raise ConfigError(f"{source}: {error}") from None
     engine = _table(_Engine, data.get("engine", {}), "engine", source)
@@ -621,7 +646,10 @@ def parse_service_config(
         recording = RecordingOptions(directory=base / table.directory, redact=table.redact)
     ui = _ui(data.get("ui", {}), base, source, recording)
     retrieval = None
-    options = engine.options()
+    try:
+        options = engine.options()
+    except ValueError as error:
+        raise ConfigError(f"{source}: {error}") from None
     if "retrieval" in data:
         found = _table(_Retrieval, data["retrieval"], "retrieval", source)
         folder = base / Path(found.folder).expanduser()
@@ -674,6 +702,7 @@ def parse_service_config(
         ui=ui,
         retrieval=retrieval,
         chat_handlers=dict(chat.handlers),
+        host=host,
     )
 
 

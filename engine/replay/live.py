@@ -12,22 +12,32 @@ replay names the call and the JSON path of the first difference (docs/RECORDING.
 The store, the clock and the id source always answer from the recording: they
 are the turn's state and its determinism (STYLE.md "Determinism first"), and a
 host's store has a contract kit of its own.
+
+A pipeline's own code goes with its ports: ``hooks`` run around the live model
+and the live server tools exactly as in the pipeline (a prompt a
+``before_model_request`` hook rewrites reaches the live model rewritten), and
+``rules`` are the host rules the replayed turn runs in its guards
+(``LivePorts.of_pipeline`` takes both from the pipeline). Hooks do nothing
+around ports that answer from the recording: the recording already holds what
+the hooks let through (docs/CONFORMANCE.md D287).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from aptix_pipeline.contracts import LLM, AgentCatalog, ModeCatalog, Retriever, ToolExecutor
+from aptix_pipeline.steps import ErrorDetail, Hooks, hooked_llm, hooked_tools
+from aptix_pipeline.validators import HostRule, HostRules
 
 if TYPE_CHECKING:
     from aptix_pipeline.engine import Pipeline
 
 __all__ = ["LIVE_KEYS", "LivePorts"]
 
-LIVE_KEYS = ("llm", "tools", "modes", "agents", "catalog", "retriever")
+LIVE_KEYS = ("llm", "tools", "modes", "agents", "catalog", "retriever", "hooks", "rules")
 """The keys of ``live``'s mapping form; ``catalog`` is one object serving as both catalogs."""
 
 _RECORDED_ONLY = ("store", "clock", "ids")
@@ -45,7 +55,10 @@ class LivePorts:
       may be both);
     - ``retriever``: the host's ``Retriever`` (AGN-034 §4.4), asked where the
       recorded turn asked its retriever; a turn recorded without one has none in
-      the replay either.
+      the replay either;
+    - ``hooks``: the host's ``Hooks``, run around the live ``llm`` and ``tools``
+      as the pipeline runs them (the module docstring);
+    - ``rules``: the host's ``HostRule`` list the replayed turn runs in its guards.
 
     Each is checked for the port's methods when made: a wrong object is a
     ``TypeError`` naming the field.
@@ -56,22 +69,44 @@ class LivePorts:
     modes: ModeCatalog | None = None
     agents: AgentCatalog | None = None
     retriever: Retriever | None = None
+    hooks: Hooks | None = None
+    rules: tuple[HostRule, ...] = ()
 
     @classmethod
     def of_pipeline(cls, pipeline: Pipeline) -> LivePorts:
-        """A pipeline's own model, server tools, catalogs and retriever, as its turns run
-        them: with its hooks (``Pipeline.turn_ports``), so a replay runs the host's code
-        of today."""
-        ports = pipeline.turn_ports
+        """A pipeline's own model, server tools, catalogs and retriever, with its hooks
+        and its host rules: a replay runs the host's code of today as its turns run it."""
+        ports = pipeline.ports
         return cls(
             llm=ports.llm,
             tools=dict(ports.tools),
             modes=ports.modes,
             agents=ports.agents,
             retriever=ports.retriever,
+            hooks=pipeline.hooks,
+            rules=tuple(pipeline.rules),
+        )
+
+    def hooked(self, detail: ErrorDetail) -> LivePorts:
+        """These ports with ``hooks`` around the model and the tools (and no ``hooks``
+        left to apply); a hook's failure told per ``detail``, as the recorded turn's."""
+        if self.hooks is None:
+            return self
+        return replace(
+            self,
+            llm=None if self.llm is None else hooked_llm(self.llm, self.hooks, detail),
+            tools=dict(hooked_tools(self.tools, self.hooks, detail)),
+            hooks=None,
         )
 
     def __post_init__(self) -> None:
+        if self.hooks is not None and not isinstance(self.hooks, Hooks):
+            raise TypeError(f"live hooks: {_named(self.hooks)} is not a Hooks")
+        if isinstance(self.rules, HostRule | str | bytes) or not hasattr(self.rules, "__iter__"):
+            raise TypeError(f"live rules: a list of HostRule, not {_named(self.rules)}")
+        rules = tuple(self.rules)
+        HostRules(rules)  # a rule that is not a HostRule, or an id given twice, is refused
+        object.__setattr__(self, "rules", rules)
         if self.llm is not None and not isinstance(self.llm, LLM):
             raise TypeError(f"live llm: {_named(self.llm)} is not an LLM (it has no complete)")
         if not isinstance(self.tools, Mapping):
@@ -128,6 +163,8 @@ class LivePorts:
             modes=live.get("modes", catalog),
             agents=live.get("agents", catalog),
             retriever=live.get("retriever"),
+            hooks=live.get("hooks"),
+            rules=tuple(live.get("rules") or ()),
         )
 
     @property

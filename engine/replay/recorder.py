@@ -48,7 +48,7 @@ from aptix_pipeline.steps import PipelineOptions, Ports
 from aptix_pipeline.validators import TURN_CANCELLED
 
 from .port_tap import STORE, PortTap, tap_ports
-from .recording import TurnRecording, request_record, write_recording
+from .recording import TurnRecording, host_rules_ran, request_record, write_recording
 from .records import PortCall, RecordedError
 from .streams import StreamLog, chunk_json
 
@@ -346,6 +346,7 @@ class RecordingTap:
             trace_content=trace_content,
             idempotency_key=idempotency_key,
             stopped_after_call=self.stopped_after,
+            host_rules=host_rules_ran(trace),
         )
 
 

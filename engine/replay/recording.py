@@ -32,8 +32,9 @@ from pydantic_core import from_json
 
 from aptix_pipeline.contracts import AgentExecuteRequest
 from aptix_pipeline.engine.deep_json import dump_json, encode_value, int_of, load_json
-from aptix_pipeline.engine.trace import StateTrace
+from aptix_pipeline.engine.trace import CheckRecord, StateTrace
 from aptix_pipeline.steps import PipelineOptions
+from aptix_pipeline.validators import HOST_RULE_PREFIX
 
 from .records import PortCall
 from .redaction import Redactor
@@ -42,6 +43,7 @@ __all__ = [
     "READ_FORMATS",
     "RECORDING_FORMAT",
     "TurnRecording",
+    "host_rules_ran",
     "request_record",
     "write_recording",
 ]
@@ -55,6 +57,15 @@ _REQUEST_KINDS: Mapping[str, tuple[str, ...]] = {
 READ_FORMATS = tuple(_REQUEST_KINDS)
 """The versions of the JSON form a reader reads; it refuses any other. Version 1 differs
 from 2 only in its requests given as bytes, which it holds as base64 alone."""
+
+
+def host_rules_ran(trace: StateTrace) -> tuple[str, ...]:
+    """The ids of the host rules (``host/…``) the trace's guards ran, each once, in order."""
+    ran: dict[str, None] = {}
+    for entry in trace.entries:
+        if isinstance(entry, CheckRecord):
+            ran.update((i, None) for i in entry.rule_ids if i.startswith(HOST_RULE_PREFIX))
+    return tuple(ran)
 
 
 def request_record(request: object) -> dict[str, Any]:
@@ -138,7 +149,9 @@ class TurnRecording:
     the turn was run with (``Pipeline.run``), so a replay keeps its answer under
     the same keys; ``stopped_after_call`` how many port calls the turn had made
     when it was stopped from outside (its stream's consumer left,
-    ``DESIGN/streaming/consumer-gone``), so a replay stops it at the same point.
+    ``DESIGN/streaming/consumer-gone``), so a replay stops it at the same point;
+    ``host_rules`` the ids of the host rules (``HostRule``) the turn's guards ran, in
+    the order they ran, so a replay given other rules says so (``replayer.py``).
     """
 
     engine_version: str
@@ -156,6 +169,7 @@ class TurnRecording:
     redacted: bool = False
     idempotency_key: str | None = None
     stopped_after_call: int | None = None
+    host_rules: tuple[str, ...] = ()
 
     @property
     def successful(self) -> bool:
@@ -223,6 +237,7 @@ class TurnRecording:
             "provider_name": self.provider_name,
             "server_tools": list(self.server_tools),
             "trace_content": self.trace_content,
+            **({"host_rules": list(self.host_rules)} if self.host_rules else {}),
             **(
                 {"stopped_after_call": self.stopped_after_call}
                 if self.stopped_after_call is not None
@@ -269,6 +284,7 @@ class TurnRecording:
             request = dict(data["request"])
             if len(request) != 1 or next(iter(request)) not in kinds:
                 raise ValueError(f"request must hold exactly one of {', '.join(kinds)}")
+            trace = StateTrace.from_dict(data["trace"])
             return cls(
                 engine_version=str(data["engine_version"]),
                 request=request,
@@ -277,7 +293,7 @@ class TurnRecording:
                 options=dict(data["options"]),
                 config_digest=str(data["config_digest"]),
                 calls=calls,
-                trace=StateTrace.from_dict(data["trace"]),
+                trace=trace,
                 result=dict(data["result"]),
                 provider_name=data.get("provider_name"),
                 server_tools=tuple(data.get("server_tools", ())),
@@ -285,6 +301,10 @@ class TurnRecording:
                 redacted=bool(data.get("redacted", False)),
                 idempotency_key=data.get("idempotency_key"),
                 stopped_after_call=_count(data.get("stopped_after_call")),
+                # Recorded before the key was written: the trace's guards name them too.
+                host_rules=tuple(data["host_rules"])
+                if "host_rules" in data
+                else host_rules_ran(trace),
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"malformed turn recording: missing or bad {error}") from None

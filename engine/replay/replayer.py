@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, TypeVar, cast
@@ -68,7 +68,7 @@ from aptix_pipeline.engine.report import TurnReport
 from aptix_pipeline.engine.runner import TurnStop
 from aptix_pipeline.engine.telemetry import Telemetry
 from aptix_pipeline.steps import StepFaultError, StepFunction
-from aptix_pipeline.validators import utf8_text
+from aptix_pipeline.validators import HostRule, HostRules, utf8_text
 
 from .live import LivePorts
 from .port_tap import (
@@ -82,7 +82,7 @@ from .port_tap import (
     tap_ports,
 )
 from .recorder import StepFollower
-from .recording import TurnRecording
+from .recording import TurnRecording, host_rules_ran
 from .records import PortCall, RecordedError
 from .redaction import Redactor
 from .streams import StreamLog, chunk_json, chunk_of, replayed_chunks
@@ -130,7 +130,10 @@ class Divergence:
     - ``unreplayable`` — the recorded call was cut short by the turn's deadline,
       which a replay, off the clock, cannot cut at the same point;
     - ``answer`` — a port running live (``live.py``) answered, or raised, other
-      than the recorded one (``where``: ``answer.Text``, ``error.message``, …).
+      than the recorded one (``where``: ``answer.Text``, ``error.message``, …);
+    - ``rules`` — the replay ran other host rules than the recorded turn
+      (``expected``: the recorded ids, ``actual``: the replay's); said in one line,
+      before any trace difference it causes.
 
     ``call_number`` is the recorded call's ``n``; ``step`` the transition that was
     running (``None``: after the machine stopped).
@@ -146,6 +149,8 @@ class Divergence:
 
     def describe(self) -> str:
         """The divergence for people: what, where, expected and actual."""
+        if self.kind == "rules":
+            return f"divergence: {_rules_line(self.expected, self.actual)}"
         during = f"during step {self.step}" if self.step else "after the machine stopped"
         head = {
             "call": f"port call #{self.call_number} {during}: the code made another call",
@@ -172,6 +177,24 @@ class Divergence:
         lines.append(f"  expected: {_shown(self.expected)}")
         lines.append(f"  actual:   {_shown(self.actual)}")
         return "\n".join(lines)
+
+
+def _rules_line(recorded: Sequence[str], ran: Sequence[str]) -> str:
+    """The one line of a ``rules`` divergence: which host rules are missing or extra."""
+    missing = [rule for rule in recorded if rule not in ran]
+    extra = [rule for rule in ran if rule not in recorded]
+    parts = []
+    if missing:
+        parts.append(
+            f"the recorded turn ran host rule(s) {', '.join(missing)}, which this replay "
+            "was not given (replay(..., rules=...), LivePorts.of_pipeline(pipeline), or "
+            "aptix replay --live with the configuration's [host] extension)"
+        )
+    if extra:
+        parts.append(
+            f"this replay ran host rule(s) {', '.join(extra)}, which the recorded turn did not"
+        )
+    return "; ".join(parts)
 
 
 def _shown(value: Any) -> str:
@@ -818,12 +841,20 @@ def _refuse_redacted(recording: TurnRecording, live: LivePorts) -> None:
         )
 
 
+def _rules_divergence(recorded: Sequence[str], ran: Sequence[str]) -> Divergence | None:
+    """A ``rules`` divergence when the replay's host rules are not the recorded ones."""
+    if list(recorded) == list(ran):
+        return None
+    return Divergence("rules", None, None, None, "host_rules", list(recorded), list(ran))
+
+
 async def replay(
     recording: TurnRecording | str | Path,
     *,
     steps: Mapping[PipelineStep, StepFunction] | None = None,
     telemetry: Telemetry | None = None,
     live: LivePorts | Mapping[str, Any] | None = None,
+    rules: Iterable[HostRule] | None = None,
 ) -> ReplayOutcome:
     """Re-run a recorded turn (a ``TurnRecording`` or a file) against today's code.
 
@@ -838,8 +869,16 @@ async def replay(
     tool with a redacted recording; ``TypeError`` or ``ValueError`` for a ``live``
     that is not one (naming the key). A divergence is in the outcome, and logged
     (INFO, the call and the path, no values).
+
+    ``rules`` are the host rules the turn runs in its guards (default: ``live``'s,
+    which ``LivePorts.of_pipeline`` takes from the pipeline). The recording names
+    the host rules its turn ran (``TurnRecording.host_rules``): a replay not given
+    one of them, or running one the turn did not, is a ``rules`` divergence, told
+    in one line. A rule runs on the replayed context: on a redacted recording it
+    sees placeholders where the user's content was.
     """
     ports = LivePorts.of(live)
+    host_rules = HostRules(ports.rules if rules is None else rules)
     source = None if isinstance(recording, TurnRecording) else Path(recording)
     if not isinstance(recording, TurnRecording):
         recording = TurnRecording.load(recording)
@@ -862,6 +901,7 @@ async def replay(
     )
     # The trace holds content exactly when the recorded one did, or the two differ.
     telemetry = replace(telemetry or Telemetry.off(), capture_content=recording.trace_content)
+    ports = ports.hooked(options.error_detail)  # the host's hooks around its live ports
     tapped = tap_ports(
         tap,
         None,
@@ -873,7 +913,7 @@ async def replay(
         live=ports,
         retriever=retriever,
     )
-    pipeline = Pipeline(tapped, options, steps=steps, telemetry=telemetry)
+    pipeline = Pipeline(tapped, options, steps=steps, telemetry=telemetry, rules=host_rules)
     request = recording.request_input()
     # The turn keeps its answer under the keys it was recorded with (D181); a stored
     # answer is never read in a replay: the recorded turn ran, so the replay runs it.
@@ -895,7 +935,16 @@ async def replay(
         else None,
         stop=stop,
     )
-    divergence = tap.divergence or tap.leftover() or _compared(recording, report)
+    given = [rule.id for rule in host_rules]
+    missing = [rule for rule in recording.host_rules if rule not in given]
+    ran = host_rules_ran(report.trace) if report.trace is not None else ()
+    divergence = (
+        (_rules_divergence(recording.host_rules, given) if missing else None)
+        or tap.divergence
+        or tap.leftover()
+        or _rules_divergence(recording.host_rules, ran)
+        or _compared(recording, report)
+    )
     if divergence is not None:
         logger.info(
             "replay of %s diverged: %s%s",
@@ -922,9 +971,10 @@ def replay_sync(
     steps: Mapping[PipelineStep, StepFunction] | None = None,
     telemetry: Telemetry | None = None,
     live: LivePorts | Mapping[str, Any] | None = None,
+    rules: Iterable[HostRule] | None = None,
 ) -> ReplayOutcome:
     """``replay`` for scripts and tests without an event loop of their own."""
-    return asyncio.run(replay(recording, steps=steps, telemetry=telemetry, live=live))
+    return asyncio.run(replay(recording, steps=steps, telemetry=telemetry, live=live, rules=rules))
 
 
 def assert_replays(
@@ -932,13 +982,15 @@ def assert_replays(
     *,
     steps: Mapping[PipelineStep, StepFunction] | None = None,
     live: LivePorts | Mapping[str, Any] | None = None,
+    rules: Iterable[HostRule] | None = None,
 ) -> ReplayOutcome:
     """Replay and raise ``ReplayDivergenceError`` (an ``AssertionError``) on a divergence.
 
-    ``live`` as for ``replay``: a folder of recordings (``recordings_in``) then checks
-    the host's own model, tools and catalogs too.
+    ``live`` and ``rules`` as for ``replay``: a folder of recordings
+    (``recordings_in``) then checks the host's own model, tools, catalogs, hooks and
+    rules too.
     """
-    outcome = replay_sync(recording, steps=steps, live=live)
+    outcome = replay_sync(recording, steps=steps, live=live, rules=rules)
     if not outcome.ok:
         raise ReplayDivergenceError(outcome)
     return outcome

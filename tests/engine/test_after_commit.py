@@ -401,7 +401,7 @@ def test_content_captured_tool_arguments_of_any_depth_go_on_the_tool_span() -> N
     builder = SpanBuilder(spans.provider.get_tracer("test"), True, "aptix")
     arguments = {"a": nested(DEEP, "x")}
 
-    builder(TurnStarted(1, "aptix"))
+    builder(TurnStarted(1, "aptix", "acme", "ana"))
     builder(ToolExecutionStarted(1, "s1", "lookup", None, arguments))
     builder.end_unfinished()
 
@@ -420,7 +420,7 @@ def test_a_span_that_cannot_end_after_the_turn_is_logged_not_raised(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     builder = SpanBuilder(Recorded().provider.get_tracer("test"), False, "aptix")
-    builder(TurnStarted(1, "aptix"))
+    builder(TurnStarted(1, "aptix", "acme", "ana"))
     opened = builder._turn  # the turn's span, as a broken host tracer would have made it
     assert opened is not None
     opened.span.end()

@@ -515,12 +515,23 @@ def test_aptix_run_refuses_a_config_whose_server_tool_has_no_executor(tmp_path: 
 @pytest.mark.decision("D289")
 @pytest.mark.parametrize(
     ("text", "detail"),
-    [("", "short"), ("[engine]\ntool_error_detail = 'class'\n", "class")],
-    ids=["default-short", "class"],
+    [
+        ("", "short"),
+        ("[engine]\nerror_detail = 'class'\n", "class"),
+        ("[engine]\ntool_error_detail = 'full'\n", "full"),  # the former name
+    ],
+    ids=["default-short", "class", "former-name"],
 )
-def test_tool_error_detail_sets_what_a_failing_tool_tells_the_client(
+def test_error_detail_sets_what_failing_host_code_tells_the_client(
     tmp_path: Path, text: str, detail: str
 ) -> None:
     config = load_service_config(_write(tmp_path, text), env={})
 
-    assert config.options.tool_error_detail == detail
+    assert config.options.error_detail == detail
+
+
+@pytest.mark.decision("D289")
+def test_error_detail_and_its_former_name_must_agree(tmp_path: Path) -> None:
+    text = "[engine]\nerror_detail = 'class'\ntool_error_detail = 'full'\n"
+    with pytest.raises(ConfigError, match="error_detail and tool_error_detail disagree"):
+        load_service_config(_write(tmp_path, text), env={})
