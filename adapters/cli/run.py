@@ -516,11 +516,15 @@ def build_run_pipeline(
             retriever = open_retriever(service)
         except ConfigError as error:
             raise usage_error(str(error)) from None
+    host = service.host if service is not None else None  # [host] extension: the host's code
     try:
         return embedded_pipeline(
             llm=llm,
             store=session_store,
             retriever=retriever,
+            tools=host.tools if host is not None else None,
+            hooks=host.hooks if host is not None else None,
+            rules=host.rules if host is not None else (),
             catalog=service.catalog if service else None,
             options=service.options if service else None,
             telemetry=Telemetry(tracer_provider=provider),
@@ -529,7 +533,10 @@ def build_run_pipeline(
                 if record is not None
                 else (service.recording if service else None)
             ),
-            listeners=(stderr_retry_notices(service.options if service else None),),
+            listeners=(
+                *(host.listeners if host is not None else ()),
+                stderr_retry_notices(service.options if service else None),
+            ),
         )
     except (CatalogError, OSError) as error:
         raise usage_error(str(error)) from None
