@@ -276,6 +276,75 @@ async def test_a_file_unfit_to_serve_fails_the_call_naming_the_file_and_field(
     assert not (tmp_path / "files").exists()
 
 
+HOSTILE_FILES = {
+    "mime-crlf-in-parameters": ("a.txt", "text/plain;\r\n charset=utf-8", "MimeType"),
+    "mime-lf-before-parameter": ("a.txt", "text/plain\n; a=b", "MimeType"),
+    "mime-nul-in-quoted-parameter": ("a.txt", 'text/plain; a="x\x00y"', "MimeType"),
+    "mime-vertical-tab": ("a.txt", "text/plain;\x0ba=b", "MimeType"),
+    "mime-not-latin-1": ("a.txt", 'text/plain; a="\u2603"', "MimeType"),
+    "mime-latin-1": ("a.txt", 'text/plain; a="\u00e9"', "MimeType"),
+    "mime-wildcard": ("a.txt", "*/*", "MimeType"),
+    "mime-too-long": ("a.txt", "text/plain; a=" + "b" * 300, "MimeType holds 314 characters"),
+    "name-nul": ("a\x00.txt", "text/plain", "Name"),
+    "name-cr": ("a\r.txt", "text/plain", "Name"),
+    "name-line-separator": ("a\u2028b.txt", "text/plain", "Name"),
+    "name-lone-surrogate": ("a\ud800.txt", "text/plain", "Name"),
+}
+"""A file's name and MIME type a header cannot carry, the field the error names."""
+
+
+@pytest.mark.decision("D316", "D400")
+@pytest.mark.parametrize(("name", "mime_type", "named"), HOSTILE_FILES.values(), ids=HOSTILE_FILES)
+async def test_a_file_whose_name_or_type_no_header_can_carry_fails_the_call(
+    store: Store, tmp_path: Path, name: str, mime_type: str, named: str
+) -> None:
+    clock = SteppingClock(START)
+    made = ToolFile(name=name, mime_type=mime_type, content=b"x")
+    replies = [calls(call("a1", "attach")), text("done")]
+    files = file_store(tmp_path / "files", clock)
+    pipeline, llm = file_pipeline(store, replies, files, clock, attach=attaching(made))
+
+    report, response = await start(pipeline, "attach")
+
+    [result] = response.tool_results or []
+    error = result.error_message or ""
+    assert "server tool 'attach' returned file #1: its " + named.split()[0] in error
+    assert named in error
+    assert not any(c in error for c in "\r\n\x00")  # the value is quoted as its repr
+    assert response.files is None
+    assert not (tmp_path / "files").exists()
+    assert report.successful
+    assert "returned file #1" in tool_messages(llm.requests[1], "a1")[0].content
+
+
+@pytest.mark.decision("D400")
+@pytest.mark.parametrize(
+    "mime_type",
+    [
+        "text/plain",
+        "text/csv; charset=utf-8",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "image/svg+xml",
+        'multipart/mixed; boundary="a b;c"',
+        'text/plain;\tformat="x\\"y"',
+    ],
+)
+async def test_a_well_formed_mime_type_with_parameters_is_kept(
+    store: Store, tmp_path: Path, mime_type: str
+) -> None:
+    clock = SteppingClock(START)
+    made = ToolFile(name="a.txt", mime_type=mime_type, content=b"x")
+    replies = [calls(call("a1", "attach")), text("done")]
+    pipeline, _ = file_pipeline(
+        store, replies, file_store(tmp_path, clock), clock, attach=attaching(made)
+    )
+
+    _, response = await start(pipeline, "attach")
+
+    [ref] = response.files or []
+    assert ref.mime_type == mime_type
+
+
 def test_a_tool_file_reads_its_size_and_hash_from_its_bytes_and_never_serializes_them() -> None:
     file = ToolFile(name="a.csv", mime_type="text/csv", content=b"a,b\n1,2\n")
 
