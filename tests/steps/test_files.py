@@ -531,15 +531,62 @@ async def test_a_recorded_file_turn_replays_without_the_bytes(
     assert outcome.ok, outcome.describe()
 
 
-@pytest.mark.decision("D327")
-async def test_a_redacted_recording_holds_no_file_url(store: Store, tmp_path: Path) -> None:
+@pytest.mark.decision("D327", "D401")
+async def test_a_redacted_recording_holds_no_file_url_name_type_or_description_and_replays(
+    store: Store, tmp_path: Path
+) -> None:
     report = await recorded_file_turn(store, tmp_path / "files", redact=True)
 
     assert report.recording is not None
     written = report.recording.to_json()
     assert "sig=" not in written
     assert "/v1/files/" not in written
-    assert report.recording.result["Result"]["Files"][0]["SizeBytes"] == 38
+    for told in ("report.md", "markdown", "Weekly"):  # the tool's name, subtype, description
+        assert told not in written
+    [ref] = report.recording.result["Result"]["Files"]
+    assert (ref["Name"], ref["MimeType"], ref["Description"]) == (
+        "redacted",
+        "text/redacted",
+        "[redacted]",
+    )
+    assert (ref["SizeBytes"], ref["ContentHash"]) == (38, hashlib.sha256(REPORT_BYTES).hexdigest())
+    assert ref["Url"] == "https://redacted.invalid/redacted"
+    assert report.recording.redact().to_json() == written
+    outcome = await replay(TurnRecording.from_dict(json.loads(written)))
+    assert outcome.ok, outcome.describe()
+
+
+@pytest.mark.decision("D401")
+@pytest.mark.parametrize(
+    "file",
+    [
+        ToolFile(name="a\r\nb.txt", mime_type="text/plain", content=b"x"),
+        ToolFile(name="a.txt", mime_type="text/plain;\r\n a=b", content=b"x"),
+        ToolFile(name="secret.txt", mime_type="text/plain", content=b"x", description="secret"),
+    ],
+    ids=["bad-name", "bad-type", "fit"],
+)
+async def test_a_redacted_file_keeps_its_verdict_and_replays(
+    store: Store, tmp_path: Path, file: ToolFile
+) -> None:
+    clock = SteppingClock(START)
+    replies = [calls(call("a1", "attach")), text("done")]
+    pipeline, _ = file_pipeline(
+        store, replies, file_store(tmp_path, clock), clock, attach=attaching(file)
+    )
+    recorded = Pipeline(
+        pipeline.ports, pipeline.options, interceptors=[Recorder(RecordingOptions(redact=True))]
+    )
+
+    report = await recorded.run({"Instruction": "attach"}, CALLER)
+
+    assert report.recording is not None
+    written = report.recording.to_json()
+    assert not [told for told in ("b.txt", "a=b", "secret") if told in written]
+    kept = ok(report.result).files is not None
+    assert kept is (file.name == "secret.txt")
+    outcome = await replay(TurnRecording.from_dict(json.loads(written)))
+    assert outcome.ok, outcome.describe()
 
 
 @pytest.mark.decision("D329")

@@ -340,7 +340,7 @@ async def test_a_file_store_signs_no_url_for_a_type_or_name_no_header_can_carry(
     store = _store(tmp_path)
 
     for name, mime_type in [("a.txt", "text/plain;\r\n a=b"), ("a\x00.txt", "text/plain")]:
-        with pytest.raises(ValueError, match="MimeType|Name"):
+        with pytest.raises(ValueError, match=r"MimeType|Name"):
             await store.put(ToolFile(name=name, mime_type=mime_type, content=CONTENT))
 
     assert list(tmp_path.rglob("*")) == []
