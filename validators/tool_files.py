@@ -74,7 +74,7 @@ def mime_type_problem(mime_type: str) -> str | None:
         return f"its MimeType holds {len(mime_type)} characters, at most {MAX_MIME_TYPE_CHARS}"
     if _MIME.fullmatch(mime_type):
         return None
-    if any(c < " " and c != "\t" or c == "\x7f" for c in mime_type):
+    if any((c < " " and c != "\t") or c == "\x7f" for c in mime_type):
         return f"its MimeType {shown} holds control characters (CR, LF, NUL, ...)"
     return (
         f"its MimeType {shown} is not a MIME type (RFC 6838 type/subtype, "
