@@ -42,7 +42,7 @@ from .rules import HOST_RULE_PREFIX, Rule, all_rules
 from .snapshot import ContextSnapshot, snapshot_context
 from .steps import Phase, step_rule_ids, validate_post_step, validate_pre_step
 from .tool_calls import ToolCallOutcome, ToolCallVerdict, check_tool_call
-from .tool_files import tool_file_problem
+from .tool_files import file_name_problem, mime_type_problem, tool_file_problem
 from .turn_work import *  # noqa: F403 - the rules the steps and the runner check
 
 __all__ = [
@@ -65,6 +65,7 @@ __all__ = [
     "all_rules",
     "check_tool_call",
     "classify_request",
+    "file_name_problem",
     "guard_machine_payloads",
     "has_text",
     "image_inputs",
@@ -72,6 +73,7 @@ __all__ = [
     "is_image_type",
     "is_reference_url",
     "manifest_for",
+    "mime_type_problem",
     "parse_request",
     "parse_response",
     "snapshot_context",

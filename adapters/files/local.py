@@ -29,6 +29,7 @@ from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 from aptix_pipeline.contracts import Clock, StoredFile, ToolFile, content_hash
+from aptix_pipeline.validators import tool_file_problem
 
 __all__ = ["FILES_PATH", "MIN_SIGNING_KEY_BYTES", "FileAccess", "LocalFileStore"]
 
@@ -88,8 +89,12 @@ class LocalFileStore:
         """See ``FileStore``: keep the bytes once under their hash; a signed, expiring URL.
 
         Raises ``ValueError`` when the bytes are not the ones the file's size and
-        hash describe.
+        hash describe, or when its name or MIME type is unfit to serve
+        (``validators.tool_file_problem``): no URL is signed that could not be answered.
         """
+        problem = tool_file_problem(file)
+        if problem is not None:
+            raise ValueError(f"file {file.name[:80]!r}: {problem}")
         content = file.content
         if len(content) != file.size_bytes or content_hash(content) != file.content_hash:
             raise ValueError(f"the bytes of {file.name!r} do not match its SizeBytes/ContentHash")

@@ -53,12 +53,14 @@ import email.utils
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
 
 import httpx2
 import openai
@@ -97,6 +99,11 @@ from aptix_pipeline.contracts import (
     Usage,
     scrub_urls,
 )
+from aptix_pipeline.contracts.url_secrets import (
+    mask_everywhere,
+    mask_url_everywhere,
+    scrub_secret,
+)
 
 from .retry_notices import failure_text, notice, retry_line
 
@@ -110,6 +117,8 @@ _LOCAL_API_KEY: Final = "not-needed"
 
 _MESSAGE_LIMIT: Final = 500
 """How much of a server's error message an error repeats."""
+_UNSENDABLE_KEY: Final = re.compile(r"[^\x21-\x7e\xa0-\xff]")
+"""What a key sent as ``Authorization: Bearer <key>`` may not hold."""
 
 for _name in ("httpx", "httpx2", "openai", "openai._base_client"):
     # These log each request's full URL: a base_url's credentials must not reach a log (D220).
@@ -654,12 +663,20 @@ class OpenAICompatibleLLM:
             self._owns_client = False
             self._client = client.with_options(max_retries=0)
             self._api_key: str | None = client.api_key
+            self._shown_url = self._mask_secrets(None)
             return
         key = api_key or os.environ.get("OPENAI_API_KEY") or None
         if key is None and base_url is None and not os.environ.get("OPENAI_BASE_URL"):
             raise ValueError(
                 "api_key is missing: pass api_key or set OPENAI_API_KEY (a local server "
                 "given by base_url needs none)"
+            )
+        if key is not None and _UNSENDABLE_KEY.search(key):
+            # httpx would refuse the header quoting the key whole, past any scrubbing (D402).
+            named = "api_key" if api_key else "OPENAI_API_KEY"
+            raise ValueError(
+                f"{named} holds a space, a control character or a character outside "
+                "latin-1 (a trailing newline from a file?): an HTTP header cannot carry it"
             )
         self._api_key = key
         self._owns_client = True
@@ -673,10 +690,27 @@ class OpenAICompatibleLLM:
                 timeout=self._timeout, transport=_BoundedTransport(max_reply_bytes)
             ),
         )
+        self._shown_url = self._mask_secrets(base_url)
+
+    def _mask_secrets(self, given_url: str | None) -> str:
+        """Register the API key and the base URL's secret parts for every scrub (D402);
+        the base URL as errors name it. The path segments it masks that are too short
+        to register are masked in this adapter's own messages (``_scrubbed``)."""
+        if self._api_key:
+            mask_everywhere(self._api_key)
+        if given_url is not None:
+            mask_url_everywhere(given_url)
+        raw = str(self._client.base_url)
+        shown = mask_url_everywhere(raw)
+        masked = zip(urlsplit(raw).path.split("/"), urlsplit(shown).path.split("/"), strict=False)
+        self._shown_secrets = tuple(
+            segment for segment, seen in masked if segment != seen and len(segment) >= 4
+        )
+        return shown
 
     @property
     def base_url(self) -> str:
-        """The endpoint requests go to."""
+        """The endpoint requests go to (errors name it as ``shown_url`` shows it, D402)."""
         return str(self._client.base_url)
 
     async def aclose(self) -> None:
@@ -807,7 +841,9 @@ class OpenAICompatibleLLM:
         def before_sleep(state: RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
             if isinstance(error, Exception):  # one line on the retries logger (retry_notices.py)
-                failure = scrub_urls(failure_text(type(error).__name__, self._what(error) or error))
+                failure = self._scrubbed(
+                    failure_text(type(error).__name__, self._what(error) or error)
+                )
                 attempt = state.attempt_number
                 notice(retry_line(failure, attempt, self._max_attempts, state.upcoming_sleep))
             trace.get_current_span().add_event(
@@ -869,10 +905,10 @@ class OpenAICompatibleLLM:
                 f"{_server_message(error)[:_MESSAGE_LIMIT]}"
             )
         if isinstance(error, openai.APITimeoutError):
-            return f"the model server at {self.base_url} did not answer in time"
+            return f"the model server at {self._shown_url} did not answer in time"
         if isinstance(error, openai.APIConnectionError):
             cause = error.__cause__ or error
-            return f"could not reach the model server at {self.base_url}: {cause}"
+            return f"could not reach the model server at {self._shown_url}: {cause}"
         if isinstance(error, openai.APIError) and _error_event(error):
             message = error.message[:_MESSAGE_LIMIT]
             return f"the model server sent an error in its stream: {message}"
@@ -894,12 +930,18 @@ class OpenAICompatibleLLM:
             error, openai.APITimeoutError
         ):
             cause = error.__cause__ or error
-            what = f"the connection to the model server at {self.base_url} broke: {cause}"
+            what = f"the connection to the model server at {self._shown_url} broke: {cause}"
             return StreamBrokenError(self._scrubbed(f"{what} ({where})"))
         return StreamBrokenError(str(failure))
 
     def _scrubbed(self, text: str) -> str:
-        """``text`` with the API key and URL credentials masked (``scrub_urls``, D220)."""
+        """``text`` with URL credentials, secret parameters, the base URL's secret parts
+        and the API key masked (``scrub_urls``, D220, D402). The parameters go first, and
+        a short key (``k``, a local server's placeholder) only as a word of its own, so
+        masking it never breaks a parameter's name (``api-key``) and so its value."""
+        text = scrub_urls(text)
         if self._api_key:
-            text = text.replace(self._api_key, "***")
-        return scrub_urls(text)
+            text = scrub_secret(text, self._api_key)
+        for segment in self._shown_secrets:
+            text = scrub_secret(text, segment)
+        return text

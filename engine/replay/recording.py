@@ -37,7 +37,7 @@ from aptix_pipeline.steps import PipelineOptions
 from aptix_pipeline.validators import HOST_RULE_PREFIX
 
 from .records import PortCall
-from .redaction import Redactor
+from .redaction import REDACTED_IDEMPOTENCY_KEY, Redactor
 
 __all__ = [
     "READ_FORMATS",
@@ -221,6 +221,9 @@ class TurnRecording:
             trace=StateTrace.from_dict(redactor.value(self.trace.to_dict())),
             result=redactor.value(self.result),
             redacted=True,
+            # The client chose the key: content. A replay saves the answer under the
+            # placeholder's keys, which the redacted port calls hold (D401).
+            idempotency_key=self.idempotency_key and REDACTED_IDEMPOTENCY_KEY,
         )
 
     def to_dict(self) -> dict[str, Any]:

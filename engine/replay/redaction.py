@@ -36,6 +36,15 @@ is still refused by the same rule):
   whole and so stays invalid;
 - error and warning messages are redacted: they may quote the client's values
   (a path, a MIME type); their code, rule id and field stay;
+- a file a server tool made (a ``ToolOutput``'s, ``FileStore.put``'s, a
+  ``FileRef``) keeps its size, hash and expiry; its name becomes ``redacted``, its
+  MIME type ``<top-level type>/redacted`` and its description ``[redacted]``, a
+  name or type unfit to serve staying unfit (``validators/tool_files.py``); a
+  file's ``Url`` becomes ``REDACTED_URL`` when it was an absolute URL (AGN-033 §6.3);
+- a client's idempotency key becomes ``redacted`` (a stored answer's ``Key``
+  ``key:redacted``; ``TurnRecording.redact`` sets the recording's key alike): a
+  fixed placeholder, so redaction stays idempotent and a replay saves its answer
+  under the keys the redacted calls hold;
 - a message's content parts (``ChatMessage.parts``) keep their shape: an image
   part's bytes (``Data``) become ``REDACTED_BASE64``, its ``MimeType`` and an
   artifact's ``RelativePath`` and ``Language`` anywhere in the engine's records
@@ -60,7 +69,13 @@ from typing import Any
 
 from aptix_pipeline.engine.deep_json import Pairs as _Pairs
 from aptix_pipeline.engine.deep_json import dump_json, parse_json
-from aptix_pipeline.validators import is_base64
+from aptix_pipeline.validators import (
+    KEY_PREFIX,
+    file_name_problem,
+    is_base64,
+    is_reference_url,
+    mime_type_problem,
+)
 
 from .records import PortCall, RecordedError
 
@@ -69,6 +84,8 @@ __all__ = [
     "JSON_TEXT_KEYS",
     "REDACTED",
     "REDACTED_BASE64",
+    "REDACTED_IDEMPOTENCY_KEY",
+    "REDACTED_URL",
     "Redactor",
     "redact_json_text",
     "redact_port_call",
@@ -79,6 +96,10 @@ __all__ = [
 
 REDACTED = "[redacted]"
 REDACTED_BASE64 = base64.b64encode(b"redacted").decode("ascii")
+REDACTED_IDEMPOTENCY_KEY = "redacted"
+"""A redacted recording's idempotency key: a valid key, the same for every key (D401)."""
+REDACTED_URL = "https://redacted.invalid/redacted"
+"""A redacted file URL that was absolute (AGN-033 §6.3): still one, pointing nowhere."""
 _REDACTED_WORD = "redacted"  # a path segment, a MIME subtype
 
 CONTENT_KEYS = frozenset(
@@ -104,8 +125,6 @@ CONTENT_KEYS = frozenset(
         "reason",
         # a stored answer's request digest: a hash of user content (D181)
         "RequestDigest",
-        # a FileRef's signed URL: whoever holds it may fetch the file until it expires
-        "Url",
     }
 )
 """Keys of the engine's records whose values are user content."""
@@ -345,12 +364,51 @@ _CONTENT = _Content()
 _TEXT = _Leaf(redact_text)
 _RESULT_JSON = _JsonText(_Data())
 
+
+def _redacted_url(url: str) -> str:
+    if not url.strip():
+        return url
+    return REDACTED_URL if is_reference_url(url) else REDACTED
+
+
+def _redacted_file_name(name: str) -> str:
+    if not name.strip():
+        return name
+    return _REDACTED_WORD if file_name_problem(name) is None else "redacted/redacted"
+
+
+def _redacted_file_mime(mime: str) -> str:
+    if not mime.strip():
+        return mime
+    if mime_type_problem(mime) is not None:
+        return _REDACTED_WORD
+    kind = mime.partition("/")[0].lower()
+    return f"{kind if kind in _MEDIA_TYPES else 'application'}/{_REDACTED_WORD}"
+
+
+_MEDIA_TYPES = frozenset(
+    {"application", "audio", "example", "font", "haptics", "image", "message", "model"}
+    | {"multipart", "text", "video"}
+)
+"""IANA's top-level media types: a file's type keeps one of these, never its subtype."""
+
 _SHAPED: dict[str, _Rule] = {
     "MimeType": _Leaf(_redacted_mime),
     "RelativePath": _Leaf(_redacted_path),
     "Language": _TEXT,
+    # a FileRef's signed URL: whoever holds it may fetch the file until it expires
+    "Url": _Leaf(_redacted_url),
 }
 """Keys of the engine's records redacted as the request's fields of that name."""
+
+
+def _redacted_answer_key(key: str) -> str:
+    """A stored answer's key: a client's idempotency key is content (D401); a continuation's
+    key is a digest of ids, which stay."""
+    return KEY_PREFIX + REDACTED_IDEMPOTENCY_KEY if key.startswith(KEY_PREFIX) else key
+
+
+_ANSWER_KEY = _Leaf(_redacted_answer_key)
 
 _REQUEST = _Fields(
     {
@@ -411,6 +469,31 @@ _PASSAGES = _Fields({"Text": _TEXT, "Score": None, "Source": _Fields({}, _CONTEN
 metadata) are content; the score stays."""
 
 
+class _File(_Rule):
+    """A tool-made file (a ``ToolOutput``'s, ``FileStore.put``'s, a ``FileRef``), or a list
+    of them: its name, MIME type and description are the tool's output, replaced so the
+    file checks answer alike (``validators/tool_files.py``); its other fields are the
+    engine's records (its size, hash and expiry stay; its URL is redacted) (D401)."""
+
+    _FIELDS: Mapping[str, _Rule] = {
+        "Name": _Leaf(_redacted_file_name),
+        "MimeType": _Leaf(_redacted_file_mime),
+        "Description": _TEXT,
+    }
+
+    def __init__(self, recorded: _Recorded) -> None:
+        self.recorded = recorded
+
+    def child(self, node: Any, key: str) -> _Rule | None:
+        return self._FIELDS.get(key) or self.recorded.child(node, key)
+
+    def item(self) -> _Rule | None:
+        return self
+
+    def leaf(self, value: Any) -> Any:
+        return _CONTENT.leaf(value)
+
+
 class _Recorded(_Rule):
     """The engine's own records (port call arguments and answers, the trace, the result).
 
@@ -421,6 +504,7 @@ class _Recorded(_Rule):
 
     def __init__(self, schemas: Mapping[str, Mapping[str, Any]]) -> None:
         self.schemas = schemas
+        self.file = _File(self)
 
     def arguments(self, tool: object) -> _Rule:
         """The rule for the arguments of a call of ``tool``."""
@@ -443,6 +527,10 @@ class _Recorded(_Rule):
             return _JsonText(self.arguments(name))
         if key == "ResultJson":
             return _RESULT_JSON
+        if key == "Files":
+            return self.file
+        if key == "Key":
+            return _ANSWER_KEY
         return self
 
 
@@ -557,6 +645,13 @@ class Redactor:
                 "args": _redacted(dict(args), _RETRIEVER_ARGS),
                 "answer": _redacted(answer, _PASSAGES),
                 "error": said,
+            }
+        if port == "FileStore":  # put(file): the file is redacted as a ToolOutput's are
+            file_args = _Fields({"file": self._recorded.file}, self._recorded)
+            return {
+                "args": _redacted(dict(args), file_args),
+                "answer": self.value(answer),
+                "error": error,
             }
         if port != "ToolExecutor":
             return {"args": self.value(dict(args)), "answer": self.value(answer), "error": error}

@@ -22,7 +22,13 @@ from span_kit import Recorded, values_of
 from aptix_pipeline.adapters.models.openai_compatible import OpenAICompatibleLLM
 from aptix_pipeline.adapters.stores.memory import MemoryStore
 from aptix_pipeline.contracts import ErrorCode
-from aptix_pipeline.contracts.url_secrets import MASK, is_secret_name, scrub_urls
+from aptix_pipeline.contracts.url_secrets import (
+    MASK,
+    is_secret_name,
+    scrub_secret,
+    scrub_urls,
+    shown_url,
+)
 from aptix_pipeline.engine.replay.records import RecordedError
 from aptix_pipeline.steps.faults import described
 from aptix_pipeline.testing import fake_openai_server
@@ -104,12 +110,14 @@ def _all_text(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
-async def _turn_with(base_url: str, caplog: pytest.LogCaptureFixture, **options: Any) -> str:
+async def _turn_with(
+    base_url: str, caplog: pytest.LogCaptureFixture, api_key: str = "sk-test", **options: Any
+) -> str:
     """Run one turn whose model is at ``base_url``; everything it surfaced, as text."""
     recorded = Recorded()
     recordings: list[Any] = []
     async with OpenAICompatibleLLM(
-        model="m", base_url=base_url, api_key="sk-test", max_attempts=1, **options
+        model="m", base_url=base_url, api_key=api_key, max_attempts=1, **options
     ) as llm:
         from aptix_pipeline import RecordingOptions
 
@@ -332,3 +340,98 @@ def test_a_module_loggers_record_reaches_the_hosts_handler_scrubbed() -> None:
     assert "ConnectionError" in line
     assert MASK in line
     assert SECRET not in line
+
+
+# --- secrets no pattern recognises: a path segment, a fragment, a model's key (D402) ------
+
+
+@pytest.mark.decision("D402")
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://host/v1/KEY123/", "https://host/v1/***/"),
+        ("https://host/v1#token=abc", "https://host/v1#***"),
+        ("https://host/v1#abc", "https://host/v1#***"),
+        ("http://u:p@127.0.0.1:9/v1/", "http://***@127.0.0.1:9/v1/"),
+        ("https://host/v1beta/openai/", "https://host/v1beta/openai/"),
+        ("https://h/openai/deployments/gpt-4o?api-version=1", "https://h/openai/deployments/***?api-version=***"),
+        ("https://gateway.test/v1/0f3a9c/my-gateway/openai", "https://gateway.test/v1/***/my-gateway/openai"),
+    ],
+)  # fmt: skip
+def test_an_error_names_a_model_url_without_what_may_be_a_secret(url: str, shown: str) -> None:
+    assert shown_url(url) == shown
+
+
+@pytest.mark.decision("D402")
+def test_a_short_key_is_masked_only_as_a_word_of_its_own() -> None:
+    text = f"POST https://h/v1?api-key={SECRET} with Bearer k refused (k)"
+
+    scrubbed = scrub_secret(scrub_urls(text), "k")
+
+    assert scrubbed == "POST https://h/v1?api-key=*** with Bearer *** refused (***)"
+    assert scrub_secret("a key-k-thing", "k") == "a key-k-thing"
+    assert scrub_secret(f"xx{SECRET}yy", SECRET) == "xx***yy"  # a long one anywhere
+
+
+@pytest.mark.decision("D402")
+@pytest.mark.parametrize(
+    "path",
+    [f"/v1/{SECRET}/", "/v1/KEY123/", f"/v1#token={SECRET}", f"/v1#{SECRET}"],
+    ids=["path", "short-path-segment", "fragment-parameter", "fragment"],
+)
+async def test_an_unreachable_model_never_echoes_a_secret_in_its_path_or_fragment(
+    path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "KEY123" if "KEY123" in path else SECRET
+
+    surfaced = await _turn_with(f"http://127.0.0.1:{_closed_port()}{path}", caplog)
+
+    assert "could not reach the model server at http://127.0.0.1:" in surfaced
+    assert secret not in surfaced
+
+
+@pytest.mark.decision("D402")
+async def test_a_model_server_quoting_a_secret_path_is_masked_in_errors_and_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with fake_openai_server([{"text": "never"}]) as server:  # answers 404 "no route <path>"
+        surfaced = await _turn_with(f"{server.base_url}/{SECRET}/", caplog)
+
+    assert "404" in surfaced
+    assert "no route /v1/***/chat/completions" in surfaced
+    assert "HTTP Request" in caplog.text  # httpx logged the request, URL and all
+    assert SECRET not in surfaced
+
+
+@pytest.mark.decision("D402")
+async def test_a_short_api_key_never_unmasks_a_query_parameter(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    base_url = f"http://127.0.0.1:{_closed_port()}/v1?api-key={SECRET}"
+
+    surfaced = await _turn_with(base_url, caplog, api_key="k")
+
+    assert "api-key=***" in surfaced
+    assert "api-***ey" not in surfaced
+    assert SECRET not in surfaced
+
+
+@pytest.mark.decision("D402")
+def test_a_models_api_key_is_masked_in_any_error_text_of_the_process() -> None:
+    key = "sk-live-" + SECRET
+    OpenAICompatibleLLM(model="m", base_url="http://127.0.0.1:9/v1", api_key=key)
+
+    error = RuntimeError(f"a host's tool echoed the model key {key} by mistake")
+
+    assert key not in described(error)
+    assert key not in RecordedError.of(error).message
+    assert "echoed the model key ***" in described(error)
+
+
+@pytest.mark.decision("D402")
+@pytest.mark.parametrize("key", ["sk-abc\n", "sk abc", "sk-\x00", "sk-\u2603"])
+def test_a_key_no_header_can_carry_is_refused_naming_it(key: str) -> None:
+    with pytest.raises(ValueError, match="api_key holds") as raised:
+        OpenAICompatibleLLM(model="m", base_url="http://127.0.0.1:9/v1", api_key=key)
+
+    assert key not in str(raised.value)

@@ -23,6 +23,7 @@ from fuzz_kit import (
     CALLER,
     INVARIANTS,
     KINDS,
+    SECRET_KEYS,
     STORE_KINDS,
     Base,
     Case,
@@ -175,6 +176,23 @@ def test_known_hard_inputs_keep_the_invariants(world: tuple[FuzzWorld, Any], nam
     assert outcome.recorded
 
 
+@pytest.mark.decision("D401")
+@pytest.mark.parametrize("key", SECRET_KEYS)
+@pytest.mark.parametrize("kind", ["initial", "continuation"])
+def test_a_keyed_turns_redacted_recording_holds_no_key(
+    world: tuple[FuzzWorld, Any], key: str, kind: str
+) -> None:
+    fuzz_world, _ = world
+    _, base = fuzz_world.ready
+    request = make_case(kind, base, random.Random(key), mutations=0).request
+    case = Case(kind, "text", request, CALLER, ["secret-key"], key)
+
+    outcome = _check(world, case)
+
+    assert outcome.broken is None, f"{outcome.broken}: {outcome.error} at {outcome.where}"
+    assert outcome.recorded
+
+
 # --- the harness itself sees each broken invariant --------------------------------------------
 
 
@@ -214,6 +232,23 @@ def test_the_checks_see_a_crash_an_unserializable_result_and_a_stored_refusal(
 
     assert seen == ["crash", "unserializable", "stored_by_refused"]
     assert set(seen) <= set(INVARIANTS)
+
+
+@pytest.mark.decision("D401")
+def test_the_checks_see_a_recording_that_keeps_a_clients_key(
+    world: tuple[FuzzWorld, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from aptix_pipeline import TurnRecording
+
+    monkeypatch.setattr(TurnRecording, "redact", lambda self: replace(self, redacted=True))
+    case = Case("initial", "dict", {"Instruction": "hi"}, CALLER, [], SECRET_KEYS[1])
+
+    outcome = _check(world, case)
+
+    assert (outcome.broken, outcome.error) == ("recording_holds_key", SECRET_KEYS[1])
+    assert "recording_holds_key" in INVARIANTS
 
 
 @pytest.mark.decision("D242")

@@ -22,7 +22,9 @@ invariant it broke, if any (``Outcome``):
   memory store's values, the SQLite file's ``iterdump``) is the same before and
   after (``stored_by_refused``); a successful one stores its turn;
 - the turn's recording, when one was delivered, serializes as ``write_recording``
-  writes it (``recording_unserializable``).
+  writes it (``recording_unserializable``), and holds none of the distinctive
+  idempotency keys a case may carry (``recording_holds_key``: a redacted
+  recording keeps the placeholder ``redacted``, D401).
 
 After a turn that stored something the world is reset to its base state, so every
 case meets the same sessions and the dump stays small.
@@ -67,6 +69,7 @@ __all__ = [
     "INVARIANTS",
     "KINDS",
     "MUTATIONS",
+    "SECRET_KEYS",
     "STORE_KINDS",
     "Base",
     "Case",
@@ -82,7 +85,13 @@ __all__ = [
 KINDS = ("initial", "follow_on", "continuation")
 STORE_KINDS = ("memory", "sqlite")
 ENCODINGS = ("dict", "model", "text", "bytes")
-INVARIANTS = ("crash", "unserializable", "stored_by_refused", "recording_unserializable")
+INVARIANTS = (
+    "crash",
+    "unserializable",
+    "stored_by_refused",
+    "recording_unserializable",
+    "recording_holds_key",
+)
 """The broken invariants a ``make fuzz`` run counts as failures."""
 
 CALLER = Caller(org="acme", user="ana")
@@ -752,8 +761,18 @@ def make_case(
     return Case(kind, encoding, request, state.caller, applied, key)
 
 
-IDEMPOTENCY_KEYS: tuple[str, ...] = (
+SECRET_KEYS: tuple[str, ...] = (
     "retry-1",
+    "fuzz-secret-key-2b7e",
+    "key:nested-2b7e",
+    "continuation:" + "2b7e" * 16,
+)
+"""Keys no recording holds after redaction (``recording_holds_key``): distinctive enough
+that nothing else in a recording spells them; they look like the engine's own keys too."""
+
+IDEMPOTENCY_KEYS: tuple[str, ...] = (
+    *SECRET_KEYS,
+    "redacted",
     "~" * 255,
     "",
     " ",
@@ -977,12 +996,17 @@ class FuzzWorld:
             outcome = Outcome(True, "success_stored_nothing", recorded=recorded)
         for recording in self.recordings:
             try:
-                recording.to_json().encode("utf-8")  # as write_recording writes it
+                written = recording.to_json()
+                written.encode("utf-8")  # as write_recording writes it
             except Exception as error:
                 if outcome.broken is None:
                     outcome = _failed(
                         "recording_unserializable", error, successful, recorded, "TurnRecording"
                     )
+                continue
+            key = case.idempotency_key
+            if outcome.broken is None and key in SECRET_KEYS and key in written:
+                outcome = Outcome(successful, "recording_holds_key", key, "redaction", True)
         if after != before:
             await self.start()
         return replace(outcome, logged=errors.count)

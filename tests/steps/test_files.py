@@ -276,6 +276,75 @@ async def test_a_file_unfit_to_serve_fails_the_call_naming_the_file_and_field(
     assert not (tmp_path / "files").exists()
 
 
+HOSTILE_FILES = {
+    "mime-crlf-in-parameters": ("a.txt", "text/plain;\r\n charset=utf-8", "MimeType"),
+    "mime-lf-before-parameter": ("a.txt", "text/plain\n; a=b", "MimeType"),
+    "mime-nul-in-quoted-parameter": ("a.txt", 'text/plain; a="x\x00y"', "MimeType"),
+    "mime-vertical-tab": ("a.txt", "text/plain;\x0ba=b", "MimeType"),
+    "mime-not-latin-1": ("a.txt", 'text/plain; a="\u2603"', "MimeType"),
+    "mime-latin-1": ("a.txt", 'text/plain; a="\u00e9"', "MimeType"),
+    "mime-wildcard": ("a.txt", "*/*", "MimeType"),
+    "mime-too-long": ("a.txt", "text/plain; a=" + "b" * 300, "MimeType holds 314 characters"),
+    "name-nul": ("a\x00.txt", "text/plain", "Name"),
+    "name-cr": ("a\r.txt", "text/plain", "Name"),
+    "name-line-separator": ("a\u2028b.txt", "text/plain", "Name"),
+    "name-lone-surrogate": ("a\ud800.txt", "text/plain", "Name"),
+}
+"""A file's name and MIME type a header cannot carry, the field the error names."""
+
+
+@pytest.mark.decision("D316", "D400")
+@pytest.mark.parametrize(("name", "mime_type", "named"), HOSTILE_FILES.values(), ids=HOSTILE_FILES)
+async def test_a_file_whose_name_or_type_no_header_can_carry_fails_the_call(
+    store: Store, tmp_path: Path, name: str, mime_type: str, named: str
+) -> None:
+    clock = SteppingClock(START)
+    made = ToolFile(name=name, mime_type=mime_type, content=b"x")
+    replies = [calls(call("a1", "attach")), text("done")]
+    files = file_store(tmp_path / "files", clock)
+    pipeline, llm = file_pipeline(store, replies, files, clock, attach=attaching(made))
+
+    report, response = await start(pipeline, "attach")
+
+    [result] = response.tool_results or []
+    error = result.error_message or ""
+    assert "server tool 'attach' returned file #1: its " + named.split()[0] in error
+    assert named in error
+    assert not any(c in error for c in "\r\n\x00")  # the value is quoted as its repr
+    assert response.files is None
+    assert not (tmp_path / "files").exists()
+    assert report.successful
+    assert "returned file #1" in tool_messages(llm.requests[1], "a1")[0].content
+
+
+@pytest.mark.decision("D400")
+@pytest.mark.parametrize(
+    "mime_type",
+    [
+        "text/plain",
+        "text/csv; charset=utf-8",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "image/svg+xml",
+        'multipart/mixed; boundary="a b;c"',
+        'text/plain;\tformat="x\\"y"',
+    ],
+)
+async def test_a_well_formed_mime_type_with_parameters_is_kept(
+    store: Store, tmp_path: Path, mime_type: str
+) -> None:
+    clock = SteppingClock(START)
+    made = ToolFile(name="a.txt", mime_type=mime_type, content=b"x")
+    replies = [calls(call("a1", "attach")), text("done")]
+    pipeline, _ = file_pipeline(
+        store, replies, file_store(tmp_path, clock), clock, attach=attaching(made)
+    )
+
+    _, response = await start(pipeline, "attach")
+
+    [ref] = response.files or []
+    assert ref.mime_type == mime_type
+
+
 def test_a_tool_file_reads_its_size_and_hash_from_its_bytes_and_never_serializes_them() -> None:
     file = ToolFile(name="a.csv", mime_type="text/csv", content=b"a,b\n1,2\n")
 
@@ -462,15 +531,62 @@ async def test_a_recorded_file_turn_replays_without_the_bytes(
     assert outcome.ok, outcome.describe()
 
 
-@pytest.mark.decision("D327")
-async def test_a_redacted_recording_holds_no_file_url(store: Store, tmp_path: Path) -> None:
+@pytest.mark.decision("D327", "D401")
+async def test_a_redacted_recording_holds_no_file_url_name_type_or_description_and_replays(
+    store: Store, tmp_path: Path
+) -> None:
     report = await recorded_file_turn(store, tmp_path / "files", redact=True)
 
     assert report.recording is not None
     written = report.recording.to_json()
     assert "sig=" not in written
     assert "/v1/files/" not in written
-    assert report.recording.result["Result"]["Files"][0]["SizeBytes"] == 38
+    for told in ("report.md", "markdown", "Weekly"):  # the tool's name, subtype, description
+        assert told not in written
+    [ref] = report.recording.result["Result"]["Files"]
+    assert (ref["Name"], ref["MimeType"], ref["Description"]) == (
+        "redacted",
+        "text/redacted",
+        "[redacted]",
+    )
+    assert (ref["SizeBytes"], ref["ContentHash"]) == (38, hashlib.sha256(REPORT_BYTES).hexdigest())
+    assert ref["Url"] == "https://redacted.invalid/redacted"
+    assert report.recording.redact().to_json() == written
+    outcome = await replay(TurnRecording.from_dict(json.loads(written)))
+    assert outcome.ok, outcome.describe()
+
+
+@pytest.mark.decision("D401")
+@pytest.mark.parametrize(
+    "file",
+    [
+        ToolFile(name="a\r\nb.txt", mime_type="text/plain", content=b"x"),
+        ToolFile(name="a.txt", mime_type="text/plain;\r\n a=b", content=b"x"),
+        ToolFile(name="secret.txt", mime_type="text/plain", content=b"x", description="secret"),
+    ],
+    ids=["bad-name", "bad-type", "fit"],
+)
+async def test_a_redacted_file_keeps_its_verdict_and_replays(
+    store: Store, tmp_path: Path, file: ToolFile
+) -> None:
+    clock = SteppingClock(START)
+    replies = [calls(call("a1", "attach")), text("done")]
+    pipeline, _ = file_pipeline(
+        store, replies, file_store(tmp_path, clock), clock, attach=attaching(file)
+    )
+    recorded = Pipeline(
+        pipeline.ports, pipeline.options, interceptors=[Recorder(RecordingOptions(redact=True))]
+    )
+
+    report = await recorded.run({"Instruction": "attach"}, CALLER)
+
+    assert report.recording is not None
+    written = report.recording.to_json()
+    assert not [told for told in ("b.txt", "a=b", "secret") if told in written]
+    kept = ok(report.result).files is not None
+    assert kept is (file.name == "secret.txt")
+    outcome = await replay(TurnRecording.from_dict(json.loads(written)))
+    assert outcome.ok, outcome.describe()
 
 
 @pytest.mark.decision("D329")

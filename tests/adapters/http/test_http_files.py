@@ -331,3 +331,38 @@ def test_the_openapi_document_lists_the_file_route(tmp_path: Path) -> None:
     document = json.loads(json.dumps(app.openapi()))
 
     assert "/v1/files/{content_hash}" in document["paths"]
+
+
+@pytest.mark.decision("D400")
+async def test_a_file_store_signs_no_url_for_a_type_or_name_no_header_can_carry(
+    tmp_path: Path,
+) -> None:
+    store = _store(tmp_path)
+
+    for name, mime_type in [("a.txt", "text/plain;\r\n a=b"), ("a\x00.txt", "text/plain")]:
+        with pytest.raises(ValueError, match=r"MimeType|Name"):
+            await store.put(ToolFile(name=name, mime_type=mime_type, content=CONTENT))
+
+    assert list(tmp_path.rglob("*")) == []
+
+
+@pytest.mark.decision("D400")
+async def test_a_file_typed_with_quoted_parameters_is_served_with_that_type(
+    tmp_path: Path,
+) -> None:
+    app, signer = _service(tmp_path)
+    far = LocalFileStore(
+        signer.directory,
+        url_base="http://unused.test",
+        signing_key=SIGNING_KEY.encode(),
+        clock=SteppingClock(datetime(2100, 1, 1, tzinfo=UTC)),
+    )
+    mime_type = 'text/csv; header=present;\tnote="a \\"quoted\\" value"'
+    stored = await far.put(ToolFile(name='the "x" file.csv', mime_type=mime_type, content=CONTENT))
+
+    with server_thread(app) as port:
+        answer = httpx.get(_on(f"http://127.0.0.1:{port}", stored.url), timeout=10)
+
+    assert answer.status_code == 200
+    assert answer.content == CONTENT
+    assert answer.headers["content-type"].startswith(mime_type)

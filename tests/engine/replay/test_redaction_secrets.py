@@ -2,11 +2,12 @@
 
 A distinct secret is planted in every field of the three kinds of request (and a
 refused one), in every part of the client's and the server tools' results and
-errors, and in the model's replies (text, tool call argument values, numbers and
-keys, a mode change's reason). The turns run with ``RecordingOptions(redact=True)``
-and content capture off; no secret may appear in the recordings, the spans, the
-state traces, the reports (``TurnReport.to_dict()`` without its ``result``, which
-is the answer the client asked for) or the log records (DEBUG and up). The same
+errors, in the model's replies (text, tool call argument values, numbers and
+keys, a mode change's reason) and in the idempotency keys the client chose. The
+turns run with ``RecordingOptions(redact=True)`` and content capture off; no
+secret may appear in the recordings, the spans, the state traces, the reports
+(``TurnReport.to_dict()`` without its ``result``, which is the answer the client
+asked for) or the log records (DEBUG and up). The same
 holds for ``aptix run --report --record --redact``. Redacted recordings still
 replay, and redact to themselves.
 
@@ -35,7 +36,11 @@ from aptix_pipeline import RecordingOptions, TurnRecording, replay
 from aptix_pipeline.adapters.stores.memory import MemoryStore
 from aptix_pipeline.contracts import ToolInvocation
 from aptix_pipeline.engine import TurnReport
-from aptix_pipeline.engine.replay.redaction import REDACTED, REDACTED_BASE64
+from aptix_pipeline.engine.replay.redaction import (
+    REDACTED,
+    REDACTED_BASE64,
+    REDACTED_IDEMPOTENCY_KEY,
+)
 
 
 def b64(text_: str) -> str:
@@ -91,6 +96,9 @@ SECRETS: dict[str, str] = {
     "refused instruction": "SEC-REFUSED-d8",
     "refused absolute path": "SEC-ABSPATH-d9",
     "refused mime type": "SEC-BADMIME-e1",
+    # the idempotency keys the client chose (Idempotency-Key)
+    "idempotency key": "SEC-IDEMKEY-e2",
+    "continuation idempotency key": "SEC-IDEMKEY2-e3",
 }
 """Distinct user content, by where it was planted."""
 
@@ -267,7 +275,12 @@ async def planted_session(spans: Recorded, *, redact: bool = True) -> list[TurnR
         tools={"lookup": lookup, "explode": explode},
         telemetry=spans.telemetry(capture_content=False),
     )
-    first = await pipeline.run(initial_request(), CALLER, initial_mode="general")
+    first = await pipeline.run(
+        initial_request(),
+        CALLER,
+        initial_mode="general",
+        idempotency_key=SECRETS["idempotency key"],
+    )
     results = (
         {
             "ToolCallId": "r1",
@@ -282,7 +295,11 @@ async def planted_session(spans: Recorded, *, redact: bool = True) -> list[TurnR
         },
         {"ToolCallId": "r2", "ExecutionMs": 1, "ErrorMessage": SECRETS["client tool error"]},
     )
-    second = await pipeline.run(continuation(ok(first.result), *results), CALLER)
+    second = await pipeline.run(
+        continuation(ok(first.result), *results),
+        CALLER,
+        idempotency_key=SECRETS["continuation idempotency key"],
+    )
     later = follow_on(ok(second.result), SECRETS["follow-on instruction"])
     later["SolutionContextText"] = SECRETS["follow-on solution context"]
     third = await pipeline.run(later, CALLER)
@@ -306,7 +323,7 @@ async def test_unredacted_recordings_carry_every_planted_secret() -> None:
     assert leaked("".join(r.to_json() for r in recordings_of(reports))) == set(SECRETS)
 
 
-@pytest.mark.decision("D162")
+@pytest.mark.decision("D162", "D401")
 async def test_no_planted_secret_survives_in_recordings_spans_traces_reports_or_logs(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -325,7 +342,7 @@ async def test_no_planted_secret_survives_in_recordings_spans_traces_reports_or_
     assert leaked("\n".join(record.getMessage() for record in caplog.records)) == set()
 
 
-@pytest.mark.decision("D164")
+@pytest.mark.decision("D164", "D401")
 async def test_redacted_recordings_replay_and_redact_to_themselves() -> None:
     recordings = recordings_of(await planted_session(Recorded()))
 
@@ -363,6 +380,27 @@ async def test_placeholders_keep_what_replay_and_the_request_rules_need() -> Non
         "AGN-034/4.2/relative-path-not-absolute",
         "AGN-034/4.3/clipboard-mime-image",
     ]
+
+
+@pytest.mark.decision("D401")
+async def test_an_idempotency_key_is_replaced_by_one_placeholder_a_replay_keeps() -> None:
+    [first, second, third, _] = recordings_of(await planted_session(Recorded()))
+
+    saved = [
+        [c.args["outcome"]["Key"] for c in recording.calls if c.call == "save_outcome"]
+        for recording in (first, second, third)
+    ]
+    assert (first.idempotency_key, second.idempotency_key, third.idempotency_key) == (
+        REDACTED_IDEMPOTENCY_KEY,
+        REDACTED_IDEMPOTENCY_KEY,
+        None,
+    )
+    assert saved[0] == ["key:redacted"]
+    [keyed, continued] = saved[1]
+    assert keyed == "key:redacted"
+    assert continued.startswith("continuation:")
+    assert len(continued) == len("continuation:") + 64
+    assert saved[2] == []
 
 
 APTIX = Path(sys.executable).parent / "aptix"
