@@ -1,14 +1,19 @@
-"""``aptix ui [--store URL] [--recordings DIR] [--host 127.0.0.1] [--port N]``: the turn browser.
+"""``aptix ui [--store URL] [--recordings DIR] [--host 127.0.0.1] [--port N] [--allow-host NAME]``:
+the turn browser.
 
 Serves the page of ``ui/app.py`` (docs/UI.md) under uvicorn for the operator of a
 store: every org and user's sessions, and the recordings of a folder. It asks for
 no key, so it listens on loopback only: a ``--host`` that is not a loopback
-address is refused unless ``--allow-remote`` says so. The store is opened for
-browsing (``stores/browse.py``: never created); without ``--store`` the default
-store is shown when its file exists. Exit codes: 2 for a usage error (a store that
-is missing, unknown or unreachable, a folder that does not exist, nothing to
-show, a non-loopback host, a port another program holds, the ``http`` extra
-missing). The socket is bound before the page says where it serves (``listen.py``).
+address is refused unless ``--allow-remote`` says so. Each start makes a token
+(``ui/guard.py``, D416): the URL it prints carries it (``/?token=…``), and the page
+answers only a browser that gave it; it answers only requests naming a loopback
+host, the ``--host`` it listens on, or a name ``--allow-host`` gives (D415). The
+store is opened for browsing (``stores/browse.py``: never created); without
+``--store`` the default store is shown when its file exists. Exit codes: 2 for a
+usage error (a store that is missing, unknown or unreachable, a folder that does
+not exist, nothing to show, a non-loopback host, an ``--allow-host`` that is not a
+host name, a port another program holds, the ``http`` extra missing). The socket
+is bound before the page says where it serves (``listen.py``).
 """
 
 from __future__ import annotations
@@ -21,24 +26,29 @@ import typer
 
 from .listen import listen
 
-__all__ = ["DEFAULT_UI_PORT", "is_loopback", "ui"]
+__all__ = ["DEFAULT_UI_PORT", "ui"]
 
 DEFAULT_UI_PORT = 8090
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _refuse(message: str) -> typer.Exit:
     typer.echo(f"aptix ui: {message}", err=True)
     return typer.Exit(2)
+
+
+def _is_wildcard(host: str) -> bool:
+    """Whether ``host`` is "every interface" (``0.0.0.0``, ``::``), which no URL can name."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
+def _shown_host(host: str) -> str:
+    """How the printed URL names ``host``: a wildcard as the loopback address of its family."""
+    if _is_wildcard(host):
+        host = "::1" if ":" in host else "127.0.0.1"
+    return f"[{host.strip('[]')}]" if ":" in host else host
 
 
 def ui(
@@ -58,16 +68,38 @@ def ui(
         bool,
         typer.Option(
             "--allow-remote",
-            help="Listen on a non-loopback --host: anyone who reaches it sees every session.",
+            help="Listen on a non-loopback --host: anyone who reaches it and has the token "
+            "sees every session.",
         ),
     ] = False,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME",
+            help="A host name the page also answers to (besides localhost, 127.0.0.1, "
+            "\\[::1] and --host); repeat for more.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the turn browser page: sessions, recordings, a turn's path, timeline and replay."""
+    from aptix_pipeline.adapters.ui import allowed_host_name, is_loopback
+
     if not is_loopback(host) and not allow_remote:
         raise _refuse(
-            f"--host {host} is not a loopback address: the page has no key and shows every "
-            "session; add --allow-remote to listen there anyway"
+            f"--host {host} is not a loopback address: the page shows every session to "
+            "whoever has its token; add --allow-remote to listen there anyway"
         )
+    # the address it listens on is a name its URL gives, so the page answers to it too
+    given = [("--allow-host", name) for name in allow_host or []]
+    if not is_loopback(host) and not _is_wildcard(host):
+        given.append(("--host", host))
+    names: list[str] = []
+    for option, name in given:
+        try:
+            names.append(allowed_host_name(name))
+        except ValueError as error:
+            raise _refuse(f"{option} {error}") from None
     if recordings is not None and not recordings.is_dir():
         raise _refuse(f"--recordings {recordings}: no such folder")
     try:
@@ -79,7 +111,7 @@ def ui(
             close_browse_store,
             open_browse_store,
         )
-        from aptix_pipeline.adapters.ui import create_ui_app
+        from aptix_pipeline.adapters.ui import UIGuard, create_ui_app
         from aptix_pipeline.contracts import scrub_urls
     except ImportError as error:
         raise _refuse(f"{error}; install aptix-pipeline[http]") from None
@@ -99,10 +131,12 @@ def ui(
         if opened is not None:
             await close_browse_store(opened)
 
+    guard = UIGuard.start(names)
     app = create_ui_app(
         opened,
         recordings,
         store_name=scrub_urls(spec) if spec is not None else None,
+        guard=guard,
         close_store=close,
     )
     try:
@@ -111,6 +145,6 @@ def ui(
         raise _refuse(f"--host {host} --port {port}: {error.strerror}") from None
     with sock:
         bound = sock.getsockname()[1]
-        shown = f"[{host}]" if ":" in host else host
-        typer.echo(f"aptix ui: the turn browser on http://{shown}:{bound}/ (Ctrl+C stops it)")
+        url = f"http://{_shown_host(host)}:{bound}/?token={guard.token}"
+        typer.echo(f"aptix ui: the turn browser on {url} (Ctrl+C stops it)")
         uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

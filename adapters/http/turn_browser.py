@@ -10,6 +10,12 @@ that key's org and user. Its watch view sends a request to the service's own
 ``POST /v1/agent/execute`` handler (``http_execute.run_turn``) as that caller,
 asking for Server-Sent Events, so what the page shows is the service's own
 stream.
+
+Unlike ``aptix ui`` (``ui/guard.py``), it answers whatever ``Host`` a request names
+(D418): a DNS-rebound name reads nothing here, since the key cookie is host-only (a
+browser sends it to the name that set it, never to the rebound one) and every page
+and API route needs a key; and a service is reached by the names it is deployed
+under, which a loopback-only check would refuse.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 timelines and replays, as server-rendered HTML with a vendored htmx (``static/``).
 
 May import the port rooms and config; never http or cli. The service mounts it
-through ``http/turn_browser.py``; ``aptix ui`` serves it alone.
+through ``http/turn_browser.py``; ``aptix ui`` serves it alone, behind ``guard.py``.
 """
 
 from __future__ import annotations
@@ -13,16 +13,23 @@ from aptix_pipeline.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .app import UIAccess, create_ui_app
+    from .guard import UIGuard, allowed_host_name, is_loopback
 
 _EXPORTS: dict[str, str] = {
     "create_ui_app": "app",
     "UIAccess": "app",
+    "UIGuard": "guard",
+    "allowed_host_name": "guard",
+    "is_loopback": "guard",
 }
 """Each name other rooms use, and the module it comes from (imported on first use)."""
 
 __all__ = [
     "UIAccess",
+    "UIGuard",
+    "allowed_host_name",
     "create_ui_app",
+    "is_loopback",
 ]
 
 # Hidden from type checkers, which see the imports above: a misspelt name is an error.

@@ -15,7 +15,11 @@
   watch view's script, from the package; nothing is fetched from elsewhere.
 
 Who sees what (``UIAccess``): standalone (``aptix ui``) the page is for the
-operator of the store and shows every org and user; mounted in ``aptix serve``
+operator of the store and shows every org and user, to a browser that names a
+loopback host (or one the operator allowed) and holds the token of this start
+(``UIGuard``, ``ui/guard.py``): ``?token=`` once, then the cookie that visit sets;
+a request naming another ``Host`` is a 400, one without the token a 401, one
+with a wrong token a 403, each a short page holding nothing of the store. Mounted in ``aptix serve``
 (``[ui] enabled``) it shows the sessions and recordings of the caller whose API
 key the browser gave once at ``/login`` (kept in an HttpOnly, SameSite=Strict
 cookie whose path is the UI's), and ``/watch`` starts a turn as that caller and
@@ -36,9 +40,12 @@ from typing import Any, Final
 from urllib.parse import parse_qs
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from aptix_pipeline.adapters.stores import (
     MAX_PAGE,
@@ -50,7 +57,8 @@ from aptix_pipeline.adapters.stores import (
 )
 from aptix_pipeline.contracts import Caller
 
-from .html import Markup, html, page, stylesheet
+from .guard import LOOPBACK_NAMES, TOKEN_PARAM, UIGuard, host_of
+from .html import Markup, html, join, page, stylesheet
 from .pages import (
     index_body,
     login_body,
@@ -62,10 +70,13 @@ from .pages import (
 from .recordings import RecordingEntry, RecordingShelf
 from .turn import replay_outcome
 
-__all__ = ["KEY_COOKIE", "UIAccess", "create_ui_app"]
+__all__ = ["KEY_COOKIE", "TOKEN_COOKIE", "UIAccess", "create_ui_app"]
 
 KEY_COOKIE: Final = "aptix_ui_key"
 """The cookie the mounted UI keeps the browser's API key in (module docstring)."""
+TOKEN_COOKIE: Final = "aptix_ui_token"
+"""The cookie the standalone page keeps its token in, named with the port it listens
+on (``aptix_ui_token_8090``): a browser sends 127.0.0.1's cookies to every port."""
 _SECURITY_HEADERS: Final = {
     "Content-Security-Policy": (
         "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -120,11 +131,13 @@ class _UI:
         store_name: str | None,
         shelf: RecordingShelf,
         access: UIAccess | None,
+        guard: UIGuard | None,
     ) -> None:
         self.store = store
         self.store_name = store_name
         self.shelf = shelf
         self.access = access
+        self.guard = guard
 
     async def caller(self, request: Request) -> Caller | None:
         """The mounted UI's caller (from the key cookie); ``None`` when it has none."""
@@ -156,17 +169,108 @@ class _UI:
 def _guarded(
     ui: _UI, handler: Callable[[Request, Caller | None], Awaitable[Response]]
 ) -> Callable[[Request], Awaitable[Response]]:
-    """The handler, given the caller; a mounted UI without one sends the browser to ``/login``."""
+    """The handler, given the caller; a mounted UI without one sends the browser to ``/login``,
+    a standalone one answers only a browser holding its token (``_with_token``)."""
 
     async def endpoint(request: Request) -> Response:
-        caller = None
-        if ui.access is not None:
-            caller = await ui.caller(request)
-            if caller is None:
-                return RedirectResponse(f"{_base(request)}/login", status_code=303)
+        if ui.access is None:
+            assert ui.guard is not None
+            return await _with_token(ui, ui.guard, request, handler)
+        caller = await ui.caller(request)
+        if caller is None:
+            return RedirectResponse(f"{_base(request)}/login", status_code=303)
         return await handler(request, caller)
 
     return endpoint
+
+
+def _token_cookie(request: Request) -> str:
+    """``TOKEN_COOKIE`` named with the port the page listens on."""
+    server = request.scope.get("server")
+    return f"{TOKEN_COOKIE}_{server[1]}" if server and server[1] else TOKEN_COOKIE
+
+
+async def _with_token(
+    ui: _UI,
+    guard: UIGuard,
+    request: Request,
+    handler: Callable[[Request, Caller | None], Awaitable[Response]],
+) -> Response:
+    """The standalone page's answer: ``?token=`` right answers and sets the cookie (the
+    page itself, not a redirect: a SameSite=Strict cookie set on a redirect that another
+    site started is not sent to its target); the cookie right answers; neither is a
+    401, a wrong one a 403 (D416)."""
+    cookie = _token_cookie(request)
+    given = request.query_params.get(TOKEN_PARAM)
+    if given is not None:
+        if not guard.token_matches(given):
+            return _token_refused(ui, request, 403, "the token in this URL is not this page's")
+        response = await handler(request, None)
+        response.set_cookie(
+            cookie,
+            guard.token,
+            path=f"{_base(request)}/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+    kept = request.cookies.get(cookie)
+    if kept is None:
+        return _token_refused(ui, request, 401, "this page needs the token aptix ui printed")
+    if not guard.token_matches(kept):
+        return _token_refused(
+            ui, request, 403, "this browser holds the token of an earlier start of aptix ui"
+        )
+    return await handler(request, None)
+
+
+def _token_refused(ui: _UI, request: Request, status: int, why: str) -> HTMLResponse:
+    body = html(
+        "<h1>Token needed</h1><p id='token-refused'>{why}: open the URL <code>aptix ui</code> "
+        "printed when it started (<code>http://127.0.0.1:PORT/?token=…</code>); each start "
+        "makes a new token. The page keeps it in a cookie afterwards.</p>",
+        why=why,
+    )
+    return ui.page(request, "token needed", body, status=status)
+
+
+class _HostCheck:
+    """ASGI middleware: a request naming a ``Host`` the guard does not allow is answered
+    400 with a page saying so, and reaches no route (D415)."""
+
+    def __init__(self, app: ASGIApp, guard: UIGuard) -> None:
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        header = Headers(scope=scope).get("host")
+        if self.guard.host_allowed(header):
+            await self.app(scope, receive, send)
+            return
+        await _host_refused(self.guard, header)(scope, receive, send)
+
+
+def _host_refused(guard: UIGuard, header: str | None) -> HTMLResponse:
+    names = join(
+        (html("<code>{n}</code>", n=n) for n in (*LOOPBACK_NAMES, *sorted(guard.allowed_hosts))),
+        ", ",
+    )
+    asked = host_of(header) or header or "no host"
+    document = html(
+        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<title>not this host · aptix</title></head><body><h1>Not this host</h1>"
+        "<p id='host-refused'>This page answers only at {names} (any port), not at "
+        "<code>{asked}</code>: a page that any host name reached could be read by any web "
+        "site, through DNS rebinding. <code>aptix ui --allow-host NAME</code> adds a name."
+        "</p></body></html>\n",
+        names=names,
+        asked=asked,
+    )
+    return _html(document, 400)
 
 
 def _query(request: Request, *names: str) -> list[str] | None:
@@ -180,6 +284,7 @@ def create_ui_app(
     *,
     store_name: str | None = None,
     access: UIAccess | None = None,
+    guard: UIGuard | None = None,
     close_store: Callable[[], Awaitable[None]] | None = None,
 ) -> Starlette:
     """The turn browser app (module docstring).
@@ -187,11 +292,17 @@ def create_ui_app(
     ``store`` is a store (or a function giving the store when asked: the service's,
     once it is open), or ``None`` for recordings only; ``recordings`` the folder of
     recording files, or ``None``; ``store_name`` what the page calls the store;
-    ``access`` makes it the mounted UI; ``close_store`` runs when the app stops.
+    ``access`` makes it the mounted UI, ``guard`` the standalone one (exactly one of
+    the two: ``ValueError`` otherwise); ``close_store`` runs when the app stops.
     """
+    if (access is None) == (guard is None):
+        raise ValueError(
+            "create_ui_app: give access (the page mounted in a service) or guard "
+            "(the standalone page: its token and host names), exactly one"
+        )
     source: _StoreSource = store if callable(store) else (lambda: store)
     shelf = RecordingShelf(Path(recordings) if recordings is not None else None)
-    ui = _UI(source, store_name, shelf, access)
+    ui = _UI(source, store_name, shelf, access, guard)
 
     async def index(request: Request, caller: Caller | None) -> Response:
         opened = ui.store()
@@ -300,7 +411,8 @@ def create_ui_app(
             if close_store is not None:
                 await close_store()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    middleware = [Middleware(_HostCheck, guard=guard)] if guard is not None else []
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
 
 
 def _mounted_routes(ui: _UI, access: UIAccess) -> list[Route]:

@@ -7,29 +7,59 @@ the right continuation completes turn 1, and a follow-on is turn 2 in review mod
 A second caller (globex/zoe) holds a session of its own, so scoping shows. Clock
 and ids are the stepping and sequential ones, so each run stores the same thing.
 ``write_ui_config`` writes the config of ``aptix serve`` with the page mounted on it.
+
+The standalone page answers only a browser holding the token of its start
+(``ui/guard.py``): ``aptix_ui`` runs ``aptix ui`` as a process of its own and reads
+the URL with the token from the line it prints; ``standalone_app`` builds the page
+in process with a guard, and ``with_token`` gives an httpx client the page's cookie
+by visiting it once with the token, as a browser does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
+import httpx
+from cli_kit import APTIX
 from http_kit import KEYS
 from repo import ROOT
+from serve_process import WAIT, Served, free_port, serving
+from starlette.applications import Starlette
 
 from aptix_pipeline import RecordingOptions
 from aptix_pipeline.adapters.embedded import embedded_pipeline
 from aptix_pipeline.adapters.models.scripted import ScriptedLLM
+from aptix_pipeline.adapters.stores.browse import close_browse_store, open_browse_store
 from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
 from aptix_pipeline.adapters.system.clocks import SteppingClock
 from aptix_pipeline.adapters.system.ids import SequentialIds
+from aptix_pipeline.adapters.ui.app import create_ui_app
+from aptix_pipeline.adapters.ui.guard import UIGuard
 from aptix_pipeline.contracts import Caller
 from aptix_pipeline.engine import Telemetry
 
-__all__ = ["ANA", "EXAMPLES", "ZOE", "Browsed", "browsed_store", "write_ui_config"]
+__all__ = [
+    "ANA",
+    "EXAMPLES",
+    "ZOE",
+    "Browsed",
+    "RunningUI",
+    "aptix_ui",
+    "browsed_store",
+    "standalone_app",
+    "token_of",
+    "with_token",
+    "write_ui_config",
+]
 
 EXAMPLES = ROOT / "examples"
 ANA = Caller(org="acme", user="ana")
@@ -130,3 +160,72 @@ def write_ui_config(folder: Path, browsed: Browsed, ui: str = "[ui]\nenabled = t
         encoding="utf-8",
     )
     return path
+
+
+# --- the standalone page and its token ---------------------------------------------------------
+
+
+def token_of(url: str) -> str:
+    """The ``token`` query parameter of ``url`` (the URL ``aptix ui`` prints)."""
+    [token] = parse_qs(urlsplit(url).query)["token"]
+    return token
+
+
+def with_token(client: httpx.Client, token: str) -> httpx.Response:
+    """Visit the standalone page's first page once with ``token``, as the printed URL
+    does, so that ``client`` keeps the cookie it sets; the answer."""
+    answer = client.get("/", params={"token": token})
+    assert answer.status_code == 200, answer.text
+    return answer
+
+
+def standalone_app(
+    browsed: Browsed | None, guard: UIGuard, recordings: Path | None = None
+) -> Starlette:
+    """The standalone page in process, behind ``guard``: on ``browsed``'s store (closed
+    when the app stops) and recordings, or only on ``recordings`` when ``browsed`` is
+    ``None``."""
+    if browsed is None:
+        return create_ui_app(None, recordings, guard=guard)
+    store = open_browse_store(browsed.store_url)
+
+    async def close() -> None:
+        await close_browse_store(store)
+
+    return create_ui_app(
+        store, browsed.recordings, store_name="test store", guard=guard, close_store=close
+    )
+
+
+@dataclass(frozen=True)
+class RunningUI:
+    """An ``aptix ui`` process: where it listens, the URL it printed (with the token)."""
+
+    served: Served
+    url: str
+
+    @property
+    def base(self) -> str:
+        return self.served.base
+
+    @property
+    def token(self) -> str:
+        return token_of(self.url)
+
+
+@contextmanager
+def aptix_ui(*args: str, cwd: Path, host: str = "127.0.0.1") -> Iterator[RunningUI]:
+    """``aptix ui ARGS --host HOST`` on a free port, a process of its own
+    (``serve_process.serving``; its log in ``cwd``), once it has printed the URL it
+    serves on; stopped when the block ends. Its ``base`` is on 127.0.0.1."""
+    port = free_port()
+    argv = [APTIX, "ui", *args, "--host", host, "--port", str(port)]
+    log = cwd / f"ui-{port}.log"
+    with serving(argv, dict(os.environ), port=port, cwd=cwd, log=log, wait=False) as served:
+        deadline = time.monotonic() + WAIT
+        while "\n" not in served.output():  # its first line: where it serves, or why not
+            assert time.monotonic() < deadline, "aptix ui said nothing: " + served.output()
+            time.sleep(0.05)
+        line = served.output().splitlines()[0]
+        assert line.startswith("aptix ui: the turn browser on "), served.output()
+        yield RunningUI(served, line.split(" on ", 1)[1].split()[0])

@@ -19,7 +19,7 @@ from cli_kit import aptix_run, stdout_json
 from repo import ROOT
 from ui_kit import Browsed, browsed_store
 
-from aptix_pipeline.adapters.cli.ui import is_loopback
+from aptix_pipeline.adapters.ui import is_loopback
 
 APTIX = Path(sys.executable).parent / "aptix"
 

@@ -16,20 +16,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 from http_kit import ANA_KEY, ENV
 from repo import ROOT
-from serve_process import free_port
 from server_thread import WAIT, server_thread
 from ui_kit import FAULT_RULE, Browsed, browsed_store, write_ui_config
+from ui_kit import aptix_ui as running_ui
 
 from aptix_pipeline.adapters.config.service import load_service_config
 from aptix_pipeline.adapters.http.app import create_app
@@ -37,7 +33,6 @@ from aptix_pipeline.adapters.http.app import create_app
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
-APTIX = Path(sys.executable).parent / "aptix"
 ARTIFACTS = ROOT / "build" / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -83,38 +78,11 @@ def browsed(tmp_path_factory: pytest.TempPathFactory) -> Browsed:
 
 @pytest.fixture(scope="module")
 def aptix_ui(browsed: Browsed) -> Iterator[str]:
-    """``aptix ui`` on the browsed store and folder, a process of its own; its URL."""
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            str(APTIX),
-            "ui",
-            "--store",
-            browsed.store_url,
-            "--recordings",
-            str(browsed.recordings),
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + WAIT
-        while True:
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            assert time.monotonic() < deadline, "aptix ui did not start"
-            try:
-                httpx.get(f"{url}/static/ui.css")
-                break
-            except httpx.TransportError:
-                time.sleep(0.05)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(WAIT)
+    """``aptix ui`` on the browsed store and folder, a process of its own; the URL it
+    printed, with its token: a browser opens the page there first."""
+    args = ("--store", browsed.store_url, "--recordings", str(browsed.recordings))
+    with running_ui(*args, cwd=browsed.db.parent) as running:
+        yield running.url
 
 
 def _screenshot(tab: Page, name: str) -> Path:
@@ -128,7 +96,7 @@ def _screenshot(tab: Page, name: str) -> Path:
 def test_a_session_followed_to_its_turn_shows_the_path_and_the_timeline(
     aptix_ui: str, browsed: Browsed, tab: Page
 ) -> None:
-    tab.goto(f"{aptix_ui}/")
+    tab.goto(aptix_ui)
     tab.click(f"tr[data-session='{browsed.session_id}'] a")
     tab.click(f"tr[data-turn='{browsed.second_turn}'] a")
 
@@ -150,7 +118,7 @@ def test_a_session_followed_to_its_turn_shows_the_path_and_the_timeline(
 def test_the_faulted_turn_names_its_step_and_rule_and_replays_to_the_same_fault(
     aptix_ui: str, tab: Page
 ) -> None:
-    tab.goto(f"{aptix_ui}/")
+    tab.goto(aptix_ui)
     tab.click("tr[data-recording]:has-text('faulted at') a")
 
     picture = tab.locator("[data-picture]").first.inner_text()

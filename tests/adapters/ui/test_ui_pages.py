@@ -22,12 +22,21 @@ import pytest
 from http_kit import ANA_KEY, ENV
 from httpx_sse import EventSource
 from server_thread import WAIT, server_thread
-from ui_kit import ANA, FAULT_RULE, ZOE, Browsed, browsed_store, write_ui_config
+from ui_kit import (
+    ANA,
+    FAULT_RULE,
+    ZOE,
+    Browsed,
+    browsed_store,
+    standalone_app,
+    with_token,
+    write_ui_config,
+)
 
 from aptix_pipeline.adapters.config.service import ConfigError, load_service_config
 from aptix_pipeline.adapters.http.app import create_app
-from aptix_pipeline.adapters.stores.browse import close_browse_store, open_browse_store
-from aptix_pipeline.adapters.ui.app import KEY_COOKIE, create_ui_app
+from aptix_pipeline.adapters.ui.app import KEY_COOKIE
+from aptix_pipeline.adapters.ui.guard import UIGuard
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +46,14 @@ def browsed(tmp_path_factory: pytest.TempPathFactory) -> Browsed:
 
 @pytest.fixture(scope="module")
 def page(browsed: Browsed) -> Iterator[httpx.Client]:
-    """The standalone page on the browsed store, served on loopback."""
-    store = open_browse_store(browsed.store_url)
-
-    async def close() -> None:
-        await close_browse_store(store)
-
-    app = create_ui_app(store, browsed.recordings, store_name="test store", close_store=close)
+    """The standalone page on the browsed store, served on loopback; the client has
+    visited it with its token, so it holds the page's cookie."""
+    guard = UIGuard.start()
     with (
-        server_thread(app) as port,
+        server_thread(standalone_app(browsed, guard)) as port,
         httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
     ):
+        with_token(client, guard.token)
         yield client
 
 
@@ -236,8 +242,10 @@ def test_without_graphviz_the_page_draws_the_path_itself(
     browsed: Browsed, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no `dot` on it
-    app = create_ui_app(None, browsed.recordings)
+    guard = UIGuard.start()
+    app = standalone_app(None, guard, browsed.recordings)
     with server_thread(app) as port, httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+        with_token(client, guard.token)
         name = _recording_of(client, "faulted")
         text = client.get("/recording", params={"name": name}).text
 
