@@ -90,7 +90,15 @@ from .tools import (
     ToolResult,
     ValidationErrorResponse,
 )
-from .url_secrets import ScrubbingFilter, scrub_logger, scrub_urls, scrubbed_logger
+from .url_secrets import (
+    ScrubbingFilter,
+    mask_everywhere,
+    mask_url_everywhere,
+    scrub_logger,
+    scrub_secret,
+    scrub_urls,
+    scrubbed_logger,
+)
 from .wire import WireModel
 
 __all__ = [
@@ -179,8 +187,11 @@ __all__ = [
     "close_stream",
     "condition_admits",
     "content_hash",
+    "mask_everywhere",
+    "mask_url_everywhere",
     "metadata_values",
     "scrub_logger",
+    "scrub_secret",
     "scrub_urls",
     "scrubbed_logger",
     "split_reply",

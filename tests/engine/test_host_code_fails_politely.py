@@ -205,7 +205,7 @@ INTERNAL = {"before_model_request", "after_model_reply", "after_tool", "step"}
 def told(site: str, result_json: str) -> str:
     """What the caller was told of the failure: the errors, or the tool's failure."""
     data = json.loads(result_json)
-    if site == "tool":
+    if site == "tool" and data["Successful"]:
         return str(data["Result"]["ToolResults"][0]["ErrorMessage"])
     return " | ".join(error["Message"] for error in data["Errors"])
 
