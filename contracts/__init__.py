@@ -90,7 +90,16 @@ from .tools import (
     ToolResult,
     ValidationErrorResponse,
 )
-from .url_secrets import ScrubbingFilter, scrub_logger, scrub_urls, scrubbed_logger
+from .url_secrets import (
+    ScrubbingFilter,
+    mask_everywhere,
+    mask_url_everywhere,
+    scrub_logger,
+    scrub_secret,
+    scrub_urls,
+    scrubbed_logger,
+    shown_url,
+)
 from .wire import WireModel
 
 __all__ = [
@@ -179,9 +188,13 @@ __all__ = [
     "close_stream",
     "condition_admits",
     "content_hash",
+    "mask_everywhere",
+    "mask_url_everywhere",
     "metadata_values",
     "scrub_logger",
+    "scrub_secret",
     "scrub_urls",
     "scrubbed_logger",
+    "shown_url",
     "split_reply",
 ]

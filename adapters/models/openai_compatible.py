@@ -97,12 +97,10 @@ from aptix_pipeline.contracts import (
     ToolCall,
     ToolDefinition,
     Usage,
-    scrub_urls,
-)
-from aptix_pipeline.contracts.url_secrets import (
     mask_everywhere,
     mask_url_everywhere,
     scrub_secret,
+    scrub_urls,
 )
 
 from .retry_notices import failure_text, notice, retry_line
