@@ -65,6 +65,7 @@ __all__ = [
     "CatalogPorts",
     "build_pipeline",
     "embedded_pipeline",
+    "open_file_store",
     "open_store",
 ]
 
@@ -160,8 +161,10 @@ def embedded_pipeline(
     )
 
 
-def _file_store(files: FilesConfig | None, clock: Clock | None) -> LocalFileStore | None:
-    """The ``LocalFileStore`` ``[files]`` describes, on ``clock``; ``None`` without ``[files]``."""
+def open_file_store(files: FilesConfig | None, clock: Clock | None) -> LocalFileStore | None:
+    """The ``LocalFileStore`` ``[files]`` describes, on ``clock`` (the pipeline's: its URLs
+    expire by it); ``None`` without ``[files]``. ``aptix serve`` and ``aptix run`` keep
+    their tools' files alike (docs/FILES.md)."""
     if files is None or clock is None:
         return None
     return LocalFileStore(
@@ -227,7 +230,7 @@ def build_pipeline(
         retriever=retriever,
         catalog=config.catalog,
         tools={**host.tools, **(tools or {})},
-        files=_file_store(config.files, clock),
+        files=open_file_store(config.files, clock),
         clock=clock,
         ids=ids,
         options=config.options,

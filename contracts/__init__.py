@@ -98,6 +98,7 @@ from .url_secrets import (
     scrub_secret,
     scrub_urls,
     scrubbed_logger,
+    shown_url,
 )
 from .wire import WireModel
 
@@ -194,5 +195,6 @@ __all__ = [
     "scrub_secret",
     "scrub_urls",
     "scrubbed_logger",
+    "shown_url",
     "split_reply",
 ]

@@ -6,10 +6,11 @@ conforms to AGN-033", AGN-036 §4.10). Presence is what the bucket rules see
 response with ``ToolCalls: []`` is as wrong as one with calls.
 
 Decisions (docs/CONFORMANCE.md): §6.1 is checked on the text the client renders —
-a ``data:…;base64,`` URI or a run of 200+ base64 characters outside a guarded
-(language-tagged) fence counts as embedded file contents; §4.1 — an untagged fence
-whose body is a JSON object or array is an unguarded machine payload; a FileRef
-``Url`` must be an absolute URI and never a ``data:`` URI.
+a ``data:…;base64,`` URI or a run of 200+ base64 characters anywhere, fenced or
+not, counts as embedded file contents, except inside an Aptix bundle: a JSON
+object or array in a fence tagged ``aptix-json`` (D14, D403); §4.1 — an untagged
+fence whose body is a JSON object or array is an unguarded machine payload; a
+FileRef ``Url`` must be an absolute URI and never a ``data:`` URI.
 """
 
 from __future__ import annotations
@@ -244,8 +245,8 @@ GUARDED_PAYLOAD = rule(
 NO_EMBEDDED_FILE_CONTENTS = rule(
     "AGN-033/6.1/no-embedded-file-contents",
     "AGN-033 §6.1",
-    "responses must not embed file contents (base64) outside guarded code blocks; "
-    "reference files through FileRef",
+    "responses must not embed file contents (base64), fenced or not, except in an Aptix "
+    "bundle (JSON in an aptix-json fence); reference files through FileRef",
     _INVALID,
     module=__name__,
 )
@@ -270,6 +271,9 @@ _BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{200,}={0,2}")
 _BASE64_LINE = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
 _BASE64_MIN = 200
 _PARAGRAPHS = re.compile(r"\n\s*\n")
+_APTIX_BUNDLE_TAG = "aptix-json"
+"""The language tag of the fence that guards an Aptix bundle (AGN-033 §4.1's own example,
+D403): the only fenced block whose body may carry file contents (§6.1)."""
 
 
 def _kind(response: AgentExecuteResponse) -> ResponseKind | None:
@@ -431,13 +435,32 @@ def _has_base64_blob(text: str) -> bool:
     return False
 
 
+def _is_aptix_bundle(language: str, body: str) -> bool:
+    """Whether a fenced block is an Aptix bundle: tagged ``aptix-json`` (any case), its
+    body a JSON object or array (AGN-033 §4.1, §6.1; D403)."""
+    if language.lower() != _APTIX_BUNDLE_TAG:
+        return False
+    stripped = body.strip()
+    if stripped[:1] not in ("{", "["):
+        return False
+    try:
+        strict_json_loads(stripped)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 def _text_errors(text: str | None, field: str) -> list[InvokeError]:
     if not text:
         return []
     payload = blob = False
     for language, body in _segments(text):
         if language:
-            continue  # a guarded block may carry a machine payload (AGN-033 §4.1, §6.1)
+            # A tagged block is guarded: it may carry a machine payload (§4.1). Only an
+            # Aptix bundle may carry file contents (§6.1): any other block is checked
+            # as prose is (D403).
+            blob = blob or (not _is_aptix_bundle(language, body) and _has_base64_blob(body))
+            continue
         fenced = language == ""
         pieces = [body] if fenced else _PARAGRAPHS.split(body)
         payload = payload or any(_is_machine_payload(p, fenced=fenced) for p in pieces)

@@ -414,12 +414,14 @@ def draw_turn_path(
 
 def load_config(config: Path | None, *, model: bool, store: bool) -> ServiceConfig | None:
     """The ``--config`` file, loaded, with the secrets of the model and the store only
-    when the command uses them (never the API keys); ``None`` without one."""
+    when the command uses them (never the API keys), and ``[files]``'s signing key
+    when it has that table (its tools' files are kept as ``aptix serve`` keeps them);
+    ``None`` without one."""
     if config is None:
         return None
     from aptix_pipeline.adapters.config import ConfigError, SecretTable, load_service_config
 
-    uses: set[SecretTable] = set()
+    uses: set[SecretTable] = {"files"}
     if model:
         uses.add("model")
     if store:
@@ -503,11 +505,15 @@ def build_run_pipeline(
     """The embedded pipeline on this model and store, with the configuration's catalog and
     ``[engine]`` options, recording as ``--record`` says, else as ``[recording]`` does."""
     from aptix_pipeline.adapters.config import CatalogError
-    from aptix_pipeline.adapters.embedded import embedded_pipeline
+
+    # [files] keeps the tools' files as `aptix serve` does, its URLs expiring by this clock.
+    from aptix_pipeline.adapters.embedded import embedded_pipeline, open_file_store
     from aptix_pipeline.adapters.models import stderr_retry_notices
+    from aptix_pipeline.adapters.system import SystemClock
     from aptix_pipeline.engine import Telemetry
     from aptix_pipeline.engine.replay import RecordingOptions
 
+    clock = SystemClock()
     retriever = None
     if service is not None:  # only with --config: a run without one never loads service_config
         from aptix_pipeline.adapters.config import ConfigError, open_retriever
@@ -526,6 +532,8 @@ def build_run_pipeline(
             hooks=host.hooks if host is not None else None,
             rules=host.rules if host is not None else (),
             catalog=service.catalog if service else None,
+            files=open_file_store(service.files if service else None, clock),
+            clock=clock,
             options=service.options if service else None,
             telemetry=Telemetry(tracer_provider=provider),
             recording=(

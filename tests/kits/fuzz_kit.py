@@ -1085,6 +1085,7 @@ class Tally:
             "unserializable results",
             "changes stored by refused input",
             "unserializable recordings",
+            "recordings holding a client's key",
         )
         lines = []
         width = max(len(h) for h in heads)

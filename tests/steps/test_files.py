@@ -450,11 +450,39 @@ async def test_a_reply_pasting_a_files_bytes_as_base64_is_still_refused(
     assert "AGN-033/6.1/no-embedded-file-contents" in report.result.rule_ids
 
 
+PASTED = base64.b64encode(REPORT_BYTES * 8).decode()
+"""The report's bytes as base64: 400+ characters of upper case, lower case and digits."""
+
+
+@pytest.mark.decision("D403")
+@pytest.mark.parametrize(
+    "answer",
+    [
+        f"```json\n{json.dumps({'report.md': PASTED})}\n```",
+        f"```python\nREPORT = '{PASTED}'\n```",
+        f"```aptix-json\n{PASTED}\n```",
+    ],
+    ids=["json-fence", "python-fence", "aptix-json-fence-not-json"],
+)
+async def test_a_reply_pasting_a_files_bytes_into_a_fence_is_refused(
+    store: Store, tmp_path: Path, answer: str
+) -> None:
+    clock = SteppingClock(START)
+    replies = [calls(call("r1", "make_report", REPORT)), text(f"Here it is:\n\n{answer}\n")]
+    pipeline, _ = file_pipeline(store, replies, file_store(tmp_path, clock), clock)
+
+    report = await pipeline.run({"Instruction": "write the report"}, CALLER)
+
+    assert not report.successful
+    assert "AGN-033/6.1/no-embedded-file-contents" in report.result.rule_ids
+
+
+@pytest.mark.decision("D403")
 async def test_an_aptix_bundle_in_a_guarded_block_passes_beside_the_file_refs(
     store: Store, tmp_path: Path
 ) -> None:
     clock = SteppingClock(START)
-    bundle = json.dumps({"files": [{"path": "a.b64", "base64": "QUJD" * 80}]})
+    bundle = json.dumps({"files": [{"path": "report.md", "base64": PASTED}]})
     answer = f"The bundle:\n\n```aptix-json\n{bundle}\n```\n"
     replies = [calls(call("r1", "make_report", REPORT)), text(answer)]
     pipeline, _ = file_pipeline(store, replies, file_store(tmp_path, clock), clock)

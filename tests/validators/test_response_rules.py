@@ -10,6 +10,7 @@ the wire JSON, and ``InvokeResult`` (§2.1).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import textwrap
 from collections.abc import Callable, Sequence
@@ -59,6 +60,17 @@ BASE64_RUN = BLOB[:300]
 WRAPPED_BASE64 = "\n".join(textwrap.wrap(BLOB, 76))  # RFC 2045 line length
 PNG_DATA_URI = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVQ="
 BUNDLE = '{"AptixBundle": {"Files": [{"Path": "a.txt", "Content": "hello"}]}}'
+SOURCE = (
+    "import base64\n\n\ndef decode(text: str) -> bytes:\n"
+    '    """Decode base64 text; raise on padding errors."""\n'
+    "    return base64.b64decode(text, validate=True)\n\n\n"
+    "ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'\n"
+    "TABLE = {c: i for i, c in enumerate(ALPHABET)}\n" * 3
+)
+HASHES = "\n".join(
+    f"sha256sum -c <<< '{hashlib.sha256(str(n).encode()).hexdigest()}  file{n}.bin'"
+    for n in range(8)
+)
 MARKDOWN = (
     "# Result\n\nCall `read_file` with a **path**:\n\n"
     "```python\nresult = read_file(path='a.py')\nprint(result)\n```\n\n"
@@ -328,6 +340,28 @@ BROKEN = [
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "continuation-message-data-uri",
                  continuation_with(tool_continuation_message=f"Preview: {PNG_DATA_URI}"),
                  "ToolContinuationMessage"),
+    # §6.1 inside fences: only an Aptix bundle may carry file contents (D403)
+    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "data-uri-in-json-fence",
+                 final_with(primary_output_text=fenced("json", json.dumps({"Logo": PNG_DATA_URI}))),
+                 "PrimaryOutputText", decisions=("D14", "D403")),
+    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "base64-run-in-json-fence",
+                 final_with(primary_output_text=fenced("json", json.dumps({"C": BASE64_RUN}))),
+                 "PrimaryOutputText", decisions=("D14", "D403")),
+    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "base64-run-in-python-fence",
+                 final_with(primary_output_text=fenced("python", f'ICON = "{BASE64_RUN}"')),
+                 "PrimaryOutputText", decisions=("D14", "D403")),
+    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "wrapped-base64-in-text-fence",
+                 final_with(primary_output_text=fenced("text", WRAPPED_BASE64)),
+                 "PrimaryOutputText", decisions=("D14", "D403")),
+    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "data-uri-in-html-fence",
+                 final_with(primary_output_text=fenced("html", f'<img src="{PNG_DATA_URI}">')),
+                 "PrimaryOutputText", decisions=("D14", "D403")),
+    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "raw-base64-in-aptix-json-fence",
+                 final_with(primary_output_text=fenced("aptix-json", BASE64_RUN)),
+                 "PrimaryOutputText", decisions=("D403",)),
+    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "continuation-message-tagged-fence",
+                 continuation_with(tool_continuation_message=fenced("yaml", f"data: {BASE64_RUN}")),
+                 "ToolContinuationMessage", decisions=("D403",)),
     # §6.3 FileRef
     ResponseCase("AGN-033/6.3/file-ref-fields-present", "empty-name",
                  final_with(files=[file_ref(name="")]), "Files[0].Name"),
@@ -445,12 +479,16 @@ HOLDS = [
     # §6.1 no embedded file contents
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "data-uri-in-aptix-json-fence",
                  final(fenced("aptix-json", json.dumps({"Image": PNG_DATA_URI})))),
-    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "data-uri-in-json-fence",
-                 final(fenced("json", json.dumps({"Logo": PNG_DATA_URI})))),
-    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "base64-run-in-json-fence",
-                 final(fenced("json", json.dumps({"Content": BASE64_RUN})))),
-    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "base64-run-in-aptix-json-fence",
-                 final(fenced("aptix-json", BASE64_RUN))),
+    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "base64-run-in-aptix-json-bundle",
+                 final(fenced("aptix-json", json.dumps({"Content": BASE64_RUN}))),
+                 decisions=("D403",)),
+    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "wrapped-base64-in-bundle-array",
+                 final(fenced("APTIX-JSON", json.dumps([{"Content": WRAPPED_BASE64}], indent=1))),
+                 decisions=("D403",)),
+    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "source-code-in-python-fence",
+                 final(fenced("python", SOURCE)), decisions=("D403",)),
+    ResponseCase("AGN-033/6.1/no-embedded-file-contents", "hashes-in-shell-fence",
+                 final(fenced("sh", HASHES)), decisions=("D403",)),
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "long-url-path",
                  final("See https://example.com/" + "docs/" * 60 + "index.html")),
     ResponseCase("AGN-033/6.1/no-embedded-file-contents", "long-lowercase-word",

@@ -332,3 +332,104 @@ def test_a_model_that_cannot_be_reached_is_one_line_naming_its_url_without_secre
         assert "sk-very-secret" not in shown
     assert "Traceback" not in quiet.stderr
     assert "Traceback" in verbose.stderr
+
+
+FILES_CATALOG = """
+[[modes]]
+name = "general"
+display_name = "General"
+server_tools = ["make_report"]
+
+[[server_tools]]
+name = "make_report"
+description = "Write a short Markdown report."
+executes_on = "server"
+[server_tools.parameters]
+type = "object"
+required = ["title", "points"]
+properties.title = { type = "string" }
+properties.points = { type = "array", items = { type = "string" } }
+
+[[agents]]
+id = "assistant"
+name = "Assistant"
+default = true
+
+[[conversations]]
+id = "chat"
+name = "Chat"
+default = true
+"""
+FILES_TABLE = """
+[files]
+directory = "kept"
+url_base = "https://files.example.test"
+signing_key_env = "APTIX_TEST_FILES_KEY"
+"""
+REPORT_SCRIPT = [
+    {
+        "tool_calls": [
+            {"id": "r1", "name": "make_report", "arguments": {"title": "W", "points": []}}
+        ]
+    },
+    {"text": "The report is attached."},
+]
+
+
+def _run_with_config(
+    tmp: Path, config: str, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    write_json(tmp / "script.json", REPORT_SCRIPT)
+    write_json(tmp / "request.json", {"Instruction": "report"})
+    (tmp / "aptix.toml").write_text(
+        f'[store]\nurl = "memory"\n[model]\nkind = "scripted"\nscript = "script.json"\n{config}',
+        encoding="utf-8",
+    )
+    return subprocess.run(
+        [str(APTIX), "run", "request.json", "--config", "aptix.toml", "--compact"],
+        capture_output=True,
+        text=True,
+        cwd=tmp,
+        env={**os.environ, **env},
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.decision("D404")
+def test_aptix_run_keeps_a_tools_files_as_its_config_files_table_says(tmp_path: Path) -> None:
+    key = "files signing key of the tests, 32+"
+
+    run = _run_with_config(tmp_path, FILES_CATALOG + FILES_TABLE, {"APTIX_TEST_FILES_KEY": key})
+
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
+    [ref] = stdout_json(run)["Result"]["Files"]
+    assert ref["Name"] == "report.md"
+    assert ref["Url"].startswith(f"https://files.example.test/v1/files/{ref['ContentHash']}?")
+    kept = tmp_path / "kept" / ref["ContentHash"][:2] / ref["ContentHash"]
+    assert kept.read_bytes().startswith(b"# W")
+
+
+@pytest.mark.decision("D404")
+def test_aptix_run_without_the_files_signing_key_is_a_usage_error_naming_it(
+    tmp_path: Path,
+) -> None:
+    run = _run_with_config(tmp_path, FILES_CATALOG + FILES_TABLE, {"APTIX_TEST_FILES_KEY": ""})
+
+    assert run.returncode == 2
+    assert "[files].signing_key_env" in run.stderr
+    assert "APTIX_TEST_FILES_KEY" in run.stderr
+    assert run.stdout == ""
+
+
+@pytest.mark.decision("D317", "D404")
+def test_a_tool_failing_for_want_of_a_file_store_is_one_line_on_stderr(tmp_path: Path) -> None:
+    run = _run_with_config(tmp_path, FILES_CATALOG, {})
+
+    assert run.returncode == 0
+    [result] = stdout_json(run)["Result"]["ToolResults"]
+    assert "no FileStore" in result["ErrorMessage"]
+    assert run.stderr.splitlines() == [
+        "aptix: server tool 'make_report' raised aptix_pipeline.steps.tool_files.ToolFileError"
+    ]
