@@ -500,9 +500,11 @@ def build_run_pipeline(
     *,
     redact: bool,
 ) -> Pipeline:
-    """The embedded pipeline on this model and store, with the configuration's catalog and
-    ``[engine]`` options, recording as ``--record`` says, else as ``[recording]`` does."""
-    from aptix_pipeline.adapters.config import CatalogError
+    """The embedded pipeline on this model and store, with the configuration's catalog,
+    ``[engine]`` options and ``[host] extension`` (its rules, hooks, listeners and
+    server tools, as ``aptix serve`` runs them), recording as ``--record`` says, else
+    as ``[recording]`` does."""
+    from aptix_pipeline.adapters.config import CatalogError, HostExtension
     from aptix_pipeline.adapters.embedded import embedded_pipeline
     from aptix_pipeline.adapters.models import stderr_retry_notices
     from aptix_pipeline.engine import Telemetry
@@ -516,12 +518,16 @@ def build_run_pipeline(
             retriever = open_retriever(service)
         except ConfigError as error:
             raise usage_error(str(error)) from None
+    host = (service.host if service else None) or HostExtension()
     try:
         return embedded_pipeline(
             llm=llm,
             store=session_store,
             retriever=retriever,
             catalog=service.catalog if service else None,
+            tools=host.tools,
+            hooks=host.hooks,
+            rules=host.rules,
             options=service.options if service else None,
             telemetry=Telemetry(tracer_provider=provider),
             recording=(
@@ -529,7 +535,7 @@ def build_run_pipeline(
                 if record is not None
                 else (service.recording if service else None)
             ),
-            listeners=(stderr_retry_notices(service.options if service else None),),
+            listeners=(*host.listeners, stderr_retry_notices(service.options if service else None)),
         )
     except (CatalogError, OSError) as error:
         raise usage_error(str(error)) from None
