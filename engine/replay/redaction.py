@@ -372,18 +372,29 @@ def _redacted_url(url: str) -> str:
 
 
 def _redacted_file_name(name: str) -> str:
+    """``redacted`` — or ``redacted.bin`` when ``name`` is not base64-like: a stored
+    answer's JSON redacts base64-like text to another placeholder (``redact_text``),
+    so the name a replay makes from the placeholder must be alike to the original."""
     if not name.strip():
         return name
-    return _REDACTED_WORD if file_name_problem(name) is None else "redacted/redacted"
+    if file_name_problem(name) is not None:
+        return "redacted/redacted"
+    return _REDACTED_WORD if is_base64(name) else f"{_REDACTED_WORD}.bin"
 
 
 def _redacted_file_mime(mime: str) -> str:
+    """``<top-level type>/redacted…``, base64-like exactly when ``mime`` was (see
+    ``_redacted_file_name``): the subtype padded with ``x`` to whole quanta of four,
+    or ended with ``.x`` (no base64 character) when it must not be."""
     if not mime.strip():
         return mime
     if mime_type_problem(mime) is not None:
         return _REDACTED_WORD
     kind = mime.partition("/")[0].lower()
-    return f"{kind if kind in _MEDIA_TYPES else 'application'}/{_REDACTED_WORD}"
+    head = f"{kind if kind in _MEDIA_TYPES else 'application'}/{_REDACTED_WORD}"
+    if not is_base64(mime):
+        return f"{head}.x"
+    return head + "x" * (-len(head) % 4)
 
 
 _MEDIA_TYPES = frozenset(

@@ -573,8 +573,8 @@ async def test_a_redacted_recording_holds_no_file_url_name_type_or_description_a
         assert told not in written
     [ref] = report.recording.result["Result"]["Files"]
     assert (ref["Name"], ref["MimeType"], ref["Description"]) == (
-        "redacted",
-        "text/redacted",
+        "redacted.bin",  # not base64-like, as "report.md" was not
+        "text/redacted.x",  # nor "text/markdown"
         "[redacted]",
     )
     assert (ref["SizeBytes"], ref["ContentHash"]) == (38, hashlib.sha256(REPORT_BYTES).hexdigest())
