@@ -258,3 +258,32 @@ def test_a_seed_makes_the_same_case_again() -> None:
     again = [make_case(k, base, random.Random(f"7:{n}")).describe() for n, k in enumerate(KINDS)]
 
     assert first == again
+
+
+HOSTILE_FAULTS = ("rule_raises", "rule_megabyte", "rule_exits", "hook_raises", "hook_junk")
+
+
+@pytest.mark.decision("D398", "D399")
+@pytest.mark.parametrize("hostile", [*HOSTILE_FAULTS, "hook_exits", "listener_exits"])
+def test_hostile_host_code_is_told_politely(world: tuple[FuzzWorld, Any], hostile: str) -> None:
+    case = Case("initial", "dict", {"Instruction": "hi"}, CALLER, [], None, hostile)
+
+    outcome = _check(world, case)
+
+    assert outcome.broken is None, outcome
+    assert outcome.successful is (hostile == "listener_exits")
+
+
+@pytest.mark.decision("D398")
+def test_the_checks_see_host_code_told_whole(world: tuple[FuzzWorld, Any]) -> None:
+    from dataclasses import replace
+
+    fuzz_world, _ = world
+    pipeline, _ = fuzz_world.ready
+    pipeline.options = replace(pipeline.options, error_detail="full")  # the whole message
+    case = Case("initial", "dict", {"Instruction": "hi"}, CALLER, [], None, "rule_raises")
+
+    outcome = _check(world, case)
+
+    assert (outcome.broken, outcome.where) == ("host_leak", "rule_raises")
+    assert "host_leak" in INVARIANTS

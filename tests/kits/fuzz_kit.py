@@ -12,7 +12,11 @@ of the pending turn) after a few ``MUTATIONS`` (drop, duplicate and retype field
 unknown and server-owned keys, deep nesting, lone surrogates and NUL, huge strings
 and lists, wrong ids, ``ResultJson`` garbage, Python-only values, a bad caller),
 handed over as a dict, an ``AgentExecuteRequest``, JSON text or bytes, the text
-and bytes mutated in turn. ``FuzzWorld.check`` runs one case and says which
+and bytes mutated in turn. About one case in seven also makes the host's own code
+hostile (``HostileHost``, ``Case.hostile``): a host rule, a hook, a listener or a
+server tool raises an exception holding a secret on its second line and a megabyte
+of text, raises ``SystemExit`` or a ``BaseException`` of its own, or returns a
+megabyte or junk. ``FuzzWorld.check`` runs one case and says which
 invariant it broke, if any (``Outcome``):
 
 - ``Pipeline.execute`` returns (``crash`` otherwise);
@@ -24,7 +28,10 @@ invariant it broke, if any (``Outcome``):
 - the turn's recording, when one was delivered, serializes as ``write_recording``
   writes it (``recording_unserializable``), and holds none of the distinctive
   idempotency keys a case may carry (``recording_holds_key``: a redacted
-  recording keeps the placeholder ``redacted``, D401).
+  recording keeps the placeholder ``redacted``, D401);
+- hostile host code is told to the caller politely: the result holds no secret of
+  the exception's second line and stays under 64,000 characters (``host_leak``,
+  D398, D399).
 
 After a turn that stored something the world is reset to its base state, so every
 case meets the same sessions and the dump stays small.
@@ -45,7 +52,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from aptix_pipeline import PipelineOptions, Ports, Recorder, RecordingOptions
+from aptix_pipeline import (
+    Hooks,
+    HostRule,
+    PipelineContext,
+    PipelineOptions,
+    PipelineStep,
+    Ports,
+    Recorder,
+    RecordingOptions,
+    ToolInvocation,
+)
 from aptix_pipeline.adapters.config.catalog import ConfigCatalog
 from aptix_pipeline.adapters.stores.memory import MemoryStore
 from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
@@ -91,6 +108,7 @@ INVARIANTS = (
     "stored_by_refused",
     "recording_unserializable",
     "recording_holds_key",
+    "host_leak",
 )
 """The broken invariants a ``make fuzz`` run counts as failures."""
 
@@ -161,6 +179,8 @@ class Case:
     caller: Any
     mutations: list[str] = field(default_factory=list)
     idempotency_key: str | None = None
+    hostile: str | None = None
+    """How the host's code misbehaves for this case (``HOSTILITIES``), or ``None``."""
 
     def describe(self, limit: int = 300) -> str:
         """A short, depth-safe description for a failure report."""
@@ -170,7 +190,8 @@ class Case:
         caller = _REPR.repr(self.caller)
         return (
             f"kind={self.kind} encoding={self.encoding} mutations={self.mutations} "
-            f"caller={caller} idempotency_key={self.idempotency_key!r} request={shown}"
+            f"caller={caller} idempotency_key={self.idempotency_key!r} "
+            f"hostile={self.hostile} request={shown}"
         )
 
 
@@ -758,7 +779,85 @@ def make_case(
             applied.append("text")
         request = text if encoding == "text" else _to_bytes(text, rng)
     key = rng.choice(IDEMPOTENCY_KEYS) if rng.random() < 0.2 else None
-    return Case(kind, encoding, request, state.caller, applied, key)
+    hostile = rng.choice(HOSTILITIES) if rng.random() < 0.15 else None
+    return Case(kind, encoding, request, state.caller, applied, key, hostile)
+
+
+HOST_SECRET = "host-secret-9c41"
+"""What hostile host code hides on its exception's second line: never told to a caller."""
+HOSTILITIES: tuple[str, ...] = (
+    "rule_raises",
+    "rule_megabyte",
+    "rule_exits",
+    "rule_base_exception",
+    "hook_raises",
+    "hook_exits",
+    "hook_junk",
+    "listener_exits",
+    "tool_raises",
+    "tool_base_exception",
+)
+"""The ways ``HostileHost`` misbehaves."""
+
+
+class HostBaseError(BaseException):
+    """A host's own ``BaseException``, outside ``Exception``."""
+
+
+def _planted() -> RuntimeError:
+    return RuntimeError(f"the host broke {'x' * 1_000_000}\n{HOST_SECRET}\n{'y' * 1_000_000}")
+
+
+class HostileHost:
+    """The host code of a fuzz world: a rule, a hook, a listener and a tool wrapper that
+    behave until ``mode`` (set for one case) says how to misbehave."""
+
+    def __init__(self) -> None:
+        self.mode: str | None = None
+
+    def _misbehave(self, where: str) -> None:
+        mode = self.mode
+        if mode is None or not mode.startswith(where):
+            return
+        if mode.endswith("_raises"):
+            raise _planted()
+        if mode.endswith("_exits"):
+            raise SystemExit(f"the host exits\n{HOST_SECRET}")
+        if mode.endswith("_base_exception"):
+            raise HostBaseError(f"the host's own\n{HOST_SECRET}")
+
+    def check(self, ctx: PipelineContext) -> bool | str:
+        """The host rule's check."""
+        self._misbehave("rule")
+        return f"{'m' * 1_000_000}{HOST_SECRET}" if self.mode == "rule_megabyte" else True
+
+    def before_model_request(self, request: LLMRequest) -> Any:
+        """The hook before each model request."""
+        self._misbehave("hook")
+        return {"not": "a request"} if self.mode == "hook_junk" else None
+
+    def listener(self, event: object) -> None:
+        """A listener of every event."""
+        self._misbehave("listener")
+
+    def tool(self, inner: Any) -> Any:
+        """A server tool's executor that misbehaves before running ``inner``."""
+
+        async def run(arguments: dict[str, Any], invocation: ToolInvocation) -> Any:
+            self._misbehave("tool")
+            return await inner(arguments, invocation)
+
+        return run
+
+    def rule(self) -> HostRule:
+        """The host rule, in the reasoner's guard."""
+        return HostRule(
+            id="host/fuzz/hostile",
+            step=PipelineStep.REASONER,
+            message="the fuzz host checks the turn",
+            code="host.fuzz",
+            check=self.check,
+        )
 
 
 SECRET_KEYS: tuple[str, ...] = (
@@ -878,6 +977,7 @@ class FuzzWorld:
         self.base: Base | None = None
         self._reader: sqlite3.Connection | None = None
         self._generation = 0
+        self.host = HostileHost()
 
     @property
     def ready(self) -> tuple[Pipeline, Base]:
@@ -906,11 +1006,14 @@ class FuzzWorld:
             agents=catalog,
             clock=SteppingClock(),
             ids=SequentialIds(),
-            tools=dict(BUILTIN_TOOLS),
+            tools={name: self.host.tool(run) for name, run in BUILTIN_TOOLS.items()},
         )
         self.pipeline = Pipeline(
             ports,
             PipelineOptions(retry_wait_seconds=0, retry_max_wait_seconds=0),
+            rules=[self.host.rule()],
+            hooks=Hooks(before_model_request=self.host.before_model_request),
+            listeners=[self.host.listener],
             interceptors=[
                 Recorder(
                     RecordingOptions(redact=True, sink=self.recordings.append, config_digest="fuzz")
@@ -971,14 +1074,16 @@ class FuzzWorld:
         self.recordings.clear()
         errors = _ErrorCounter()
         _LOGGER.addHandler(errors)
+        self.host.mode = case.hostile
         try:
             result = await pipeline.execute(
                 case.request, case.caller, idempotency_key=case.idempotency_key
             )
-        except Exception as error:
+        except (Exception, SystemExit, HostBaseError) as error:  # host code must not escape
             await self.start()
             return _failed("crash", error, stage="Pipeline.execute")
         finally:
+            self.host.mode = None
             _LOGGER.removeHandler(errors)
         successful, recorded = result.successful, bool(self.recordings)
         outcome = Outcome(successful, recorded=recorded, logged=errors.count)
@@ -988,6 +1093,11 @@ class FuzzWorld:
             outcome = _failed("unserializable", error, successful, recorded, "InvokeResult")
         else:
             outcome = replace(outcome, size=size)
+            if case.hostile is not None and outcome.broken is None:
+                told = result.to_json()
+                if HOST_SECRET in told or len(told) > 64_000:
+                    where = "a secret" if HOST_SECRET in told else f"{len(told)} characters"
+                    outcome = Outcome(successful, "host_leak", where, case.hostile, recorded)
         after = self.dump()
         if after != before and not successful and outcome.broken is None:
             difference = _first_difference(before, after)
@@ -1086,6 +1196,7 @@ class Tally:
             "changes stored by refused input",
             "unserializable recordings",
             "recordings holding a client's key",
+            "host code told to the caller",
         )
         lines = []
         width = max(len(h) for h in heads)
