@@ -57,6 +57,7 @@ __all__ = [
     "OTHER_ORG",
     "OTHER_USER",
     "READ_A",
+    "REPORT_CATALOG",
     "STORE_KINDS",
     "SUPPORT_CATALOG",
     "THREE_MODES_CONFIG",
@@ -410,6 +411,36 @@ display_name = "Documentation"
     + AGENT_AND_CONVERSATION
 )
 """Three modes: general, review and docs (no server tools), with ``AGENT_AND_CONVERSATION``."""
+
+REPORT_CATALOG = """
+[[modes]]
+name = "general"
+display_name = "General"
+server_tools = ["make_report"]
+
+[[server_tools]]
+name = "make_report"
+description = "Write a short Markdown report."
+executes_on = "server"
+
+[server_tools.parameters]
+type = "object"
+required = ["title", "points"]
+additionalProperties = false
+properties.title = { type = "string" }
+properties.points = { type = "array", items = { type = "string" } }
+
+[[agents]]
+id = "assistant"
+name = "Assistant"
+default = true
+
+[[conversations]]
+id = "chat"
+name = "Chat"
+default = true
+"""
+"""A catalog whose one mode offers the server tool ``make_report`` (its files: docs/FILES.md)."""
 
 SUPPORT_CATALOG = """
 [[modes]]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from cli_kit import APTIX, aptix_run, stdout_json, write_json
+from engine_kit import REPORT_CATALOG
 from serve_process import free_port
 
 from aptix_pipeline.adapters.config.data_dir import default_store_path
@@ -334,32 +335,6 @@ def test_a_model_that_cannot_be_reached_is_one_line_naming_its_url_without_secre
     assert "Traceback" in verbose.stderr
 
 
-FILES_CATALOG = """
-[[modes]]
-name = "general"
-display_name = "General"
-server_tools = ["make_report"]
-
-[[server_tools]]
-name = "make_report"
-description = "Write a short Markdown report."
-executes_on = "server"
-[server_tools.parameters]
-type = "object"
-required = ["title", "points"]
-properties.title = { type = "string" }
-properties.points = { type = "array", items = { type = "string" } }
-
-[[agents]]
-id = "assistant"
-name = "Assistant"
-default = true
-
-[[conversations]]
-id = "chat"
-name = "Chat"
-default = true
-"""
 FILES_TABLE = """
 [files]
 directory = "kept"
@@ -400,7 +375,7 @@ def _run_with_config(
 def test_aptix_run_keeps_a_tools_files_as_its_config_files_table_says(tmp_path: Path) -> None:
     key = "files signing key of the tests, 32+"
 
-    run = _run_with_config(tmp_path, FILES_CATALOG + FILES_TABLE, {"APTIX_TEST_FILES_KEY": key})
+    run = _run_with_config(tmp_path, REPORT_CATALOG + FILES_TABLE, {"APTIX_TEST_FILES_KEY": key})
 
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
@@ -415,7 +390,7 @@ def test_aptix_run_keeps_a_tools_files_as_its_config_files_table_says(tmp_path: 
 def test_aptix_run_without_the_files_signing_key_is_a_usage_error_naming_it(
     tmp_path: Path,
 ) -> None:
-    run = _run_with_config(tmp_path, FILES_CATALOG + FILES_TABLE, {"APTIX_TEST_FILES_KEY": ""})
+    run = _run_with_config(tmp_path, REPORT_CATALOG + FILES_TABLE, {"APTIX_TEST_FILES_KEY": ""})
 
     assert run.returncode == 2
     assert "[files].signing_key_env" in run.stderr
@@ -425,7 +400,7 @@ def test_aptix_run_without_the_files_signing_key_is_a_usage_error_naming_it(
 
 @pytest.mark.decision("D317", "D404")
 def test_a_tool_failing_for_want_of_a_file_store_is_one_line_on_stderr(tmp_path: Path) -> None:
-    run = _run_with_config(tmp_path, FILES_CATALOG, {})
+    run = _run_with_config(tmp_path, REPORT_CATALOG, {})
 
     assert run.returncode == 0
     [result] = stdout_json(run)["Result"]["ToolResults"]

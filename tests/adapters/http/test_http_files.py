@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httpx
 import pytest
+from engine_kit import REPORT_CATALOG
 from http_kit import ANA, ENV, aptix_serve, write_config
 from server_thread import server_thread
 
@@ -31,34 +32,6 @@ SIGNING_ENV = "APTIX_TEST_FILES_KEY"
 SIGNING_KEY = "files signing key of the tests, 32+"
 FILES_ENV = {**ENV, SIGNING_ENV: SIGNING_KEY}
 URL_BASE = "https://files.example.test"
-CATALOG = """
-[[modes]]
-name = "general"
-display_name = "General"
-server_tools = ["make_report"]
-
-[[server_tools]]
-name = "make_report"
-description = "Write a short Markdown report."
-executes_on = "server"
-
-[server_tools.parameters]
-type = "object"
-required = ["title", "points"]
-additionalProperties = false
-properties.title = { type = "string" }
-properties.points = { type = "array", items = { type = "string" } }
-
-[[agents]]
-id = "assistant"
-name = "Assistant"
-default = true
-
-[[conversations]]
-id = "chat"
-name = "Chat"
-default = true
-"""
 FILES = f"""
 [files]
 directory = "files"
@@ -93,7 +66,7 @@ def _on(base: str, url: str) -> str:
 def test_aptix_serve_serves_a_tools_file_at_its_file_ref_url_without_an_api_key(
     tmp_path: Path,
 ) -> None:
-    config = write_config(tmp_path, REPORT_REPLIES, more=CATALOG + FILES)
+    config = write_config(tmp_path, REPORT_REPLIES, more=REPORT_CATALOG + FILES)
 
     with aptix_serve(config, FILES_ENV) as (base, _), httpx.Client(timeout=10) as client:
         answer = client.post(base + EXECUTE_PATH, json={"Instruction": "report"}, headers=ANA)
