@@ -44,7 +44,7 @@ ANA = Caller(org="acme", user="ana")
 FIRST = "first-line-secret hunter2"
 SECOND = "second-line-secret s3cr3t"
 HUGE = "x" * 1_000_000
-LOOKUP = {"id": "c1", "name": "lookup", "arguments": {"id": "T-7"}}
+LOOKUP: dict[str, Any] = {"id": "c1", "name": "lookup", "arguments": {"id": "T-7"}}
 CATALOG = """
 [[modes]]
 name = "general"
