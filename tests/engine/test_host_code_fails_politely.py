@@ -137,7 +137,8 @@ class RaisingCatalog:
 def _pipeline(site: str, make: Raise, detail: ErrorDetail) -> Pipeline:
     """A pipeline whose host code at ``site`` raises ``make()``."""
     options = PipelineOptions(retry_wait_seconds=0, llm_attempts=1, error_detail=detail)
-    tool_turn = ScriptedLLM([{"tool_calls": [LOOKUP]}, {"text": "done"}])
+    script: list[dict[str, Any]] = [{"tool_calls": [LOOKUP]}, {"text": "done"}]
+    tool_turn = ScriptedLLM(script)
     base: dict[str, Any] = {
         "llm": ScriptedLLM([{"text": "fine"}]),
         "options": options,
