@@ -190,8 +190,14 @@ class TurnRecording:
         return PipelineOptions(**self.options)
 
     def redact(self) -> TurnRecording:
-        """This recording without user content (``engine/replay/redaction.py``); idempotent."""
+        """This recording without user content (``engine/replay/redaction.py``); idempotent.
+
+        A request nested past the turn's ``max_json_depth`` keeps only what the engine
+        read of it before refusing it (``engine/replay/depth_cut.py``).
+        """
         redactor = Redactor.of(self.calls)
+        limit = self.options.get("max_json_depth")
+        max_depth = limit if type(limit) is int and limit >= 1 else None
         calls = tuple(
             replace(
                 call,
@@ -202,7 +208,7 @@ class TurnRecording:
         )
         return replace(
             self,
-            request=redactor.request(self.request),
+            request=redactor.request(self.request, max_depth=max_depth),
             calls=calls,
             trace=StateTrace.from_dict(redactor.value(self.trace.to_dict())),
             result=redactor.value(self.result),
