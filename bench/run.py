@@ -9,6 +9,9 @@ Sections, in order (``--only`` picks some, comma-separated):
   ``bench/peers.py``);
 - ``tracing`` — the telemetry's cost per turn (``bench/tracing.py``);
 - ``recording`` — recording and replay per turn (``bench/recording.py``);
+- ``refused`` — a refused 1 MB nested body against a real ``aptix serve`` with
+  redacted recording, alone and as the load beside ordinary turns
+  (``bench/refused_http.py``);
 - ``images`` — the cost per turn of one 50 KB image, as a ratio to the same turn
   without it (``bench/images.py``);
 - ``streaming`` — a streamed turn's CPU beside the same turn not streamed, and the
@@ -41,6 +44,7 @@ from builders import PATHS, context_after, context_before, request_data
 from images import IMAGE_BYTES, image_rows
 from peers import MISSING, PEERS, peer_versions
 from recording import recording_row
+from refused_http import print_figures, refused_figures
 from retrieval import DOCUMENTS, retrieval_row
 from scale import cli_costs, concurrency_rows, replay_rate, transcript_costs
 from streaming import first_delta_row, streaming_cpu_row
@@ -62,6 +66,7 @@ SECTIONS = (
     "turns",
     "tracing",
     "recording",
+    "refused",
     "images",
     "streaming",
     "files",
@@ -193,6 +198,13 @@ def recording() -> dict[str, float]:
     for name, micros in costs.items():
         print(f"{name:<34}{micros:>13.0f}{micros / costs['plain']:>15.2f}")
     return costs
+
+
+def refused() -> dict[str, Any]:
+    """A refused 1 MB nested body with redacted recording, and the load it makes."""
+    figures = refused_figures()
+    print_figures(figures)
+    return figures
 
 
 def images() -> dict[str, float]:
@@ -349,6 +361,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "turns": turns,
     "tracing": tracing,
     "recording": recording,
+    "refused": refused,
     "images": images,
     "streaming": streaming,
     "files": files,

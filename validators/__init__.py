@@ -11,7 +11,13 @@ imported; the rules the steps and the runner enforce while they work are in
 from . import turn_work
 from .core import has_text, validate_core
 from .host_rules import HOST_RULE_ID_PATTERN, HostCheck, HostRule, HostRules
-from .json_text import strict_json_loads, text_depth_exceeds, utf8_text, value_depth_exceeds
+from .json_text import (
+    strict_json_loads,
+    text_depth_exceeds,
+    text_too_deep_at,
+    utf8_text,
+    value_depth_exceeds,
+)
 from .manifest import manifest_for, validate_tool_call_manifest
 from .protocol import (
     CONTINUATION_PREFIX,
@@ -81,6 +87,7 @@ __all__ = [
     "stored_answer_conflict",
     "strict_json_loads",
     "text_depth_exceeds",
+    "text_too_deep_at",
     "tool_file_problem",
     "utf8_text",
     "validate_core",

@@ -12,16 +12,19 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import repeat
 from typing import Any
 
 __all__ = [
     "is_json",
+    "json_loads_with_deep_text",
     "json_nodes",
     "json_path",
     "non_utf8_fields",
     "null_fields",
     "strict_json_loads",
     "text_depth_exceeds",
+    "text_too_deep_at",
     "utf8_text",
     "value_depth_exceeds",
 ]
@@ -34,6 +37,28 @@ def _no_constants(name: str) -> object:
 def strict_json_loads(text: str | bytes | bytearray) -> Any:
     """``json.loads`` that refuses ``NaN`` and ``Infinity``, which RFC 8259 does not allow."""
     return json.loads(text, parse_constant=_no_constants)
+
+
+def json_loads_with_deep_text(text: str | bytes | bytearray, limit: int) -> tuple[Any, bool]:
+    """``strict_json_loads``, and whether a ``ResultJson`` or ``ArgumentsJson`` string of
+    one of its objects nests JSON deeper than ``limit`` (``DESIGN/limits/json-depth``).
+
+    Each object is looked at as ``json`` makes it, so the value is not walked again:
+    a megabyte of nested arrays costs its parse and nothing more (D424).
+    """
+    deep = False
+
+    def looked_at(made: dict[str, Any]) -> dict[str, Any]:
+        nonlocal deep
+        if not deep and ("ResultJson" in made or "ArgumentsJson" in made):
+            deep = any(
+                isinstance(inner, str) and text_depth_exceeds(inner, limit)
+                for key, inner in made.items()
+                if key in _EMBEDDED_JSON_KEYS
+            )
+        return made
+
+    return json.loads(text, parse_constant=_no_constants, object_hook=looked_at), deep
 
 
 def is_json(text: str) -> bool:
@@ -113,8 +138,10 @@ def null_fields(data: object) -> list[str]:
 
 
 _EMBEDDED_JSON_KEYS = frozenset({"ResultJson", "ArgumentsJson"})
-_STRUCTURE = re.compile(r'["\[\]{}]')
-_STRUCTURE_BYTES = re.compile(rb'["\[\]{}]')
+# A quote, or a run of opening or of closing brackets: a run is one step of the scan,
+# cut at 64 brackets so a megabyte of them is not matched whole to read 65.
+_STRUCTURE = re.compile(r'"|[\[{]{1,64}|[\]}]{1,64}')
+_STRUCTURE_BYTES = re.compile(rb'"|[\[{]{1,64}|[\]}]{1,64}')
 
 
 def text_depth_exceeds(text: str | bytes | bytearray, limit: int) -> bool:
@@ -122,19 +149,31 @@ def text_depth_exceeds(text: str | bytes | bytearray, limit: int) -> bool:
 
     One linear pass over the brackets outside strings (escapes honoured); no
     recursion and no parsing, so it is safe to run before anything else
-    (DESIGN.md limits, ``DESIGN/limits/json-depth``). A string is skipped with
-    ``find`` to its closing quote, so a long one (an image's base64) costs a memory
-    scan, not a step per character.
+    (DESIGN.md limits, ``DESIGN/limits/json-depth``). See ``text_too_deep_at``.
+    """
+    return text_too_deep_at(text, limit) is not None
+
+
+def text_too_deep_at(text: str | bytes | bytearray, limit: int) -> int | None:
+    """Where JSON ``text`` first nests deeper than ``limit``: the index just past the
+    opening bracket that does; ``None`` when none does.
+
+    ``text[:index]`` is all the engine reads of a request it refuses for its depth
+    (``DESIGN/limits/json-depth``), which is what its redacted recording keeps
+    (``engine/replay/redaction.py``). A run of brackets is one step and a string is
+    skipped with ``find`` to its closing quote, so a long one (an image's base64) costs a
+    memory scan, not a step per character. A closing bracket with nothing open is
+    ignored; an unterminated string runs to the end.
     """
     if isinstance(text, str):
-        return _depth_exceeds(text, limit, _STRUCTURE, '"', "\\", ("[", "{"))
-    return _depth_exceeds(bytes(text), limit, _STRUCTURE_BYTES, b'"', b"\\", (b"[", b"{"))
+        return _too_deep_at(text, limit, _STRUCTURE, '"', "\\", "[{")
+    return _too_deep_at(bytes(text), limit, _STRUCTURE_BYTES, b'"', b"\\", b"[{")
 
 
-def _depth_exceeds(
+def _too_deep_at(
     text: Any, limit: int, structure: re.Pattern[Any], quote: Any, escape: Any, opening: Any
-) -> bool:
-    """``text_depth_exceeds`` for one kind of text (``str`` or ``bytes``)."""
+) -> int | None:
+    """``text_too_deep_at`` for one kind of text (``str`` or ``bytes``)."""
     depth = 0
     position = 0
     search, find = structure.search, text.find
@@ -150,14 +189,14 @@ def _depth_exceeds(
                 if not escaped:
                     break
             else:
-                return False  # an unterminated string runs to the end: no more brackets
-        elif mark in opening:
-            depth += 1
-            if depth > limit:
-                return True
+                return None  # an unterminated string runs to the end: no more brackets
+        elif mark[:1] in opening:
+            if depth + len(mark) > limit:
+                return found.start() + (limit - depth) + 1
+            depth += len(mark)
         else:
-            depth = max(depth - 1, 0)
-    return False
+            depth = max(depth - len(mark), 0)
+    return None
 
 
 def value_depth_exceeds(data: object, limit: int) -> bool:
@@ -165,22 +204,31 @@ def value_depth_exceeds(data: object, limit: int) -> bool:
 
     Iterative, linear in the size of ``data``; a cycle counts as unbounded depth.
     Values that are not JSON are left for the model to refuse. The JSON text of a
-    ``ResultJson`` or ``ArgumentsJson`` field is held to the same limit.
+    ``ResultJson`` or ``ArgumentsJson`` field is held to the same limit. What
+    ``json`` makes (dicts, lists, strings, numbers) is told apart by its type
+    first, and children are stacked without a Python frame per item (D424).
     """
     pending: list[tuple[object, int]] = [(data, 0)]
+    pop, extend = pending.pop, pending.extend
     while pending:
-        value, depth = pending.pop()
-        if isinstance(value, Mapping):
+        value, depth = pop()
+        kind = type(value)
+        if kind in _SCALARS:
+            continue
+        if kind is dict or (kind is not list and isinstance(value, Mapping)):
             if depth + 1 > limit:
                 return True
-            for key, item in value.items():
-                if key in _EMBEDDED_JSON_KEYS and isinstance(item, str | bytes):
-                    if text_depth_exceeds(item, limit):
-                        return True
-                else:
-                    pending.append((item, depth + 1))
-        elif isinstance(value, list | tuple):
+            mapping: Mapping[Any, Any] = value  # type: ignore[assignment]
+            for key in _EMBEDDED_JSON_KEYS & mapping.keys():
+                text = mapping[key]
+                if isinstance(text, str | bytes) and text_depth_exceeds(text, limit):
+                    return True
+            extend(zip(mapping.values(), repeat(depth + 1)))
+        elif kind is list or isinstance(value, list | tuple):
             if depth + 1 > limit:
                 return True
-            pending.extend((item, depth + 1) for item in value)
+            extend(zip(value, repeat(depth + 1)))  # type: ignore[call-overload]
     return False
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None), bytes})

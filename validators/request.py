@@ -39,9 +39,9 @@ from aptix_pipeline.contracts import (
 
 from .core import has_text, has_user_input
 from .json_text import (
+    json_loads_with_deep_text,
     json_path,
     non_utf8_fields,
-    strict_json_loads,
     text_depth_exceeds,
     value_depth_exceeds,
 )
@@ -692,13 +692,18 @@ def _may_hold_lone_surrogates(text: str | bytes | bytearray) -> bool:
     return b"\\" in raw and _SURROGATE_ESCAPE.search(raw) is not None
 
 
-def _load(data: AgentExecuteRequest | Mapping[str, Any] | str | bytes) -> object:
+def _load(
+    data: AgentExecuteRequest | Mapping[str, Any] | str | bytes, max_json_depth: int
+) -> tuple[object, bool]:
+    """The request as a value (or the error parsing it), and whether a ``ResultJson`` or
+    ``ArgumentsJson`` text in a mapping read from text nests past ``max_json_depth``."""
     if isinstance(data, str | bytes | bytearray):
         try:
-            return strict_json_loads(data)
+            loaded, deep = json_loads_with_deep_text(data, max_json_depth)
         except (ValueError, RecursionError) as error:
-            return error
-    return data
+            return error, False
+        return loaded, deep and isinstance(loaded, Mapping)
+    return data, False
 
 
 def parse_request(
@@ -726,9 +731,8 @@ def parse_request(
         )
     if too_deep:
         return _RequestResult.failure([JSON_DEPTH.error(f"deeper than {max_json_depth}")])
-    loaded = _load(data)
-    embedded = not isinstance(data, Mapping | AgentExecuteRequest) and isinstance(loaded, Mapping)
-    if embedded and value_depth_exceeds(loaded, max_json_depth):  # text inside ResultJson
+    loaded, deep_text = _load(data, max_json_depth)
+    if deep_text:  # text inside ResultJson (a mapping's was checked with it, above)
         return _RequestResult.failure([JSON_DEPTH.error(f"deeper than {max_json_depth}")])
     if isinstance(loaded, AgentExecuteRequest):
         wire: Mapping[Any, Any] = loaded.model_dump(by_alias=True, exclude_none=True)

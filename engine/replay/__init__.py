@@ -7,6 +7,7 @@ It builds on the engine's runtime and the runtime never imports it (DESIGN.md
 - ``records.py``: the port calls and exceptions a recording is made of;
 - ``recording.py``: ``TurnRecording``, its versioned JSON form and its files;
 - ``redaction.py``: a recording without user content, that still replays;
+- ``depth_cut.py``: a request nested past the depth limit, cut to what the engine read;
 - ``recorder.py``: the ``Recorder`` interceptor that records a pipeline's turns;
 - ``replayer.py``: ``replay``, which re-runs a recording and names the first divergence;
 - ``live.py``: ``LivePorts``, the host's own ports a replay runs live.

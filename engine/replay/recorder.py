@@ -133,8 +133,10 @@ class RecordingOptions:
     async def send(self, recording: TurnRecording) -> None:
         """Write and hand on ``recording``; raises what the directory or the sink raised.
 
-        A ``Pipeline`` calls this after the turn ended, and logs and traces a
-        failure without changing the turn's answer (docs/RECORDING.md).
+        The file is written in a worker thread; the sink is called on the event loop.
+        A ``Recorder`` writes its turns' files in the thread that made them, then
+        calls the sink, and logs and traces a failure of either without changing the
+        turn's answer (docs/RECORDING.md).
         """
         if self.directory is not None:
             await asyncio.to_thread(write_recording, recording, self.directory)
@@ -401,7 +403,12 @@ class Recorder:
         return known[2]
 
     async def intercept(self, call: TurnCall, proceed: Proceed) -> TurnReport:
-        """Run the turn on tapped ports, then make, deliver and attach its recording."""
+        """Run the turn on tapped ports, then make, deliver and attach its recording.
+
+        The recording is made, redacted and written in a worker thread
+        (``_recorded``): however large the request or the turn's data, the event
+        loop goes on serving other turns meanwhile (docs/CONFORMANCE.md D420).
+        """
         tap = RecordingTap(self.options.timer)
         report = await proceed(ports=tap_ports(tap, call.ports), listeners=[StepFollower(tap)])
         # The turn has ended (committed or rolled back): nothing from here on may change
@@ -409,13 +416,38 @@ class Recorder:
         # and the report goes without it; one that cannot be delivered is logged and
         # traced, and the report keeps it (docs/RECORDING.md "When recording fails", D160).
         try:
+            digest = self._config_digest(call.ports, call.options)
+            recording, unwritten = await asyncio.to_thread(
+                self._recorded, tap, call, report, digest
+            )
+        except Exception as error:
+            made = error.error if isinstance(error, _NotMadeError) else error
+            _recording_failed(call, report, made, "could not be made")
+            return report
+        try:
+            if unwritten is not None:
+                raise unwritten
+            if self.options.sink is not None:
+                self.options.sink(recording)
+        except Exception as error:
+            _recording_failed(call, report, error, "could not be delivered")
+        return replace(report, recording=recording)
+
+    def _recorded(
+        self, tap: RecordingTap, call: TurnCall, report: TurnReport, digest: str
+    ) -> tuple[TurnRecording, Exception | None]:
+        """The turn's recording, made, redacted when the options say so, and written to
+        the options' directory; with what writing it raised. Runs in a worker thread:
+        the turn has ended, and nothing here touches the loop's objects but to read them.
+        """
+        try:
             assert report.trace is not None  # a turn's report always carries its trace
             recording = tap.recording(
                 request=call.request,
                 caller=call.caller,
                 initial_mode=call.initial_mode,
                 options=call.options,
-                digest=self._config_digest(call.ports, call.options),
+                digest=digest,
                 trace=report.trace,
                 result=report.result.to_wire(),
                 provider_name=provider_name_of(call.ports.llm),
@@ -426,13 +458,22 @@ class Recorder:
             if self.options.redact:
                 recording = recording.redact()
         except Exception as error:
-            _recording_failed(call, report, error, "could not be made")
-            return report
+            raise _NotMadeError(error) from error
+        if self.options.directory is None:
+            return recording, None
         try:
-            await self.options.send(recording)
+            write_recording(recording, self.options.directory)
         except Exception as error:
-            _recording_failed(call, report, error, "could not be delivered")
-        return replace(report, recording=recording)
+            return recording, error
+        return recording, None
+
+
+class _NotMadeError(Exception):
+    """A recording could not be made: ``error`` says why."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(type(error).__name__)
+        self.error = error
 
 
 def _recording_failed(call: TurnCall, report: TurnReport, error: Exception, what: str) -> None:

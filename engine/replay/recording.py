@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -79,19 +80,28 @@ def request_record(request: object) -> dict[str, Any]:
     return {"json": encode_value(request)}
 
 
+_READABLE_BYTES = 65_536
+"""The largest request body kept as JSON (``bytes_json``); a larger one is kept as its text."""
+
+
 def _bytes_record(raw: bytes) -> dict[str, Any]:
     """A request given as bytes, in the most readable form that replays it alike.
 
-    ``{"bytes_json": value}`` for UTF-8 JSON text the engine reads exactly as the
-    value's own JSON (``_json_alike``): a replay sends that JSON as UTF-8 bytes;
-    ``{"bytes_text": "..."}`` for other UTF-8 text, replayed byte for byte; and
-    ``{"base64": "..."}`` only for bytes that are not UTF-8.
+    ``{"bytes_json": value}`` for UTF-8 JSON text of at most ``_READABLE_BYTES`` that
+    the engine reads exactly as the value's own JSON (``_json_alike``): a replay sends
+    that JSON as UTF-8 bytes; ``{"bytes_text": "..."}`` for other UTF-8 text, replayed
+    byte for byte; and ``{"base64": "..."}`` only for bytes that are not UTF-8.
+
+    A larger body stays text: reading it as JSON and writing it back, which only
+    makes it readable, would cost what parsing it costs twice over, in one call that
+    holds the interpreter (a megabyte of nested brackets: about half a second), for a
+    body the engine may have refused unread (``DESIGN/limits/json-depth``).
     """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return {"base64": base64.b64encode(raw).decode("ascii")}
-    value = _json_alike(text)
+    value = _json_alike(text) if len(raw) <= _READABLE_BYTES else _NOT_ALIKE
     return {"bytes_text": text} if value is _NOT_ALIKE else {"bytes_json": value}
 
 
@@ -204,8 +214,14 @@ class TurnRecording:
         return PipelineOptions(**self.options)
 
     def redact(self) -> TurnRecording:
-        """This recording without user content (``engine/replay/redaction.py``); idempotent."""
+        """This recording without user content (``engine/replay/redaction.py``); idempotent.
+
+        A request nested past the turn's ``max_json_depth`` keeps only what the engine
+        read of it before refusing it (``engine/replay/depth_cut.py``).
+        """
         redactor = Redactor.of(self.calls)
+        limit = self.options.get("max_json_depth")
+        max_depth = limit if type(limit) is int and limit >= 1 else None
         calls = tuple(
             replace(
                 call,
@@ -216,7 +232,7 @@ class TurnRecording:
         )
         return replace(
             self,
-            request=redactor.request(self.request),
+            request=redactor.request(self.request, max_depth=max_depth),
             calls=calls,
             trace=StateTrace.from_dict(redactor.value(self.trace.to_dict())),
             result=redactor.value(self.result),
@@ -257,12 +273,17 @@ class TurnRecording:
 
         Data nested too deep for ``json`` (a tool result a few hundred levels deep)
         is written compact, without recursion (``engine/deep_json.py``): indenting
-        it would cost space quadratic in its depth.
+        it would cost space quadratic in its depth. So is a recording whose
+        indented form would be more than ``_INDENT_GROWTH`` times its compact one
+        (and ``_INDENT_SLACK`` more): a megabyte of brackets sixty deep indents to
+        about seventy.
         """
         data = self.to_dict()
         try:
-            text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+            text = _indented(data)
         except (RecursionError, ValueError):  # too deep, or an int past str()'s 4,300 digits
+            text = None
+        if text is None:
             text = dump_json(data) + "\n"
         try:
             text.encode("utf-8")
@@ -335,6 +356,10 @@ class TurnRecording:
         Two different turns never share a name; recording the same turn twice
         gives the same name (and the same bytes).
         """
+        return self._file_name(self.to_json())
+
+    def _file_name(self, text: str) -> str:
+        """``file_name``, given this recording's ``to_json``."""
         stamp = "unknown"
         if self.clock_readings:
             try:
@@ -342,7 +367,7 @@ class TurnRecording:
                 stamp = started.strftime("%Y%m%dT%H%M%S%fZ")
             except ValueError:  # a host clock's odd answer: its characters, made safe
                 stamp = re.sub(r"[^0-9A-Za-z]", "", self.clock_readings[0])[:24] or stamp
-        digest = hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()[:12]
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
         return f"turn-{stamp}-{digest}.json"
 
 
@@ -355,14 +380,36 @@ def _count(value: Any) -> int | None:
     return value
 
 
+_INDENT_GROWTH = 4
+_INDENT_SLACK = 65_536
+
+
+def _indented(data: dict[str, Any]) -> str | None:
+    """``data`` as indented JSON text; ``None`` when that would be more than
+    ``_INDENT_GROWTH`` times its compact text and ``_INDENT_SLACK`` more, which
+    only data nested deep and wide does. The indenting stops at that size."""
+    limit = _INDENT_GROWTH * len(json.dumps(data, ensure_ascii=False)) + _INDENT_SLACK
+    chunks = json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(data)
+    written: list[str] = []
+    size = 0
+    while batch := list(itertools.islice(chunks, 4096)):
+        size += sum(map(len, batch))
+        if size > limit:
+            return None
+        written.extend(batch)
+    written.append("\n")
+    return "".join(written)
+
+
 def write_recording(recording: TurnRecording, directory: str | Path) -> Path:
     """Write ``recording`` into ``directory`` (created when missing), atomically; its path."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / recording.file_name()
+    text = recording.to_json()
+    path = folder / recording._file_name(text)
     temporary = folder / f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp"
     try:
-        temporary.write_text(recording.to_json(), encoding="utf-8")
+        temporary.write_text(text, encoding="utf-8")
         os.replace(temporary, path)  # readers never see half a file
     except BaseException:
         temporary.unlink(missing_ok=True)

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -77,6 +78,7 @@ from aptix_pipeline.validators import (
     mime_type_problem,
 )
 
+from .depth_cut import read_part_of_text, read_part_of_value
 from .records import PortCall, RecordedError
 
 __all__ = [
@@ -279,19 +281,23 @@ class _JsonText(_Rule):
     """A string that holds JSON text: read, redacted by ``inner``, written back compact.
 
     Text that is not JSON is redacted whole (and so stays invalid); a value that
-    is not a string (a host's odd data) is redacted by ``inner`` as it is.
+    is not a string (a host's odd data) is redacted by ``inner`` as it is. With
+    ``max_depth`` (a request's ``ResultJson``), text nested deeper is first cut to
+    what the engine reads of it (``depth_cut.py``), and stays nested that deep.
     """
 
-    def __init__(self, inner: _Rule) -> None:
+    def __init__(self, inner: _Rule, max_depth: int | None = None) -> None:
         self.inner = inner
+        self.max_depth = max_depth
 
     def leaf(self, value: Any) -> Any:
         if not isinstance(value, str):
             return self.inner.leaf(value)
+        part = None if self.max_depth is None else read_part_of_text(value, self.max_depth)
         try:
-            parsed = parse_json(value)
-        except ValueError:
-            return redact_text(value)
+            parsed = parse_json(value if part is None else part)
+        except ValueError:  # a cut that is not JSON keeps its brackets, so its depth
+            return redact_text(value) if part is None else _scrambled(part)
         return dump_json(_redacted(parsed, self.inner))
 
 
@@ -680,33 +686,44 @@ class Redactor:
             "error": None if error is None else type(error)(error.type, REDACTED, error.classes),
         }
 
-    def request(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def request(
+        self, request: Mapping[str, Any], *, max_depth: int | None = None
+    ) -> dict[str, Any]:
         """A recorded request (``{"json"|"text"|"bytes_json"|"bytes_text"|"base64": ...}``)
         without user content, in the same form.
 
         Request text is read keeping duplicate keys (a request the engine refuses
         for them must still be refused) and written back compact; text that is
         not JSON keeps its characters' places (the refusal names where parsing
-        failed).
+        failed). With ``max_depth`` (the turn's ``max_json_depth``), a request, or
+        a ``ResultJson`` in it, nested deeper keeps only what the engine read of it
+        before refusing it (``depth_cut.py``, ``DESIGN/limits/json-depth``).
         """
-        if "json" in request:
-            return {"json": _redacted(request["json"], _REQUEST)}
-        if "bytes_json" in request:
-            return {"bytes_json": _redacted(request["bytes_json"], _REQUEST)}
+        rule = _request_rule(max_depth)
+        for form in ("json", "bytes_json"):
+            if form in request:
+                value = request[form]
+                part = None if max_depth is None else read_part_of_value(value, max_depth)
+                return {form: _redacted(value if part is None else part, rule)}
         if "bytes_text" in request:
-            return {"bytes_text": _redacted_text(str(request["bytes_text"]))}
+            return {"bytes_text": _redacted_text(str(request["bytes_text"]), max_depth)}
         if "base64" in request:
             try:
                 raw = base64.b64decode(request["base64"], validate=True)
             except (binascii.Error, ValueError):
                 return {"base64": REDACTED_BASE64}
+            text = raw.decode("utf-8", "surrogateescape")  # bad bytes as lone surrogates
+            part = None if max_depth is None else read_part_of_text(text, max_depth)
+            if part is not None:
+                text = part  # the part read: its bad bytes, if any, come before the cut
             try:
-                data = _redacted_text(raw.decode("utf-8")).encode("utf-8")
-            except UnicodeDecodeError:  # not UTF-8: keep where its bad bytes are (the error says)
-                scrambled = _scrambled(raw.decode("utf-8", "surrogateescape"), in_bytes=True)
-                data = scrambled.encode("utf-8", "surrogateescape")
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # not UTF-8: keep where its bad bytes are (the error says)
+                data = _scrambled(text, in_bytes=True).encode("utf-8", "surrogateescape")
+            else:
+                data = _redacted_text(text, max_depth).encode("utf-8")
             return {"base64": base64.b64encode(data).decode("ascii")}
-        return {"text": _redacted_text(str(request["text"]))}
+        return {"text": _redacted_text(str(request["text"]), max_depth)}
 
 
 _PLAIN = Redactor()
@@ -732,12 +749,32 @@ def redact_port_call(
     return _PLAIN.port_call(port, call, args, answer, error)
 
 
-def redact_request(request: Mapping[str, Any]) -> dict[str, Any]:
+def redact_request(request: Mapping[str, Any], *, max_depth: int | None = None) -> dict[str, Any]:
     """``Redactor.request``: a recorded request without user content."""
-    return _PLAIN.request(request)
+    return _PLAIN.request(request, max_depth=max_depth)
 
 
-def _redacted_text(text: str) -> str:
+@functools.lru_cache(maxsize=8)
+def _request_rule(max_depth: int | None) -> _Fields:
+    """The request's rule: ``_REQUEST``, its ``ResultJson`` cut past ``max_depth`` when given."""
+    if max_depth is None:
+        return _REQUEST
+    results = _REQUEST.fields["ToolResults"]
+    assert isinstance(results, _Fields)
+    bounded = _JsonText(_Data(), max_depth)
+    return _Fields(
+        {
+            **_REQUEST.fields,
+            "ToolResults": _Fields({**results.fields, "ResultJson": bounded}, results.unknown),
+        },
+        _REQUEST.unknown,
+    )
+
+
+def _redacted_text(text: str, max_depth: int | None = None) -> str:
+    part = None if max_depth is None else read_part_of_text(text, max_depth)
+    if part is not None:
+        text = part  # nested past the limit: what the engine read (depth_cut.py)
     try:
         value = parse_json(text)
     except ValueError:
@@ -745,7 +782,8 @@ def _redacted_text(text: str) -> str:
     # A kept key or value may hold a lone surrogate the request spelled as a JSON escape
     # ("\ud800"): written back as that escape, the text stays the same JSON, and has UTF-8.
     return _LONE_SURROGATE.sub(
-        lambda found: f"\\u{ord(found.group()):04x}", dump_json(_redacted(value, _REQUEST))
+        lambda found: f"\\u{ord(found.group()):04x}",
+        dump_json(_redacted(value, _request_rule(max_depth))),
     )
 
 
