@@ -101,6 +101,9 @@ bench: install
 			&& md5sum pyproject.toml > $(BENCH_EXTRA); } \
 		|| echo "warning: could not install the bench extra; its peers will be skipped"; \
 	fi
+	@# pip's reinstall of the editable tree drops the bytecode `make install` compiled:
+	@# compile it again, so the CLI figures are taken as an installed package runs.
+	@$(PY) -m compileall -q "$$($(PY) -c 'import aptix_pipeline, os; print(os.path.dirname(aptix_pipeline.__file__))')" >/dev/null
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 # One `aptix serve` worker (SQLite, scripted model) under a bounded loopback load:

@@ -123,6 +123,18 @@ def validators() -> dict[str, float]:
     return dict(rows)
 
 
+TURN_TARGETS = (
+    ("engine/plain", "plain", 1.2),
+    ("engine/burr", "burr", 0.5),
+    ("engine/langgraph", "langgraph", 0.15),
+)
+"""Each whole-turn target: the other side, and the most the engine may cost beside it."""
+
+
+def _quotient(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a is not None and b else "-"
 
@@ -140,9 +152,10 @@ def turns() -> dict[str, Any]:
         print(f"  note: {note}")
     for name, why in MISSING.items():
         print(f"  skipped {name}: {why}")
-    names = ("engine", "statechart", "plain", "burr", "langgraph", "raw psm")
+    names = ("engine", "statechart", "plain", "plain bare", "burr", "langgraph", "raw psm")
     ratios = (
         ("engine/plain", "engine", "plain"),
+        ("eng/bare", "engine", "plain bare"),
         ("engine/burr", "engine", "burr"),
         ("engine/lg", "engine", "langgraph"),
         ("sc/plain", "statechart", "plain"),
@@ -160,7 +173,19 @@ def turns() -> dict[str, Any]:
             cells = "".join(f"{_cell(costs.get(n)):>11}" for n in names)
             shown = "".join(f"{_ratio(costs.get(a), costs.get(b)):>13}" for _, a, b in ratios)
             print(f"{row.path:<30}{cells}{shown}")
-    print("  targets: engine/plain ≤ 1.2 on every path; engine ≤ 0.6 x Burr, ≤ 0.25 x LangGraph")
+    print("  targets, judged on the median of the rounds (the minimum beside it):")
+    for label, other, target in TURN_TARGETS:
+        for row in rows:
+            median = _quotient(row.median.get("engine"), row.median.get(other))
+            best = _quotient(row.best.get("engine"), row.best.get(other))
+            if median is None or best is None:
+                print(f"    {label:<18}{row.path:<30}-  ({other} not run)")
+                continue
+            verdict = _mark(median <= target)
+            print(
+                f"    {label:<16}{row.path:<30}median {median:.2f} (min {best:.2f})"
+                f"  ≤ {target}  {verdict}"
+            )
     result: dict[str, Any] = {}
     for row in rows:
         entry: dict[str, Any] = {"transitions": row.transitions}

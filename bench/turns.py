@@ -9,7 +9,12 @@ same commit, on one memory store with a fixed-reply model and tracing off:
 - **plain** — the steps and checks called in a plain ``for`` loop: no state machine
   (``plain_turn``; its per-step work is ``run_step``, which the peers share; §4.10's
   "nothing but Response changed" compares against ``snapshot_context`` where the
-  validators have it, as the engine does, else against a deep copy);
+  validators have it, as the engine does, else against a deep copy), doing what
+  the engine does that a user needs beside the steps: the stored answer of a
+  request with answer keys (a continuation: read, digest, store; D181) and the turn
+  deadline around the walk;
+- **plain bare** — the same loop without the stored answer and the deadline (what
+  the table called *plain* before: the engine's extra work is the difference);
 - **burr** / **langgraph** — the same nodes as an Apache Burr application and a
   LangGraph ``StateGraph`` (``bench/peers.py``), when the ``bench`` extra is installed;
 - **raw psm** — python-statemachine alone: a fresh async ``StateChart`` taking the
@@ -50,6 +55,7 @@ from aptix_pipeline.contracts import (
     ToolCall,
 )
 from aptix_pipeline.engine import Pipeline, Telemetry
+from aptix_pipeline.engine.idempotency import AnswerBook, RequestKeys, request_keys
 from aptix_pipeline.steps import STEP_FUNCTIONS, TurnScope, complete_turn
 from aptix_pipeline.validators import validate_post_step, validate_pre_step
 
@@ -73,7 +79,7 @@ CLIENT_CALL = LLMReply(
     tool_calls=[ToolCall(tool_call_id="c1", name="read_file", arguments_json='{"path": "a.py"}')]
 )
 FINAL = LLMReply(text="done")
-VARIANTS = ("engine", "statechart", "plain", "burr", "langgraph", "raw psm")
+VARIANTS = ("engine", "statechart", "plain", "plain bare", "burr", "langgraph", "raw psm")
 
 RUNTIME_NOTE: list[str] = []
 """Set by ``engine_pipeline`` when ``Pipeline`` has no ``runtime=`` keyword yet."""
@@ -141,9 +147,25 @@ async def run_step(scope: TurnScope, step: PipelineStep) -> None:
     assert validate_post_step(scope.ctx, step, before=before).successful
 
 
-async def plain_turn(ports: Ports, options: PipelineOptions, request: dict[str, Any]) -> None:
-    """The same steps and checks in a plain loop (no state machine), routed by the context type."""
-    scope = TurnScope(ports, options, CALLER, request)
+async def plain_turn(
+    ports: Ports, options: PipelineOptions, request: dict[str, Any], *, bare: bool = False
+) -> None:
+    """The same steps and checks in a plain loop (no state machine), routed by the context
+    type; unless ``bare``, with the stored answer and the deadline (the module docstring)."""
+    if bare:
+        await _walk(TurnScope(ports, options, CALLER, request))
+        return
+    keys = request_keys(request, CALLER.org, CALLER.user, max_depth=options.max_json_depth)
+    answer_keys = None
+    if isinstance(keys, RequestKeys):
+        assert await AnswerBook(ports.store, ports.clock).stored(keys) is None
+        answer_keys = keys.answer_keys(options.idempotency_ttl_seconds)
+    scope = TurnScope(ports, options, CALLER, request, answer_keys=answer_keys)
+    async with asyncio.timeout(options.turn_deadline_seconds):
+        await _walk(scope)
+
+
+async def _walk(scope: TurnScope) -> None:
     await run_step(scope, S.REQUEST_HANDLER)
     for step in PATHS[scope.ctx.type][1:]:
         await run_step(scope, step)
@@ -224,6 +246,9 @@ async def _measure(kind: ContextType, number: int, rounds: int) -> TurnRow:
     async def plain(request: dict[str, Any]) -> None:
         await plain_turn(ports, options, request)
 
+    async def plain_bare(request: dict[str, Any]) -> None:
+        await plain_turn(ports, options, request, bare=True)
+
     transitions = 1 + len(PATHS[kind])  # each step plus `complete`
     machine = _raw_machine(transitions)
 
@@ -234,6 +259,7 @@ async def _measure(kind: ContextType, number: int, rounds: int) -> TurnRow:
         "engine": pipeline_runner(engine),
         "statechart": pipeline_runner(statechart),
         "plain": plain,
+        "plain bare": plain_bare,
     }
     from peers import peer_runners  # peers imports this module
 
