@@ -48,7 +48,6 @@ from .config import (
     ConfigCatalog,
     ConfigError,
     FilesConfig,
-    HostExtension,
     ServiceConfig,
     build_llm,
     default_store_url,
@@ -222,7 +221,7 @@ def build_pipeline(
             ) from None
     if retriever is None and config.retrieval is not None:
         retriever = open_retriever(config)
-    host = config.host or HostExtension()
+    host = config.host
     return embedded_pipeline(
         interceptors=(llm,) if isinstance(llm, TurnScript) else (),  # it places each turn
         llm=llm,

@@ -850,6 +850,7 @@ class StepReporter:
         "capture_content",
         "emit",
         "emit_text",
+        "identified_wanted",
         "model_call_started",
         "org",
         "rounds",
@@ -867,9 +868,12 @@ class StepReporter:
         emit_text: Callable[[ModelTextDelta], None] | None = None,
         org: str = "",
         user: str = "",
+        identified: bool = True,
     ) -> None:
         self.emit, self.run_id, self.capture_content = emit, run_id, capture_content
         self.org, self.user = org, user
+        self.identified_wanted = identified
+        """Whether anyone reads ``TurnIdentified`` (else none is made)."""
         self.model_call_started = model_call_started
         """Whether anyone reads ``ModelCallStarted`` (else none is made)."""
         self.emit_text = emit_text
@@ -902,8 +906,9 @@ class StepReporter:
         self.emit(ToolCallHandled(self.run_id, record, rejection_kind))
 
     def identified(self, session_id: str, turn_id: str) -> None:
-        """The turn's ids are known: ``TurnIdentified``, with its caller."""
-        self.emit(TurnIdentified(self.run_id, self.org, self.user, session_id, turn_id))
+        """The turn's ids are known: ``TurnIdentified``, with its caller (when anyone reads it)."""
+        if self.identified_wanted:
+            self.emit(TurnIdentified(self.run_id, self.org, self.user, session_id, turn_id))
 
     def mode_changed(self, change: ModeChange) -> None:
         """A persisted mode change; its reason only with content capture."""

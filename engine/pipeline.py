@@ -63,6 +63,7 @@ from .events import (
     TurnEvent,
     TurnEvents,
     TurnFinished,
+    TurnIdentified,
     TurnStarted,
     split_listeners,
 )
@@ -538,6 +539,7 @@ class Pipeline:
             emit_text=events.emit_text if events.streamed else None,
             org=scope.caller.org,
             user=scope.caller.user,
+            identified=events.wants(TurnIdentified),
         )
         run = TurnRun(
             scope=scope,

@@ -133,12 +133,12 @@ def _live_ports(config: Path, model: bool) -> LivePorts:
     host = service.host  # [host] extension: the host's rules, hooks and tools go live too
     return LivePorts(
         llm=llm,
-        tools={**catalog.tools, **(host.tools if host is not None else {})},
+        tools={**catalog.tools, **host.tools},
         modes=catalog,
         agents=catalog,
         retriever=retriever,
-        hooks=host.hooks if host is not None else None,
-        rules=tuple(host.rules) if host is not None else (),
+        hooks=host.hooks,
+        rules=tuple(host.rules),
     )
 
 

@@ -504,7 +504,7 @@ def build_run_pipeline(
 ) -> Pipeline:
     """The embedded pipeline on this model and store, with the configuration's catalog and
     ``[engine]`` options, recording as ``--record`` says, else as ``[recording]`` does."""
-    from aptix_pipeline.adapters.config import CatalogError
+    from aptix_pipeline.adapters.config import CatalogError, HostExtension
 
     # [files] keeps the tools' files as `aptix serve` does, its URLs expiring by this clock.
     from aptix_pipeline.adapters.embedded import embedded_pipeline, open_file_store
@@ -522,15 +522,16 @@ def build_run_pipeline(
             retriever = open_retriever(service)
         except ConfigError as error:
             raise usage_error(str(error)) from None
-    host = service.host if service is not None else None  # [host] extension: the host's code
+    # [host] extension: the host's rules, hooks, listeners and tools, as `aptix serve` runs them
+    host = service.host if service is not None else HostExtension()
     try:
         return embedded_pipeline(
             llm=llm,
             store=session_store,
             retriever=retriever,
-            tools=host.tools if host is not None else None,
-            hooks=host.hooks if host is not None else None,
-            rules=host.rules if host is not None else (),
+            tools=host.tools,
+            hooks=host.hooks,
+            rules=host.rules,
             catalog=service.catalog if service else None,
             files=open_file_store(service.files if service else None, clock),
             clock=clock,
@@ -542,7 +543,7 @@ def build_run_pipeline(
                 else (service.recording if service else None)
             ),
             listeners=(
-                *(host.listeners if host is not None else ()),
+                *host.listeners,
                 stderr_retry_notices(service.options if service else None),
             ),
         )

@@ -94,14 +94,13 @@ def load_extension(spec: str, base: Path, where: str = "[host].extension") -> Ho
         sys.path.insert(0, folder)
     try:
         module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name is not None and module_name.startswith(error.name):
+    except Exception as error:  # not found, or the host's module raised on import
+        missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+        # the module named (or a package on its path), not one that module imports
+        if missing is not None and (module_name + ".").startswith(missing + "."):
             raise ValueError(
                 f"{where}: no module {module_name!r} (looked in {folder} and on sys.path)"
             ) from None
-        logger.debug("importing %s failed", module_name, exc_info=True)
-        raise ValueError(f"{where}: importing {module_name} failed: {error_text(error)}") from None
-    except Exception as error:  # the host's module raised on import
         logger.debug("importing %s failed", module_name, exc_info=True)
         raise ValueError(f"{where}: importing {module_name} failed: {error_text(error)}") from None
     finally:

@@ -409,9 +409,9 @@ class ServiceConfig:
     ui: UIConfig = field(default_factory=UIConfig)
     retrieval: RetrievalConfig | None = None
     chat_handlers: Mapping[str, str] = field(default_factory=dict)
-    host: HostExtension | None = None
+    host: HostExtension = field(default_factory=HostExtension)
     """``[host] extension``'s ``HostExtension``: the host's rules, hooks, listeners and
-    server tools (``config/host.py``); ``None`` without one."""
+    server tools (``config/host.py``); an empty one without the key."""
     """``[chat.handlers]``: client tool name → the command ``aptix chat`` runs for its
     calls (``cli/chat.py``, D371)."""
 
@@ -626,14 +626,14 @@ def parse_service_config(
         )
     except CatalogError as error:
         raise ConfigError(str(error)) from None
-    host = None
+    host = HostExtension()
     spec = _table(_Host, data.get("host", {}), "host", source).extension
     if spec is not None:
         try:
             host = load_extension(spec, base)
         except (ValueError, TypeError) as error:
             raise ConfigError(f"{source}: {error}") from None
-    executors = {**catalog.tools, **(host.tools if host is not None else {})}
+    executors = {**catalog.tools, **host.tools}
     try:  # a server tool the file declares has no executor here: say so before serving
         check_tool_routing(catalog.all_modes(), catalog.all_agents(), executors)
     except ToolRoutingError as error:

@@ -152,3 +152,19 @@ def test_aptix_replay_live_carries_the_configurations_host_rules(tmp_path: Path)
     assert live.returncode == 0, live.stdout + live.stderr
     assert bare.returncode != 0
     assert "host rule(s) host/no-payroll, which this replay was not given" in bare.stdout
+
+
+@pytest.mark.decision("D427")
+def test_a_module_the_extension_imports_missing_is_named_as_its_import_failure(
+    tmp_path: Path,
+) -> None:
+    name = f"prefix_host_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text("import prefix_host  # not there\n", encoding="utf-8")
+    config = tmp_path / "aptix.toml"
+    config.write_text(f'[host]\nextension = "{name}:EXTENSION"\n', encoding="utf-8")
+
+    with pytest.raises(ConfigError) as raised:
+        load_service_config(config, env={})
+
+    assert f"importing {name} failed: ModuleNotFoundError" in str(raised.value)
+    assert "no module" not in str(raised.value)
