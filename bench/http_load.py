@@ -12,6 +12,12 @@ way. Every answer must be a 200.
     python bench/http_load.py [--requests 2000] [--levels 1,50,200] [--seconds 60]
                               [--client raw|httpx] [--json FILE] [--server-arg ARG ...]
 
+``make bench`` runs the ``http`` section (``http_figures``): one server, one level
+of 50 concurrent clients, a few rounds of Initial turns, and the median of the
+rounds beside its target (the best round beside it), with the load average of the
+machine at the time (other work on the machine lowers turns/s and raises p99 far
+more than it changes the server's CPU per turn).
+
 The client shares the machine with the server, so it must cost little: the
 default ``raw`` client writes the request bytes and reads the answer with asyncio
 streams (tens of µs a request). ``--client httpx`` uses one ``httpx.AsyncClient``
@@ -237,9 +243,10 @@ def run(
     *,
     client: str = "raw",
     extra: Sequence[str] = (),
+    warmup: int = 50,
 ) -> list[dict[str, Any]]:
-    """Start a server, warm it up, load it at each level; the rows, one per level."""
-    warmup = 50
+    """Start a server, warm it up (``warmup`` turns), load it at each level; the rows,
+    one per level."""
     with tempfile.TemporaryDirectory(prefix="aptix-http-bench-") as folder:
         config = write_config(Path(folder), replies=warmup + requests * len(levels) + 10)
         with serving(config, extra) as (base, pid):
@@ -256,6 +263,67 @@ def run(
                 )
                 rows.append(row)
             return rows
+
+
+HTTP_TARGETS = {"turns_per_s": 600.0, "p99_ms": 150.0, "server_cpu_ms_per_turn": 1.2}
+"""The targets of one worker at 50 concurrent clients (docs/PERFORMANCE.md): at least
+600 turns a second, a p99 of at most 150 ms, at most 1.2 ms of server CPU a turn."""
+
+_FIGURES = {  # key: label, how it compares with its target, format
+    "turns_per_s": ("turns/s", "≥", ".0f"),
+    "p50_ms": ("p50 ms", "", ".1f"),
+    "p99_ms": ("p99 ms", "≤", ".1f"),
+    "server_cpu_ms_per_turn": ("server CPU ms/turn", "≤", ".2f"),
+}
+
+
+def http_figures(
+    rounds: int = 3, turns: int = 1500, concurrency: int = 50, seconds: float = 60
+) -> dict[str, Any]:
+    """The ``http`` section of ``make bench``: one server, ``rounds`` rounds of ``turns``
+    Initial turns from ``concurrency`` clients; each figure's median over the rounds
+    and its best round (bench/README.md lists the keys)."""
+    load = os.getloadavg()
+    rows = run([concurrency] * rounds, turns, seconds, warmup=200)
+    figures: dict[str, Any] = {
+        "concurrency": concurrency,
+        "turns_per_round": turns,
+        "load_average": [round(value, 2) for value in load],
+        "load_average_end": [round(value, 2) for value in os.getloadavg()],
+        "targets": dict(HTTP_TARGETS),
+        "complete": all(row["complete"] for row in rows),
+        "rounds": rows,
+    }
+    for key, (_, sign, _) in _FIGURES.items():
+        values = [row[key] for row in rows if row[key] is not None]
+        median = round(statistics.median(values), 2) if values else None
+        best = (max(values) if sign == "≥" else min(values)) if values else None
+        figures[key], figures[f"{key}_best"] = median, best
+    return figures
+
+
+def print_http_figures(figures: dict[str, Any]) -> None:
+    """The ``http`` figures as ``make bench`` prints them, each beside its target."""
+    load = ", ".join(f"{value:.2f}" for value in figures["load_average"])
+    print(
+        f"one aptix serve worker, SQLite, scripted model, {figures['concurrency']} concurrent "
+        f"clients on loopback: {len(figures['rounds'])} rounds of "
+        f"{figures['turns_per_round']} Initial turns (median of the rounds, best beside it)"
+    )
+    print(f"  load average at the start {load} on {os.cpu_count()} CPUs")
+    for key, (label, sign, spec) in _FIGURES.items():
+        median, best = figures[key], figures[f"{key}_best"]
+        if median is None:
+            print(f"  {label:<20}{'n/a':>9}  (no /proc here)")
+            continue
+        line = f"  {label:<20}{median:>9{spec}}  (best {best:{spec}})"
+        target = figures["targets"].get(key)
+        if target is not None:
+            ok = median >= target if sign == "≥" else median <= target
+            line += f"  {'ok' if ok else 'MISSED'}  (target {sign} {target:g})"
+        print(line)
+    if not figures["complete"]:
+        print("  (a round's time budget ran out before all its turns were sent)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

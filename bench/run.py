@@ -9,6 +9,8 @@ Sections, in order (``--only`` picks some, comma-separated):
   ``bench/peers.py``);
 - ``tracing`` — the telemetry's cost per turn (``bench/tracing.py``);
 - ``recording`` — recording and replay per turn (``bench/recording.py``);
+- ``http`` — one ``aptix serve`` worker on SQLite under 50 concurrent clients:
+  turns/s, p50, p99 and the server's CPU per turn (``bench/http_load.py``);
 - ``refused`` — a refused 1 MB nested body against a real ``aptix serve`` with
   redacted recording, alone and as the load beside ordinary turns
   (``bench/refused_http.py``);
@@ -41,6 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "kits"))
 
 from builders import PATHS, context_after, context_before, request_data
+from http_load import http_figures, print_http_figures
 from images import IMAGE_BYTES, image_rows
 from peers import MISSING, PEERS, peer_versions
 from recording import recording_row
@@ -66,6 +69,7 @@ SECTIONS = (
     "turns",
     "tracing",
     "recording",
+    "http",
     "refused",
     "images",
     "streaming",
@@ -223,6 +227,13 @@ def recording() -> dict[str, float]:
     for name, micros in costs.items():
         print(f"{name:<34}{micros:>13.0f}{micros / costs['plain']:>15.2f}")
     return costs
+
+
+def http() -> dict[str, Any]:
+    """One ``aptix serve`` worker under 50 concurrent clients."""
+    figures = http_figures()
+    print_http_figures(figures)
+    return figures
 
 
 def refused() -> dict[str, Any]:
@@ -387,6 +398,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "turns": turns,
     "tracing": tracing,
     "recording": recording,
+    "http": http,
     "refused": refused,
     "images": images,
     "streaming": streaming,
