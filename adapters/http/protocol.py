@@ -58,36 +58,64 @@ class _ReadTimer:
 
     ``headers_done`` says whether the request being read has its headers complete (so
     ``protocol.cycle`` is that request's).
+
+    One loop timer at most per connection, armed lazily: ``start`` sets the request's
+    deadline and arms the timer only when none is pending, ``stop`` only forgets the
+    deadline, and a timer that fires early (the deadline moved on meanwhile) re-arms
+    itself for the current one, or does nothing when no request is being read. So a
+    kept-alive connection whose requests arrive whole costs a timer every
+    ``seconds``, not one made and cancelled per request (about 4 µs each).
     """
 
-    __slots__ = ("_handle", "headers_done", "protocol", "seconds")
+    __slots__ = ("_deadline", "_handle", "headers_done", "protocol", "seconds")
 
     def __init__(self, protocol: Any) -> None:
         self.protocol = protocol
         seconds = protocol.app_state.get(READ_TIMEOUT_STATE, DEFAULT_READ_TIMEOUT_SECONDS)
         self.seconds: float | None = float(seconds) if seconds else None
         self._handle: asyncio.TimerHandle | None = None
+        self._deadline: float | None = None
         self.headers_done = False
 
     @property
     def running(self) -> bool:
         """Whether a request is being read against the clock."""
-        return self._handle is not None
+        return self._deadline is not None
 
     def start(self) -> None:
         """A request begins: the client has ``seconds`` to send all of it."""
         self.headers_done = False
-        if self.seconds is not None and self._handle is None:
-            self._handle = self.protocol.loop.call_later(self.seconds, self._expired)
+        if self.seconds is not None and self._deadline is None:
+            loop = self.protocol.loop
+            self._deadline = loop.time() + self.seconds
+            if self._handle is None:
+                self._handle = loop.call_at(self._deadline, self._fire)
 
     def stop(self) -> None:
-        """The request is read (or the connection is gone)."""
+        """The request is read: its clock stops (the timer, if pending, will find no
+        deadline and end)."""
+        self._deadline = None
+
+    def close(self) -> None:
+        """The connection is gone: no timer outlives it."""
+        self._deadline = None
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
 
-    def _expired(self) -> None:
+    def _fire(self) -> None:
         self._handle = None
+        deadline = self._deadline
+        if deadline is None:  # no request is being read
+            return
+        loop = self.protocol.loop
+        if loop.time() < deadline:  # a later request's clock: wait for its deadline
+            self._handle = loop.call_at(deadline, self._fire)
+            return
+        self._deadline = None
+        self._expired()
+
+    def _expired(self) -> None:
         protocol = self.protocol
         transport = protocol.transport
         if transport is None or transport.is_closing():
@@ -112,6 +140,7 @@ class _ReadTimer:
     def start_over(self) -> None:
         """Give the request a fresh ``seconds`` (its headers state is kept)."""
         done = self.headers_done
+        self._deadline = None
         self.start()
         self.headers_done = done
 
@@ -147,7 +176,7 @@ class H11ReadTimeoutProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Gone: no timer outlives the connection."""
-        self._read_timer.stop()
+        self._read_timer.close()
         super().connection_lost(exc)
 
 
@@ -186,7 +215,7 @@ else:
 
         def connection_lost(self, exc: Exception | None) -> None:
             """Gone: no timer outlives the connection."""
-            self._read_timer.stop()
+            self._read_timer.close()
             super().connection_lost(exc)
 
     ReadTimeoutProtocol = HttpToolsReadTimeoutProtocol

@@ -5,6 +5,9 @@ hands them to the store in one atomic ``apply``. So a failed turn writes nothing
 and no store lock is held while the model thinks. Concurrency is optimistic: each
 session a turn touches carries the version the turn read, and ``apply`` refuses
 (``StoreConflictError``) when another turn committed to that session in between.
+A session the turn creates has nothing stored yet, so its turns and messages are
+never read from the store (an Initial turn reads nothing; a taken id is the
+commit's conflict).
 
 A store implements ``StoreBackend`` — five reads, each scoped to one org and user
 (``read_session``, ``read_turn``, ``read_transcript``, ``read_pending_turn``,
@@ -187,6 +190,12 @@ class BufferedTransaction:
             raise ValueError(f"session {session.id!r} already exists")
         self._sessions[session.id] = SessionWrite(session, True, 0)
 
+    def _created(self, session_id: str) -> bool:
+        """Whether this transaction creates the session: the backend holds none of its turns
+        or messages (a taken id makes the commit a conflict)."""
+        write = self._sessions.get(session_id)
+        return write is not None and write.created
+
     async def _touch(self, session_id: str) -> SessionWrite:
         """The session's write record, made on first write; ``LookupError`` if not the caller's."""
         if session_id not in self._sessions:
@@ -203,6 +212,8 @@ class BufferedTransaction:
         if buffered is not None:
             return buffered.turn
         if await self.load_session(session_id) is None:
+            return None
+        if self._created(session_id):  # nothing of it is stored yet: no read (D483)
             return None
         return await self._backend.read_turn(self._org, self._user, session_id, turn_id)
 
@@ -248,7 +259,7 @@ class BufferedTransaction:
         if await self.load_session(session_id) is None:
             return []
         stored: list[ChatMessage] = []
-        if not (session_id in self._sessions and self._sessions[session_id].created):
+        if not self._created(session_id):
             stored = await self._backend.read_transcript(self._org, self._user, session_id)
         added = [message for sid, _, message in self._transcript if sid == session_id]
         return [*stored, *added]

@@ -10,6 +10,7 @@ two uvicorn workers on one PostgreSQL database.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sqlite3
 import time
@@ -41,6 +42,7 @@ from aptix_pipeline.adapters.http.app import (
     CONFIG_ENV,
     EXECUTE_PATH,
     HEALTH_PATH,
+    _YOUNG_COLLECTION_THRESHOLD,
     _ExecuteFastPath,
     create_app,
     http_status,
@@ -334,6 +336,25 @@ async def test_the_execute_path_answers_the_same_with_and_without_the_fast_path(
     assert (refused.status_code, refused.json()) == (slow_refused.status_code, slow_refused.json())
     assert refused.headers["www-authenticate"] == slow_refused.headers["www-authenticate"]
     assert (method.status_code, other.status_code) == (405, 404)
+
+
+@pytest.mark.decision("D482")
+async def test_a_serving_app_collects_young_objects_less_often_and_puts_it_back(
+    tmp_path: Path,
+) -> None:
+    before = gc.get_threshold()
+    app = create_app(load_service_config(write_config(tmp_path, [{"text": "hi"}]), env=ENV))
+
+    async with app_client(app) as client:
+        serving = gc.get_threshold()
+        frozen = gc.get_freeze_count()
+        answer = await client.post(EXECUTE_PATH, json={"Instruction": "hi"}, headers=ANA)
+
+    assert answer.status_code == 200
+    assert serving == (_YOUNG_COLLECTION_THRESHOLD, *before[1:])
+    assert _YOUNG_COLLECTION_THRESHOLD > before[0]
+    assert frozen > 0  # what start-up built is out of the collector's sight meanwhile
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (before, 0)
 
 
 @pytest.mark.decision("D85")

@@ -119,6 +119,37 @@ def test_a_whole_request_is_answered_and_the_next_one_gets_its_own_time(
     assert b'"PrimaryOutputText":"second"' in second
 
 
+@pytest.mark.decision("D206", "D484")
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_request_begun_before_the_last_ones_time_was_up_gets_all_of_its_own(
+    tmp_path: Path, protocol: str
+) -> None:
+    """One timer per connection, re-armed lazily: the timer armed for the first request
+    fires at that request's deadline, in the middle of the second, which still gets its
+    whole second (D484)."""
+    table = "[server]\nread_timeout_seconds = 1.0\n"
+    config = write_config(tmp_path, [{"text": "first"}, {"text": "second"}], more=table)
+    body = json.dumps({"Instruction": "hi"}).encode()
+    request = (HEAD + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    half = len(request) - 10
+
+    with (
+        _server_thread(config, PROTOCOLS[protocol]) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=WAIT) as client,
+    ):
+        client.sendall(request)
+        first = client.recv(65536)
+        time.sleep(0.6)
+        client.sendall(request[:half])  # the second request's time starts here
+        time.sleep(0.6)  # past the first request's deadline, within the second's
+        client.sendall(request[half:])
+        second = client.recv(65536)
+
+    assert first.startswith(b"HTTP/1.1 200 ")
+    assert second.startswith(b"HTTP/1.1 200 ")
+    assert b'"PrimaryOutputText":"second"' in second
+
+
 @pytest.mark.decision("D206")
 def test_aptix_serve_closes_a_half_sent_request(tmp_path: Path) -> None:
     config = write_config(tmp_path, [{"text": "never"}], more=TIMEOUT_TABLE)

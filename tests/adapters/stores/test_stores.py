@@ -19,6 +19,7 @@ import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 import pytest
 from engine_kit import ALL_STORE_KINDS, open_store_of_kind
@@ -26,8 +27,10 @@ from pydantic import ValidationError
 from store_kit import ORG, USER
 
 from aptix_pipeline import MemoryStore, PostgresStore, SQLiteStore, StoreContract
+from aptix_pipeline.adapters.stores import BufferedTransaction, StoreBackend
 from aptix_pipeline.adapters.stores.sqlite import SCHEMA_VERSION
 from aptix_pipeline.contracts import (
+    ChatMessage,
     Session,
     SessionStore,
     SessionTransaction,
@@ -166,6 +169,67 @@ async def test_loaded_session_cannot_change_the_transactions_state(store: Sessio
     assert again is not None
     assert again.mode == "general"
     assert again.mode_history == []
+
+
+class _ReadsTold:
+    """A store's backend, telling the session ids of the turn and transcript reads made."""
+
+    def __init__(self, backend: StoreBackend) -> None:
+        self.backend = backend
+        self.reads: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.backend, name)
+
+    async def read_turn(self, org: str, user: str, session_id: str, turn_id: str) -> Turn | None:
+        self.reads.append(("read_turn", session_id))
+        return await self.backend.read_turn(org, user, session_id, turn_id)
+
+    async def read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
+        self.reads.append(("read_transcript", session_id))
+        return await self.backend.read_transcript(org, user, session_id)
+
+
+@pytest.mark.decision("D483")
+async def test_a_session_the_transaction_creates_has_its_turns_read_from_nowhere(
+    store: SessionStore,
+) -> None:
+    """An Initial turn's store reads: none (each was a round trip to the store's thread)."""
+    await seed_store(store, turns=[sample_turn()])
+    backend = _ReadsTold(cast(StoreBackend, store))
+    tx = BufferedTransaction(cast(StoreBackend, backend), ORG, USER)
+    await tx.create_session(sample_session("s2"))
+    await tx.open_turn(sample_turn("t1", "s2"))  # t1 is also a turn of s1: another session
+    unknown = await tx.load_turn("s2", "t9")
+    await tx.append_transcript("s2", "t1", [user_says("hi")])
+    transcript = await tx.load_transcript("s2")
+    await tx.complete_turn(sample_turn("t1", "s2", status=TurnStatus.COMPLETED))
+    await tx.commit()
+
+    assert backend.reads == []
+    assert unknown is None
+    assert transcript == [user_says("hi")]
+    stored = await store.begin(ORG, USER).load_turn("s2", "t1")
+    assert stored is not None
+    assert stored.status is TurnStatus.COMPLETED
+
+
+@pytest.mark.decision("D483")
+async def test_creating_a_session_whose_id_is_taken_conflicts_at_commit_and_writes_nothing(
+    store: SessionStore,
+) -> None:
+    """Its turns are not read, so a turn id taken too is found by the commit, not before."""
+    await seed_store(store, turns=[sample_turn()])
+    before = await store_snapshot(store)
+    tx = store.begin(ORG, USER)
+    await tx.create_session(sample_session("s1"))
+    await tx.open_turn(sample_turn("t1"))
+    await tx.append_transcript("s1", "t1", [user_says("again")])
+
+    with pytest.raises(StoreConflictError):
+        await tx.commit()
+
+    assert await store_snapshot(store) == before
 
 
 # --- misuse --------------------------------------------------------------------------
