@@ -39,10 +39,10 @@ from http_kit import (
 from aptix_pipeline.adapters.config.service import ConfigError, load_service_config
 from aptix_pipeline.adapters.embedded import embedded_pipeline
 from aptix_pipeline.adapters.http.app import (
+    _YOUNG_COLLECTION_THRESHOLD,
     CONFIG_ENV,
     EXECUTE_PATH,
     HEALTH_PATH,
-    _YOUNG_COLLECTION_THRESHOLD,
     _ExecuteFastPath,
     create_app,
     http_status,
@@ -352,7 +352,7 @@ async def test_a_serving_app_collects_young_objects_less_often_and_puts_it_back(
 
     assert answer.status_code == 200
     assert serving == (_YOUNG_COLLECTION_THRESHOLD, *before[1:])
-    assert _YOUNG_COLLECTION_THRESHOLD > before[0]
+    assert before[0] < _YOUNG_COLLECTION_THRESHOLD
     assert frozen > 0  # what start-up built is out of the collector's sight meanwhile
     assert (gc.get_threshold(), gc.get_freeze_count()) == (before, 0)
 
