@@ -124,16 +124,30 @@ def _is_json(content_type: str | None) -> bool:
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refusing more than ``limit`` bytes (declared or streamed)."""
+    """The body, refusing more than ``limit`` bytes (declared or streamed).
+
+    Read from the ASGI messages themselves (what ``Request.stream`` does, without its
+    async generator): a body that arrives in one message is used as it came.
+    """
     declared = request.headers.get("content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > limit:
         raise _TooLargeError
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
+    receive = request.receive
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        if message["type"] != "http.request":
+            continue
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
             raise _TooLargeError
-    return bytes(body)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _idempotency_key(request: Request) -> str | None:
