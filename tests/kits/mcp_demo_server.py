@@ -18,7 +18,13 @@ import os
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import CallToolResult, EmbeddedResource, ImageContent, TextContent, TextResourceContents
+from mcp_types import (
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    TextContent,
+    TextResourceContents,
+)
 from pydantic import BaseModel
 
 PNG = base64.b64decode(
@@ -121,7 +127,10 @@ def main() -> None:
 
         async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
             headers = dict(scope.get("headers") or [])
-            if scope["type"] == "http" and headers.get(b"authorization") != f"Bearer {token}".encode():
+            if (
+                scope["type"] == "http"
+                and headers.get(b"authorization") != f"Bearer {token}".encode()
+            ):
                 await send({"type": "http.response.start", "status": 401, "headers": []})
                 await send({"type": "http.response.body", "body": b"no"})
                 return

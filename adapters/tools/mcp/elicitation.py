@@ -70,7 +70,12 @@ ELICITATION_RESULT_SCHEMA: Final = MappingProxyType(
 
 def elicitation_arguments(server: str, tool: str, params: ElicitRequestParams) -> str:
     """The ``mcp_elicitation`` call's arguments (JSON) for a server's request."""
-    data: dict[str, Any] = {"server": server, "tool": tool, "mode": params.mode, "message": params.message}
+    data: dict[str, Any] = {
+        "server": server,
+        "tool": tool,
+        "mode": params.mode,
+        "message": params.message,
+    }
     if isinstance(params, ElicitRequestFormParams):
         data["requested_schema"] = params.requested_schema
     else:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import functools
 import threading
 import time
@@ -181,7 +182,7 @@ class _Connection:
                 self.client = await stack.enter_async_context(client)
                 self.ready.set()
                 await self.stop.wait()
-        except BaseException as error:  # noqa: BLE001 - it is this connection's end, told to its calls
+        except BaseException as error:
             self.error = error
         finally:
             self.stop.set()
@@ -216,7 +217,9 @@ class _Listed:
 class McpPool:
     """The process's MCP connections; see the module docstring."""
 
-    def __init__(self, servers: Sequence[McpServer], *, max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
+    def __init__(
+        self, servers: Sequence[McpServer], *, max_sessions: int = DEFAULT_MAX_SESSIONS
+    ) -> None:
         seen: dict[str, McpServer] = {}
         for server in servers:
             if not isinstance(server, StdioServer | HttpServer):
@@ -232,13 +235,21 @@ class McpPool:
         self._connections: dict[tuple[str, str], _Connection] = {}
         self._paused: dict[tuple[str, str, str], _Call] = {}
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="aptix-mcp", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="aptix-mcp", daemon=True
+        )
         self._thread.start()
         self._closed = False
+        self._started = False
         self._finalizer = weakref.finalize(self, _shut, self._loop, self._thread)
         atexit.register(self.close)
 
     # --- start-up ------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        """Whether ``start`` listed the servers' tools."""
+        return self._started
 
     def start(self, timeout: float = START_TIMEOUT_SECONDS) -> McpPool:
         """Connect to every server and list its tools; ``McpStartError`` naming the first
@@ -249,10 +260,13 @@ class McpPool:
         except concurrent.futures.TimeoutError:
             future.cancel()
             self.close()
-            raise McpStartError(f"MCP servers did not list their tools within {timeout:g} s") from None
+            raise McpStartError(
+                f"MCP servers did not list their tools within {timeout:g} s"
+            ) from None
         except BaseException:
             self.close()
             raise
+        self._started = True
         return self
 
     async def _list_all(self) -> None:
@@ -271,7 +285,9 @@ class McpPool:
             except McpStartError:
                 raise
             except Exception as error:
-                raise McpStartError(f"{_describe(server)}: cannot list its tools: {_first_line(error)}") from None
+                raise McpStartError(
+                    f"{_describe(server)}: cannot list its tools: {_first_line(error)}"
+                ) from None
             finally:  # the listing's session ends here; turns open their own
                 dropped = self._connections.pop((server.name, ""), None)
                 if dropped is not None:
@@ -326,6 +342,8 @@ class McpPool:
 
     async def _connection(self, server_name: str, key: str) -> _Connection:
         connection = self._connections.get((server_name, key))
+        if connection is not None and not connection.ready.is_set():
+            await connection.ready.wait()  # connecting for an earlier call (maybe cancelled)
         if connection is not None and connection.alive:
             connection.used = time.monotonic()
             return connection
@@ -406,7 +424,9 @@ class McpPool:
                     f"({_first_line(error)}); it reconnects on the next call"
                 ) from None
             if isinstance(error, MCPError):
-                raise McpToolError(f"{_describe(server)}: {tool!r} failed: {error.message}") from None
+                raise McpToolError(
+                    f"{_describe(server)}: {tool!r} failed: {error.message}"
+                ) from None
             raise
         if isinstance(outcome, CallToolResult):
             return tool_answer(tool, outcome), attributes
@@ -422,7 +442,9 @@ class McpPool:
     def _expire(self, key: tuple[str, str, str]) -> None:
         call = self._paused.pop(key, None)
         if call is not None and call.waiting is not None and not call.waiting.done():
-            logger.warning("an MCP call of %r waited too long for the user's answer: cancel", call.tool)
+            logger.warning(
+                "an MCP call of %r waited too long for the user's answer: cancel", call.tool
+            )
             call.waiting.set_result(ElicitResult(action="cancel"))
 
     @staticmethod
@@ -436,10 +458,8 @@ class McpPool:
         }
         client = connection.client
         if client is not None:
-            try:
+            with contextlib.suppress(RuntimeError):  # not connected after all
                 attributes["mcp.protocol.version"] = client.protocol_version
-            except RuntimeError:
-                pass
         if isinstance(server, HttpServer):
             parts = httpx2.URL(server.url)
             attributes["server.address"] = parts.host
@@ -478,7 +498,7 @@ class McpPool:
             raise RuntimeError("McpPool.close() from inside the pool's own thread")
         try:
             asyncio.run_coroutine_threadsafe(self._close_all(), self._loop).result(15.0)
-        except Exception:  # noqa: BLE001 - closing goes on: the thread must end
+        except Exception:
             logger.warning("closing the MCP connections failed", exc_info=True)
         self._finalizer()
 

@@ -62,7 +62,9 @@ def tool_answer(tool: str, result: CallToolResult) -> str | ToolOutput:
             texts.append(block.text)
         elif isinstance(block, ImageContent | AudioContent):
             name = _file_name(tool, len(files) + 1, block.mime_type)
-            files.append(ToolFile(name=name, mime_type=block.mime_type, content=_decoded(block.data, tool)))
+            files.append(
+                ToolFile(name=name, mime_type=block.mime_type, content=_decoded(block.data, tool))
+            )
         elif isinstance(block, EmbeddedResource):
             resource = block.resource
             mime = resource.mime_type or (
@@ -76,7 +78,9 @@ def tool_answer(tool: str, result: CallToolResult) -> str | ToolOutput:
                 else resource.text.encode("utf-8")
             )
             name = _file_name(tool, len(files) + 1, mime, str(resource.uri))
-            files.append(ToolFile(name=name, mime_type=mime, content=content, description=str(resource.uri)))
+            files.append(
+                ToolFile(name=name, mime_type=mime, content=content, description=str(resource.uri))
+            )
         elif isinstance(block, ResourceLink):
             links.append({"uri": str(block.uri), "name": block.name, "mimeType": block.mime_type})
     if result.is_error:
