@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from engine_kit import CALLER, call, calls, continuation, follow_on, ok, start, text
-from mcp_kit import children_of, http_demo, http_demo_server, stdio_demo
+from mcp_kit import children_of, http_demo, stdio_demo
 from span_kit import Recorded, attributes_of
 
 from aptix_pipeline import embedded_pipeline
@@ -121,7 +121,8 @@ async def test_results_map_to_json_files_and_tool_errors(pool: McpPool, tmp_path
     picture, report, refused = response.tool_results or []
     assert picture.result_json == '"a red pixel"'
     assert json.loads(report.result_json or "") == {"title": "Q3", "lines": 1}
-    assert refused.result_json is None and "not today" in (refused.error_message or "")
+    assert refused.result_json is None
+    assert "not today" in (refused.error_message or "")
     kept = {(f.name, f.mime_type) for f in response.files or []}
     assert kept == {("picture-1.png", "image/png"), ("report.md", "text/markdown")}
 
@@ -177,7 +178,7 @@ async def test_elicitation_pauses_the_turn_and_the_answer_resumes_the_call(
     [asked] = paused.tool_calls or []
     assert (asked.tool_call_id, asked.name) == ("n", "mcp_elicitation")
     arguments = json.loads(asked.arguments_json)
-    assert arguments["server"] == "demo" and arguments["tool"] == "ask_name"
+    assert (arguments["server"], arguments["tool"]) == ("demo", "ask_name")
     assert arguments["message"] == "What is your name?"
     assert arguments["requested_schema"]["required"] == ["name"]
     answer = {"action": "accept", "content": {"name": "Ada"}}
@@ -297,12 +298,8 @@ async def test_streamable_http_with_headers_from_the_environment(tmp_path: Path)
                 catalog=config.catalog,
                 mcp=config.mcp,
             )
-            report, response = await start(pipeline)
+            _, response = await start(pipeline)
             assert json.loads(result_of(response, 1).result_json) == {"key": "k", "value": "v"}
-            [span_attrs] = [
-                r for r in [json.loads(result_of(response, 1).result_json)] if r["value"] == "v"
-            ]
-            assert span_attrs
         finally:
             config.close()
 
