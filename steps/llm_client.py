@@ -420,6 +420,7 @@ async def _run_server_tool(
     tool: ToolDefinition,
     arguments: dict[str, Any],
     client_answer: str | None = None,
+    pause_id: str | None = None,
 ) -> None:
     clock = scope.ports.clock
     started = clock.now()
@@ -475,7 +476,7 @@ async def _run_server_tool(
     if paused is not None:
         scope.paused.append(
             ToolCall(
-                tool_call_id=call.tool_call_id,
+                tool_call_id=pause_id or call.tool_call_id,
                 name=paused.name,
                 arguments_json=paused.arguments_json,
             )
@@ -570,7 +571,7 @@ async def _resume_paused(scope: TurnScope) -> None:
     """Run again each server call that paused for the client, with the client's answer
     (``ToolPause``); its answer now is the call's result, or another pause."""
     resumed, scope.resumed = scope.resumed, []
-    for call, answer in resumed:
+    for call, answered, answer in resumed:
         tool, verdict = scope.tool_index.get(call.name), None
         if tool is not None:
             verdict = check_tool_call(tool, call.name, call.arguments_json)
@@ -581,7 +582,18 @@ async def _resume_paused(scope: TurnScope) -> None:
             message = f"server tool {call.name!r} is not among this turn's tools; not resumed"
             _answer(scope, call, json.dumps({"error": message}), record)
             continue
-        await _run_server_tool(scope, call, tool, verdict.arguments, client_answer=answer)
+        await _run_server_tool(
+            scope, call, tool, verdict.arguments, client_answer=answer, pause_id=_next(answered)
+        )
+
+
+def _next(answered: str) -> str:
+    """The id of a call's next pause: the model's id, then ``#2``, ``#3``… (each pause is a
+    new client call: a continuation's ids are its answer key, docs/CONFORMANCE.md D181)."""
+    base, mark, count = answered.rpartition("#")
+    if mark and count.isdigit():
+        return f"{base}#{int(count) + 1}"
+    return f"{answered}#2"
 
 
 def _await_client(scope: TurnScope, calls: list[ToolCall], text: str | None) -> None:

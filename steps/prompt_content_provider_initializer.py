@@ -4,8 +4,10 @@ Loads the session's transcript and adds this request's part: the user's message
 (instruction, artifacts, images, RAG scope, workspace hints) on Initial and
 FollowOn turns, or one tool message per returned result, in the manifest's order,
 on a continuation (AGN-036 §5). A result answering a server tool's pause
-(``ToolPause``: the pending call has the model's id under another name) is not the
-model's: it is kept in ``scope.resumed``, and LLMClient runs that tool again. When done the provider is Ready (§4.7 POST).
+(``ToolPause``: the pending call has the model's id, or that id and ``#n`` when it
+paused again, under another name) is not the
+model's: it is kept in ``scope.resumed``, and LLMClient runs that tool again.
+When done the provider is Ready (§4.7 POST).
 
 The user's message carries content parts (``contracts/llm.py``) when the request
 brings artifacts or images: each clipboard image and base64 ``image/*`` artifact
@@ -200,9 +202,14 @@ async def prompt_content_provider_initializer(scope: TurnScope) -> None:
         added = []
         for result in ctx.tool_call_manifest.tool_call_results:
             call = made.get(result.tool_call_id)
-            if call is not None and call.name != result.name:
+            if call is None:  # a call that paused again: its id is the model's with "#n"
+                base, mark, count = result.tool_call_id.rpartition("#")
+                call = made.get(base) if mark and count.isdigit() else None
+            if call is not None and (
+                call.name != result.name or call.tool_call_id != result.tool_call_id
+            ):
                 # A server tool's pause (``ToolPause``): the answer is the tool's, not the model's.
-                scope.resumed.append((call, result.result_json or ""))
+                scope.resumed.append((call, result.tool_call_id, result.result_json or ""))
                 continue
             added.append(
                 ChatMessage(

@@ -264,9 +264,9 @@ class TurnScope:
     files: list[FileRef] = field(default_factory=list)
     paused: list[ToolCall] = field(default_factory=list)
     """The client calls of server tools that paused this round (``ToolPause``)."""
-    resumed: list[tuple[ToolCall, str]] = field(default_factory=list)
-    """On a continuation: the paused server calls (as the model made them) and the
-    client's answer for each, run again before the model is asked."""
+    resumed: list[tuple[ToolCall, str, str]] = field(default_factory=list)
+    """On a continuation: the paused server calls (as the model made them), the id
+    the client answered, and its answer, each run again before the model is asked."""
     """The files the turn's server tools made, over all its requests (AGN-033 §6.2)."""
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     mode_changes: list[ModeChange] = field(default_factory=list)
