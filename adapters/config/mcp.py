@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from aptix_pipeline.contracts import AptixPipelineError
+
 if TYPE_CHECKING:
     from aptix_pipeline.adapters.tools import McpPool, McpServer
 
@@ -30,7 +32,7 @@ __all__ = ["McpConfigError", "mcp_servers", "start_pool", "with_mcp_tools"]
 _ENV = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-class McpConfigError(ValueError):
+class McpConfigError(AptixPipelineError, ValueError):
     """``[[mcp_servers]]`` is wrong; the message names the entry and the key."""
 
 
