@@ -56,10 +56,13 @@ if TYPE_CHECKING:
         TelemetrySetupError,
         configure_tracing,
     )
-    from .tools import BUILTIN_TOOLS
+    from .tools import BUILTIN_TOOLS, HttpServer, McpPool, StdioServer
 
 _EXPORTS: dict[str, str] = {
     "BUILTIN_TOOLS": "tools",
+    "HttpServer": "tools",
+    "McpPool": "tools",
+    "StdioServer": "tools",
     "CatalogError": "config",
     "ConfigCatalog": "config",
     "SteppingClock": "system",
@@ -113,7 +116,9 @@ __all__ = [
     "ConfigError",
     "FtsRetriever",
     "HostExtension",
+    "HttpServer",
     "LocalFileStore",
+    "McpPool",
     "MemoryStore",
     "OpenAICompatibleLLM",
     "PostgresStore",
@@ -128,6 +133,7 @@ __all__ = [
     "SequentialIds",
     "ServiceConfig",
     "SessionWrite",
+    "StdioServer",
     "SteppingClock",
     "StoreBackend",
     "StreamBrokenError",

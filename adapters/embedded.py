@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aptix_pipeline.contracts import (
     LLM,
@@ -48,16 +48,22 @@ from .config import (
     ConfigCatalog,
     ConfigError,
     FilesConfig,
+    McpConfigError,
     ServiceConfig,
     build_llm,
     default_store_url,
     open_retriever,
+    start_pool,
+    with_mcp_tools,
 )
 from .files import LocalFileStore
 from .models import TurnScript
 from .stores import DEFAULT_STORE_URL, open_store
 from .system import RandomIds, SystemClock
 from .tools import BUILTIN_TOOLS, DEMO_TOOLS
+
+if TYPE_CHECKING:
+    from .tools import McpPool, McpServer
 
 __all__ = [
     "DEFAULT_STORE_URL",
@@ -104,6 +110,7 @@ def embedded_pipeline(
     hooks: Hooks | None = None,
     rules: Iterable[HostRule] = (),
     retriever: Retriever | None = None,
+    mcp: McpPool | Sequence[McpServer] | None = None,
 ) -> Pipeline:
     """A pipeline on the embedded defaults; see the module docstring.
 
@@ -126,14 +133,36 @@ def embedded_pipeline(
     guard rules (``Pipeline``, docs/EXTENDING.md "Hooks and host rules");
     ``retriever`` finds passages for each turn's instruction (``FtsRetriever``,
     docs/RETRIEVAL.md).
+
+    ``mcp`` is MCP servers whose tools are server tools (docs/MCP.md): an
+    ``McpPool`` the host closes, or the servers (``StdioServer``, ``HttpServer``),
+    whose pool closes at interpreter exit. It is started here when it is not yet
+    (``ConfigError`` naming a server that cannot start); the catalog read from
+    ``config`` or the built-in one gains their tools (offered in each server's
+    ``modes``), and a host's ``catalog`` must declare the ones it offers.
     """
+    pool = None
+    if mcp is not None:
+        try:
+            pool = start_pool(mcp, "mcp")
+        except McpConfigError as error:
+            raise ConfigError(str(error)) from None
     if catalog is None:
-        catalog = ConfigCatalog.from_file(config) if config is not None else ConfigCatalog.default()
+        catalog = _catalog_with(config, pool, tools or {})
     executors: dict[str, ToolExecutor] = (
         dict(catalog.tools) if isinstance(catalog, ConfigCatalog) else {}
     )
     if demo_tools:
         executors.update(_demo_executors(catalog))
+    if pool is not None:
+        for name, executor in pool.executors().items():
+            if name in (tools or {}):
+                raise ConfigError(
+                    f"mcp: MCP tool {name!r} of server {pool.server_of(name)!r} clashes with "
+                    f"the host tool {name!r} (tools=): rename one, or leave it out of the "
+                    "server's tools allow-list"
+                )
+            executors[name] = executor
     executors.update(tools or {})
     session_store = open_store(store) if isinstance(store, str | Path) else store
     ports = Ports(
@@ -158,6 +187,28 @@ def embedded_pipeline(
         hooks=hooks,
         rules=rules,
     )
+
+
+def _catalog_with(
+    config: str | Path | None, pool: McpPool | None, tools: Mapping[str, ToolExecutor]
+) -> ConfigCatalog:
+    """The catalog of ``config`` (else the built-in one) with ``pool``'s tools in it."""
+    if pool is None:
+        return ConfigCatalog.from_file(config) if config is not None else ConfigCatalog.default()
+    import tomllib
+    from importlib import resources
+
+    if config is not None:
+        source, text = str(config), Path(config).read_text(encoding="utf-8")
+    else:
+        source = "default_config.toml"
+        package = resources.files(ConfigCatalog.__module__.rpartition(".")[0])
+        text = package.joinpath(source).read_text("utf-8")
+    try:
+        data = with_mcp_tools(tomllib.loads(text), pool, source, tuple(tools))
+    except McpConfigError as error:
+        raise ConfigError(str(error)) from None
+    return ConfigCatalog(data, source=source, demo_tools=config is None)
 
 
 def open_file_store(files: FilesConfig | None, clock: Clock | None) -> LocalFileStore | None:
@@ -238,4 +289,5 @@ def build_pipeline(
         listeners=(*host.listeners, *listeners),
         hooks=host.hooks,
         rules=host.rules,
+        mcp=config.mcp,
     )

@@ -23,7 +23,7 @@ from .context import (
     TurnStatus,
 )
 from .errors import AptixPipelineError
-from .files import FileStore, StoredFile, ToolFile, ToolOutput, content_hash
+from .files import FileStore, StoredFile, ToolFile, ToolOutput, ToolPause, content_hash
 from .llm import ChatMessage, ChatRole, ContentPart, ImagePart, LLMReply, LLMRequest, TextPart
 from .llm_stream import (
     MalformedStreamError,
@@ -178,6 +178,7 @@ __all__ = [
     "ToolFile",
     "ToolInvocation",
     "ToolOutput",
+    "ToolPause",
     "ToolResult",
     "Turn",
     "TurnStatus",

@@ -6,6 +6,9 @@
 - ``ToolOutput`` — what a server tool (``ToolExecutor``) returns when it makes
   files: its JSON result and the files. A tool that makes none returns the JSON
   text alone.
+- ``ToolPause`` — what a server tool returns when it cannot finish without the
+  client's answer (an MCP server's elicitation, docs/MCP.md): the turn pauses with
+  a client-tool call, and the continuation's answer resumes the tool.
 - ``StoredFile`` — where a ``FileStore`` keeps a file: a URL and when it expires.
 - ``FileStore`` — the port that keeps a file by its content hash and gives back
   that URL (docs/FILES.md).
@@ -27,7 +30,7 @@ from pydantic import Field, StrictBytes, StrictInt, StrictStr, model_validator
 
 from .wire import FrozenWireModel
 
-__all__ = ["FileStore", "StoredFile", "ToolFile", "ToolOutput", "content_hash"]
+__all__ = ["FileStore", "StoredFile", "ToolFile", "ToolOutput", "ToolPause", "content_hash"]
 
 _DERIVED = ("size_bytes", "SizeBytes", "content_hash", "ContentHash")
 
@@ -107,3 +110,18 @@ class FileStore(Protocol):
     async def put(self, file: ToolFile) -> StoredFile:
         """Keep ``file``; its URL and expiry."""
         ...
+
+
+class ToolPause(FrozenWireModel):
+    """A server tool's answer "ask the client first" (docs/MCP.md "Elicitation").
+
+    The engine sends the client a call of the client tool ``name`` with
+    ``arguments_json``, under the paused call's own ``ToolCallId``, and the turn
+    awaits it like any client tool call (AGN-033 §3.3). The continuation's
+    result for that id is not shown to the model: the engine runs the same server
+    tool again with ``ToolInvocation.client_answer`` holding it, and what the tool
+    answers then is the call's result (it may pause again).
+    """
+
+    name: StrictStr
+    arguments_json: StrictStr

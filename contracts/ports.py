@@ -38,7 +38,7 @@ from .context import (
     Turn,
 )
 from .errors import AptixPipelineError
-from .files import ToolOutput
+from .files import ToolOutput, ToolPause
 from .llm import ChatMessage, LLMReply, LLMRequest
 from .llm_stream import ReplyChunk
 from .wire import WireModel
@@ -231,6 +231,9 @@ class ToolInvocation(WireModel):
     mode: str
     org: str
     user: str
+    client_answer: str | None = None
+    """The client's result (its ResultJson) for the call this tool paused with a
+    ``ToolPause``, when the engine runs it again on the continuation; else ``None``."""
 
 
 @runtime_checkable
@@ -238,13 +241,14 @@ class ToolExecutor(Protocol):
     """Runs one server-side tool call (AGN-011 §5.2, DESIGN.md R5).
 
     Returns the result as JSON text, or as a ``ToolOutput`` when the tool made
-    files (AGN-033 §6). Raising reports a tool failure: the model is told the
-    error and the turn goes on.
+    files (AGN-033 §6), or a ``ToolPause`` when it needs the client's answer
+    first (docs/MCP.md "Elicitation"). Raising reports a tool failure: the model
+    is told the error and the turn goes on.
     """
 
     async def __call__(
         self, arguments: dict[str, Any], invocation: ToolInvocation
-    ) -> str | ToolOutput:
+    ) -> str | ToolOutput | ToolPause:
         """Run the tool with already validated ``arguments``."""
         ...
 

@@ -33,7 +33,9 @@ if TYPE_CHECKING:
         ConfigCatalog,
         FtsRetriever,
         HostExtension,
+        HttpServer,
         LocalFileStore,
+        McpPool,
         MemoryStore,
         OpenAICompatibleLLM,
         PostgresStore,
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
         ServiceConfig,
         SessionWrite,
         SQLiteStore,
+        StdioServer,
         SteppingClock,
         StoreBackend,
         StreamBrokenError,
@@ -123,6 +126,7 @@ if TYPE_CHECKING:
         ToolFile,
         ToolInvocation,
         ToolOutput,
+        ToolPause,
         ToolResult,
         Turn,
         TurnStatus,
@@ -278,7 +282,7 @@ _GROUPS: dict[str, dict[str, str]] = {
     },
     "The values the ports carry": {
         "contracts": (
-            "ToolInvocation ToolOutput ToolFile StoredFile RetrievalQuery "
+            "ToolInvocation ToolOutput ToolPause ToolFile StoredFile RetrievalQuery "
             "Passage PassageSource LLMRequest LLMReply ReplyChunk ReplyTextDelta "
             "ReplyToolCallDelta ReplyFinished ReplyAssembler split_reply "
             "ChatMessage ChatRole ContentPart TextPart ImagePart ModeSpec "
@@ -326,6 +330,9 @@ _GROUPS: dict[str, dict[str, str]] = {
             "build_index ConfigCatalog BUILTIN_TOOLS LocalFileStore SystemClock "
             "SteppingClock RandomIds SequentialIds ServiceConfig HostExtension create_app"
         ),
+    },
+    "MCP servers as server tools (docs/MCP.md)": {
+        "adapters": "StdioServer HttpServer McpPool",
     },
     "A store of your own (docs/STORES.md)": {
         "adapters": (
@@ -388,6 +395,7 @@ __all__ = [
     "HostExtension",
     "HostRule",
     "HostRules",
+    "HttpServer",
     "IdSource",
     "ImagePart",
     "InputArtifact",
@@ -401,6 +409,7 @@ __all__ = [
     "LivePorts",
     "LocalFileStore",
     "MalformedStreamError",
+    "McpPool",
     "MemoryStore",
     "ModeCatalog",
     "ModeChange",
@@ -459,6 +468,7 @@ __all__ = [
     "SessionWrite",
     "SourceType",
     "StateTrace",
+    "StdioServer",
     "StepEnded",
     "StepFaultError",
     "StepFunction",
@@ -492,6 +502,7 @@ __all__ = [
     "ToolFile",
     "ToolInvocation",
     "ToolOutput",
+    "ToolPause",
     "ToolResult",
     "ToolRoutingError",
     "TransitionRecord",

@@ -49,6 +49,7 @@ from aptix_pipeline.contracts import (
     ToolExecutor,
     ToolInvocation,
     ToolOutput,
+    ToolPause,
     split_reply,
 )
 
@@ -85,13 +86,13 @@ class ToolExecution:
 
     ``invocation`` names the call (its id, the tool, the session, turn, mode and
     caller); ``arguments`` are the validated arguments the executor got; ``result``
-    is what it returned (JSON text, or a ``ToolOutput`` with the files it made), or
-    ``error`` the exception it raised.
+    is what it returned (JSON text, a ``ToolOutput`` with the files it made, or a
+    ``ToolPause``), or ``error`` the exception it raised.
     """
 
     invocation: ToolInvocation
     arguments: dict[str, Any]
-    result: str | ToolOutput | None = None
+    result: str | ToolOutput | ToolPause | None = None
     error: Exception | None = None
 
     @property
@@ -260,7 +261,7 @@ class HookedTool:
 
     async def __call__(
         self, arguments: dict[str, Any], invocation: ToolInvocation
-    ) -> str | ToolOutput:
+    ) -> str | ToolOutput | ToolPause:
         """See ``ToolExecutor``: the executor's answer or exception, after the hook saw it."""
         try:
             result = await self.inner(arguments, invocation)

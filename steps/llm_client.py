@@ -64,6 +64,7 @@ from aptix_pipeline.contracts import (
     ToolCall,
     ToolDefinition,
     ToolOutput,
+    ToolPause,
     ToolResult,
     Usage,
     close_stream,
@@ -414,7 +415,12 @@ def _log_tool_failure(scope: TurnScope, name: str, failure: Exception) -> None:
 
 
 async def _run_server_tool(
-    scope: TurnScope, call: ToolCall, tool: ToolDefinition, arguments: dict[str, Any]
+    scope: TurnScope,
+    call: ToolCall,
+    tool: ToolDefinition,
+    arguments: dict[str, Any],
+    client_answer: str | None = None,
+    pause_id: str | None = None,
 ) -> None:
     clock = scope.ports.clock
     started = clock.now()
@@ -424,6 +430,7 @@ async def _run_server_tool(
     files: list[FileRef] = []
     raised: Exception | None = None
     limit: asyncio.Timeout | None = None
+    paused: ToolPause | None = None
     with scope.observer.tool_execution(call, tool, arguments) as observation:
         try:
             if tool.name == AGENT_CHANGE_MODE:
@@ -436,8 +443,10 @@ async def _run_server_tool(
                     raise LookupError(f"no executor is registered for server tool {tool.name!r}")
                 limit = asyncio.timeout(scope.options.server_tool_timeout_seconds)
                 async with limit:  # keeping its files is part of the call (AGN-033 §6)
-                    answer = await executor(arguments, scope.invocation(call))
-                    if isinstance(answer, ToolOutput):
+                    answer = await executor(arguments, scope.invocation(call, client_answer))
+                    if isinstance(answer, ToolPause):
+                        paused = answer
+                    elif isinstance(answer, ToolOutput):
                         content = _result_json(answer.result_json)
                         files = await keep_files(scope.ports.files, tool.name, answer.files)
                         told = told_to_model(content, files)
@@ -460,7 +469,23 @@ async def _run_server_tool(
             else:
                 _log_tool_failure(scope, tool.name, failure)
             content, told, files = json.dumps({"error": error}), None, []
-        observation.finished(outcome, told or content, error, raised)
+        if paused is not None:  # the client answers first; the call is run again then
+            observation.finished(ToolCallFate.PAUSED, paused.arguments_json, None)
+        else:
+            observation.finished(outcome, told or content, error, raised)
+    if paused is not None:
+        scope.paused.append(
+            ToolCall(
+                tool_call_id=pause_id or call.tool_call_id,
+                name=paused.name,
+                arguments_json=paused.arguments_json,
+            )
+        )
+        record = ToolCallRecord(
+            call.tool_call_id, call.name, ToolCallSide.SERVER, ToolCallFate.PAUSED
+        )
+        _record(scope, record)
+        return
     scope.files.extend(files)
     elapsed = max(0, int((clock.now() - started).total_seconds() * 1000))
     scope.server_results.append(
@@ -542,9 +567,52 @@ async def _handle_call(scope: TurnScope, call: ToolCall) -> ToolCall | None:
     return None
 
 
+async def _resume_paused(scope: TurnScope) -> None:
+    """Run again each server call that paused for the client, with the client's answer
+    (``ToolPause``); its answer now is the call's result, or another pause."""
+    resumed, scope.resumed = scope.resumed, []
+    for call, answered, answer in resumed:
+        tool, verdict = scope.tool_index.get(call.name), None
+        if tool is not None:
+            verdict = check_tool_call(tool, call.name, call.arguments_json)
+        if tool is None or verdict is None or verdict.outcome is not ToolCallOutcome.INVOKE:
+            record = ToolCallRecord(
+                call.tool_call_id, call.name, ToolCallSide.SERVER, ToolCallFate.FAILED
+            )
+            message = f"server tool {call.name!r} is not among this turn's tools; not resumed"
+            _answer(scope, call, json.dumps({"error": message}), record)
+            continue
+        await _run_server_tool(
+            scope, call, tool, verdict.arguments, client_answer=answer, pause_id=_next(answered)
+        )
+
+
+def _next(answered: str) -> str:
+    """The id of a call's next pause: the model's id, then ``#2``, ``#3``… (each pause is a
+    new client call: a continuation's ids are its answer key, docs/CONFORMANCE.md D181)."""
+    base, mark, count = answered.rpartition("#")
+    if mark and count.isdigit():
+        return f"{base}#{int(count) + 1}"
+    return f"{answered}#2"
+
+
+def _await_client(scope: TurnScope, calls: list[ToolCall], text: str | None) -> None:
+    """End the turn awaiting ``calls`` from the client (AGN-033 §3.3)."""
+    ctx = scope.ctx
+    ctx.client_tool_calls = calls
+    has_text = bool(text and text.strip())
+    ctx.tool_continuation_message = guard_machine_payloads(text or "") if has_text else None
+    ctx.response_type = ResponseType.TOOL_CONTINUATION
+
+
 async def llm_client(scope: TurnScope) -> None:
     """Call the model once and settle its reply into an outcome or another round."""
     ctx = scope.ctx
+    if scope.resumed:  # a continuation answering paused server calls: they finish first
+        await _resume_paused(scope)
+        if scope.paused:  # paused again: the client answers before the model is asked
+            _await_client(scope, scope.paused, None)
+            return
     scope.llm_calls += 1
     reply = await _ask_model(scope)
     _add_usage(scope, reply.usage)
@@ -578,12 +646,7 @@ async def llm_client(scope: TurnScope) -> None:
     client_calls = [
         handled for call in reply.tool_calls if (handled := await _handle_call(scope, call))
     ]
-    if client_calls:
-        ctx.client_tool_calls = client_calls
-        has_text = bool(reply.text and reply.text.strip())
-        ctx.tool_continuation_message = (
-            guard_machine_payloads(reply.text or "") if has_text else None
-        )
-        ctx.response_type = ResponseType.TOOL_CONTINUATION
+    if client_calls or scope.paused:
+        _await_client(scope, [*scope.paused, *client_calls], reply.text)
     else:
         scope.another_round = True

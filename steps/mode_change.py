@@ -30,6 +30,7 @@ from aptix_pipeline.contracts import (
     ToolDefinition,
     ToolInvocation,
     ToolOutput,
+    ToolPause,
     scrubbed_logger,
 )
 from aptix_pipeline.validators import (
@@ -101,7 +102,9 @@ async def echo_mode_change(arguments: dict[str, Any], invocation: ToolInvocation
     )
 
 
-def _parse_result(answer: str | ToolOutput) -> tuple[str, bool, str | None] | None:
+def _parse_result(answer: str | ToolOutput | ToolPause) -> tuple[str, bool, str | None] | None:
+    if isinstance(answer, ToolPause):  # a mode change asks the client nothing
+        return None
     if isinstance(answer, ToolOutput):  # a mode change makes no files: its result alone
         if answer.files:
             return None

@@ -3,7 +3,11 @@
 Loads the session's transcript and adds this request's part: the user's message
 (instruction, artifacts, images, RAG scope, workspace hints) on Initial and
 FollowOn turns, or one tool message per returned result, in the manifest's order,
-on a continuation (AGN-036 §5). When done the provider is Ready (§4.7 POST).
+on a continuation (AGN-036 §5). A result answering a server tool's pause
+(``ToolPause``: the pending call has the model's id, or that id and ``#n`` when it
+paused again, under another name) is not the
+model's: it is kept in ``scope.resumed``, and LLMClient runs that tool again.
+When done the provider is Ready (§4.7 POST).
 
 The user's message carries content parts (``contracts/llm.py``) when the request
 brings artifacts or images: each clipboard image and base64 ``image/*`` artifact
@@ -37,6 +41,7 @@ from aptix_pipeline.contracts import (
     InputArtifact,
     InvokeWarning,
     TextPart,
+    ToolCall,
 )
 from aptix_pipeline.validators import TRANSCRIPT_SIZE, is_image_type
 
@@ -175,6 +180,15 @@ def _within_limit(
     return history[start:]
 
 
+def _model_calls(history: list[ChatMessage]) -> dict[str, ToolCall]:
+    """The tool calls of the newest assistant message that made any, by id: the calls a
+    continuation answers. One the pending turn names otherwise paused (``ToolPause``)."""
+    for message in reversed(history):
+        if message.role is ChatRole.ASSISTANT and message.tool_calls:
+            return {call.tool_call_id: call for call in message.tool_calls}
+    return {}
+
+
 async def prompt_content_provider_initializer(scope: TurnScope) -> None:
     """Build ``scope.messages`` and mark the prompt provider Ready."""
     ctx = scope.ctx
@@ -184,15 +198,27 @@ async def prompt_content_provider_initializer(scope: TurnScope) -> None:
     else:
         history = await scope.transaction.load_transcript(session_id)
     if ctx.type is ContextType.CLIENT_TOOL_CALL_CONTINUATION and ctx.tool_call_manifest:
-        added = [
-            ChatMessage(
-                role=ChatRole.TOOL,
-                tool_call_id=result.tool_call_id,
-                name=result.name,
-                content=result.result_json or "",
+        made = _model_calls(history)
+        added = []
+        for result in ctx.tool_call_manifest.tool_call_results:
+            call = made.get(result.tool_call_id)
+            if call is None:  # a call that paused again: its id is the model's with "#n"
+                base, mark, count = result.tool_call_id.rpartition("#")
+                call = made.get(base) if mark and count.isdigit() else None
+            if call is not None and (
+                call.name != result.name or call.tool_call_id != result.tool_call_id
+            ):
+                # A server tool's pause (``ToolPause``): the answer is the tool's, not the model's.
+                scope.resumed.append((call, result.tool_call_id, result.result_json or ""))
+                continue
+            added.append(
+                ChatMessage(
+                    role=ChatRole.TOOL,
+                    tool_call_id=result.tool_call_id,
+                    name=result.name,
+                    content=result.result_json or "",
+                )
             )
-            for result in ctx.tool_call_manifest.tool_call_results
-        ]
     elif scope.request is not None:
         added = [*await retrieved_messages(scope), user_message(scope.request)]
     else:

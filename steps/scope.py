@@ -262,6 +262,11 @@ class TurnScope:
     usage: Usage | None = None
     server_results: list[ToolResult] = field(default_factory=list)
     files: list[FileRef] = field(default_factory=list)
+    paused: list[ToolCall] = field(default_factory=list)
+    """The client calls of server tools that paused this round (``ToolPause``)."""
+    resumed: list[tuple[ToolCall, str, str]] = field(default_factory=list)
+    """On a continuation: the paused server calls (as the model made them), the id
+    the client answered, and its answer, each run again before the model is asked."""
     """The files the turn's server tools made, over all its requests (AGN-033 §6.2)."""
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     mode_changes: list[ModeChange] = field(default_factory=list)
@@ -299,10 +304,12 @@ class TurnScope:
             raise RuntimeError("the store transaction is begun by the RequestHandler step")
         return self.tx
 
-    def invocation(self, call: ToolCall) -> ToolInvocation:
-        """Who and what a server-side call of this turn is for (the ToolExecutor port)."""
+    def invocation(self, call: ToolCall, client_answer: str | None = None) -> ToolInvocation:
+        """Who and what a server-side call of this turn is for (the ToolExecutor port);
+        ``client_answer`` resumes a call that paused (``ToolPause``)."""
         ctx = self.ctx
         return ToolInvocation(
+            client_answer=client_answer,
             tool_call_id=call.tool_call_id,
             name=call.name,
             session_id=ctx.session.id if ctx.session else "",

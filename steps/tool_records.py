@@ -32,6 +32,9 @@ class ToolCallFate(StrEnum):
     """A server tool ran and answered."""
     FAILED = "failed"
     """A server tool raised, or did not answer in time; the model is told so."""
+    PAUSED = "paused"
+    """A server tool asked the client first (``ToolPause``, docs/MCP.md): the turn
+    awaits the client's answer, then runs the tool again."""
     EXPANDED = "expanded"
     """A container's members were revealed (DESIGN.md R9)."""
     REJECTED = "rejected"

@@ -148,7 +148,7 @@ def chat(
     try:
         code = session.loop(sys.stdin, sys.stdout, sys.stderr)
     finally:
-        cli_run.close_ports(session_store, provider)
+        cli_run.close_ports(session_store, provider, service)
     raise typer.Exit(code)
 
 

@@ -267,7 +267,7 @@ def run(
         else:
             outcome = _run_turn(pipeline, body, caller, initial_mode, idempotency_key)
     finally:
-        close_ports(session_store, provider)
+        close_ports(session_store, provider, service)
     if outcome is None:
         typer.echo("aptix run: interrupted: the turn was cancelled, nothing stored", err=True)
         raise typer.Exit(_INTERRUPTED)
@@ -546,6 +546,7 @@ def build_run_pipeline(
                 *host.listeners,
                 stderr_retry_notices(service.options if service else None),
             ),
+            mcp=service.mcp if service else None,
         )
     except (CatalogError, OSError) as error:
         raise usage_error(str(error)) from None
@@ -605,8 +606,15 @@ def _stream_turn(
     )
 
 
-def close_ports(session_store: SessionStore, provider: TracerProvider | None) -> None:
-    """Close the store, and flush the spans before the output."""
+def close_ports(
+    session_store: SessionStore,
+    provider: TracerProvider | None,
+    service: ServiceConfig | None = None,
+) -> None:
+    """Close the store and the configuration's MCP servers, and flush the spans before
+    the output."""
+    if service is not None:
+        service.close()
     close = getattr(session_store, "close", None)
     if close is not None:
         close()

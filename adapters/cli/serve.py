@@ -86,6 +86,7 @@ def _servable_config(config: Path) -> ServiceConfig:
         service = load_service_config(config)
     except ConfigError as error:
         raise _refuse(str(error)) from None
+    service.close()  # checked: each worker starts its own MCP servers (create_app())
     if service.model is None:
         raise _refuse(f"{config}: a [model] table is required to serve")
     if not service.api_keys:

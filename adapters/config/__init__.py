@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .catalog import CatalogError, ConfigCatalog
     from .data_dir import default_store_path, default_store_url
     from .host import HostExtension, load_extension
+    from .mcp import McpConfigError, mcp_servers, start_pool, with_mcp_tools
     from .service import (
         ApiKey,
         ConfigError,
@@ -37,6 +38,10 @@ _EXPORTS: dict[str, str] = {
     "default_store_url": "data_dir",
     "HostExtension": "host",
     "load_extension": "host",
+    "McpConfigError": "mcp",
+    "mcp_servers": "mcp",
+    "start_pool": "mcp",
+    "with_mcp_tools": "mcp",
     "ApiKey": "service",
     "build_llm": "service",
     "ConfigError": "service",
@@ -58,6 +63,7 @@ __all__ = [
     "ConfigError",
     "FilesConfig",
     "HostExtension",
+    "McpConfigError",
     "OpenAIModelConfig",
     "ScriptedModelConfig",
     "SecretTable",
@@ -68,7 +74,10 @@ __all__ = [
     "default_store_url",
     "load_extension",
     "load_service_config",
+    "mcp_servers",
     "open_retriever",
+    "start_pool",
+    "with_mcp_tools",
 ]
 
 # Hidden from type checkers, which see the imports above: a misspelt name is an error.

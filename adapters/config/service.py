@@ -48,6 +48,9 @@ its own, each optional:
 - ``[ui]`` — the turn browser page (docs/UI.md) mounted in ``aptix serve``:
   ``enabled`` (default false), ``path`` (default ``/ui``) and ``recordings``, the
   folder of recordings it shows (default: ``[recording]``'s directory).
+- ``[[mcp_servers]]`` — MCP servers whose tools join the catalog as server tools
+  (``config/mcp.py``, docs/MCP.md): started and listed when the file is loaded;
+  ``ServiceConfig.close()`` ends them.
 - ``[retrieval]`` — the SQLite FTS5 retriever (``adapters/retrieval/fts.py``,
   docs/RETRIEVAL.md): ``folder`` (the documents), ``index`` (the index file
   ``aptix index`` builds; default ``retrieval.db``), ``limit`` (passages per turn,
@@ -106,6 +109,7 @@ from .host import EXTENSION_PATTERN, HostExtension, load_extension
 
 if TYPE_CHECKING:
     from aptix_pipeline.adapters.retrieval import FtsRetriever
+    from aptix_pipeline.adapters.tools import McpPool
 
 __all__ = [
     "DEFAULT_STORE_URL",
@@ -140,6 +144,7 @@ _SERVICE_TABLES = (
     "retrieval",
     "chat",
     "host",
+    "mcp_servers",
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -414,6 +419,14 @@ class ServiceConfig:
     server tools (``config/host.py``); an empty one without the key."""
     """``[chat.handlers]``: client tool name → the command ``aptix chat`` runs for its
     calls (``cli/chat.py``, D371)."""
+    mcp: McpPool | None = field(default=None, repr=False)
+    """``[[mcp_servers]]``'s started pool (``config/mcp.py``): their tools are in
+    ``catalog``; ``close()`` ends it."""
+
+    def close(self) -> None:
+        """Close what loading started: the MCP servers' connections (idempotent)."""
+        if self.mcp is not None:
+            self.mcp.close()
 
 
 def _where(table: str, loc: tuple[int | str, ...]) -> str:
@@ -581,8 +594,8 @@ def _files(data: object, base: Path, source: str, env: Mapping[str, str]) -> Fil
     )
 
 
-def _builtin_catalog() -> ConfigCatalog:
-    """The built-in catalog without its agents' placeholder ``model = "scripted"``.
+def _builtin_catalog_data() -> dict[str, Any]:
+    """The built-in catalog's tables without its agents' placeholder ``model = "scripted"``.
 
     An agent's model name wins over ``[model].model`` (the LLM request carries it),
     so the placeholder would send ``"scripted"`` to a real endpoint (D83).
@@ -591,7 +604,12 @@ def _builtin_catalog() -> ConfigCatalog:
     data = tomllib.loads(text)
     for agent in data.get("agents", []):
         agent.pop("model", None)
-    return ConfigCatalog(data, source="default_config.toml", demo_tools=True)
+    return data
+
+
+def _builtin_catalog() -> ConfigCatalog:
+    """The built-in catalog without its agents' placeholder model (``_builtin_catalog_data``)."""
+    return ConfigCatalog(_builtin_catalog_data(), source="default_config.toml", demo_tools=True)
 
 
 def parse_service_config(
@@ -618,14 +636,6 @@ def parse_service_config(
             f"known: {', '.join([*_CATALOG_TABLES, *_SERVICE_TABLES])}"
         )
     catalog_tables = {key: data[key] for key in _CATALOG_TABLES if key in data}
-    try:
-        catalog = (
-            ConfigCatalog(catalog_tables, source=source, demo_tools=True)
-            if catalog_tables
-            else _builtin_catalog()
-        )
-    except CatalogError as error:
-        raise ConfigError(str(error)) from None
     host = HostExtension()
     spec = _table(_Host, data.get("host", {}), "host", source).extension
     if spec is not None:
@@ -633,7 +643,50 @@ def parse_service_config(
             host = load_extension(spec, base)
         except (ValueError, TypeError) as error:
             raise ConfigError(f"{source}: {error}") from None
-    executors = {**catalog.tools, **host.tools}
+    mcp = None
+    if "mcp_servers" in data:  # started here: their tools join the catalog (config/mcp.py)
+        from .mcp import McpConfigError, mcp_servers, start_pool, with_mcp_tools
+
+        try:
+            servers = mcp_servers(data["mcp_servers"], base, source, environment)
+            mcp = start_pool(servers, source)
+            catalog_tables = with_mcp_tools(
+                catalog_tables or _builtin_catalog_data(), mcp, source, tuple(host.tools)
+            )
+        except McpConfigError as error:
+            if mcp is not None:
+                mcp.close()
+            raise ConfigError(str(error)) from None
+    try:
+        return _with_catalog(
+            data, source, base, environment, secrets_for, catalog_tables, host, mcp
+        )
+    except BaseException:
+        if mcp is not None:
+            mcp.close()
+        raise
+
+
+def _with_catalog(
+    data: Mapping[str, Any],
+    source: str,
+    base: Path,
+    environment: Mapping[str, str],
+    secrets_for: Collection[SecretTable],
+    catalog_tables: Mapping[str, Any],
+    host: HostExtension,
+    mcp: McpPool | None,
+) -> ServiceConfig:
+    """``parse_service_config`` once the catalog's tables and the host are known."""
+    try:
+        catalog = (
+            ConfigCatalog(dict(catalog_tables), source=source, demo_tools=True)
+            if catalog_tables
+            else _builtin_catalog()
+        )
+    except CatalogError as error:
+        raise ConfigError(str(error)) from None
+    executors = {**catalog.tools, **(mcp.executors() if mcp is not None else {}), **host.tools}
     try:  # a server tool the file declares has no executor here: say so before serving
         check_tool_routing(catalog.all_modes(), catalog.all_agents(), executors)
     except ToolRoutingError as error:
@@ -703,6 +756,7 @@ def parse_service_config(
         retrieval=retrieval,
         chat_handlers=dict(chat.handlers),
         host=host,
+        mcp=mcp,
     )
 
 

@@ -46,6 +46,7 @@ the OpenAPI document
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import inspect
 import math
@@ -231,7 +232,10 @@ async def _serving(config: ServiceConfig, service: ServiceState) -> AsyncIterato
             yield
     finally:
         service.pipeline = None
-        await _close_pipeline(pipeline, provider)
+        try:
+            await _close_pipeline(pipeline, provider)
+        finally:  # the MCP servers the configuration started (docs/MCP.md)
+            await asyncio.to_thread(config.close)
 
 
 _YOUNG_COLLECTION_THRESHOLD = 10_000

@@ -55,6 +55,7 @@ from aptix_pipeline.contracts import (
     ToolFile,
     ToolInvocation,
     ToolOutput,
+    ToolPause,
     Turn,
 )
 from aptix_pipeline.engine.events import TurnFaulted
@@ -104,7 +105,7 @@ _MAYBE_CONVERSATION: TypeAdapter[ConversationContext | None] = TypeAdapter(
 )
 _REPLY: TypeAdapter[LLMReply] = TypeAdapter(LLMReply)
 _TEXT: TypeAdapter[str] = TypeAdapter(str)
-_TOOL_ANSWER: TypeAdapter[str | ToolOutput] = TypeAdapter(str | ToolOutput)
+_TOOL_ANSWER: TypeAdapter[str | ToolOutput | ToolPause] = TypeAdapter(str | ToolOutput | ToolPause)
 _STORED_FILE: TypeAdapter[StoredFile] = TypeAdapter(StoredFile)
 _PASSAGES: TypeAdapter[list[Passage]] = TypeAdapter(list[Passage])
 _TIME: TypeAdapter[datetime] = TypeAdapter(datetime)
@@ -353,7 +354,7 @@ class TappedTool:
 
     async def __call__(
         self, arguments: dict[str, Any], invocation: ToolInvocation
-    ) -> str | ToolOutput:
+    ) -> str | ToolOutput | ToolPause:
         """See ``ToolExecutor``."""
         return await self._tap.acall(
             self._target,

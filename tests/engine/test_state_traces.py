@@ -340,6 +340,7 @@ def test_the_enums_hold_exactly_the_words_traces_used() -> None:
         "client",
         "executed",
         "failed",
+        "paused",
         "expanded",
         "rejected",
         "mode_changed",
