@@ -9,14 +9,16 @@
   chunk); that model's ``complete`` gives the loop as many turns before its reply,
   so both columns do the same model-side work. CPU time per turn
   (``time.process_time``), interleaved rounds, min and median; target: streamed
-  ≤ 1.1 x not streamed.
+  ≤ 1.2 x not streamed, on the median.
 - **time to first delta, in process** — from ``Pipeline.stream``'s first
   ``__anext__`` to the consumer holding the first ``StreamDelta``, less the model's
   own first-token time (from its ``stream()`` call to its first chunk, which
-  sleeps ``FIRST_TOKEN_SECONDS``); target ≤ 2 ms. What is left is the steps before
-  the model call and the delivery of the chunk to the consumer.
+  sleeps ``FIRST_TOKEN_SECONDS``); target ≤ 0.5 ms at the median. What is left is
+  the steps before the model call and the delivery of the chunk to the consumer.
 - **time to first delta, over HTTP** — the same from a real ``aptix serve`` on
-  loopback read by httpx (``bench/streaming_http.py``); target ≤ 5 ms.
+  loopback read by a lean client (``bench/streaming_http.py``); target ≤ 5 ms.
+- **server CPU, SSE vs JSON** — the same server's own CPU time per turn, streamed
+  and not (``streaming_http.server_cpu_per_turn``); target ≤ 1.3 x, on the median.
 """
 
 from __future__ import annotations

@@ -143,6 +143,17 @@ class ReplyAssembler:
             return 0
         raise MalformedStreamError(f"a stream chunk is a {type(chunk).__name__}, not a ReplyChunk")
 
+    def add_text(self, text: object) -> int:
+        """Take the text of the next ``ReplyTextDelta`` (``add``'s checks, none of its
+        dispatch); the reply's characters so far (``size``)."""
+        if self._finished is not None:
+            raise MalformedStreamError("the stream went on after its end: ReplyTextDelta")
+        if not isinstance(text, str):
+            raise MalformedStreamError(f"a text delta holds {type(text).__name__}, not text")
+        self._text.append(text)
+        self.size += len(text)
+        return self.size
+
     def _add_call(self, chunk: ReplyToolCallDelta) -> int:
         index = chunk.index
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:

@@ -187,6 +187,7 @@ async def _streamed(
     gone out is the turn's fault, never retried (see the module docstring).
     """
     assembler = ReplyAssembler()
+    add_text, text_delta = assembler.add_text, observation.text_delta
     chunks = llm.stream(request)
     first = True
     try:
@@ -194,11 +195,14 @@ async def _streamed(
             if first:
                 observation.first_chunk()
                 first = False
-            assembler.add(chunk)
-            if assembler.size > limit:  # not retried, as for a reply that came whole
-                raise _too_large(assembler.size, limit)
-            if type(chunk) is ReplyTextDelta and chunk.text:
-                observation.text_delta(chunk.text)
+            if type(chunk) is ReplyTextDelta:  # most chunks: the lean path
+                text = chunk.text
+                if add_text(text) > limit:
+                    raise _too_large(assembler.size, limit)
+                if text:
+                    text_delta(text)
+            elif assembler.add(chunk) and assembler.size > limit:
+                raise _too_large(assembler.size, limit)  # not retried, as a whole reply
         return assembler.reply()
     except (StepFaultError, HookFailedError):
         raise

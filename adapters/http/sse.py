@@ -30,10 +30,12 @@ import asyncio
 import json
 from collections import deque
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from typing import Any
 
 import anyio
+from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
-from starlette.types import Send
+from starlette.types import Receive, Scope, Send
 
 from aptix_pipeline.contracts import PipelineStep
 from aptix_pipeline.engine import (
@@ -158,6 +160,7 @@ class _Relay:
         "_stream",
         "_timer",
         "_wake",
+        "ended",
     )
 
     def __init__(
@@ -176,6 +179,8 @@ class _Relay:
         self._room: asyncio.Future[None] | None = None
         """Set when the reader waits for the response to take what it read."""
         self._reader: asyncio.Task[None] | None = None
+        self.ended = False
+        """Whether the last chunk given holds the ``result`` event (the stream's end)."""
         if not (held and isinstance(held[-1], StreamResult)):
             self._reader = self._loop.create_task(self._read())
         self._timer = self._loop.call_later(keepalive_seconds, self._tick)
@@ -231,7 +236,10 @@ class _Relay:
         parts = []
         while self._items:
             self._number += 1
-            parts.append(sse_event(self._number, self._items.popleft()))
+            item = self._items.popleft()
+            parts.append(sse_event(self._number, item))
+            if isinstance(item, StreamResult):
+                self.ended = True
         _resolve(self._room)
         self._sent_at = self._loop.time()
         self._keepalive_due = False
@@ -244,16 +252,23 @@ def _resolve(waiter: asyncio.Future[None] | None) -> None:
         waiter.set_result(None)
 
 
-async def _events(
-    stream: TurnStream, held: Sequence[StreamItem], keepalive_seconds: float
-) -> AsyncGenerator[bytes, None]:
-    """The held items as events, then the stream's, with keep-alives in the silences."""
-    relay = _Relay(stream, held, keepalive_seconds)
-    try:
-        while (chunk := await relay.next_chunk()) is not None:
-            yield chunk
-    finally:
-        relay.stop()
+class _ClientWatch:
+    """Cancels the task sending a response when its client leaves, while it sends."""
+
+    __slots__ = ("sending", "stopped", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.sending = True
+        self.stopped = False
+        """Whether this cancelled the sending task."""
+
+    async def run(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if self.sending:
+            self.stopped = True
+            self.task.cancel()
 
 
 class EventStreamResponse(StreamingResponse):
@@ -278,14 +293,62 @@ class EventStreamResponse(StreamingResponse):
         headers: Mapping[str, str] | None = None,
     ) -> None:
         self._stream = stream
-        self._events = _events(stream, held, keepalive_seconds)
-        super().__init__(self._events, headers={**_HEADERS, **(headers or {})})
+        self._held = held
+        self._keepalive = keepalive_seconds
+        super().__init__(_no_body(), headers={**_HEADERS, **(headers or {})})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the events while one asyncio task watches for the client leaving.
+
+        Starlette's own response runs the sending and the watching in an anyio task
+        group, which costs a streamed turn more server CPU than the rest of its
+        delivery; a client that leaves cancels the sending just the same here.
+        """
+        version = scope.get("asgi", {}).get("spec_version", "2.0")
+        if tuple(map(int, version.split("."))) >= (2, 4):  # send raises when the client left
+            try:
+                await self.stream_response(send)
+            except OSError:
+                raise ClientDisconnect() from None
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        watch = _ClientWatch(task)
+        watcher = asyncio.get_running_loop().create_task(watch.run(receive))
+        try:
+            try:
+                await self.stream_response(send)
+            finally:
+                watch.sending = False
+                watcher.cancel()
+            if watch.stopped:  # the client left as the last bytes went: take its cancel here
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            if not watch.stopped or task.uncancel() > 0:
+                raise  # cancelled from outside as well
 
     async def stream_response(self, send: Send) -> None:
-        """Send the events; close the turn's stream however sending ends."""
+        """Send the events, the last with the end of the body; close the turn's stream
+        however sending ends."""
+        relay: _Relay | None = None
         try:
-            await super().stream_response(send)
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
+            relay = _Relay(self._stream, self._held, self._keepalive)
+            while (chunk := await relay.next_chunk()) is not None:
+                last = relay.ended  # the result: the end of the body goes with it
+                await send({"type": "http.response.body", "body": chunk, "more_body": not last})
+                if last:
+                    return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             with anyio.CancelScope(shield=True):
-                await self._events.aclose()
+                if relay is not None:
+                    relay.stop()
                 await self._stream.aclose()
+
+
+async def _no_body() -> AsyncGenerator[bytes, None]:
+    """The body Starlette is given: never read (``stream_response`` sends the events)."""
+    return
+    yield b""  # pragma: no cover - makes this an async generator

@@ -221,3 +221,37 @@ async def test_scripted_llm_streams_and_completes_from_one_script() -> None:
 def test_a_bad_streaming_option_is_refused_naming_it(script: Any, message: str) -> None:
     with pytest.raises(ScriptError, match=message):
         ScriptedLLM.from_json(json.dumps(script))
+
+
+# --- the text path (add_text) -------------------------------------------------------------
+
+
+@pytest.mark.decision("D458")
+def test_add_text_counts_like_add_and_assembles_the_same_reply() -> None:
+    by_text, by_chunk = ReplyAssembler(), ReplyAssembler()
+    sizes = [by_text.add_text(piece) for piece in ("Hello", ", ", "world")]
+    for piece in ("Hello", ", ", "world"):
+        by_chunk.add(ReplyTextDelta(piece))
+
+    assert sizes == [5, 7, 12]
+    assert by_text.size == by_chunk.size == 12
+    assert by_text.reply() == by_chunk.reply()
+
+
+@pytest.mark.decision("D458")
+@pytest.mark.parametrize(
+    ("before", "text", "message"),
+    [
+        ([ReplyFinished()], "late", "the stream went on after its end: ReplyTextDelta"),
+        ([], 42, "a text delta holds int, not text"),
+    ],
+)
+def test_add_text_refuses_what_add_refuses(
+    before: list[ReplyChunk], text: object, message: str
+) -> None:
+    assembler = ReplyAssembler()
+    for chunk in before:
+        assembler.add(chunk)
+
+    with pytest.raises(MalformedStreamError, match=message):
+        assembler.add_text(text)

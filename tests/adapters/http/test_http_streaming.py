@@ -37,6 +37,7 @@ from http_kit import (
     session_count,
 )
 from httpx_sse import EventSource, ServerSentEvent
+from starlette.requests import ClientDisconnect
 
 from aptix_pipeline.adapters.config.service import ApiKey, ConfigError, load_service_config
 from aptix_pipeline.adapters.embedded import embedded_pipeline
@@ -526,3 +527,92 @@ async def test_openapi_documents_the_json_and_the_event_stream_answers(tmp_path:
         part.split('"')[0] for part in json.dumps(document).split('"$ref": "#/components/schemas/')
     ][1:]
     assert set(refs) <= set(schemas)  # every reference resolves
+
+
+# --- how the events are written ---------------------------------------------------------------
+
+
+def _asgi_scope(spec_version: str) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": spec_version},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": EXECUTE_PATH,
+        "raw_path": EXECUTE_PATH.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"authorization", f"Bearer {ANA_KEY}".encode())],
+        "server": ("app", 80),
+        "client": ("client", 1234),
+        "state": {},
+    }
+
+
+def _streaming_app(llm: ScriptedLLM, listeners: list[Any]) -> Any:
+    pipeline = embedded_pipeline(llm=llm, listeners=listeners)
+    keys = [ApiKey(org="acme", user="ana", sha256=hashlib.sha256(ANA_KEY.encode()).digest())]
+    return create_app(pipeline, authenticator=ApiKeyAuthenticator(keys))
+
+
+@pytest.mark.decision("D459")
+async def test_the_result_event_goes_out_with_the_end_of_the_body() -> None:
+    app = _streaming_app(ScriptedLLM([{"text": "All done."}], chunk_size=4), [])
+    body = json.dumps({"Instruction": "hi", "Stream": True}).encode()
+    requests = iter([{"type": "http.request", "body": body, "more_body": False}])
+    ended = asyncio.Event()
+    messages: list[MutableMapping[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        request = next(requests, None)
+        if request is not None:
+            return request
+        await ended.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        messages.append(message)
+        if message.get("more_body") is False:
+            ended.set()
+
+    await asyncio.wait_for(app(_asgi_scope("2.3"), receive, send), WAIT)
+
+    bodies = [m for m in messages if m["type"] == "http.response.body"]
+    assert [m["more_body"] for m in bodies] == [True] * (len(bodies) - 1) + [False]
+    assert b"event: result" in bodies[-1]["body"]
+    assert not any(b"event: result" in m["body"] for m in bodies[:-1])
+
+
+@pytest.mark.decision("D459")
+async def test_on_an_asgi_2_4_server_a_send_that_fails_cancels_the_turn() -> None:
+    finished: list[TurnFinished] = []
+
+    def heard(event: TurnEvent) -> None:
+        if isinstance(event, TurnFinished):
+            finished.append(event)
+
+    llm = ScriptedLLM(
+        [{"text": "A long answer, written slowly. " * 10}], chunk_size=4, chunk_delay_seconds=0.02
+    )
+    app = _streaming_app(llm, [heard])
+    body = json.dumps({"Instruction": "hi", "Stream": True}).encode()
+    requests = iter([{"type": "http.request", "body": body, "more_body": False}])
+
+    async def receive() -> dict[str, Any]:
+        request = next(requests, None)
+        if request is not None:
+            return request
+        await asyncio.sleep(WAIT)  # a 2.4 server says nothing: its send fails instead
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if b"event: delta" in message.get("body", b""):
+            raise OSError("the client has gone")
+
+    with pytest.raises(ClientDisconnect):
+        await asyncio.wait_for(app(_asgi_scope("2.4"), receive, send), WAIT)
+
+    assert [event.result.errors[0].rule_id for event in finished] == [
+        "DESIGN/streaming/consumer-gone"
+    ]
