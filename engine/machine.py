@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -344,17 +344,73 @@ def within_round_limit(model: TurnRun) -> None:
 async def commit(model: TurnRun) -> None:
     """``complete``: persist the turn and commit its transaction.
 
-    Once begun, the commit runs to its end even if the turn's task is cancelled
-    (``asyncio.shield``): a store never sees half a commit abandoned, and the turn
-    deadline is never checked inside it (``engine/runner.py``, ``UNINTERRUPTED``).
+    Once begun, the commit runs to its end even if the turn's task is cancelled: a
+    store never sees half a commit abandoned, and the turn deadline is never checked
+    inside it (``engine/runner.py``, ``UNINTERRUPTED``). See ``uninterrupted``.
     """
-    committing = asyncio.ensure_future(complete_turn(model.scope))
+    await uninterrupted(complete_turn(model.scope))
+
+
+async def uninterrupted(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to its end, whatever cancels the task awaiting it (D201).
+
+    ``work`` runs inline, in the caller's task, until it first waits: a cancellation
+    reaches a task only where it waits, so a commit that never waits (a memory
+    store's) cannot be interrupted and needs no task of its own. At its first wait,
+    the rest of it becomes a task of its own, awaited through ``asyncio.shield``: a
+    cancelled caller leaves it running, and its failure is logged, not lost.
+    """
+    try:
+        waiting = work.send(None)
+    except StopIteration:
+        return
+    except BaseException:
+        work.close()
+        raise
+    committing = asyncio.ensure_future(_Resumed(work, waiting))
     try:
         await asyncio.shield(committing)
     except asyncio.CancelledError:
         # The caller is gone; the commit goes on, and its failure is logged, not lost.
         committing.add_done_callback(_log_orphaned_commit)
         raise
+
+
+class _Resumed(Coroutine[Any, Any, None]):
+    """The rest of a coroutine that has begun and waits on ``waiting``, as a coroutine a
+    task can run: its first step hands that wait to the task; then every step, and
+    anything thrown in (a cancellation, even before the task's first step), goes to
+    the work itself, as ``await`` would."""
+
+    __slots__ = ("_waiting", "_work")
+
+    def __init__(self, work: Coroutine[Any, Any, None], waiting: Any) -> None:
+        self._work, self._waiting = work, waiting
+
+    def send(self, value: Any) -> Any:
+        """The wait the work began with, the first time; then the work's next wait."""
+        waiting = self._waiting
+        if waiting is not _HANDED_OVER:
+            self._waiting = _HANDED_OVER
+            return waiting
+        return self._work.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> Any:
+        """Throw into the work, where it waits."""
+        self._waiting = _HANDED_OVER
+        if val is None and tb is None:
+            return self._work.throw(typ)
+        return self._work.throw(typ, val, tb)  # pragma: no cover - asyncio throws one
+
+    def close(self) -> None:
+        """Close the work."""
+        self._work.close()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        raise TypeError("the rest of a commit runs as a task, it is not awaited")
+
+
+_HANDED_OVER = object()
 
 
 def _log_orphaned_commit(task: asyncio.Future[None]) -> None:
