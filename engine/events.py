@@ -80,6 +80,7 @@ from .trace import (
 
 __all__ = [
     "CheckRan",
+    "EntrySink",
     "EventSink",
     "Listener",
     "ModeChanged",
@@ -425,6 +426,11 @@ _EVENT_TYPES: tuple[type[TurnEvent], ...] = (
 EventSink: TypeAlias = Callable[[TurnEvent], None]
 """Where the machine's callbacks and the steps' reports send an event."""
 
+EntryEvent: TypeAlias = type[CheckRan] | type[TransitionTaken]
+EntrySink: TypeAlias = Callable[[Any], None]
+"""Where the runner sends the trace entry of a ``CheckRan`` or a ``TransitionTaken``
+(``TurnEvents.entry_sink``)."""
+
 Listener: TypeAlias = Callable[[TurnEvent], None] | Callable[[TurnEvent], Awaitable[None]]
 """A host's subscriber: a function, or a coroutine function, of one event."""
 
@@ -490,6 +496,33 @@ class TurnEvents:
     def wants(self, kind: type[TurnEvent]) -> bool:
         """Whether any subscriber or listener reads events of type ``kind``."""
         return self._wanted is None or kind in self._wanted
+
+    def entry_sink(self, kind: EntryEvent) -> EntrySink:
+        """How to emit the events of ``kind``, one whose only field is its trace entry
+        (``CheckRan``, ``TransitionTaken``): a function of the entry.
+
+        When every subscriber that reads ``kind`` is a ``TraceBuilder`` (a turn with
+        no listener that reads it and no spans), the function hands the entry to the
+        builders and the event is never made; else it makes the event and emits it.
+        """
+        readers = [
+            subscriber
+            for subscriber in self._subscribers
+            if kind in getattr(subscriber, "event_types", (kind,))
+        ]
+        builders = [r for r in readers if isinstance(r, TraceBuilder) and type(r) is TraceBuilder]
+        if self._async or len(builders) != len(readers):
+            emit, run_id = self.emit, self.run_id
+            return lambda entry: emit(kind(run_id, entry))
+        if len(builders) == 1:
+            return builders[0].entries.append
+        kept = tuple(builder.entries for builder in builders)
+
+        def keep(entry: Any) -> None:
+            for entries in kept:
+                entries.append(entry)
+
+        return keep
 
     @property
     def streamed(self) -> bool:

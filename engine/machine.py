@@ -81,7 +81,7 @@ from aptix_pipeline.validators import (
     validate_pre_step,
 )
 
-from .events import CheckRan, EventSink
+from .events import CheckRan, EntrySink, EventSink
 from .trace import CheckRecord
 
 __all__ = [
@@ -160,6 +160,20 @@ class TurnRun:
     """A ``TurnStop`` (``engine/runner.py``) that cancels the turn from outside, or ``None``."""
     host_guards: Mapping[PipelineStep, HostGuard] = field(default_factory=lambda: _NO_HOST_GUARDS)
     """The host's rules, by step (``host_guards``); empty for a pipeline without any."""
+    keep_check: EntrySink | None = None
+    """Where a check's record goes (``TurnEvents.entry_sink(CheckRan)``); ``None``: it is
+    emitted as ``CheckRan``."""
+    keep_transition: EntrySink | None = None
+    """Where a transition's record goes (``TurnEvents.entry_sink(TransitionTaken)``);
+    ``None``: it is emitted as ``TransitionTaken``."""
+
+    def check_ran(self, record: CheckRecord) -> None:
+        """A guard or exit hook ran: ``CheckRan``, or its record alone (``keep_check``)."""
+        keep = self.keep_check
+        if keep is None:
+            self.emit(CheckRan(self.run_id, record))
+        else:
+            keep(record)
 
 
 # --- cond=: the path, by ctx.Type, never by trial (DESIGN.md "The machine") -------------
@@ -205,10 +219,13 @@ def _checked(model: TurnRun, passed: CheckRecord, result: Any) -> None:
     check (nearly all of them) allocates nothing for the trace but its event.
     """
     if result.successful:
-        model.emit(CheckRan(model.run_id, passed))
+        keep = model.keep_check
+        if keep is None:
+            model.emit(CheckRan(model.run_id, passed))
+        else:
+            keep(passed)
         return
-    failed = CheckRecord(passed.step, passed.phase, passed.rule_ids, result.rule_ids)
-    model.emit(CheckRan(model.run_id, failed))
+    model.check_ran(CheckRecord(passed.step, passed.phase, passed.rule_ids, result.rule_ids))
     raise StepFaultError(result.errors)
 
 
@@ -258,10 +275,10 @@ def _host_checked(model: TurnRun, hosted: HostGuard) -> None:
 def _report_host_check(model: TurnRun, hosted: HostGuard, errors: list[InvokeError]) -> None:
     passed = hosted.passed
     if not errors:
-        model.emit(CheckRan(model.run_id, passed))
+        model.check_ran(passed)
         return
     failed = tuple(error.rule_id for error in errors if error.rule_id)
-    model.emit(CheckRan(model.run_id, CheckRecord(passed.step, "PRE", passed.rule_ids, failed)))
+    model.check_ran(CheckRecord(passed.step, "PRE", passed.rule_ids, failed))
 
 
 @functools.cache
@@ -323,7 +340,7 @@ def post_llm_client_once_settled(model: TurnRun) -> None:
     the check as deferred.
     """
     if model.scope.another_round:
-        model.emit(CheckRan(model.run_id, _LLM_CLIENT_POST_DEFERRED))
+        model.check_ran(_LLM_CLIENT_POST_DEFERRED)
         return
     post(PipelineStep.LLM_CLIENT)(model)
 

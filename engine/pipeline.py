@@ -53,6 +53,7 @@ from aptix_pipeline.steps import (
 from aptix_pipeline.validators import HostRule, HostRules
 
 from .events import (
+    CheckRan,
     EventSink,
     Listener,
     ModelCallStarted,
@@ -60,6 +61,7 @@ from .events import (
     StepReporter,
     StepStarted,
     TraceBuilder,
+    TransitionTaken,
     TurnEvent,
     TurnEvents,
     TurnFinished,
@@ -549,6 +551,8 @@ class Pipeline:
             step_events=events.wants(StepStarted) or events.wants(StepEnded),
             stop=stop,
             host_guards=self._host_guards,
+            keep_check=events.entry_sink(CheckRan),
+            keep_transition=events.entry_sink(TransitionTaken),
         )
         walked = Walked((), (), None)
         emit(TurnStarted(run_id, self._provider_name, scope.caller.org, scope.caller.user))

@@ -284,8 +284,13 @@ class CompiledCursor:
             result = callback.func(model) if callback.simple else callback.call(model, transition)
             if callback.is_async or (result is not None and inspect.isawaitable(result)):
                 await result
-        self.state = transition.record.target
-        model.emit(TransitionTaken(model.run_id, transition.record))
+        record = transition.record
+        self.state = record.target
+        keep = model.keep_transition
+        if keep is None:
+            model.emit(TransitionTaken(model.run_id, record))
+        else:
+            keep(record)
         for callback in transition.after:
             result = callback.func(model) if callback.simple else callback.call(model, transition)
             if callback.is_async or (result is not None and inspect.isawaitable(result)):
@@ -305,9 +310,11 @@ class _TransitionListener:
     def on_enter_state(self, event: Any, source: State | None, target: State) -> None:
         if source is None or str(event) == "__initial__":
             return
-        self.model.emit(
-            TransitionTaken(self.model.run_id, TransitionRecord(str(event), source.id, target.id))
-        )
+        model, record = self.model, TransitionRecord(str(event), source.id, target.id)
+        if model.keep_transition is None:
+            model.emit(TransitionTaken(model.run_id, record))
+        else:
+            model.keep_transition(record)
 
 
 class StatechartCursor:

@@ -1,0 +1,124 @@
+"""A ``CheckRan`` or ``TransitionTaken`` is made only when someone but the state trace reads
+it (D443, ``TurnEvents.entry_sink``): the trace alone gets the record itself."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+from engine_kit import CALLER, make_pipeline
+
+from aptix_pipeline.adapters.stores.memory import MemoryStore
+from aptix_pipeline.engine import (
+    CheckRan,
+    Telemetry,
+    TransitionTaken,
+    TurnEvent,
+    TurnStarted,
+)
+from aptix_pipeline.engine.events import TraceBuilder, TurnEvents
+from aptix_pipeline.engine.trace import CheckRecord, TransitionRecord
+
+CHECK = CheckRecord("reasoner", "PRE", ("AGN-036/4.8/PRE/x",))
+MOVE = TransitionRecord("reasoner", "prompt_ready", "reasoning")
+OFF = Telemetry(spans=False, capture_content=False)
+
+
+class StartsOnly:
+    """A listener that declares it reads ``TurnStarted`` alone."""
+
+    event_types: ClassVar[frozenset[type[TurnEvent]]] = frozenset({TurnStarted})
+
+    def __init__(self) -> None:
+        self.heard: list[TurnEvent] = []
+
+    def __call__(self, event: TurnEvent) -> None:
+        self.heard.append(event)
+
+
+class TraceBuilderKind(TraceBuilder):
+    """A subscriber that is a kind of ``TraceBuilder`` but hears events its own way."""
+
+    __slots__ = ("heard",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heard: list[TurnEvent] = []
+
+    def __call__(self, event: TurnEvent) -> None:
+        self.heard.append(event)
+        super().__call__(event)
+
+
+@pytest.mark.decision("D443")
+def test_with_the_trace_alone_the_record_goes_to_it_and_no_listener_hears_an_event() -> None:
+    trace, starts = TraceBuilder(), StartsOnly()
+    events = TurnEvents([trace, starts])
+
+    events.entry_sink(CheckRan)(CHECK)
+    events.entry_sink(TransitionTaken)(MOVE)
+
+    assert trace.entries == [CHECK, MOVE]
+    assert starts.heard == []
+
+
+@pytest.mark.decision("D443")
+def test_a_listener_of_every_event_hears_it_and_the_trace_keeps_the_record() -> None:
+    trace = TraceBuilder()
+    heard: list[TurnEvent] = []
+    events = TurnEvents([trace, heard.append])
+
+    events.entry_sink(CheckRan)(CHECK)
+    events.entry_sink(TransitionTaken)(MOVE)
+
+    assert trace.entries == [CHECK, MOVE]
+    assert heard == [CheckRan(events.run_id, CHECK), TransitionTaken(events.run_id, MOVE)]
+
+
+@pytest.mark.decision("D443")
+def test_every_trace_builder_keeps_the_record_and_a_subclass_hears_the_event() -> None:
+    first, second = TraceBuilder(), TraceBuilder()
+    TurnEvents([first, second]).entry_sink(CheckRan)(CHECK)
+    assert first.entries == second.entries == [CHECK]
+
+    kind = TraceBuilderKind()
+    events = TurnEvents([kind])
+    events.entry_sink(TransitionTaken)(MOVE)
+    assert kind.entries == [MOVE]
+    assert kind.heard == [TransitionTaken(events.run_id, MOVE)]
+
+
+@pytest.mark.decision("D443")
+async def test_an_async_listener_hears_the_events_the_trace_keeps() -> None:
+    trace = TraceBuilder()
+    heard: list[TurnEvent] = []
+
+    async def listener(event: TurnEvent) -> None:
+        heard.append(event)
+
+    events = TurnEvents([trace], [listener])
+    events.entry_sink(CheckRan)(CHECK)
+    await events.close()
+
+    assert trace.entries == [CHECK]
+    assert heard == [CheckRan(events.run_id, CHECK)]
+
+
+@pytest.mark.decision("D443")
+async def test_a_turn_heard_by_a_listener_of_checks_has_the_trace_of_one_heard_by_none() -> None:
+    heard: list[TurnEvent] = []
+    quiet, _ = make_pipeline(MemoryStore(), [{"text": "hi"}], telemetry=OFF)
+    loud, _ = make_pipeline(
+        MemoryStore(), [{"text": "hi"}], telemetry=OFF, listeners=[heard.append]
+    )
+
+    one = await quiet.run({"Instruction": "hi"}, CALLER)
+    other = await loud.run({"Instruction": "hi"}, CALLER)
+
+    assert one.trace == other.trace
+    assert one.checks == other.checks
+    assert one.transitions == other.transitions
+    assert [e.check for e in heard if isinstance(e, CheckRan)] == list(other.checks)
+    assert [e.transition for e in heard if isinstance(e, TransitionTaken)] == list(
+        other.transitions
+    )
