@@ -69,6 +69,7 @@ from aptix_pipeline.steps import (
 )
 from aptix_pipeline.validators import utf8_text
 
+from .records import quick_init
 from .trace import (
     CheckRecord,
     FaultRecord,
@@ -423,6 +424,10 @@ _EVENT_TYPES: tuple[type[TurnEvent], ...] = (
 )
 """Every event type a turn emits."""
 
+for _kind in _EVENT_TYPES:
+    quick_init(_kind)  # events are made many times a turn (engine/records.py)
+del _kind
+
 EventSink: TypeAlias = Callable[[TurnEvent], None]
 """Where the machine's callbacks and the steps' reports send an event."""
 
@@ -440,6 +445,38 @@ _RUN_IDS = itertools.count(1)
 def _is_async(listener: Listener) -> bool:
     call = getattr(listener, "__call__", None)  # noqa: B004 - a callable object's method
     return inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(call)
+
+
+_Plan: TypeAlias = tuple[frozenset[type[TurnEvent]] | None, tuple[bool, ...], bool]
+_PLANS: dict[tuple[object, ...], _Plan] = {}
+_MAX_PLANS = 64
+
+
+def _plan(declared: tuple[Any, ...], has_async: bool, capture_content: bool) -> _Plan:
+    """What ``TurnEvents`` works out from its subscribers' declared event types: the
+    types wanted (``None``: every type), which subscribers get text deltas, whether
+    the turn is streamed. The same subscribers come every turn: kept once worked out."""
+    key = (declared, has_async, capture_content)
+    try:
+        return _PLANS[key]
+    except KeyError:
+        pass
+    except TypeError:  # a subscriber declares its types in a set: work it out each time
+        return _make_plan(declared, has_async, capture_content)
+    plan = _make_plan(declared, has_async, capture_content)
+    if len(_PLANS) < _MAX_PLANS:
+        _PLANS[key] = plan
+    return plan
+
+
+def _make_plan(declared: tuple[Any, ...], has_async: bool, capture_content: bool) -> _Plan:
+    everything = has_async or any(kinds is None for kinds in declared)
+    wanted = None if everything else frozenset(k for kinds in declared for k in kinds or ())
+    text = tuple(
+        ModelTextDelta in kinds if kinds is not None else capture_content for kinds in declared
+    )
+    streamed = any(kinds is not None and ModelTextDelta in kinds for kinds in declared)
+    return wanted, text, streamed
 
 
 class TurnEvents:
@@ -475,20 +512,17 @@ class TurnEvents:
         capture_content: bool = False,
     ) -> None:
         self.run_id = next(_RUN_IDS)
-        self._subscribers = tuple(subscribers)
+        self._subscribers = subscribed = tuple(subscribers)
         self._async = tuple(async_listeners)
-        declared = [getattr(s, "event_types", None) for s in self._subscribers]
-        everything = self._async or any(kinds is None for kinds in declared)
-        self._wanted: frozenset[type[TurnEvent]] | None = (
-            None if everything else frozenset(k for kinds in declared for k in kinds or ())
-        )
-        self._text_subscribers = tuple(
-            subscriber
-            for subscriber, kinds in zip(self._subscribers, declared, strict=True)
-            if (ModelTextDelta in kinds if kinds is not None else capture_content)
+        declared = tuple([getattr(s, "event_types", None) for s in subscribed])
+        plan = _plan(declared, bool(self._async), capture_content)
+        self._wanted, text, self._streamed = plan
+        self._text_subscribers = (
+            tuple(s for s, reads in zip(subscribed, text, strict=True) if reads)
+            if True in text
+            else ()
         )
         self._async_text = bool(self._async) and capture_content
-        self._streamed = any(kinds is not None and ModelTextDelta in kinds for kinds in declared)
         self._queue: asyncio.Queue[TurnEvent | None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._pending: list[TurnEvent] = []

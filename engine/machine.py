@@ -303,10 +303,14 @@ def pre(step: PipelineStep) -> Callable[[TurnRun], None]:
 
 @functools.cache
 def run(step: PipelineStep) -> Callable[[TurnRun], Awaitable[None]]:
-    """The action of ``step``: its step function (``Pipeline(steps=...)`` may replace it)."""
+    """The action of ``step``: its step function (``Pipeline(steps=...)`` may replace it).
 
-    async def action(model: TurnRun) -> None:
-        await model.step_functions[step](model.scope)
+    The action hands back the step function's awaitable for the runtime to await
+    (both runtimes await what a callback returns): no coroutine of its own per step.
+    """
+
+    def action(model: TurnRun) -> Awaitable[None]:
+        return model.step_functions[step](model.scope)
 
     action.__name__ = action.__qualname__ = step.value
     action.__doc__ = f"AGN-036 step {step.value}"

@@ -51,6 +51,7 @@ from aptix_pipeline.validators import TURN_CANCELLED, TURN_DEADLINE
 
 from .events import StepEnded, StepStarted, TransitionTaken, TurnFaulted
 from .machine import FAULT, UNINTERRUPTED, TurnMachine, TurnRun
+from .records import quick_init
 from .trace import FaultRecord, TransitionRecord
 
 __all__ = [
@@ -449,6 +450,7 @@ def _cause_of(error: BaseException) -> BaseException | None:
     return error.__cause__ if isinstance(error, StepFaultError) else None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Walked:
     """Where a walk ended: the states entered in order, the errors and the faulted step."""

@@ -122,3 +122,39 @@ async def test_a_turn_heard_by_a_listener_of_checks_has_the_trace_of_one_heard_b
     assert [e.transition for e in heard if isinstance(e, TransitionTaken)] == list(
         other.transitions
     )
+
+
+class TextReader:
+    """A subscriber that declares its types in a mutable set (unhashable)."""
+
+    def __init__(self, kinds: set[type[TurnEvent]]) -> None:
+        self.event_types = kinds
+        self.heard: list[TurnEvent] = []
+
+    def __call__(self, event: TurnEvent) -> None:
+        self.heard.append(event)
+
+
+@pytest.mark.decision("D443")
+def test_what_the_dispatcher_works_out_follows_each_turns_own_subscribers() -> None:
+    from aptix_pipeline.engine import ModelTextDelta, StepStarted
+
+    for _ in range(2):  # the second time from what was kept
+        alone = TurnEvents([TraceBuilder()])
+        assert not alone.streamed
+        assert not alone.wants(StepStarted)
+        reader = TextReader({ModelTextDelta})
+        streamed = TurnEvents([TraceBuilder(), reader])
+        assert streamed.streamed
+        assert streamed.wants(ModelTextDelta)
+        assert not streamed.wants(StepStarted)
+        delta = ModelTextDelta(streamed.run_id, 1, "hi")
+        streamed.emit_text(delta)
+        assert reader.heard == [delta]
+        heard: list[TurnEvent] = []
+        captured = TurnEvents([heard.append], capture_content=True)
+        captured.emit_text(ModelTextDelta(captured.run_id, 1, "yo"))
+        assert len(heard) == 1
+        blind = TurnEvents([heard.append], capture_content=False)
+        blind.emit_text(ModelTextDelta(blind.run_id, 1, "no"))
+        assert len(heard) == 1
