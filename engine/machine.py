@@ -290,11 +290,18 @@ def pre(step: PipelineStep) -> Callable[[TurnRun], None]:
 
     def guard(model: TurnRun) -> None:
         result = validate_pre_step(model.scope.ctx, step)
-        hosted = model.host_guards.get(step) if model.host_guards else None
-        if hosted is None or not result.successful:
+        if not result.successful:
             _checked(model, passed, result)
-        else:
+            return
+        hosted = model.host_guards.get(step) if model.host_guards else None
+        if hosted is not None:
             _host_checked(model, hosted)
+            return
+        keep = model.keep_check  # _checked's passing case, inline: it runs every step
+        if keep is None:
+            model.emit(CheckRan(model.run_id, passed))
+        else:
+            keep(passed)
 
     guard.__name__ = guard.__qualname__ = f"pre_{step.value}"
     guard.__doc__ = f"AGN-036 PRE of {step.value}: {', '.join(rule_ids)}"
@@ -325,7 +332,14 @@ def post(step: PipelineStep) -> Callable[[TurnRun], None]:
 
     def exit_hook(model: TurnRun) -> None:
         result = validate_post_step(model.scope.ctx, step, before=model.before_response)
-        _checked(model, passed, result)
+        if not result.successful:
+            _checked(model, passed, result)
+            return
+        keep = model.keep_check  # _checked's passing case, inline: it runs every step
+        if keep is None:
+            model.emit(CheckRan(model.run_id, passed))
+        else:
+            keep(passed)
 
     exit_hook.__name__ = exit_hook.__qualname__ = f"post_{step.value}"
     exit_hook.__doc__ = f"AGN-036 POST of {step.value}: {', '.join(rule_ids)}"

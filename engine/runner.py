@@ -111,9 +111,22 @@ class CompiledTransition:
     """What taking it puts in the trace (event, source id, target id)."""
     work: tuple[_Callback, ...] = ()
     """``validators`` then ``actions``: what runs before the machine moves."""
+    before_move: tuple[tuple[Callable[[TurnRun], Any], bool], ...] = ()
+    """``work`` as (a function of the model, whether it is a coroutine function)."""
+    after_move: tuple[tuple[Callable[[TurnRun], Any], bool], ...] = ()
+    """``after`` the same way."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "work", self.validators + self.actions)
+        work = self.validators + self.actions
+        object.__setattr__(self, "work", work)
+        object.__setattr__(self, "before_move", tuple(self._bound(c) for c in work))
+        object.__setattr__(self, "after_move", tuple(self._bound(c) for c in self.after))
+
+    def _bound(self, callback: _Callback) -> tuple[Callable[[TurnRun], Any], bool]:
+        if callback.simple:
+            return callback.func, callback.is_async
+        call = callback.call
+        return (lambda model: call(model, self)), callback.is_async
 
     def holds(self, model: TurnRun) -> bool:
         """Every condition has its expected value for this turn."""
@@ -139,7 +152,7 @@ class CompiledMachine:
     def route(self, state: str, model: TurnRun) -> CompiledTransition:
         """The transition that moves the turn on from ``state``: the first whose conditions hold."""
         for transition in self.routes.get(state, ()):
-            if transition.holds(model):
+            if not transition.conditions or transition.holds(model):
                 return transition
         raise RuntimeError(f"no transition leaves state {state!r} for this turn")
 
@@ -281,9 +294,9 @@ class CompiledCursor:
         where it was, after it the transition was taken.
         """
         model = self.model
-        for callback in transition.work:
-            result = callback.func(model) if callback.simple else callback.call(model, transition)
-            if callback.is_async or (result is not None and inspect.isawaitable(result)):
+        for run, is_async in transition.before_move:
+            result = run(model)
+            if result is not None and (is_async or inspect.isawaitable(result)):
                 await result
         record = transition.record
         self.state = record.target
@@ -292,9 +305,9 @@ class CompiledCursor:
             model.emit(TransitionTaken(model.run_id, record))
         else:
             keep(record)
-        for callback in transition.after:
-            result = callback.func(model) if callback.simple else callback.call(model, transition)
-            if callback.is_async or (result is not None and inspect.isawaitable(result)):
+        for run, is_async in transition.after_move:
+            result = run(model)
+            if result is not None and (is_async or inspect.isawaitable(result)):
                 await result
 
     async def fault(self) -> None:
