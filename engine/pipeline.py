@@ -132,6 +132,10 @@ def _persisted_turn_id(ctx: PipelineContext | None, errors: tuple[InvokeError, .
     return ctx.turn.id
 
 
+_NOT_WALKED = Walked((), (), None)
+"""What a turn walked until its walk returns (none of it, if it never does)."""
+
+
 def _loop_running() -> bool:
     """Whether this thread runs an event loop now."""
     try:
@@ -554,7 +558,7 @@ class Pipeline:
             keep_check=events.entry_sink(CheckRan),
             keep_transition=events.entry_sink(TransitionTaken),
         )
-        walked = Walked((), (), None)
+        walked = _NOT_WALKED
         emit(TurnStarted(run_id, self._provider_name, scope.caller.org, scope.caller.user))
         try:
             try:
@@ -654,13 +658,9 @@ class Pipeline:
             )
         session_id = _persisted_session_id(ctx, errors)
         turn_id = _persisted_turn_id(ctx, errors)
-        transitions: list[TransitionRecord] = []
-        checks: list[CheckRecord] = []
-        for entry in recorder.entries:  # one pass for both of the report's views
-            if isinstance(entry, TransitionRecord):
-                transitions.append(entry)
-            elif isinstance(entry, CheckRecord):
-                checks.append(entry)
+        entries = recorder.entries
+        transitions = tuple([entry for entry in entries if isinstance(entry, TransitionRecord)])
+        checks = tuple([entry for entry in entries if isinstance(entry, CheckRecord)])
         response_type = None
         if ctx is not None and ctx.response_type is not None and not errors:
             response_type = str(ctx.response_type)
@@ -668,21 +668,21 @@ class Pipeline:
             context_type=str(ctx.type) if ctx is not None else None,
             outcome="faulted" if errors else "done",
             states=states,
-            entries=tuple(recorder.entries),
+            entries=tuple(entries),
             session_id=session_id,
             turn_id=turn_id,
             mode=ctx.mode if ctx is not None else None,
             response_type=response_type,
-            error_codes=tuple(str(error.code) for error in result.errors),
+            error_codes=tuple([str(e.code) for e in result.errors]) if result.errors else (),
             faulted_step=faulted_step,
-            warnings=tuple(warning.code for warning in warnings),
+            warnings=tuple([warning.code for warning in warnings]) if warnings else (),
         )
         return TurnReport(
             result=result,
             context_type=ctx.type if ctx is not None else None,
             states=states,
-            transitions=tuple(transitions),
-            checks=tuple(checks),
+            transitions=transitions,
+            checks=checks,
             tool_calls=tuple(scope.tool_calls),
             mode=ctx.mode if ctx is not None else None,
             mode_changes=() if errors else tuple(scope.mode_changes),
