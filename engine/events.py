@@ -539,15 +539,24 @@ class TurnEvents:
         no listener that reads it and no spans), the function hands the entry to the
         builders and the event is never made; else it makes the event and emits it.
         """
-        readers = [
-            subscriber
-            for subscriber in self._subscribers
-            if kind in getattr(subscriber, "event_types", (kind,))
-        ]
-        builders = [r for r in readers if isinstance(r, TraceBuilder) and type(r) is TraceBuilder]
-        if self._async or len(builders) != len(readers):
-            emit, run_id = self.emit, self.run_id
-            return lambda entry: emit(kind(run_id, entry))
+        keep = self.entry_keeper(kind)
+        if keep is not None:
+            return keep
+        emit, run_id = self.emit, self.run_id
+        return lambda entry: emit(kind(run_id, entry))
+
+    def entry_keeper(self, kind: type[TurnEvent]) -> EntrySink | None:
+        """The function that hands an event's trace entry to the ``TraceBuilder``s, when
+        they are all that read ``kind`` (the event need not be made); else ``None``."""
+        if self._async:
+            return None
+        builders: list[TraceBuilder] = []
+        for subscriber in self._subscribers:
+            if kind not in getattr(subscriber, "event_types", (kind,)):
+                continue
+            if not isinstance(subscriber, TraceBuilder) or type(subscriber) is not TraceBuilder:
+                return None
+            builders.append(subscriber)
         if len(builders) == 1:
             return builders[0].entries.append
         kept = tuple(builder.entries for builder in builders)
@@ -723,8 +732,14 @@ class _ModelCall:
             self.failure = type(raised or error).__name__
         record = self._record(reporter.capture_content)
         reply = self.reply
-        shown = reply if reporter.capture_content else None
-        reporter.emit(ModelCallFinished(reporter.run_id, record, reply is not None, shown, raised))
+        keep = reporter.keep_model_call
+        if keep is not None:
+            keep(record)
+        else:
+            shown = reply if reporter.capture_content else None
+            reporter.emit(
+                ModelCallFinished(reporter.run_id, record, reply is not None, shown, raised)
+            )
         # A retry library may keep the observation in a reference cycle until the
         # garbage collector runs: let it not keep the turn and its events with it.
         self._reporter = self._request = self.reply = None
@@ -918,6 +933,7 @@ class StepReporter:
         "emit",
         "emit_text",
         "identified_wanted",
+        "keep_model_call",
         "model_call_started",
         "org",
         "rounds",
@@ -936,8 +952,12 @@ class StepReporter:
         org: str = "",
         user: str = "",
         identified: bool = True,
+        keep_model_call: EntrySink | None = None,
     ) -> None:
         self.emit, self.run_id, self.capture_content = emit, run_id, capture_content
+        self.keep_model_call = keep_model_call
+        """Where a model call's record goes when only the trace reads ``ModelCallFinished``
+        (``TurnEvents.entry_keeper``); ``None``: the event is made and emitted."""
         self.org, self.user = org, user
         self.identified_wanted = identified
         """Whether anyone reads ``TurnIdentified`` (else none is made)."""

@@ -56,6 +56,7 @@ from .events import (
     CheckRan,
     EventSink,
     Listener,
+    ModelCallFinished,
     ModelCallStarted,
     StepEnded,
     StepReporter,
@@ -546,6 +547,7 @@ class Pipeline:
             org=scope.caller.org,
             user=scope.caller.user,
             identified=events.wants(TurnIdentified),
+            keep_model_call=events.entry_keeper(ModelCallFinished),
         )
         run = TurnRun(
             scope=scope,
@@ -659,8 +661,8 @@ class Pipeline:
         session_id = _persisted_session_id(ctx, errors)
         turn_id = _persisted_turn_id(ctx, errors)
         entries = recorder.entries
-        transitions = tuple([entry for entry in entries if isinstance(entry, TransitionRecord)])
-        checks = tuple([entry for entry in entries if isinstance(entry, CheckRecord)])
+        transitions = tuple([entry for entry in entries if type(entry) is TransitionRecord])
+        checks = tuple([entry for entry in entries if type(entry) is CheckRecord])
         response_type = None
         if ctx is not None and ctx.response_type is not None and not errors:
             response_type = str(ctx.response_type)

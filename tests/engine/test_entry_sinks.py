@@ -11,6 +11,7 @@ from engine_kit import CALLER, make_pipeline
 from aptix_pipeline.adapters.stores.memory import MemoryStore
 from aptix_pipeline.engine import (
     CheckRan,
+    ModelCallFinished,
     Telemetry,
     TransitionTaken,
     TurnEvent,
@@ -122,6 +123,22 @@ async def test_a_turn_heard_by_a_listener_of_checks_has_the_trace_of_one_heard_b
     assert [e.transition for e in heard if isinstance(e, TransitionTaken)] == list(
         other.transitions
     )
+    assert other.trace is not None
+    assert [e.call for e in heard if isinstance(e, ModelCallFinished)] == list(
+        other.trace.llm_calls
+    )
+
+
+@pytest.mark.decision("D443")
+def test_a_model_calls_record_goes_straight_to_the_trace_only_when_nobody_else_reads_it() -> None:
+    trace = TraceBuilder()
+    keep = TurnEvents([trace, StartsOnly()]).entry_keeper(ModelCallFinished)
+    assert keep is not None
+    keep(CHECK)
+    assert trace.entries == [CHECK]
+    heard: list[TurnEvent] = []
+    assert TurnEvents([TraceBuilder(), heard.append]).entry_keeper(ModelCallFinished) is None
+    assert TurnEvents([TraceBuilderKind()]).entry_keeper(ModelCallFinished) is None
 
 
 class TextReader:
