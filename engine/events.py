@@ -69,6 +69,7 @@ from aptix_pipeline.steps import (
 )
 from aptix_pipeline.validators import utf8_text
 
+from .records import quick_init
 from .trace import (
     CheckRecord,
     FaultRecord,
@@ -80,6 +81,7 @@ from .trace import (
 
 __all__ = [
     "CheckRan",
+    "EntrySink",
     "EventSink",
     "Listener",
     "ModeChanged",
@@ -422,8 +424,17 @@ _EVENT_TYPES: tuple[type[TurnEvent], ...] = (
 )
 """Every event type a turn emits."""
 
+for _kind in _EVENT_TYPES:
+    quick_init(_kind)  # events are made many times a turn (engine/records.py)
+del _kind
+
 EventSink: TypeAlias = Callable[[TurnEvent], None]
 """Where the machine's callbacks and the steps' reports send an event."""
+
+EntryEvent: TypeAlias = type[CheckRan] | type[TransitionTaken]
+EntrySink: TypeAlias = Callable[[Any], None]
+"""Where the runner sends the trace entry of a ``CheckRan`` or a ``TransitionTaken``
+(``TurnEvents.entry_sink``)."""
 
 Listener: TypeAlias = Callable[[TurnEvent], None] | Callable[[TurnEvent], Awaitable[None]]
 """A host's subscriber: a function, or a coroutine function, of one event."""
@@ -434,6 +445,38 @@ _RUN_IDS = itertools.count(1)
 def _is_async(listener: Listener) -> bool:
     call = getattr(listener, "__call__", None)  # noqa: B004 - a callable object's method
     return inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(call)
+
+
+_Plan: TypeAlias = tuple[frozenset[type[TurnEvent]] | None, tuple[bool, ...], bool]
+_PLANS: dict[tuple[object, ...], _Plan] = {}
+_MAX_PLANS = 64
+
+
+def _plan(declared: tuple[Any, ...], has_async: bool, capture_content: bool) -> _Plan:
+    """What ``TurnEvents`` works out from its subscribers' declared event types: the
+    types wanted (``None``: every type), which subscribers get text deltas, whether
+    the turn is streamed. The same subscribers come every turn: kept once worked out."""
+    key = (declared, has_async, capture_content)
+    try:
+        return _PLANS[key]
+    except KeyError:
+        pass
+    except TypeError:  # a subscriber declares its types in a set: work it out each time
+        return _make_plan(declared, has_async, capture_content)
+    plan = _make_plan(declared, has_async, capture_content)
+    if len(_PLANS) < _MAX_PLANS:
+        _PLANS[key] = plan
+    return plan
+
+
+def _make_plan(declared: tuple[Any, ...], has_async: bool, capture_content: bool) -> _Plan:
+    everything = has_async or any(kinds is None for kinds in declared)
+    wanted = None if everything else frozenset(k for kinds in declared for k in kinds or ())
+    text = tuple(
+        ModelTextDelta in kinds if kinds is not None else capture_content for kinds in declared
+    )
+    streamed = any(kinds is not None and ModelTextDelta in kinds for kinds in declared)
+    return wanted, text, streamed
 
 
 class TurnEvents:
@@ -469,20 +512,17 @@ class TurnEvents:
         capture_content: bool = False,
     ) -> None:
         self.run_id = next(_RUN_IDS)
-        self._subscribers = tuple(subscribers)
+        self._subscribers = subscribed = tuple(subscribers)
         self._async = tuple(async_listeners)
-        declared = [getattr(s, "event_types", None) for s in self._subscribers]
-        everything = self._async or any(kinds is None for kinds in declared)
-        self._wanted: frozenset[type[TurnEvent]] | None = (
-            None if everything else frozenset(k for kinds in declared for k in kinds or ())
-        )
-        self._text_subscribers = tuple(
-            subscriber
-            for subscriber, kinds in zip(self._subscribers, declared, strict=True)
-            if (ModelTextDelta in kinds if kinds is not None else capture_content)
+        declared = tuple([getattr(s, "event_types", None) for s in subscribed])
+        plan = _plan(declared, bool(self._async), capture_content)
+        self._wanted, text, self._streamed = plan
+        self._text_subscribers = (
+            tuple(s for s, reads in zip(subscribed, text, strict=True) if reads)
+            if True in text
+            else ()
         )
         self._async_text = bool(self._async) and capture_content
-        self._streamed = any(kinds is not None and ModelTextDelta in kinds for kinds in declared)
         self._queue: asyncio.Queue[TurnEvent | None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._pending: list[TurnEvent] = []
@@ -490,6 +530,42 @@ class TurnEvents:
     def wants(self, kind: type[TurnEvent]) -> bool:
         """Whether any subscriber or listener reads events of type ``kind``."""
         return self._wanted is None or kind in self._wanted
+
+    def entry_sink(self, kind: EntryEvent) -> EntrySink:
+        """How to emit the events of ``kind``, one whose only field is its trace entry
+        (``CheckRan``, ``TransitionTaken``): a function of the entry.
+
+        When every subscriber that reads ``kind`` is a ``TraceBuilder`` (a turn with
+        no listener that reads it and no spans), the function hands the entry to the
+        builders and the event is never made; else it makes the event and emits it.
+        """
+        keep = self.entry_keeper(kind)
+        if keep is not None:
+            return keep
+        emit, run_id = self.emit, self.run_id
+        return lambda entry: emit(kind(run_id, entry))
+
+    def entry_keeper(self, kind: type[TurnEvent]) -> EntrySink | None:
+        """The function that hands an event's trace entry to the ``TraceBuilder``s, when
+        they are all that read ``kind`` (the event need not be made); else ``None``."""
+        if self._async:
+            return None
+        builders: list[TraceBuilder] = []
+        for subscriber in self._subscribers:
+            if kind not in getattr(subscriber, "event_types", (kind,)):
+                continue
+            if not isinstance(subscriber, TraceBuilder) or type(subscriber) is not TraceBuilder:
+                return None
+            builders.append(subscriber)
+        if len(builders) == 1:
+            return builders[0].entries.append
+        kept = tuple(builder.entries for builder in builders)
+
+        def keep(entry: Any) -> None:
+            for entries in kept:
+                entries.append(entry)
+
+        return keep
 
     @property
     def streamed(self) -> bool:
@@ -656,8 +732,14 @@ class _ModelCall:
             self.failure = type(raised or error).__name__
         record = self._record(reporter.capture_content)
         reply = self.reply
-        shown = reply if reporter.capture_content else None
-        reporter.emit(ModelCallFinished(reporter.run_id, record, reply is not None, shown, raised))
+        keep = reporter.keep_model_call
+        if keep is not None:
+            keep(record)
+        else:
+            shown = reply if reporter.capture_content else None
+            reporter.emit(
+                ModelCallFinished(reporter.run_id, record, reply is not None, shown, raised)
+            )
         # A retry library may keep the observation in a reference cycle until the
         # garbage collector runs: let it not keep the turn and its events with it.
         self._reporter = self._request = self.reply = None
@@ -851,6 +933,7 @@ class StepReporter:
         "emit",
         "emit_text",
         "identified_wanted",
+        "keep_model_call",
         "model_call_started",
         "org",
         "rounds",
@@ -869,8 +952,12 @@ class StepReporter:
         org: str = "",
         user: str = "",
         identified: bool = True,
+        keep_model_call: EntrySink | None = None,
     ) -> None:
         self.emit, self.run_id, self.capture_content = emit, run_id, capture_content
+        self.keep_model_call = keep_model_call
+        """Where a model call's record goes when only the trace reads ``ModelCallFinished``
+        (``TurnEvents.entry_keeper``); ``None``: the event is made and emitted."""
         self.org, self.user = org, user
         self.identified_wanted = identified
         """Whether anyone reads ``TurnIdentified`` (else none is made)."""

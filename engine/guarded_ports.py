@@ -9,8 +9,8 @@ back to the model), so only the store and the catalogs are wrapped here.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 from aptix_pipeline.contracts import (
     AgentCatalog,
@@ -35,6 +35,7 @@ T = TypeVar("T")
 
 
 async def _guard(port: str, call: str, work: Awaitable[T], detail: ErrorDetail) -> T:
+    # The wrappers return this coroutine rather than await it: one frame per call.
     try:
         return await work
     except (StepFaultError, StoreConflictError, *PROPAGATED):
@@ -49,95 +50,97 @@ class GuardedTransaction:
     def __init__(self, inner: SessionTransaction, detail: ErrorDetail = "short") -> None:
         self._inner, self._detail = inner, detail
 
-    async def load_session(self, session_id: str) -> Session | None:
+    def load_session(self, session_id: str) -> Coroutine[Any, Any, Session | None]:
         """See ``SessionTransaction``."""
-        return await _guard(
+        return _guard(
             "SessionStore", "load_session", self._inner.load_session(session_id), self._detail
         )
 
-    async def create_session(self, session: Session) -> None:
+    def create_session(self, session: Session) -> Coroutine[Any, Any, None]:
         """See ``SessionTransaction``."""
-        await _guard(
+        return _guard(
             "SessionStore", "create_session", self._inner.create_session(session), self._detail
         )
 
-    async def load_turn(self, session_id: str, turn_id: str) -> Turn | None:
+    def load_turn(self, session_id: str, turn_id: str) -> Coroutine[Any, Any, Turn | None]:
         """See ``SessionTransaction``."""
-        return await _guard(
+        return _guard(
             "SessionStore", "load_turn", self._inner.load_turn(session_id, turn_id), self._detail
         )
 
-    async def open_turn(self, turn: Turn) -> None:
+    def open_turn(self, turn: Turn) -> Coroutine[Any, Any, None]:
         """See ``SessionTransaction``."""
-        await _guard("SessionStore", "open_turn", self._inner.open_turn(turn), self._detail)
+        return _guard("SessionStore", "open_turn", self._inner.open_turn(turn), self._detail)
 
-    async def complete_turn(self, turn: Turn) -> None:
+    def complete_turn(self, turn: Turn) -> Coroutine[Any, Any, None]:
         """See ``SessionTransaction``."""
-        await _guard("SessionStore", "complete_turn", self._inner.complete_turn(turn), self._detail)
+        return _guard(
+            "SessionStore", "complete_turn", self._inner.complete_turn(turn), self._detail
+        )
 
-    async def find_pending_turn(self, session_id: str) -> Turn | None:
+    def find_pending_turn(self, session_id: str) -> Coroutine[Any, Any, Turn | None]:
         """See ``SessionTransaction``."""
-        return await _guard(
+        return _guard(
             "SessionStore",
             "find_pending_turn",
             self._inner.find_pending_turn(session_id),
             self._detail,
         )
 
-    async def set_solution_context(self, session_id: str, text: str) -> Session:
+    def set_solution_context(self, session_id: str, text: str) -> Coroutine[Any, Any, Session]:
         """See ``SessionTransaction``."""
-        return await _guard(
+        return _guard(
             "SessionStore",
             "set_solution_context",
             self._inner.set_solution_context(session_id, text),
             self._detail,
         )
 
-    async def load_transcript(self, session_id: str) -> list[ChatMessage]:
+    def load_transcript(self, session_id: str) -> Coroutine[Any, Any, list[ChatMessage]]:
         """See ``SessionTransaction``."""
-        return await _guard(
+        return _guard(
             "SessionStore", "load_transcript", self._inner.load_transcript(session_id), self._detail
         )
 
-    async def append_transcript(
+    def append_transcript(
         self, session_id: str, turn_id: str, messages: Sequence[ChatMessage]
-    ) -> None:
+    ) -> Coroutine[Any, Any, None]:
         """See ``SessionTransaction``."""
-        await _guard(
+        return _guard(
             "SessionStore",
             "append_transcript",
             self._inner.append_transcript(session_id, turn_id, messages),
             self._detail,
         )
 
-    async def set_session_mode(self, session_id: str, entry: ModeHistoryEntry) -> Session:
+    def set_session_mode(
+        self, session_id: str, entry: ModeHistoryEntry
+    ) -> Coroutine[Any, Any, Session]:
         """See ``SessionTransaction``."""
-        return await _guard(
+        return _guard(
             "SessionStore",
             "set_session_mode",
             self._inner.set_session_mode(session_id, entry),
             self._detail,
         )
 
-    async def load_outcome(self, key: str) -> StoredOutcome | None:
+    def load_outcome(self, key: str) -> Coroutine[Any, Any, StoredOutcome | None]:
         """See ``SessionTransaction``."""
-        return await _guard(
-            "SessionStore", "load_outcome", self._inner.load_outcome(key), self._detail
-        )
+        return _guard("SessionStore", "load_outcome", self._inner.load_outcome(key), self._detail)
 
-    async def save_outcome(self, outcome: StoredOutcome) -> None:
+    def save_outcome(self, outcome: StoredOutcome) -> Coroutine[Any, Any, None]:
         """See ``SessionTransaction``."""
-        await _guard(
+        return _guard(
             "SessionStore", "save_outcome", self._inner.save_outcome(outcome), self._detail
         )
 
-    async def commit(self) -> None:
+    def commit(self) -> Coroutine[Any, Any, None]:
         """See ``SessionTransaction``."""
-        await _guard("SessionStore", "commit", self._inner.commit(), self._detail)
+        return _guard("SessionStore", "commit", self._inner.commit(), self._detail)
 
-    async def rollback(self) -> None:
+    def rollback(self) -> Coroutine[Any, Any, None]:
         """See ``SessionTransaction``."""
-        await _guard("SessionStore", "rollback", self._inner.rollback(), self._detail)
+        return _guard("SessionStore", "rollback", self._inner.rollback(), self._detail)
 
 
 class GuardedStore:
@@ -162,13 +165,13 @@ class GuardedModeCatalog:
     def __init__(self, inner: ModeCatalog, detail: ErrorDetail = "short") -> None:
         self.inner, self._detail = inner, detail
 
-    async def get_mode(self, mode: str) -> ModeSpec | None:
+    def get_mode(self, mode: str) -> Coroutine[Any, Any, ModeSpec | None]:
         """See ``ModeCatalog``."""
-        return await _guard("ModeCatalog", "get_mode", self.inner.get_mode(mode), self._detail)
+        return _guard("ModeCatalog", "get_mode", self.inner.get_mode(mode), self._detail)
 
-    async def list_modes(self) -> list[ModeSpec]:
+    def list_modes(self) -> Coroutine[Any, Any, list[ModeSpec]]:
         """See ``ModeCatalog``."""
-        return await _guard("ModeCatalog", "list_modes", self.inner.list_modes(), self._detail)
+        return _guard("ModeCatalog", "list_modes", self.inner.list_modes(), self._detail)
 
 
 class GuardedAgentCatalog:
@@ -177,20 +180,22 @@ class GuardedAgentCatalog:
     def __init__(self, inner: AgentCatalog, detail: ErrorDetail = "short") -> None:
         self.inner, self._detail = inner, detail
 
-    async def get_agent_context(self, agent_context_id: str | None) -> AgentContext | None:
+    def get_agent_context(
+        self, agent_context_id: str | None
+    ) -> Coroutine[Any, Any, AgentContext | None]:
         """See ``AgentCatalog``."""
-        return await _guard(
+        return _guard(
             "AgentCatalog",
             "get_agent_context",
             self.inner.get_agent_context(agent_context_id),
             self._detail,
         )
 
-    async def get_conversation_context(
+    def get_conversation_context(
         self, conversation_context_id: str | None
-    ) -> ConversationContext | None:
+    ) -> Coroutine[Any, Any, ConversationContext | None]:
         """See ``AgentCatalog``."""
-        return await _guard(
+        return _guard(
             "AgentCatalog",
             "get_conversation_context",
             self.inner.get_conversation_context(conversation_context_id),

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -81,7 +81,7 @@ from aptix_pipeline.validators import (
     validate_pre_step,
 )
 
-from .events import CheckRan, EventSink
+from .events import CheckRan, EntrySink, EventSink
 from .trace import CheckRecord
 
 __all__ = [
@@ -160,6 +160,20 @@ class TurnRun:
     """A ``TurnStop`` (``engine/runner.py``) that cancels the turn from outside, or ``None``."""
     host_guards: Mapping[PipelineStep, HostGuard] = field(default_factory=lambda: _NO_HOST_GUARDS)
     """The host's rules, by step (``host_guards``); empty for a pipeline without any."""
+    keep_check: EntrySink | None = None
+    """Where a check's record goes (``TurnEvents.entry_sink(CheckRan)``); ``None``: it is
+    emitted as ``CheckRan``."""
+    keep_transition: EntrySink | None = None
+    """Where a transition's record goes (``TurnEvents.entry_sink(TransitionTaken)``);
+    ``None``: it is emitted as ``TransitionTaken``."""
+
+    def check_ran(self, record: CheckRecord) -> None:
+        """A guard or exit hook ran: ``CheckRan``, or its record alone (``keep_check``)."""
+        keep = self.keep_check
+        if keep is None:
+            self.emit(CheckRan(self.run_id, record))
+        else:
+            keep(record)
 
 
 # --- cond=: the path, by ctx.Type, never by trial (DESIGN.md "The machine") -------------
@@ -205,10 +219,13 @@ def _checked(model: TurnRun, passed: CheckRecord, result: Any) -> None:
     check (nearly all of them) allocates nothing for the trace but its event.
     """
     if result.successful:
-        model.emit(CheckRan(model.run_id, passed))
+        keep = model.keep_check
+        if keep is None:
+            model.emit(CheckRan(model.run_id, passed))
+        else:
+            keep(passed)
         return
-    failed = CheckRecord(passed.step, passed.phase, passed.rule_ids, result.rule_ids)
-    model.emit(CheckRan(model.run_id, failed))
+    model.check_ran(CheckRecord(passed.step, passed.phase, passed.rule_ids, result.rule_ids))
     raise StepFaultError(result.errors)
 
 
@@ -258,10 +275,10 @@ def _host_checked(model: TurnRun, hosted: HostGuard) -> None:
 def _report_host_check(model: TurnRun, hosted: HostGuard, errors: list[InvokeError]) -> None:
     passed = hosted.passed
     if not errors:
-        model.emit(CheckRan(model.run_id, passed))
+        model.check_ran(passed)
         return
     failed = tuple(error.rule_id for error in errors if error.rule_id)
-    model.emit(CheckRan(model.run_id, CheckRecord(passed.step, "PRE", passed.rule_ids, failed)))
+    model.check_ran(CheckRecord(passed.step, "PRE", passed.rule_ids, failed))
 
 
 @functools.cache
@@ -273,11 +290,18 @@ def pre(step: PipelineStep) -> Callable[[TurnRun], None]:
 
     def guard(model: TurnRun) -> None:
         result = validate_pre_step(model.scope.ctx, step)
-        hosted = model.host_guards.get(step) if model.host_guards else None
-        if hosted is None or not result.successful:
+        if not result.successful:
             _checked(model, passed, result)
-        else:
+            return
+        hosted = model.host_guards.get(step) if model.host_guards else None
+        if hosted is not None:
             _host_checked(model, hosted)
+            return
+        keep = model.keep_check  # _checked's passing case, inline: it runs every step
+        if keep is None:
+            model.emit(CheckRan(model.run_id, passed))
+        else:
+            keep(passed)
 
     guard.__name__ = guard.__qualname__ = f"pre_{step.value}"
     guard.__doc__ = f"AGN-036 PRE of {step.value}: {', '.join(rule_ids)}"
@@ -286,10 +310,14 @@ def pre(step: PipelineStep) -> Callable[[TurnRun], None]:
 
 @functools.cache
 def run(step: PipelineStep) -> Callable[[TurnRun], Awaitable[None]]:
-    """The action of ``step``: its step function (``Pipeline(steps=...)`` may replace it)."""
+    """The action of ``step``: its step function (``Pipeline(steps=...)`` may replace it).
 
-    async def action(model: TurnRun) -> None:
-        await model.step_functions[step](model.scope)
+    The action hands back the step function's awaitable for the runtime to await
+    (both runtimes await what a callback returns): no coroutine of its own per step.
+    """
+
+    def action(model: TurnRun) -> Awaitable[None]:
+        return model.step_functions[step](model.scope)
 
     action.__name__ = action.__qualname__ = step.value
     action.__doc__ = f"AGN-036 step {step.value}"
@@ -304,7 +332,14 @@ def post(step: PipelineStep) -> Callable[[TurnRun], None]:
 
     def exit_hook(model: TurnRun) -> None:
         result = validate_post_step(model.scope.ctx, step, before=model.before_response)
-        _checked(model, passed, result)
+        if not result.successful:
+            _checked(model, passed, result)
+            return
+        keep = model.keep_check  # _checked's passing case, inline: it runs every step
+        if keep is None:
+            model.emit(CheckRan(model.run_id, passed))
+        else:
+            keep(passed)
 
     exit_hook.__name__ = exit_hook.__qualname__ = f"post_{step.value}"
     exit_hook.__doc__ = f"AGN-036 POST of {step.value}: {', '.join(rule_ids)}"
@@ -323,7 +358,7 @@ def post_llm_client_once_settled(model: TurnRun) -> None:
     the check as deferred.
     """
     if model.scope.another_round:
-        model.emit(CheckRan(model.run_id, _LLM_CLIENT_POST_DEFERRED))
+        model.check_ran(_LLM_CLIENT_POST_DEFERRED)
         return
     post(PipelineStep.LLM_CLIENT)(model)
 
@@ -344,17 +379,73 @@ def within_round_limit(model: TurnRun) -> None:
 async def commit(model: TurnRun) -> None:
     """``complete``: persist the turn and commit its transaction.
 
-    Once begun, the commit runs to its end even if the turn's task is cancelled
-    (``asyncio.shield``): a store never sees half a commit abandoned, and the turn
-    deadline is never checked inside it (``engine/runner.py``, ``UNINTERRUPTED``).
+    Once begun, the commit runs to its end even if the turn's task is cancelled: a
+    store never sees half a commit abandoned, and the turn deadline is never checked
+    inside it (``engine/runner.py``, ``UNINTERRUPTED``). See ``uninterrupted``.
     """
-    committing = asyncio.ensure_future(complete_turn(model.scope))
+    await uninterrupted(complete_turn(model.scope))
+
+
+async def uninterrupted(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to its end, whatever cancels the task awaiting it (D201).
+
+    ``work`` runs inline, in the caller's task, until it first waits: a cancellation
+    reaches a task only where it waits, so a commit that never waits (a memory
+    store's) cannot be interrupted and needs no task of its own. At its first wait,
+    the rest of it becomes a task of its own, awaited through ``asyncio.shield``: a
+    cancelled caller leaves it running, and its failure is logged, not lost.
+    """
+    try:
+        waiting = work.send(None)
+    except StopIteration:
+        return
+    except BaseException:
+        work.close()
+        raise
+    committing = asyncio.ensure_future(_Resumed(work, waiting))
     try:
         await asyncio.shield(committing)
     except asyncio.CancelledError:
         # The caller is gone; the commit goes on, and its failure is logged, not lost.
         committing.add_done_callback(_log_orphaned_commit)
         raise
+
+
+class _Resumed(Coroutine[Any, Any, None]):
+    """The rest of a coroutine that has begun and waits on ``waiting``, as a coroutine a
+    task can run: its first step hands that wait to the task; then every step, and
+    anything thrown in (a cancellation, even before the task's first step), goes to
+    the work itself, as ``await`` would."""
+
+    __slots__ = ("_waiting", "_work")
+
+    def __init__(self, work: Coroutine[Any, Any, None], waiting: Any) -> None:
+        self._work, self._waiting = work, waiting
+
+    def send(self, value: Any) -> Any:
+        """The wait the work began with, the first time; then the work's next wait."""
+        waiting = self._waiting
+        if waiting is not _HANDED_OVER:
+            self._waiting = _HANDED_OVER
+            return waiting
+        return self._work.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> Any:
+        """Throw into the work, where it waits."""
+        self._waiting = _HANDED_OVER
+        if val is None and tb is None:
+            return self._work.throw(typ)
+        return self._work.throw(typ, val, tb)  # pragma: no cover - asyncio throws one
+
+    def close(self) -> None:
+        """Close the work."""
+        self._work.close()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        raise TypeError("the rest of a commit runs as a task, it is not awaited")
+
+
+_HANDED_OVER = object()
 
 
 def _log_orphaned_commit(task: asyncio.Future[None]) -> None:

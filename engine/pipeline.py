@@ -53,13 +53,16 @@ from aptix_pipeline.steps import (
 from aptix_pipeline.validators import HostRule, HostRules
 
 from .events import (
+    CheckRan,
     EventSink,
     Listener,
+    ModelCallFinished,
     ModelCallStarted,
     StepEnded,
     StepReporter,
     StepStarted,
     TraceBuilder,
+    TransitionTaken,
     TurnEvent,
     TurnEvents,
     TurnFinished,
@@ -128,6 +131,10 @@ def _persisted_turn_id(ctx: PipelineContext | None, errors: tuple[InvokeError, .
     if errors and ctx.type is not ContextType.CLIENT_TOOL_CALL_CONTINUATION:
         return None
     return ctx.turn.id
+
+
+_NOT_WALKED = Walked((), (), None)
+"""What a turn walked until its walk returns (none of it, if it never does)."""
 
 
 def _loop_running() -> bool:
@@ -540,6 +547,7 @@ class Pipeline:
             org=scope.caller.org,
             user=scope.caller.user,
             identified=events.wants(TurnIdentified),
+            keep_model_call=events.entry_keeper(ModelCallFinished),
         )
         run = TurnRun(
             scope=scope,
@@ -549,8 +557,10 @@ class Pipeline:
             step_events=events.wants(StepStarted) or events.wants(StepEnded),
             stop=stop,
             host_guards=self._host_guards,
+            keep_check=events.entry_sink(CheckRan),
+            keep_transition=events.entry_sink(TransitionTaken),
         )
-        walked = Walked((), (), None)
+        walked = _NOT_WALKED
         emit(TurnStarted(run_id, self._provider_name, scope.caller.org, scope.caller.user))
         try:
             try:
@@ -650,13 +660,9 @@ class Pipeline:
             )
         session_id = _persisted_session_id(ctx, errors)
         turn_id = _persisted_turn_id(ctx, errors)
-        transitions: list[TransitionRecord] = []
-        checks: list[CheckRecord] = []
-        for entry in recorder.entries:  # one pass for both of the report's views
-            if isinstance(entry, TransitionRecord):
-                transitions.append(entry)
-            elif isinstance(entry, CheckRecord):
-                checks.append(entry)
+        entries = recorder.entries
+        transitions = tuple([entry for entry in entries if type(entry) is TransitionRecord])
+        checks = tuple([entry for entry in entries if type(entry) is CheckRecord])
         response_type = None
         if ctx is not None and ctx.response_type is not None and not errors:
             response_type = str(ctx.response_type)
@@ -664,21 +670,21 @@ class Pipeline:
             context_type=str(ctx.type) if ctx is not None else None,
             outcome="faulted" if errors else "done",
             states=states,
-            entries=tuple(recorder.entries),
+            entries=tuple(entries),
             session_id=session_id,
             turn_id=turn_id,
             mode=ctx.mode if ctx is not None else None,
             response_type=response_type,
-            error_codes=tuple(str(error.code) for error in result.errors),
+            error_codes=tuple([str(e.code) for e in result.errors]) if result.errors else (),
             faulted_step=faulted_step,
-            warnings=tuple(warning.code for warning in warnings),
+            warnings=tuple([warning.code for warning in warnings]) if warnings else (),
         )
         return TurnReport(
             result=result,
             context_type=ctx.type if ctx is not None else None,
             states=states,
-            transitions=tuple(transitions),
-            checks=tuple(checks),
+            transitions=transitions,
+            checks=checks,
             tool_calls=tuple(scope.tool_calls),
             mode=ctx.mode if ctx is not None else None,
             mode_changes=() if errors else tuple(scope.mode_changes),

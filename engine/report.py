@@ -23,6 +23,7 @@ from aptix_pipeline.contracts import (
 )
 from aptix_pipeline.steps import ModeChange, ToolCallRecord
 
+from .records import quick_init
 from .trace import CheckRecord, StateTrace, TransitionRecord
 
 if TYPE_CHECKING:  # named for type checkers only: the runtime never imports the tooling
@@ -37,6 +38,7 @@ RequestInput = AgentExecuteRequest | Mapping[str, Any] | str | bytes
 ResponseResult = InvokeResult[AgentExecuteResponse]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TurnReport:
     """What one turn did, for the host: its result and the path it took.

@@ -51,6 +51,7 @@ from aptix_pipeline.validators import TURN_CANCELLED, TURN_DEADLINE
 
 from .events import StepEnded, StepStarted, TransitionTaken, TurnFaulted
 from .machine import FAULT, UNINTERRUPTED, TurnMachine, TurnRun
+from .records import quick_init
 from .trace import FaultRecord, TransitionRecord
 
 __all__ = [
@@ -110,9 +111,22 @@ class CompiledTransition:
     """What taking it puts in the trace (event, source id, target id)."""
     work: tuple[_Callback, ...] = ()
     """``validators`` then ``actions``: what runs before the machine moves."""
+    before_move: tuple[tuple[Callable[[TurnRun], Any], bool], ...] = ()
+    """``work`` as (a function of the model, whether it is a coroutine function)."""
+    after_move: tuple[tuple[Callable[[TurnRun], Any], bool], ...] = ()
+    """``after`` the same way."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "work", self.validators + self.actions)
+        work = self.validators + self.actions
+        object.__setattr__(self, "work", work)
+        object.__setattr__(self, "before_move", tuple(self._bound(c) for c in work))
+        object.__setattr__(self, "after_move", tuple(self._bound(c) for c in self.after))
+
+    def _bound(self, callback: _Callback) -> tuple[Callable[[TurnRun], Any], bool]:
+        if callback.simple:
+            return callback.func, callback.is_async
+        call = callback.call
+        return (lambda model: call(model, self)), callback.is_async
 
     def holds(self, model: TurnRun) -> bool:
         """Every condition has its expected value for this turn."""
@@ -138,7 +152,7 @@ class CompiledMachine:
     def route(self, state: str, model: TurnRun) -> CompiledTransition:
         """The transition that moves the turn on from ``state``: the first whose conditions hold."""
         for transition in self.routes.get(state, ()):
-            if transition.holds(model):
+            if not transition.conditions or transition.holds(model):
                 return transition
         raise RuntimeError(f"no transition leaves state {state!r} for this turn")
 
@@ -280,15 +294,20 @@ class CompiledCursor:
         where it was, after it the transition was taken.
         """
         model = self.model
-        for callback in transition.work:
-            result = callback.func(model) if callback.simple else callback.call(model, transition)
-            if callback.is_async or (result is not None and inspect.isawaitable(result)):
+        for run, is_async in transition.before_move:
+            result = run(model)
+            if result is not None and (is_async or inspect.isawaitable(result)):
                 await result
-        self.state = transition.record.target
-        model.emit(TransitionTaken(model.run_id, transition.record))
-        for callback in transition.after:
-            result = callback.func(model) if callback.simple else callback.call(model, transition)
-            if callback.is_async or (result is not None and inspect.isawaitable(result)):
+        record = transition.record
+        self.state = record.target
+        keep = model.keep_transition
+        if keep is None:
+            model.emit(TransitionTaken(model.run_id, record))
+        else:
+            keep(record)
+        for run, is_async in transition.after_move:
+            result = run(model)
+            if result is not None and (is_async or inspect.isawaitable(result)):
                 await result
 
     async def fault(self) -> None:
@@ -305,9 +324,11 @@ class _TransitionListener:
     def on_enter_state(self, event: Any, source: State | None, target: State) -> None:
         if source is None or str(event) == "__initial__":
             return
-        self.model.emit(
-            TransitionTaken(self.model.run_id, TransitionRecord(str(event), source.id, target.id))
-        )
+        model, record = self.model, TransitionRecord(str(event), source.id, target.id)
+        if model.keep_transition is None:
+            model.emit(TransitionTaken(model.run_id, record))
+        else:
+            model.keep_transition(record)
 
 
 class StatechartCursor:
@@ -442,6 +463,7 @@ def _cause_of(error: BaseException) -> BaseException | None:
     return error.__cause__ if isinstance(error, StepFaultError) else None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Walked:
     """Where a walk ended: the states entered in order, the errors and the faulted step."""

@@ -28,6 +28,8 @@ from typing import Any
 from aptix_pipeline.contracts import InvokeWarning
 from aptix_pipeline.steps import ModeChange, ToolCallFate, ToolCallRecord, ToolCallSide
 
+from .records import quick_init
+
 __all__ = [
     "TRACE_FORMAT",
     "CheckRecord",
@@ -54,6 +56,7 @@ class TransitionRecord:
     target: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CheckRecord:
     """One guard (PRE) or exit hook (POST) run: the rules it checked and those that failed.
@@ -75,6 +78,7 @@ class CheckRecord:
         return "failed" if self.failed else "passed"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LLMCallRecord:
     """One call of the LLM port (AGN-036 §4.9), with all its attempts.
@@ -104,6 +108,7 @@ class LLMCallRecord:
     text: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RetrievalRecord:
     """One call of the ``Retriever`` port (AGN-034 §4.4, ``steps/retrieval.py``).
@@ -123,6 +128,7 @@ class RetrievalRecord:
     document_ids: tuple[str, ...] | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class FaultRecord:
     """What ended a failed turn: the step (or transition) and the errors' codes and rules."""
@@ -284,6 +290,7 @@ def entry_from_dict(data: Mapping[str, Any]) -> TraceEntry:
     raise ValueError(f"unknown trace entry kind {kind!r}")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class StateTrace:
     """What one turn did, in order; see the module docstring.
