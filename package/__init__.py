@@ -124,6 +124,7 @@ if TYPE_CHECKING:
         ToolInvocation,
         ToolOutput,
         ToolResult,
+        Transcript,
         Turn,
         TurnStatus,
         Usage,
@@ -331,6 +332,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "adapters": (
             "StoreBackend BufferedTransaction TurnWrites SessionWrite TurnWrite outcome_replaceable"
         ),
+        "contracts": "Transcript",
         "testing": "StoreContract",
     },
 }
@@ -494,6 +496,7 @@ __all__ = [
     "ToolOutput",
     "ToolResult",
     "ToolRoutingError",
+    "Transcript",
     "TransitionRecord",
     "TransitionTaken",
     "Turn",
