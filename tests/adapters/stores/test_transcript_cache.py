@@ -171,16 +171,16 @@ async def two_stores(
     overwrite the first message's JSON behind their backs."""
     if request.param == "sqlite":
         path = tmp_path / "aptix.db"
-        one, other = SQLiteStore(path), SQLiteStore(path)
+        first, second = SQLiteStore(path), SQLiteStore(path)
 
         def overwrite(text: str) -> None:
             with closing(sqlite3.connect(path)) as db:
                 db.execute("UPDATE transcript SET message = ? WHERE seq = 1", (text,))
                 db.commit()
 
-        yield one, other, overwrite
-        one.close()
-        other.close()
+        yield first, second, overwrite
+        first.close()
+        second.close()
         return
     url = request.getfixturevalue("postgres_db_url")
 
