@@ -364,14 +364,29 @@ def concurrency() -> dict[str, Any]:
 
 
 def transcript() -> dict[str, Any]:
-    """A follow-on's cost by the number of prior turns."""
+    """A follow-on's cost by the number of prior turns, per store."""
     costs = transcript_costs()
-    print("follow-on turn after N prior turns of its session, memory store (µs per turn)")
-    print(f"{'prior turns':<14}{'messages':>10}{'min µs':>10}{'median µs':>11}")
-    for prior, row in costs["by_prior_turns"].items():
-        print(f"{prior:<14}{row['messages']:>10}{row['min_us']:>10.0f}{row['median_us']:>11.0f}")
-    slope = costs["us_per_message"]
-    print(f"  µs per prior transcript message: {slope:.1f} (target ≤ 3: {_mark(slope <= 3)})")
+    for store, figures in costs["stores"].items():
+        print(f"follow-on turn after N prior turns of its session, {store} store (µs per turn)")
+        print(f"{'prior turns':<14}{'messages':>10}{'min µs':>10}{'median µs':>11}")
+        for prior, row in figures["by_prior_turns"].items():
+            print(
+                f"{prior:<14}{row['messages']:>10}{row['min_us']:>10.0f}{row['median_us']:>11.0f}"
+            )
+        print(
+            f"{'1 (beside)':<14}{'':>10}{figures['after_1_min_us']:>10.0f}"
+            f"{figures['after_1_median_us']:>11.0f}"
+        )
+        slope, ratio, target = (
+            figures["us_per_message"],
+            figures["ratio_median"],
+            figures["target_ratio"],
+        )
+        print(f"  µs per prior transcript message: {slope:.1f} (target ≤ 3: {_mark(slope <= 3)})")
+        print(
+            f"  after 1,000 ÷ after 1 (interleaved): median {ratio:.2f}, min"
+            f" {figures['ratio_min']:.2f} (target ≤ {target}: {_mark(ratio <= target)})"
+        )
     return costs
 
 

@@ -13,12 +13,17 @@ All on the default runtime with tracing off (``turns.engine_pipeline``):
   runs under ``tracemalloc``: the peak of traced memory above the baseline before
   the batch, per turn, and what is still held once the batch is over (the
   committed turns in the store, per turn).
-- **transcript** — a follow-on turn's wall time after 1, 10, 100 and 300 prior
-  turns of its session (memory store, fixed-reply model): ``sessions`` sessions
-  grow in lockstep, one turn each at a time, and the ``per_checkpoint`` turns that
-  follow each checkpoint are timed; min and median over those samples. The slope
-  is µs per loaded transcript message, from the minimum after the first and the
-  last checkpoint.
+- **transcript** — a follow-on turn's wall time after 1, 10, 100, 300 and 1,000
+  prior turns of its session (fixed-reply model), on the memory store and on a
+  SQLite file: ``sessions`` sessions grow in lockstep, one turn each at a time, and
+  the ``per_checkpoint`` turns that follow each checkpoint below 1,000 are timed;
+  ``long_sessions`` of them go on to 1,000 prior turns. There ``rounds`` interleaved
+  rounds each open a new session (untimed), time a follow-on after its one turn
+  (*after 1*, the baseline), then time one follow-on on each long session; the
+  ratio is the median after 1,000 over the median after 1 of those rounds, the
+  minima's ratio beside it. Min and median over each checkpoint's samples; the
+  slope is µs per loaded transcript message, from the minimum after the first and
+  the last checkpoint.
 - **replay** — ``groups`` x 3 turns recorded with ``RecordingOptions(directory=...)``
   (an Initial turn that asks for a client tool, its continuation, a follow-on),
   then all replayed in one process with ``engine.replay``: from the
@@ -152,35 +157,66 @@ def _follow_on(response: AgentExecuteResponse) -> dict[str, Any]:
     return {"SessionId": response.session_id, "TurnId": response.turn_id, "Instruction": "again"}
 
 
+TRANSCRIPT_TARGET = 1.5
+"""A follow-on after 1,000 prior turns costs at most this many times one after 1."""
+
+
+async def _timed_follow_on(pipeline: Pipeline, head: AgentExecuteResponse) -> tuple[Any, float]:
+    started = time.perf_counter()
+    report = await pipeline.run(_follow_on(head), CALLER)
+    elapsed = (time.perf_counter() - started) * 1e6
+    assert report.successful, report.result.errors
+    assert report.result.result is not None
+    return report.result.result, elapsed
+
+
+async def _opened(pipeline: Pipeline) -> AgentExecuteResponse:
+    opening = await pipeline.execute({"Instruction": "hi"}, CALLER)
+    assert opening.result is not None, opening.errors
+    return opening.result
+
+
 async def _transcript(
-    checkpoints: tuple[int, ...], sessions: int, per_checkpoint: int
+    store: SessionStore,
+    checkpoints: tuple[int, ...],
+    sessions: int,
+    per_checkpoint: int,
+    long_sessions: int,
+    rounds: int,
 ) -> dict[str, Any]:
-    ports = bench_ports(FixedLLM())
+    ports = bench_ports(FixedLLM(), store)
     pipeline = engine_pipeline(ports)
-    heads = []
-    for _ in range(sessions):
-        opening = await pipeline.execute({"Instruction": "hi"}, CALLER)
-        assert opening.result is not None, opening.errors
-        heads.append(opening.result)
+    *lockstep, last = checkpoints
+    heads = [await _opened(pipeline) for _ in range(sessions)]
     samples: dict[int, list[float]] = {prior: [] for prior in checkpoints}
-    timed = {prior + extra: prior for prior in checkpoints for extra in range(per_checkpoint)}
+    timed = {prior + extra: prior for prior in lockstep for extra in range(per_checkpoint)}
     messages: dict[int, int] = {}
-    for prior in range(1, max(timed) + 1):
+
+    async def count_messages(prior: int) -> None:
+        tx = ports.store.begin(CALLER.org, CALLER.user)
+        messages[prior] = len(await tx.load_transcript(heads[0].session_id))
+        await tx.rollback()
+
+    for prior in range(1, last):
         if prior in checkpoints:
-            tx = ports.store.begin(CALLER.org, CALLER.user)
-            messages[prior] = len(await tx.load_transcript(heads[0].session_id))
-            await tx.rollback()
-        for index, head in enumerate(heads):
-            started = time.perf_counter()
-            report = await pipeline.run(_follow_on(head), CALLER)
-            elapsed = time.perf_counter() - started
-            assert report.successful, report.result.errors
-            assert report.result.result is not None
-            heads[index] = report.result.result
+            await count_messages(prior)
+        # Past the lockstep checkpoints only the long sessions grow.
+        growing = heads if prior <= max(timed) else heads[:long_sessions]
+        for index, head in enumerate(growing):
+            heads[index], elapsed = await _timed_follow_on(pipeline, head)
             if prior in timed:
-                samples[timed[prior]].append(elapsed * 1e6)
-    first, last = checkpoints[0], checkpoints[-1]
+                samples[timed[prior]].append(elapsed)
+    await count_messages(last)
+    after_1: list[float] = []
+    for _ in range(rounds):  # interleaved: the baseline under the same load and store size
+        _, elapsed = await _timed_follow_on(pipeline, await _opened(pipeline))
+        after_1.append(elapsed)
+        for index in range(long_sessions):
+            heads[index], elapsed = await _timed_follow_on(pipeline, heads[index])
+            samples[last].append(elapsed)
+    first = checkpoints[0]
     slope = (min(samples[last]) - min(samples[first])) / (messages[last] - messages[first])
+    median_1, median_last = statistics.median(after_1), statistics.median(samples[last])
     return {
         "by_prior_turns": {
             str(prior): {
@@ -191,14 +227,35 @@ async def _transcript(
             for prior in checkpoints
         },
         "us_per_message": slope,
+        "after_1_min_us": min(after_1),
+        "after_1_median_us": median_1,
+        "ratio_median": median_last / median_1,
+        "ratio_min": min(samples[last]) / min(after_1),
+        "target_ratio": TRANSCRIPT_TARGET,
     }
 
 
 def transcript_costs(
-    checkpoints: tuple[int, ...] = (1, 10, 100, 300), sessions: int = 6, per_checkpoint: int = 3
+    checkpoints: tuple[int, ...] = (1, 10, 100, 300, 1000),
+    sessions: int = 6,
+    per_checkpoint: int = 3,
+    long_sessions: int = 2,
+    rounds: int = 15,
 ) -> dict[str, Any]:
-    """The figures of the module docstring's **transcript**."""
-    return asyncio.run(_transcript(checkpoints, sessions, per_checkpoint))
+    """The figures of the module docstring's **transcript**.
+
+    The memory store's figures at the top level (the keys this section always had),
+    and each store's under ``stores``.
+    """
+    shape = (checkpoints, sessions, per_checkpoint, long_sessions, rounds)
+    stores = {"memory": asyncio.run(_transcript(MemoryStore(), *shape))}
+    with tempfile.TemporaryDirectory() as folder:
+        sqlite = SQLiteStore(Path(folder) / "bench.db")
+        try:
+            stores["sqlite"] = asyncio.run(_transcript(sqlite, *shape))
+        finally:
+            sqlite.close()
+    return {**stores["memory"], "stores": stores}
 
 
 async def _record(folder: str, groups: int) -> list[TurnRecording]:

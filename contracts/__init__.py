@@ -24,7 +24,17 @@ from .context import (
 )
 from .errors import AptixPipelineError
 from .files import FileStore, StoredFile, ToolFile, ToolOutput, ToolPause, content_hash
-from .llm import ChatMessage, ChatRole, ContentPart, ImagePart, LLMReply, LLMRequest, TextPart
+from .llm import (
+    ChatMessage,
+    ChatRole,
+    ContentPart,
+    ImagePart,
+    LLMReply,
+    LLMRequest,
+    TextPart,
+    Transcript,
+    last_image_at,
+)
 from .llm_stream import (
     MalformedStreamError,
     ReplyAssembler,
@@ -180,6 +190,7 @@ __all__ = [
     "ToolOutput",
     "ToolPause",
     "ToolResult",
+    "Transcript",
     "Turn",
     "TurnStatus",
     "Usage",
@@ -189,6 +200,7 @@ __all__ = [
     "close_stream",
     "condition_admits",
     "content_hash",
+    "last_image_at",
     "mask_everywhere",
     "mask_url_everywhere",
     "metadata_values",

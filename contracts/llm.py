@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from enum import Enum, StrEnum
 from typing import Annotated, Final, Literal, Self
 
@@ -38,6 +38,8 @@ __all__ = [
     "LLMReply",
     "LLMRequest",
     "TextPart",
+    "Transcript",
+    "last_image_at",
 ]
 
 
@@ -157,6 +159,40 @@ class ChatMessage(FrozenWireModel):
         if self.parts is None:  # most messages: text alone (asked of each message every turn)
             return ()
         return tuple(part for part in self.parts if isinstance(part, ImagePart))
+
+
+def last_image_at(messages: Sequence[ChatMessage]) -> int:
+    """The index of the newest message holding an image part, or -1 when none does."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.parts and message.images:
+            return index
+    return -1
+
+
+class Transcript(list[ChatMessage]):
+    """A session's messages, oldest first, that know where the newest image is.
+
+    What ``SessionTransaction.load_transcript`` may answer instead of a plain list:
+    ``last_image`` is the index of the newest message holding an image part (-1 when
+    none does), so the pipeline need not look into each message of a long transcript
+    every turn to learn whether it shows the model an image (docs/PERFORMANCE.md
+    "Long sessions"). A store that appends messages keeps it as it goes; without
+    ``last_image`` it is found by looking. It describes the list as made: a copy or
+    slice is a plain list, and a caller that changes the list in place must not
+    trust it afterwards.
+    """
+
+    __slots__ = ("last_image",)
+
+    def __init__(self, messages: Iterable[ChatMessage] = (), last_image: int | None = None) -> None:
+        super().__init__(messages)
+        self.last_image: int = last_image_at(self) if last_image is None else last_image
+
+    def joined(self, more: Sequence[ChatMessage]) -> Transcript:
+        """A new transcript of these messages, then ``more``."""
+        found = last_image_at(more)
+        return Transcript([*self, *more], self.last_image if found < 0 else len(self) + found)
 
 
 class _Keep(Enum):

@@ -128,6 +128,7 @@ if TYPE_CHECKING:
         ToolOutput,
         ToolPause,
         ToolResult,
+        Transcript,
         Turn,
         TurnStatus,
         Usage,
@@ -338,6 +339,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "adapters": (
             "StoreBackend BufferedTransaction TurnWrites SessionWrite TurnWrite outcome_replaceable"
         ),
+        "contracts": "Transcript",
         "testing": "StoreContract",
     },
 }
@@ -505,6 +507,7 @@ __all__ = [
     "ToolPause",
     "ToolResult",
     "ToolRoutingError",
+    "Transcript",
     "TransitionRecord",
     "TransitionTaken",
     "Turn",

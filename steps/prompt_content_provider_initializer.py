@@ -42,6 +42,8 @@ from aptix_pipeline.contracts import (
     InvokeWarning,
     TextPart,
     ToolCall,
+    Transcript,
+    last_image_at,
 )
 from aptix_pipeline.validators import TRANSCRIPT_SIZE, is_image_type
 
@@ -117,14 +119,13 @@ def _described(message: ChatMessage) -> ChatMessage:
 
 
 async def _as_the_model_sees(scope: TurnScope, messages: list[ChatMessage]) -> list[ChatMessage]:
-    """The messages for the model: images described when its agent or mode has no vision.
+    """The messages, some holding images, for the model: images described when its agent
+    or mode has no vision.
 
     The turn's own images (those of its newest user message) that the model is not
     shown are named in the final response's ``UserWarnings``; older turns' images
     are described without a warning (their turn warned already).
     """
-    if not any(message.images for message in messages):
-        return messages
     ctx = scope.ctx
     agent = ctx.agent_context
     mode = await scope.ports.modes.get_mode(ctx.mode or "")
@@ -143,10 +144,9 @@ async def _as_the_model_sees(scope: TurnScope, messages: list[ChatMessage]) -> l
     return [_described(message) for message in messages]
 
 
-def _within_limit(
-    scope: TurnScope, session_id: str, history: list[ChatMessage]
-) -> list[ChatMessage]:
-    """The stored history the model is sent, by ``transcript_policy`` (docs/CONFIGURATION.md).
+def _sent_from(scope: TurnScope, session_id: str, history: list[ChatMessage]) -> int:
+    """Where the stored history the model is sent starts, by ``transcript_policy``
+    (docs/CONFIGURATION.md).
 
     ``truncate`` leaves out the oldest messages, and then any tool results left at the
     front without the assistant message that called them, so what is sent still pairs
@@ -154,7 +154,7 @@ def _within_limit(
     """
     limit = scope.options.max_transcript_messages
     if len(history) <= limit:
-        return history
+        return 0
     if scope.options.transcript_policy == "refuse":
         raise StepFaultError(
             [
@@ -177,7 +177,7 @@ def _within_limit(
             ),
         )
     )
-    return history[start:]
+    return start
 
 
 def _model_calls(history: list[ChatMessage]) -> dict[str, ToolCall]:
@@ -223,8 +223,13 @@ async def prompt_content_provider_initializer(scope: TurnScope) -> None:
         added = [*await retrieved_messages(scope), user_message(scope.request)]
     else:
         added = []
-    scope.messages = await _as_the_model_sees(
-        scope, [*_within_limit(scope, session_id, history), *added]
-    )
+    start = _sent_from(scope, session_id, history)
+    messages = [*(history[start:] if start else history), *added]
+    # Whether an image is sent, without looking into each message of a long history
+    # when the store's Transcript knows where its newest image is (Transcript.last_image).
+    newest_image = history.last_image if isinstance(history, Transcript) else last_image_at(history)
+    if newest_image >= start or last_image_at(added) >= 0:
+        messages = await _as_the_model_sees(scope, messages)
+    scope.messages = messages
     scope.new_messages = list(added)
     ctx.prompt_provider_ready = True

@@ -5,7 +5,8 @@ alone: isolation by org and user (DESIGN.md "Isolation"); a transaction's reads
 see its own writes, other transactions see nothing before its commit, and a
 rollback (or no commit) writes nothing; turns round-trip with their status and
 pending client tool calls, and ``find_pending_turn`` finds the one that awaits
-results (AGN-036 §4.4); the transcript keeps its order; SetSessionMode sets the
+results (AGN-036 §4.4); the transcript keeps its order, and a ``Transcript`` it is
+read as knows where its newest image is (``Transcript.last_image``); SetSessionMode sets the
 mode and appends to ModeHistory, refusing an entry that does not start from the
 current mode (AGN-011 §3.2); the solution context is replaced at commit (AGN-034
 §4.5); stored outcomes read back equal, and a key holding an unexpired one makes
@@ -39,13 +40,16 @@ from aptix_pipeline.contracts import (
     Caller,
     ChatMessage,
     ChatRole,
+    ImagePart,
     ModeHistoryEntry,
     Session,
     SessionStore,
     SessionTransaction,
     StoreConflictError,
     StoredOutcome,
+    TextPart,
     ToolCall,
+    Transcript,
     Turn,
     TurnStatus,
 )
@@ -437,6 +441,44 @@ class StoreContract:
         assert turn.status is TurnStatus.COMPLETED
         assert turn.pending_tool_calls == []
         assert turn.expanded_containers == ["Math"]
+
+    @_case()
+    async def test_a_transcript_read_knows_where_its_newest_image_is(
+        self, store: SessionStore
+    ) -> None:
+        """Where ``load_transcript`` answers a ``Transcript``, its ``last_image`` is right:
+        none yet, then one the transaction appended, then one committed, read again
+        after later messages without one."""
+        image = ChatMessage.of_parts(
+            ChatRole.USER, [TextPart(text="look"), ImagePart(mime_type="image/png", data=b"png")]
+        )
+        await seed_store(store, turns=[sample_turn("t1")], messages=[user_says("hi")])
+        reads: list[tuple[list[ChatMessage], int]] = []
+
+        async def read(tx: SessionTransaction, newest_image: int) -> None:
+            reads.append((await tx.load_transcript("s1"), newest_image))
+
+        tx = store.begin(_ORG, _USER)
+        await read(tx, -1)
+        await tx.open_turn(sample_turn("t2"))
+        await tx.append_transcript("s1", "t2", [assistant_says("hello"), image])
+        await read(tx, 2)
+        await tx.commit()
+        for turn_id in ("t3", "t4"):
+            tx = store.begin(_ORG, _USER)
+            await read(tx, 2)
+            await tx.open_turn(sample_turn(turn_id))
+            await tx.append_transcript("s1", turn_id, [assistant_says("a cat"), user_says("ok")])
+            await tx.commit()
+        tx = store.begin(_ORG, _USER)
+        await read(tx, 2)
+        await tx.rollback()
+
+        assert [len(transcript) for transcript, _ in reads] == [1, 3, 3, 5, 7]
+        assert reads[-1][0][2] == image
+        for transcript, newest_image in reads:
+            if isinstance(transcript, Transcript):
+                assert transcript.last_image == newest_image
 
     @_case()
     async def test_sessions_do_not_share_turns_or_transcripts(self, store: SessionStore) -> None:

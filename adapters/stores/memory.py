@@ -15,6 +15,7 @@ from aptix_pipeline.contracts import (
     Session,
     StoreConflictError,
     StoredOutcome,
+    Transcript,
     Turn,
     TurnStatus,
 )
@@ -46,6 +47,8 @@ class MemoryStore:
         self._transcript: dict[str, list[ChatMessage]] = {}
         self._transcript_turns: dict[str, list[str]] = {}
         """The turn that appended each message of ``_transcript``, position for position."""
+        self._last_image: dict[str, int] = {}
+        """Each session's ``Transcript.last_image``: where its newest message with an image is."""
         self._outcomes: dict[tuple[str, str, str], StoredOutcome] = {}
         """Stored outcomes by org, user and key; an expired one stays until replaced."""
 
@@ -69,11 +72,12 @@ class MemoryStore:
             return None
         return self._turns.get(session_id, {}).get(turn_id)
 
-    async def read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
+    async def read_transcript(self, org: str, user: str, session_id: str) -> Transcript:
         """The session's messages, oldest first."""
         if self._owned(org, user, session_id) is None:
-            return []
-        return list(self._transcript.get(session_id, ()))
+            return Transcript()
+        messages = self._transcript.get(session_id, ())
+        return Transcript(messages, self._last_image.get(session_id, -1))
 
     async def read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
         """The session's turn that awaits client tool results, if any."""
@@ -176,7 +180,10 @@ class MemoryStore:
             else:
                 pending.discard(turn.id)
         for session_id, turn_id, message in writes.transcript:
-            self._transcript.setdefault(session_id, []).append(message)
+            messages = self._transcript.setdefault(session_id, [])
+            if message.parts and message.images:
+                self._last_image[session_id] = len(messages)
+            messages.append(message)
             self._transcript_turns.setdefault(session_id, []).append(turn_id)
         for outcome in writes.outcomes:
             self._outcomes[(writes.org, writes.user, outcome.key)] = outcome

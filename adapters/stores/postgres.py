@@ -43,6 +43,7 @@ from aptix_pipeline.contracts import (
     Session,
     StoreConflictError,
     StoredOutcome,
+    Transcript,
     Turn,
     TurnStatus,
 )
@@ -56,6 +57,7 @@ from .session_browser import (
     check_page,
     turn_order,
 )
+from .transcript_cache import DEFAULT_BUDGET, TranscriptCache
 from .unit_of_work import BufferedTransaction, SessionWrite, TurnWrites, session_from_row
 
 __all__ = [
@@ -131,8 +133,10 @@ class PostgresStore:
     (one connection serves one read or one commit at a time, so a worker needs far
     fewer connections than concurrent turns); ``timeout`` is how long a call waits
     for a connection. ``migrate=False`` refuses a database not already at
-    ``SCHEMA_VERSION`` instead of migrating it. Close with ``await store.aclose()``
-    (or ``async with PostgresStore(url) as store``).
+    ``SCHEMA_VERSION`` instead of migrating it. ``transcript_cache_bytes`` bounds the
+    decoded transcripts the store keeps between turns (``transcript_cache``; 0 keeps
+    none). Close with ``await store.aclose()`` (or ``async with PostgresStore(url) as
+    store``).
     """
 
     def __init__(
@@ -143,6 +147,7 @@ class PostgresStore:
         max_size: int = 10,
         timeout: float = 30.0,
         migrate: bool = True,
+        transcript_cache_bytes: int = DEFAULT_BUDGET,
     ) -> None:
         self.url = redact_url(url)
         """The URL with its password masked: safe to log."""
@@ -166,6 +171,7 @@ class PostgresStore:
         self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._migrated = False
         self._closed = False
+        self._transcripts = TranscriptCache(transcript_cache_bytes)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r}, min_size={self.min_size}, max_size={self.max_size})"
@@ -332,16 +338,22 @@ class PostgresStore:
         )
         return None if row is None else Turn.model_validate_json(row[0])
 
-    async def read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
-        """The session's messages, oldest first."""
-        row = await self._fetchone(
-            "SELECT ARRAY(SELECT t.message FROM aptix_transcript t "
+    async def read_transcript(self, org: str, user: str, session_id: str) -> Transcript:
+        """The session's messages, oldest first.
+
+        Only the rows after those decoded before are read (``transcript_cache``): a
+        session's rows are only appended, in ``seq`` order, one committed turn at a time.
+        """
+        key = (org, user, session_id)
+        held, last_seq = self._transcripts.start(key)
+        rows = await self._fetchall(
+            "SELECT t.seq, t.message FROM aptix_transcript t "
             "JOIN aptix_sessions s ON s.id = t.session_id "
-            "WHERE t.session_id = %s AND s.org = %s AND s.user_name = %s ORDER BY t.seq)",
-            (session_id, org, user),
+            "WHERE t.session_id = %s AND s.org = %s AND s.user_name = %s AND t.seq > %s "
+            "ORDER BY t.seq",
+            (session_id, org, user, last_seq),
         )
-        messages: list[str] = row[0] if row is not None else []
-        return [ChatMessage.model_validate_json(message) for message in messages]
+        return self._transcripts.finish(key, held, last_seq, rows)
 
     async def read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
         """The session's turn that awaits client tool results, if any."""

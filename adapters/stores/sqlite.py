@@ -51,6 +51,7 @@ from aptix_pipeline.contracts import (
     Session,
     StoreConflictError,
     StoredOutcome,
+    Transcript,
     Turn,
     TurnStatus,
 )
@@ -63,6 +64,7 @@ from .session_browser import (
     check_page,
     turn_order,
 )
+from .transcript_cache import DEFAULT_BUDGET, TranscriptCache
 from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable, session_from_row
 
 __all__ = [
@@ -254,7 +256,9 @@ class SQLiteStore:
     """Sessions in a SQLite file; see the module docstring. Close it when done.
 
     ``synchronous`` is the durability setting, ``"normal"`` or ``"full"`` (module
-    docstring); ``ValueError`` for anything else.
+    docstring); ``ValueError`` for anything else. ``transcript_cache_bytes`` bounds
+    the decoded transcripts the store keeps between turns (``transcript_cache``; 0
+    keeps none).
     """
 
     def __init__(
@@ -263,9 +267,11 @@ class SQLiteStore:
         *,
         synchronous: Synchronous | str = "normal",
         busy_timeout_ms: int = 10_000,
+        transcript_cache_bytes: int = DEFAULT_BUDGET,
     ) -> None:
         self.path = Path(path)
         self.synchronous: Synchronous = synchronous_mode(synchronous)
+        self._transcripts = TranscriptCache(transcript_cache_bytes)
         self._busy_timeout_ms = busy_timeout_ms
         self._connection: sqlite3.Connection | None = None
         self._commits = 0
@@ -438,15 +444,18 @@ class SQLiteStore:
         """The turn of the caller's session, or ``None``."""
         return await self._run(lambda: self._read_turn(org, user, session_id, turn_id))
 
-    def _read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
+    def _read_transcript(self, org: str, user: str, session_id: str) -> Transcript:
+        # Only the rows after those decoded before (transcript_cache): rows are only appended.
+        key = (org, user, session_id)
+        held, last_seq = self._transcripts.start(key)
         rows = self._db().execute(
-            "SELECT t.message FROM transcript t JOIN sessions s ON s.id = t.session_id "
-            "WHERE t.session_id = ? AND s.org = ? AND s.user = ? ORDER BY t.seq",
-            (session_id, org, user),
+            "SELECT t.seq, t.message FROM transcript t JOIN sessions s ON s.id = t.session_id "
+            "WHERE t.session_id = ? AND s.org = ? AND s.user = ? AND t.seq > ? ORDER BY t.seq",
+            (session_id, org, user, last_seq),
         )
-        return [ChatMessage.model_validate_json(message) for (message,) in rows]
+        return self._transcripts.finish(key, held, last_seq, rows)
 
-    async def read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
+    async def read_transcript(self, org: str, user: str, session_id: str) -> Transcript:
         """The session's messages, oldest first."""
         return await self._run(lambda: self._read_transcript(org, user, session_id))
 

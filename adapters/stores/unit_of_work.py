@@ -30,6 +30,7 @@ from aptix_pipeline.contracts import (
     ModeHistoryEntry,
     Session,
     StoredOutcome,
+    Transcript,
     Turn,
     TurnStatus,
 )
@@ -253,16 +254,22 @@ class BufferedTransaction:
             return None
         return stored
 
-    async def load_transcript(self, session_id: str) -> list[ChatMessage]:
-        """The session's messages, then this transaction's, oldest first."""
+    async def load_transcript(self, session_id: str) -> Transcript:
+        """The session's messages, then this transaction's, oldest first.
+
+        A ``Transcript``: where the backend answers one, its ``last_image`` is carried
+        over, not looked for again (the memory and SQL stores keep it as they append).
+        """
         self._open()
         if await self.load_session(session_id) is None:
-            return []
+            return Transcript()
         stored: list[ChatMessage] = []
         if not self._created(session_id):
             stored = await self._backend.read_transcript(self._org, self._user, session_id)
         added = [message for sid, _, message in self._transcript if sid == session_id]
-        return [*stored, *added]
+        if isinstance(stored, Transcript):
+            return stored.joined(added)
+        return Transcript([*stored, *added])
 
     async def append_transcript(
         self, session_id: str, turn_id: str, messages: Sequence[ChatMessage]

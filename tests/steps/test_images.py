@@ -478,6 +478,53 @@ async def test_an_earlier_turns_image_is_described_without_a_new_warning() -> No
     assert all(not m.images for m in llm.requests[1].messages)
 
 
+@pytest.mark.decision("D467")
+@pytest.mark.parametrize("kind", ALL_STORE_KINDS)
+@pytest.mark.parametrize(
+    ("limit", "image_sent"),
+    [(3, False), (4, True), (6, True)],
+    ids=["image-cut-off", "image-first-of-the-window", "whole-transcript"],
+)
+async def test_an_earlier_image_is_described_wherever_the_sent_history_holds_it(
+    kind: str, limit: int, image_sent: bool, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # Stored before the fourth turn: user, assistant | user (image), assistant | user, assistant.
+    options = PipelineOptions(max_transcript_messages=limit, transcript_policy="truncate")
+    script = [text("one"), text("two"), text("three"), text("{received}")]
+    async with open_store_of_kind(kind, request, tmp_path) as store:
+        pipeline, llm = make_pipeline(
+            store, script, config=catalog(agent_vision=False), options=options
+        )
+        first = ok(await pipeline.execute({"Instruction": "hi"}, CALLER))
+        second = ok(await pipeline.execute({**follow_on(first), **looking()}, CALLER))
+        third = ok(await pipeline.execute(follow_on(second, "and?"), CALLER))
+        ok(await pipeline.execute(follow_on(third, "and now?"), CALLER))
+
+    assert llm is not None
+    sent = llm.requests[3].messages
+    assert all(not message.images for message in sent)
+    described = [m for m in sent if "[image img1: image/png, 68 bytes, not shown]" in m.content]
+    assert len(described) == int(image_sent)
+
+
+@pytest.mark.decision("D467")
+async def test_a_replayed_turn_finds_an_earlier_image_without_the_stores_transcript() -> None:
+    # In a replay the transcript comes from the recording, as a plain list: looked through.
+    store = MemoryStore()
+    script = [text("one"), text("{received}")]
+    pipeline = recording_pipeline(store, script, config=catalog(agent_vision=False))
+    first = (await pipeline.run(looking(), CALLER)).result.result
+    assert first is not None
+    report = await pipeline.run(follow_on(first, "and now?"), CALLER)
+
+    assert report.recording is not None
+    [model_call] = [c for c in report.recording.calls if c.name == "LLM.complete"]
+    sent = model_call.args["request"]["Messages"]
+    assert all(part["Type"] == "text" for m in sent for part in m.get("Parts") or ())
+    outcome = await replay(report.recording)
+    assert outcome.ok, outcome.divergence.describe() if outcome.divergence else ""
+
+
 # === the OpenAI-compatible adapter ==============================================================
 
 

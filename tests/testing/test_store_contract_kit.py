@@ -28,6 +28,7 @@ from aptix_pipeline import (
     StoreConflictError,
     StoreContract,
     StoredOutcome,
+    Transcript,
     Turn,
     TurnStatus,
     TurnWrites,
@@ -172,6 +173,13 @@ class NewestFirst(DictStore):
         return list(reversed(await super().read_transcript(org, user, session_id)))
 
 
+class ImagesUnseen(DictStore):
+    """Reads a transcript as a ``Transcript`` that says it holds no image, whatever it holds."""
+
+    async def read_transcript(self, org: str, user: str, session_id: str) -> list[ChatMessage]:
+        return Transcript(await super().read_transcript(org, user, session_id), last_image=-1)
+
+
 class ForgetsModeHistory(DictStore):
     """Keeps a changed session's mode but not its ModeHistory."""
 
@@ -214,6 +222,10 @@ BROKEN: dict[str, tuple[type[DictStore], str]] = {
         "test_the_second_of_two_racing_commits_conflicts_and_writes_nothing",
     ),
     "transcript out of order": (NewestFirst, "test_transcript_keeps_order_across_turns"),
+    "newest image unknown": (
+        ImagesUnseen,
+        "test_a_transcript_read_knows_where_its_newest_image_is",
+    ),
     "ModeHistory lost": (
         ForgetsModeHistory,
         "test_set_session_mode_changes_mode_and_appends_history",
