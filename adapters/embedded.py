@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aptix_pipeline.contracts import (
     LLM,
@@ -40,24 +40,22 @@ from aptix_pipeline.engine import (
     Telemetry,
     TurnInterceptor,
 )
-from aptix_pipeline.engine.replay import Recorder, RecordingOptions
 from aptix_pipeline.steps import Hooks, PipelineOptions, Ports
 from aptix_pipeline.validators import HostRule
 
-from .config import (
-    ConfigCatalog,
-    ConfigError,
-    FilesConfig,
-    ServiceConfig,
-    build_llm,
-    default_store_url,
-    open_retriever,
-)
-from .files import LocalFileStore
-from .models import TurnScript
+from .config import ConfigCatalog
 from .stores import DEFAULT_STORE_URL, open_store
 from .system import RandomIds, SystemClock
 from .tools import BUILTIN_TOOLS, DEMO_TOOLS
+
+if TYPE_CHECKING:
+    # Imported where they are used: a pipeline that records nothing and has no
+    # [files] never loads the replay tooling or the file store, and one built
+    # without a configuration file never loads its models (start-up, D474).
+    from aptix_pipeline.engine.replay import RecordingOptions
+
+    from .config import FilesConfig, ServiceConfig
+    from .files import LocalFileStore
 
 __all__ = [
     "DEFAULT_STORE_URL",
@@ -147,7 +145,11 @@ def embedded_pipeline(
         files=files,
         retriever=retriever,
     )
-    recorders = (Recorder(recording),) if recording is not None else ()
+    recorders: tuple[TurnInterceptor, ...] = ()
+    if recording is not None:
+        from aptix_pipeline.engine.replay import Recorder
+
+        recorders = (Recorder(recording),)
     return Pipeline(
         ports,
         options,
@@ -166,6 +168,8 @@ def open_file_store(files: FilesConfig | None, clock: Clock | None) -> LocalFile
     their tools' files alike (docs/FILES.md)."""
     if files is None or clock is None:
         return None
+    from .files import LocalFileStore
+
     return LocalFileStore(
         files.directory,
         url_base=files.url_base,
@@ -202,6 +206,9 @@ def build_pipeline(
     the file's ``[store]``, else the data folder's file (``config/data_dir.py``). Raises
     ``ConfigError`` when there is no model at all, or the store cannot be opened.
     """
+    from .config import ConfigError, build_llm, default_store_url, open_retriever
+    from .models import TurnScript
+
     if llm is None:
         if config.model is None:
             raise ConfigError(f"{config.source}: no [model] table and no model given")
