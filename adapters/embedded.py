@@ -40,29 +40,22 @@ from aptix_pipeline.engine import (
     Telemetry,
     TurnInterceptor,
 )
-from aptix_pipeline.engine.replay import Recorder, RecordingOptions
 from aptix_pipeline.steps import Hooks, PipelineOptions, Ports
 from aptix_pipeline.validators import HostRule
 
-from .config import (
-    ConfigCatalog,
-    ConfigError,
-    FilesConfig,
-    McpConfigError,
-    ServiceConfig,
-    build_llm,
-    default_store_url,
-    open_retriever,
-    start_pool,
-    with_mcp_tools,
-)
-from .files import LocalFileStore
-from .models import TurnScript
+from .config import ConfigCatalog
 from .stores import DEFAULT_STORE_URL, open_store
 from .system import RandomIds, SystemClock
 from .tools import BUILTIN_TOOLS, DEMO_TOOLS
 
 if TYPE_CHECKING:
+    # Imported where they are used: a pipeline that records nothing and has no
+    # [files] never loads the replay tooling or the file store, and one built
+    # without a configuration file never loads its models (start-up, D474).
+    from aptix_pipeline.engine.replay import RecordingOptions
+
+    from .config import FilesConfig, ServiceConfig
+    from .files import LocalFileStore
     from .tools import McpPool, McpServer
 
 __all__ = [
@@ -143,6 +136,8 @@ def embedded_pipeline(
     """
     pool = None
     if mcp is not None:
+        from .config import ConfigError, McpConfigError, start_pool
+
         try:
             pool = start_pool(mcp, "mcp")
         except McpConfigError as error:
@@ -155,6 +150,8 @@ def embedded_pipeline(
     if demo_tools:
         executors.update(_demo_executors(catalog))
     if pool is not None:
+        from .config import ConfigError
+
         for name, executor in pool.executors().items():
             if name in (tools or {}):
                 raise ConfigError(
@@ -176,7 +173,11 @@ def embedded_pipeline(
         files=files,
         retriever=retriever,
     )
-    recorders = (Recorder(recording),) if recording is not None else ()
+    recorders: tuple[TurnInterceptor, ...] = ()
+    if recording is not None:
+        from aptix_pipeline.engine.replay import Recorder
+
+        recorders = (Recorder(recording),)
     return Pipeline(
         ports,
         options,
@@ -198,6 +199,8 @@ def _catalog_with(
     import tomllib
     from importlib import resources
 
+    from .config import ConfigError, McpConfigError, with_mcp_tools
+
     if config is not None:
         source, text = str(config), Path(config).read_text(encoding="utf-8")
     else:
@@ -217,6 +220,8 @@ def open_file_store(files: FilesConfig | None, clock: Clock | None) -> LocalFile
     their tools' files alike (docs/FILES.md)."""
     if files is None or clock is None:
         return None
+    from .files import LocalFileStore
+
     return LocalFileStore(
         files.directory,
         url_base=files.url_base,
@@ -253,6 +258,9 @@ def build_pipeline(
     the file's ``[store]``, else the data folder's file (``config/data_dir.py``). Raises
     ``ConfigError`` when there is no model at all, or the store cannot be opened.
     """
+    from .config import ConfigError, build_llm, default_store_url, open_retriever
+    from .models import TurnScript
+
     if llm is None:
         if config.model is None:
             raise ConfigError(f"{config.source}: no [model] table and no model given")

@@ -28,7 +28,11 @@ All on the default runtime with tracing off (``turns.engine_pipeline``):
   (an Initial turn that asks for a client tool, its continuation, a follow-on),
   then all replayed in one process with ``engine.replay``: from the
   ``TurnRecording`` objects and from the files; recordings per second, best of
-  ``rounds``. Every replay must come out equal.
+  ``rounds``. Every replay must come out equal. Then ``aptix replay DIR`` as a
+  subprocess (its default output, every trace, to a pipe) on that folder and on a
+  folder of 3 recordings, ``cli_runs`` interleaved runs of each: the command's
+  extra wall time per recording, ``(big - small) / (N - 3)``, as recordings per
+  second at the margin (start-up excluded), from the medians and from the minima.
 - **cli** — wall time of ``aptix --version`` and of one ``aptix run`` (an Initial
   turn, scripted model, a SQLite file made by a warm-up run) as subprocesses;
   min and median of ``runs``.
@@ -295,12 +299,34 @@ async def _replay_all(recordings: list[TurnRecording] | list[Path], rounds: int)
     return len(recordings) / best
 
 
-def replay_rate(groups: int = 50, rounds: int = 2) -> dict[str, float]:
-    """Recordings per second, replayed from objects and from files (see the docstring)."""
-    with tempfile.TemporaryDirectory() as folder:
+def _replay_dir_margin(folder: str, few: str, count: int, runs: int) -> dict[str, float]:
+    """``aptix replay DIR`` of ``count`` recordings against one of 3 (``few``), interleaved
+    subprocesses: the extra wall time per recording, as recordings per second."""
+    aptix = str(Path(sys.executable).parent / "aptix")
+    big: list[float] = []
+    small: list[float] = []
+    for _ in range(runs):
+        for target, samples in ((folder, big), (few, small)):
+            started = time.perf_counter()
+            done = subprocess.run([aptix, "replay", target], capture_output=True, check=False)
+            samples.append(time.perf_counter() - started)
+            assert done.returncode == 0, done.stderr
+    extra = count - 3
+    return {
+        "dir_recordings": count,
+        "dir_margin_per_s": extra / (statistics.median(big) - statistics.median(small)),
+        "dir_margin_best_per_s": extra / (min(big) - min(small)),
+    }
+
+
+def replay_rate(groups: int = 50, rounds: int = 2, cli_runs: int = 5) -> dict[str, float]:
+    """Recordings per second, replayed from objects and from files, and ``aptix replay DIR``
+    at the margin (see the docstring)."""
+    with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as few:
 
         async def measure() -> dict[str, float]:
             recordings = await _record(folder, groups)
+            await _record(few, 1)
             files = sorted(Path(folder).rglob("*.json"))
             assert len(files) == len(recordings), (len(files), len(recordings))
             return {
@@ -309,7 +335,11 @@ def replay_rate(groups: int = 50, rounds: int = 2) -> dict[str, float]:
                 "files_per_s": await _replay_all(files, rounds),
             }
 
-        return asyncio.run(measure())
+        rates = asyncio.run(measure())
+        return {
+            **rates,
+            **_replay_dir_margin(folder, few, len(list(Path(folder).rglob("*.json"))), cli_runs),
+        }
 
 
 def _timed(command: list[str], cwd: str, runs: int) -> dict[str, float]:

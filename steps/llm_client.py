@@ -35,16 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable
-from typing import Any, cast
-
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    retry_if_not_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-)
+from typing import TYPE_CHECKING, Any, cast
 
 from aptix_pipeline.contracts import (
     ChatMessage,
@@ -92,6 +83,9 @@ from .observer import LLMCallObservation
 from .scope import TurnScope
 from .tool_files import keep_files, told_to_model
 from .tool_records import RejectionKind, ToolCallFate, ToolCallRecord, ToolCallSide
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 __all__ = [
     "check_round_limit",
@@ -259,6 +253,15 @@ async def _ask_model(scope: TurnScope) -> LLMReply:
 
         async def retried(first: Exception) -> LLMReply:
             """The tries after a failed first one; tenacity's attempt 1 is that failure."""
+            # Imported on the first failure: most turns never retry (start-up, D474).
+            from tenacity import (
+                AsyncRetrying,
+                retry_if_exception_type,
+                retry_if_not_exception_type,
+                stop_after_attempt,
+                wait_exponential,
+            )
+
             nonlocal attempts
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(options.llm_attempts),

@@ -166,29 +166,49 @@ def _replay_all(
     live: LivePorts | None = None,
 ) -> int:
     """Replay each recording and print its trace (with ``--quiet``, only the first and last
-    line of one that replays); how many diverge."""
+    line of one that replays); how many diverge.
+
+    One event loop replays them all, each recording in a task of its own (its own copy
+    of the context, as a loop of its own would give it): a loop per recording cost
+    more than most replays (D475).
+    """
+    import asyncio
+
+    telemetry, provider = _telemetry(spans)
+    try:
+        return asyncio.run(_replay_each(paths, recordings, quiet, telemetry, live))
+    finally:
+        if provider is not None:
+            provider.shutdown()
+
+
+async def _replay_each(
+    paths: list[Path],
+    recordings: list[TurnRecording],
+    quiet: bool,
+    telemetry: Telemetry | None,
+    live: LivePorts | None,
+) -> int:
+    """``_replay_all``'s loop: replay and print each recording in turn; how many diverge."""
     import asyncio
     from dataclasses import replace
 
     from aptix_pipeline.engine.replay import replay as replay_turn
 
-    telemetry, provider = _telemetry(spans)
     diverged = 0
-    try:
-        for path, recording in zip(paths, recordings, strict=True):
-            try:
-                outcome = asyncio.run(replay_turn(recording, telemetry=telemetry, live=live))
-            except ValueError as error:  # a live model or tool for a redacted recording
-                raise _refuse(f"{path}: {error}") from None
-            outcome = replace(outcome, source=path)
-            lines = list(outcome.describe())
-            if outcome.ok:
-                lines[-1] = _verdict(recording, outcome.report.result.rule_ids, lines[-1])
-            typer.echo("\n".join([lines[0], lines[-1]] if quiet and outcome.ok else lines))
-            diverged += not outcome.ok
-    finally:
-        if provider is not None:
-            provider.shutdown()
+    for path, recording in zip(paths, recordings, strict=True):
+        try:
+            outcome = await asyncio.create_task(
+                replay_turn(recording, telemetry=telemetry, live=live)
+            )
+        except ValueError as error:  # a live model or tool for a redacted recording
+            raise _refuse(f"{path}: {error}") from None
+        outcome = replace(outcome, source=path)
+        lines = list(outcome.describe())
+        if outcome.ok:
+            lines[-1] = _verdict(recording, outcome.report.result.rule_ids, lines[-1])
+        typer.echo("\n".join([lines[0], lines[-1]] if quiet and outcome.ok else lines))
+        diverged += not outcome.ok
     return diverged
 
 

@@ -511,7 +511,6 @@ def build_run_pipeline(
     from aptix_pipeline.adapters.models import stderr_retry_notices
     from aptix_pipeline.adapters.system import SystemClock
     from aptix_pipeline.engine import Telemetry
-    from aptix_pipeline.engine.replay import RecordingOptions
 
     clock = SystemClock()
     retriever = None
@@ -524,6 +523,11 @@ def build_run_pipeline(
             raise usage_error(str(error)) from None
     # [host] extension: the host's rules, hooks, listeners and tools, as `aptix serve` runs them
     host = service.host if service is not None else HostExtension()
+    recording = service.recording if service else None
+    if record is not None:  # the replay tooling is loaded only for a run that records
+        from aptix_pipeline.engine.replay import RecordingOptions
+
+        recording = RecordingOptions(directory=record, redact=redact)
     try:
         return embedded_pipeline(
             llm=llm,
@@ -537,11 +541,7 @@ def build_run_pipeline(
             clock=clock,
             options=service.options if service else None,
             telemetry=Telemetry(tracer_provider=provider),
-            recording=(
-                RecordingOptions(directory=record, redact=redact)
-                if record is not None
-                else (service.recording if service else None)
-            ),
+            recording=recording,
             listeners=(
                 *host.listeners,
                 stderr_retry_notices(service.options if service else None),

@@ -15,20 +15,47 @@ It builds on the engine's runtime and the runtime never imports it (DESIGN.md
 
 from __future__ import annotations
 
-from .live import LivePorts
-from .recorder import Recorder, RecordingOptions, config_digest
-from .recording import RECORDING_FORMAT, TurnRecording, write_recording
-from .records import PortCall, RecordedError
-from .redaction import Redactor
-from .replayer import (
-    Divergence,
-    ReplayDivergenceError,
-    ReplayOutcome,
-    assert_replays,
-    recordings_in,
-    replay,
-    replay_sync,
-)
+from typing import TYPE_CHECKING
+
+from aptix_pipeline.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .live import LivePorts
+    from .recorder import Recorder, RecordingOptions, config_digest
+    from .recording import RECORDING_FORMAT, TurnRecording, write_recording
+    from .records import PortCall, RecordedError
+    from .redaction import Redactor
+    from .replayer import (
+        Divergence,
+        ReplayDivergenceError,
+        ReplayOutcome,
+        assert_replays,
+        recordings_in,
+        replay,
+        replay_sync,
+    )
+
+_EXPORTS: dict[str, str] = {
+    "LivePorts": "live",
+    "Recorder": "recorder",
+    "RecordingOptions": "recorder",
+    "config_digest": "recorder",
+    "RECORDING_FORMAT": "recording",
+    "TurnRecording": "recording",
+    "write_recording": "recording",
+    "PortCall": "records",
+    "RecordedError": "records",
+    "Redactor": "redaction",
+    "Divergence": "replayer",
+    "ReplayDivergenceError": "replayer",
+    "ReplayOutcome": "replayer",
+    "assert_replays": "replayer",
+    "recordings_in": "replayer",
+    "replay": "replayer",
+    "replay_sync": "replayer",
+}
+"""Each name and the module it comes from, imported on first use: a pipeline that
+records nothing, and ``aptix run`` without ``--record``, load none of them."""
 
 __all__ = [
     "RECORDING_FORMAT",
@@ -49,3 +76,7 @@ __all__ = [
     "replay_sync",
     "write_recording",
 ]
+
+# Hidden from type checkers, which see the imports above: a misspelt name is an error.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

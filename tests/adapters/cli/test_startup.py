@@ -115,6 +115,58 @@ def test_aptix_run_loads_no_extra_and_no_jsonschema_on_the_built_in_catalog(
     assert _loaded(report, HEAVY) == []
 
 
+# What ``aptix run`` without --record, --config or a failing model does not use (D474):
+# the replay tooling, the service configuration's models, the file store, tenacity.
+LAZY_FOR_RUN = (
+    "aptix_pipeline.engine.replay.recorder",
+    "aptix_pipeline.engine.replay.recording",
+    "aptix_pipeline.engine.replay.replayer",
+    "aptix_pipeline.adapters.config.service",
+    "aptix_pipeline.adapters.files.local",
+    "tenacity",
+)
+
+
+@pytest.mark.decision("D474")
+def test_aptix_run_loads_no_replay_tooling_configuration_models_or_retry_library(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "request.json").write_text('{"Instruction": "hi"}', encoding="utf-8")
+    (tmp_path / "script.json").write_text('[{"text": "hello"}]', encoding="utf-8")
+    report = _modules_after(
+        """
+        sys.argv = ["aptix", "run", "request.json", "--llm-script", "script.json",
+                    "--store", "sqlite:aptix.db", "--compact"]
+        from aptix_pipeline.adapters.cli import main
+        main()
+        """,
+        cwd=tmp_path,
+    )
+
+    assert report["exit"] == 0, report["output"]
+    assert '"PrimaryOutputText":"hello"' in str(report["output"])
+    assert _loaded(report, LAZY_FOR_RUN) == []
+
+
+@pytest.mark.decision("D474")
+def test_aptix_run_with_record_loads_the_replay_tooling_and_records(tmp_path: Path) -> None:
+    (tmp_path / "request.json").write_text('{"Instruction": "hi"}', encoding="utf-8")
+    (tmp_path / "script.json").write_text('[{"text": "hello"}]', encoding="utf-8")
+    report = _modules_after(
+        """
+        sys.argv = ["aptix", "run", "request.json", "--llm-script", "script.json",
+                    "--store", "sqlite:aptix.db", "--compact", "--record", "rec"]
+        from aptix_pipeline.adapters.cli import main
+        main()
+        """,
+        cwd=tmp_path,
+    )
+
+    assert report["exit"] == 0, report["output"]
+    assert "aptix_pipeline.engine.replay.recorder" in report["modules"]  # type: ignore[operator]
+    assert len(list((tmp_path / "rec").rglob("*.json"))) == 1
+
+
 def test_the_cli_diagram_formats_are_the_engines() -> None:
     choices = [choice.value for choice in cli_diagram.DiagramChoice]
 
