@@ -7,7 +7,8 @@ Sections, in order (``--only`` picks some, comma-separated):
 - ``turns`` — whole turns per path: engine, statechart runtime, plain loop, Apache
   Burr, LangGraph and raw python-statemachine, side by side (``bench/turns.py``,
   ``bench/peers.py``);
-- ``tracing`` — the telemetry's cost per turn (``bench/tracing.py``);
+- ``tracing`` — the telemetry's cost per turn, compact spans, and the span builder
+  against the bare SDK making the same spans (``bench/tracing.py``);
 - ``recording`` — recording and replay per turn (``bench/recording.py``);
 - ``refused`` — a refused 1 MB nested body against a real ``aptix serve`` with
   redacted recording, alone and as the load beside ordinary turns

@@ -56,6 +56,11 @@ The builder declares the events it reads (``SpanBuilder.event_types``): text del
 (``ModelTextDelta``) are not among them, so they never reach it, content capture
 or not — the whole reply is on the ``chat`` span already when content is captured.
 
+With ``Telemetry(span_mode=SpanMode.COMPACT)`` (``CompactSpanBuilder``) there is no
+``step`` span: each step is an ``aptix.step`` event on ``invoke_agent``, and a model
+call, a retrieval or a tool is a child of ``invoke_agent``; the other spans and
+their attributes are the same (docs/OBSERVABILITY.md "Compact spans").
+
 With ``Telemetry(spans=False)`` no span is started at all (what a replay uses, so
 a replayed turn never sends or duplicates spans); the trace is kept either way.
 
@@ -123,6 +128,7 @@ from .events import (
     TurnStarted,
     WarningRaised,
 )
+from .machine import FAULT
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -871,6 +877,8 @@ class CompactSpanBuilder(SpanBuilder):
 
     def _transition(self, event: TransitionTaken) -> None:
         record = event.transition
+        if record.event == FAULT:  # the machine's move to ``faulted``, not a step
+            return
         pending = self._pending
         if pending is not None and _STEP_TO in pending:  # a step taken twice in a row
             self._flush()

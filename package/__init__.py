@@ -153,6 +153,7 @@ if TYPE_CHECKING:
         RetrievalRecord,
         RetrievalStarted,
         Runtime,
+        SpanMode,
         StateTrace,
         StepEnded,
         StepStarted,
@@ -233,7 +234,7 @@ if TYPE_CHECKING:
 
 _GROUPS: dict[str, dict[str, str]] = {
     "Running a turn (docs/EMBEDDING.md)": {
-        "engine": "Pipeline TurnReport RequestInput Runtime Telemetry",
+        "engine": "Pipeline TurnReport RequestInput Runtime Telemetry SpanMode",
         "steps": "PipelineOptions Ports",
     },
     "Streaming (docs/STREAMING.md)": {
@@ -458,6 +459,7 @@ __all__ = [
     "SessionTransaction",
     "SessionWrite",
     "SourceType",
+    "SpanMode",
     "StateTrace",
     "StepEnded",
     "StepFaultError",
