@@ -201,7 +201,7 @@ def turns() -> dict[str, Any]:
 def tracing() -> dict[str, Any]:
     """Telemetry cost per turn, and the span builder's cost against the bare SDK's."""
     print(
-        "telemetry cost per turn, memory store (µs per turn, median of rounds; "
+        "telemetry cost per turn, memory store (CPU µs per turn, median of rounds; "
         "x = ratio to tracing off)"
     )
     settings = ("off", "no-op", "sdk", "sdk+content", "compact")
@@ -224,7 +224,7 @@ def tracing() -> dict[str, Any]:
         cells = "".join(f"{figures[name]:>12.0f}" for name in settings)
         ratios = "".join(f"{figures[name] / off:>14.2f}" for name in settings[1:])
         print(f"{'  ' + workload:<31}{cells}{ratios}")
-    print("span builder (sdk − off) against the bare SDK making the same spans (µs per turn)")
+    print("span builder (sdk - off) against the bare SDK making the same spans (CPU µs per turn)")
     print(
         f"{'workload':<31}{'builder':>9}{'bare':>7}{'ratio':>7}{'min':>6}"
         f"{'in turn':>9}{'ratio':>7}{'min':>6}"

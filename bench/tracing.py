@@ -16,13 +16,14 @@ minimum beside it):
   with the SDK's tracer (``bare_turn``), into the same processor and exporter,
   turn after turn in a tight loop.
 - **off+bare** — the **off** turn followed by the bare script, each time: the bare
-  SDK's cost among a turn's work (**off+bare − off**, ``bare_in_turn``), where the
+  SDK's cost among a turn's work (**off+bare - off**, ``bare_in_turn``), where the
   engine's spans are made. A tight loop keeps the SDK's code and data in the CPU's
-  caches; among a turn's work the same calls cost about 1.5 × as much.
+  caches; among a turn's work the same calls cost about 1.4 x as much.
 
-The span builder's own cost is **sdk − off** (the turn with spans, less the same
+The span builder's own cost is **sdk - off** (the turn with spans, less the same
 turn without); it is judged against **bare**, what the SDK alone costs to make
-those spans (target ≤ 1.3 ×), and shown against **bare_in_turn** beside it. The bare script is taken from one traced turn (``span_script``): each
+those spans (target ≤ 1.3 x), and shown against **bare_in_turn** beside it. The
+bare script is taken from one traced turn (``span_script``): each
 span started with the name and attributes the engine starts it with, made current
 while open (as the engine does, so a host's spans nest under it), its children,
 then the attributes, events and status the engine adds before it ends, its final
@@ -314,7 +315,7 @@ def _figures(times: dict[str, list[float]]) -> dict[str, float]:
 
 def tracing_rows(number: int = 30, rounds: int = 15) -> list[tuple[str, dict[str, float]]]:
     """(workload, figures) per workload: µs per turn by setting (minimum; ``…_median``),
-    the builder's cost (``builder``: sdk − off) and its ratio to the bare SDK's."""
+    the builder's cost (``builder``: sdk - off) and its ratio to the bare SDK's."""
     rows = []
     for label, replies in WORKLOADS.items():
         assert same_spans(replies), f"{label}: the bare script's spans differ from the engine's"
