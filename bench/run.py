@@ -7,7 +7,8 @@ Sections, in order (``--only`` picks some, comma-separated):
 - ``turns`` — whole turns per path: engine, statechart runtime, plain loop, Apache
   Burr, LangGraph and raw python-statemachine, side by side (``bench/turns.py``,
   ``bench/peers.py``);
-- ``tracing`` — the telemetry's cost per turn (``bench/tracing.py``);
+- ``tracing`` — the telemetry's cost per turn, compact spans, and the span builder
+  against the bare SDK making the same spans (``bench/tracing.py``);
 - ``recording`` — recording and replay per turn (``bench/recording.py``);
 - ``http`` — one ``aptix serve`` worker on SQLite under 50 concurrent clients:
   turns/s, p50, p99 and the server's CPU per turn (``bench/http_load.py``);
@@ -203,21 +204,51 @@ def turns() -> dict[str, Any]:
 
 
 def tracing() -> dict[str, Any]:
-    """Telemetry cost per turn."""
-    print("telemetry cost per turn, memory store (µs per turn; x = ratio to tracing off)")
-    settings = ("off", "no-op", "sdk", "sdk+content")
+    """Telemetry cost per turn, and the span builder's cost against the bare SDK's."""
     print(
-        f"{'workload':<34}"
-        + "".join(f"{name:>13}" for name in settings)
-        + "".join(f"{'x ' + name:>15}" for name in settings[1:])
+        "telemetry cost per turn, memory store (CPU µs per turn, median of rounds; "
+        "x = ratio to tracing off)"
+    )
+    settings = ("off", "no-op", "sdk", "sdk+content", "compact")
+    print(
+        f"{'workload':<31}"
+        + "".join(f"{name:>12}" for name in settings)
+        + "".join(f"{'x ' + name:>14}" for name in settings[1:])
     )
     result = {}
-    for workload, costs in tracing_rows():
-        cells = "".join(f"{costs[name]:>13.0f}" for name in settings)
-        ratios = "".join(f"{costs[name] / costs['off']:>15.2f}" for name in settings[1:])
-        print(f"{workload:<34}{cells}{ratios}")
-        result[workload] = costs
-    print("  target: sdk ≤ 1.25 x off")
+    rows = tracing_rows()
+    for workload, figures in rows:
+        off = figures["off_median"]
+        cells = "".join(f"{figures[name + '_median']:>12.0f}" for name in settings)
+        ratios = "".join(f"{figures[name + '_median'] / off:>14.2f}" for name in settings[1:])
+        print(f"{workload:<31}{cells}{ratios}")
+        result[workload] = figures
+    print("  min of rounds:")
+    for workload, figures in rows:
+        off = figures["off"]
+        cells = "".join(f"{figures[name]:>12.0f}" for name in settings)
+        ratios = "".join(f"{figures[name] / off:>14.2f}" for name in settings[1:])
+        print(f"{'  ' + workload:<31}{cells}{ratios}")
+    print("span builder (sdk - off) against the bare SDK making the same spans (CPU µs per turn)")
+    print(
+        f"{'workload':<31}{'builder':>9}{'bare':>7}{'ratio':>7}{'min':>6}"
+        f"{'in turn':>9}{'ratio':>7}{'min':>6}"
+    )
+    for workload, figures in rows:
+        ratio = figures["builder/bare_median"]
+        print(
+            f"{workload:<31}{figures['builder_median']:>9.0f}{figures['bare_median']:>7.0f}"
+            f"{ratio:>7.2f}{figures['builder/bare']:>6.2f}"
+            f"{figures['bare_in_turn_median']:>9.0f}{figures['builder/bare_in_turn_median']:>7.2f}"
+            f"{figures['builder/bare_in_turn']:>6.2f}  (target ≤ 1.3 x bare: {_mark(ratio <= 1.3)})"
+        )
+    for workload, figures in rows:
+        ratio = figures["compact_median"] / figures["off_median"]
+        minimum = figures["compact"] / figures["off"]
+        print(
+            f"compact ÷ off, {workload}: {ratio:.2f} (min {minimum:.2f})"
+            f"  (target ≤ 1.25: {_mark(ratio <= 1.25)})"
+        )
     return result
 
 

@@ -63,7 +63,7 @@ from .streaming import (
     asks_to_stream,
     progress_json,
 )
-from .telemetry import Telemetry
+from .telemetry import SpanMode, Telemetry
 from .tool_routing import (
     ListsAgents,
     ListsModes,
@@ -131,6 +131,7 @@ __all__ = [
     "RetrievalRecord",
     "RetrievalStarted",
     "Runtime",
+    "SpanMode",
     "StateTrace",
     "StepEnded",
     "StepStarted",

@@ -77,7 +77,13 @@ from .machine import TurnRun, host_guards
 from .report import RequestInput, ResponseResult, TurnReport, answered_report
 from .runner import RUNTIMES, Runtime, TurnStop, Walked, compile_machine, walk
 from .streaming import PROGRESS_EVENTS, TurnStream
-from .telemetry import SpanBuilder, Telemetry, answered_without_a_turn, provider_name_of
+from .telemetry import (
+    SpanBuilder,
+    SpanMode,
+    Telemetry,
+    answered_without_a_turn,
+    provider_name_of,
+)
 from .tool_routing import check_tool_routing_now, verify_tool_routing
 from .trace import CheckRecord, StateTrace, TransitionRecord
 
@@ -528,7 +534,12 @@ class Pipeline:
         subscribers: list[EventSink] = [trace]
         spans: SpanBuilder | None = None
         if self._tracer is not None and self.telemetry.recording_spans():
-            spans = SpanBuilder(self._tracer, self._capture_content, self._provider_name)
+            spans = SpanBuilder.for_mode(
+                SpanMode(self.telemetry.span_mode),
+                self._tracer,
+                self._capture_content,
+                self._provider_name,
+            )
             subscribers.append(spans)
         async_listeners = self._async_listeners
         if listeners:  # an interceptor's, for this turn only

@@ -56,6 +56,11 @@ The builder declares the events it reads (``SpanBuilder.event_types``): text del
 (``ModelTextDelta``) are not among them, so they never reach it, content capture
 or not — the whole reply is on the ``chat`` span already when content is captured.
 
+With ``Telemetry(span_mode=SpanMode.COMPACT)`` (``CompactSpanBuilder``) there is no
+``step`` span: each step is an ``aptix.step`` event on ``invoke_agent``, and a model
+call, a retrieval or a tool is a child of ``invoke_agent``; the other spans and
+their attributes are the same (docs/OBSERVABILITY.md "Compact spans").
+
 With ``Telemetry(spans=False)`` no span is started at all (what a replay uses, so
 a replayed turn never sends or duplicates spans); the trace is kept either way.
 
@@ -73,7 +78,8 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from enum import StrEnum
+from typing import Any, ClassVar, Literal
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -115,18 +121,22 @@ from .events import (
     ToolCallHandled,
     ToolExecuted,
     ToolExecutionStarted,
+    TransitionTaken,
     TurnEvent,
     TurnFaulted,
     TurnFinished,
     TurnStarted,
     WarningRaised,
 )
+from .machine import FAULT
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
     "GENAI_SEMCONV",
     "SCHEMA_URL",
+    "CompactSpanBuilder",
     "SpanBuilder",
+    "SpanMode",
     "Telemetry",
     "answered_without_a_turn",
     "provider_name_of",
@@ -152,6 +162,20 @@ def _capture_from_env() -> bool:
     return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in _CAPTURE_VALUES
 
 
+class SpanMode(StrEnum):
+    """How a turn's steps are traced (``Telemetry(span_mode=...)``).
+
+    - ``full`` (the default): a ``step`` span per transition, ``chat``,
+      ``retrieval`` and ``execute_tool`` spans its children.
+    - ``compact``: each step is an ``aptix.step`` event on the ``invoke_agent``
+      span; ``chat``, ``retrieval`` and ``execute_tool`` stay spans, children of
+      ``invoke_agent``. Two spans for a simple turn instead of ten.
+    """
+
+    FULL = "full"
+    COMPACT = "compact"
+
+
 @dataclass(frozen=True, slots=True)
 class Telemetry:
     """How a ``Pipeline`` reports its turns.
@@ -163,11 +187,25 @@ class Telemetry:
     - ``capture_content``: record user content on spans and in the state trace;
       ``None`` reads ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
       (``true``/``SPAN_ONLY``/``SPAN_AND_EVENT`` capture) when the pipeline is made.
+    - ``span_mode``: ``SpanMode.FULL`` (default) or ``SpanMode.COMPACT`` (each
+      step an event on ``invoke_agent``), also given as ``"full"``/``"compact"``;
+      any other value is a ``ValueError`` naming ``span_mode``.
     """
 
     spans: bool = True
     tracer_provider: TracerProvider | None = None
     capture_content: bool | None = None
+    span_mode: SpanMode | Literal["full", "compact"] = SpanMode.FULL
+
+    def __post_init__(self) -> None:
+        try:
+            mode = SpanMode(self.span_mode)
+        except (ValueError, TypeError):
+            choices = ", ".join(repr(str(m)) for m in SpanMode)
+            raise ValueError(
+                f"Telemetry span_mode must be one of {choices}, not {self.span_mode!r}"
+            ) from None
+        object.__setattr__(self, "span_mode", mode)  # frozen: the one normalisation
 
     @classmethod
     def off(cls) -> Telemetry:
@@ -348,6 +386,7 @@ class SpanBuilder:
     event_types: ClassVar[frozenset[type[TurnEvent]]]
     """The events it reads (every one it has a handler for): the dispatcher hands it
     no other, text deltas among them (``TurnEvents``)."""
+    _handlers: ClassVar[dict[type[TurnEvent], Callable[[Any, Any], None]]]
 
     __slots__ = (
         "_chat",
@@ -391,9 +430,17 @@ class SpanBuilder:
 
     def __call__(self, event: TurnEvent) -> None:
         """Update the spans for ``event``."""
-        handler = _SPAN_HANDLERS.get(type(event))
+        handler = self._handlers.get(type(event))
         if handler is not None:
             handler(self, event)
+
+    @staticmethod
+    def for_mode(
+        mode: SpanMode, tracer: Tracer, capture_content: bool, provider_name: str
+    ) -> SpanBuilder:
+        """The builder of ``mode``: this one, or ``CompactSpanBuilder``."""
+        kind = CompactSpanBuilder if mode is SpanMode.COMPACT else SpanBuilder
+        return kind(tracer, capture_content, provider_name)
 
     def end_unfinished(self) -> None:
         """End the spans still open, innermost first: a turn stopped before its end.
@@ -540,11 +587,11 @@ class SpanBuilder:
         if self._step is None:
             return
         span = self._step.span
-        prefix = "aptix.guard" if record.phase == "PRE" else "aptix.exit_hook"
+        rule_ids_key, failed_key, outcome_key = _CHECK_KEYS[record.phase == "PRE"]
         attributes = self._step_attributes
-        attributes[f"{prefix}.rule_ids"] = record.rule_ids
-        attributes[f"{prefix}.failed_rule_ids"] = record.failed
-        attributes[f"{prefix}.outcome"] = record.outcome
+        attributes[rule_ids_key] = record.rule_ids
+        attributes[failed_key] = record.failed
+        attributes[outcome_key] = record.outcome
         for rule_id in record.failed:
             span.add_event(
                 "aptix.rule.failed",
@@ -783,6 +830,114 @@ class SpanBuilder:
         span.add_event("aptix.warning", attributes)
 
 
+class CompactSpanBuilder(SpanBuilder):
+    """``SpanMode.COMPACT``: the same spans, but each step is an event of the turn's.
+
+    ``invoke_agent``, ``chat``, ``retrieval`` and ``execute_tool`` are made exactly
+    as ``SpanBuilder`` makes them, except that a model call or a tool is a child of
+    ``invoke_agent`` (no step span is open). Each transition is one ``aptix.step``
+    event on ``invoke_agent``, added when the step is over (when the next one begins,
+    or the turn ends):
+
+    - ``aptix.step.name``; ``aptix.step.to``, the state it went to, for a transition
+      taken;
+    - a guard or exit hook that did not pass: its outcome (``aptix.guard.outcome``,
+      ``aptix.exit_hook.outcome``: ``failed``, or ``deferred`` for §4.9's POST in a
+      round that goes on) and its ``…failed_rule_ids``;
+    - the step the turn faulted in: ``error.type``.
+
+    What a step span would hold of a failure (``aptix.rule.failed``, ``exception``)
+    goes on ``invoke_agent``. Left out, to keep it cheap: the rule ids each check
+    ran and the outcomes that passed (the state trace has both), ``aptix.step.from``
+    (the previous event's ``to``) and the step's context type and mode (on
+    ``invoke_agent``; a mode change has its ``aptix.mode.changed`` event). It reads
+    the transitions the state trace reads (``TransitionTaken``), not
+    ``StepStarted``/``StepEnded``, so the runner makes none of those for it.
+    """
+
+    __slots__ = ("_pending",)
+
+    def __init__(self, tracer: Tracer, capture_content: bool, provider_name: str) -> None:
+        super().__init__(tracer, capture_content, provider_name)
+        self._pending: dict[str, Any] | None = None  # the step whose event is not added yet
+
+    def _flush(self) -> None:
+        """Add the pending step's event to the turn's span."""
+        pending, self._pending = self._pending, None
+        if pending is not None and self._turn is not None:
+            self._turn.span.add_event(_STEP_EVENT, pending)
+
+    def _step_named(self, step: str) -> dict[str, Any]:
+        """The pending step's attributes, after adding another step's event if pending."""
+        pending = self._pending
+        if pending is None or pending[_STEP_NAME] != step:
+            self._flush()
+            pending = self._pending = {_STEP_NAME: step}
+        return pending
+
+    def _transition(self, event: TransitionTaken) -> None:
+        record = event.transition
+        if record.event == FAULT:  # the machine's move to ``faulted``, not a step
+            return
+        pending = self._pending
+        if pending is not None and _STEP_TO in pending:  # a step taken twice in a row
+            self._flush()
+        self._step_named(record.event)[_STEP_TO] = record.target
+
+    def _check(self, event: CheckRan) -> None:
+        record = event.check
+        failed = record.failed
+        if failed:
+            self._step_failed_rules.update(failed)
+        if record.phase == "PRE":  # a guard: its step begins
+            self._flush()
+        if not failed and not record.deferred:
+            if self._pending is None or self._pending[_STEP_NAME] != record.step:
+                self._step_named(record.step)
+            return
+        attributes = self._step_named(record.step)
+        _, failed_key, outcome_key = _CHECK_KEYS[record.phase == "PRE"]
+        attributes[outcome_key] = record.outcome
+        if failed and self._turn is not None:
+            attributes[failed_key] = failed
+            span = self._turn.span
+            for rule_id in failed:
+                span.add_event(
+                    "aptix.rule.failed",
+                    {
+                        "aptix.rule.id": rule_id,
+                        "aptix.step.name": record.step,
+                        "aptix.check.phase": record.phase,
+                    },
+                )
+
+    def _fault(self, event: TurnFaulted) -> None:
+        if self._turn is None:
+            return
+        record, span = event.fault, self._turn.span
+        attributes = self._step_named(record.step)
+        if event.cause is not None:
+            self._exception(span, event.cause)
+        attributes[ERROR_TYPE] = record.error_codes[0] if record.error_codes else "_OTHER"
+        for rule_id in record.rule_ids:
+            if rule_id not in self._step_failed_rules:  # a step's own rule, not a guard's
+                span.add_event(
+                    "aptix.rule.failed", {"aptix.rule.id": rule_id, "aptix.step.name": record.step}
+                )
+
+    def _turn_finished(self, event: TurnFinished) -> None:
+        self._flush()
+        super()._turn_finished(event)
+
+    def end_unfinished(self) -> None:
+        """Add the event of the step a stopped turn was in, then end its spans."""
+        try:
+            self._flush()
+        except Exception:  # a host's tracer that fails must not fail the turn
+            logger.exception("a step event of the turn could not be added")
+        super().end_unfinished()
+
+
 _REJECTION_EVENTS: dict[RejectionKind | None, str] = {
     None: "aptix.rule.failed",  # a server tool's own refusal (agent_change_mode)
     RejectionKind.CONTAINER_INVOCATION: "aptix.tool.container_invocation_error",
@@ -813,7 +968,30 @@ _SPAN_HANDLERS: dict[type[TurnEvent], Callable[[SpanBuilder, Any], None]] = {
 """Event type → the ``SpanBuilder`` method that handles it (a class-level table: a per-turn
 table of bound methods would be a reference cycle for the collector to find)."""
 
+_COMPACT_HANDLERS: dict[type[TurnEvent], Callable[[Any, Any], None]] = {
+    **{k: v for k, v in _SPAN_HANDLERS.items() if k not in (StepStarted, StepEnded)},
+    TransitionTaken: CompactSpanBuilder._transition,
+    CheckRan: CompactSpanBuilder._check,
+    TurnFaulted: CompactSpanBuilder._fault,
+    TurnFinished: CompactSpanBuilder._turn_finished,
+}
+"""The same for ``CompactSpanBuilder``: transitions, not step starts and ends."""
+
+_CHECK_KEYS = {
+    is_guard: (f"{prefix}.rule_ids", f"{prefix}.failed_rule_ids", f"{prefix}.outcome")
+    for is_guard, prefix in ((True, "aptix.guard"), (False, "aptix.exit_hook"))
+}
+"""A check's attribute names on its step's span, by whether it is a guard (PRE) or an
+exit hook: made once, not per check."""
+
+_STEP_EVENT = "aptix.step"
+_STEP_NAME = "aptix.step.name"
+_STEP_TO = "aptix.step.to"
+
 SpanBuilder.event_types = frozenset(_SPAN_HANDLERS)
+SpanBuilder._handlers = _SPAN_HANDLERS
+CompactSpanBuilder.event_types = frozenset(_COMPACT_HANDLERS)
+CompactSpanBuilder._handlers = _COMPACT_HANDLERS
 
 
 def recording_failed(

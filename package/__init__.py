@@ -158,6 +158,7 @@ if TYPE_CHECKING:
         RetrievalRecord,
         RetrievalStarted,
         Runtime,
+        SpanMode,
         StateTrace,
         StepEnded,
         StepStarted,
@@ -238,7 +239,7 @@ if TYPE_CHECKING:
 
 _GROUPS: dict[str, dict[str, str]] = {
     "Running a turn (docs/EMBEDDING.md)": {
-        "engine": "Pipeline TurnReport RequestInput Runtime Telemetry",
+        "engine": "Pipeline TurnReport RequestInput Runtime Telemetry SpanMode",
         "steps": "PipelineOptions Ports",
     },
     "Streaming (docs/STREAMING.md)": {
@@ -469,6 +470,7 @@ __all__ = [
     "SessionTransaction",
     "SessionWrite",
     "SourceType",
+    "SpanMode",
     "StateTrace",
     "StdioServer",
     "StepEnded",

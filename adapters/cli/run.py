@@ -510,7 +510,7 @@ def build_run_pipeline(
     from aptix_pipeline.adapters.embedded import embedded_pipeline, open_file_store
     from aptix_pipeline.adapters.models import stderr_retry_notices
     from aptix_pipeline.adapters.system import SystemClock
-    from aptix_pipeline.engine import Telemetry
+    from aptix_pipeline.engine import SpanMode, Telemetry
 
     clock = SystemClock()
     retriever = None
@@ -540,7 +540,10 @@ def build_run_pipeline(
             files=open_file_store(service.files if service else None, clock),
             clock=clock,
             options=service.options if service else None,
-            telemetry=Telemetry(tracer_provider=provider),
+            telemetry=Telemetry(
+                tracer_provider=provider,
+                span_mode=service.span_mode if service else SpanMode.FULL,
+            ),
             recording=recording,
             listeners=(
                 *host.listeners,

@@ -2,7 +2,7 @@
 
 It is the catalog file ``ConfigCatalog`` reads (``[[modes]]``, ``[[server_tools]]``,
 ``[[agents]]``, ``[[conversations]]``; without them the built-in catalog, minus its
-agent's placeholder model name so that ``[model]`` decides), plus seven tables of
+agent's placeholder model name so that ``[model]`` decides), plus tables of
 its own, each optional:
 
 - ``[store]`` — ``url`` (``memory``, ``sqlite:PATH``, ``postgresql://user@host/db``)
@@ -51,6 +51,10 @@ its own, each optional:
 - ``[[mcp_servers]]`` — MCP servers whose tools join the catalog as server tools
   (``config/mcp.py``, docs/MCP.md): started and listed when the file is loaded;
   ``ServiceConfig.close()`` ends them.
+- ``[telemetry]`` — ``span_mode``: ``"full"`` (default, a span per step) or
+  ``"compact"`` (each step an event on the turn's ``invoke_agent`` span;
+  ``engine/telemetry.py``, docs/OBSERVABILITY.md "Compact spans"). Where spans go
+  is the ``OTEL_*`` environment's (``adapters/system/tracing.py``).
 - ``[retrieval]`` — the SQLite FTS5 retriever (``adapters/retrieval/fts.py``,
   docs/RETRIEVAL.md): ``folder`` (the documents), ``index`` (the index file
   ``aptix index`` builds; default ``retrieval.db``), ``limit`` (passages per turn,
@@ -93,6 +97,7 @@ from aptix_pipeline.contracts import (
     Retriever,
 )
 from aptix_pipeline.engine import (
+    SpanMode,
     ToolRoutingError,
     check_tool_routing,
 )
@@ -145,6 +150,7 @@ _SERVICE_TABLES = (
     "chat",
     "host",
     "mcp_servers",
+    "telemetry",
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -292,6 +298,10 @@ class _Chat(_Table):
     handlers: dict[str, str] = Field(default_factory=dict)
 
 
+class _Telemetry(_Table):
+    span_mode: Literal["full", "compact"] = "full"
+
+
 # --- the loaded configuration -------------------------------------------------------------------
 
 
@@ -419,6 +429,9 @@ class ServiceConfig:
     server tools (``config/host.py``); an empty one without the key."""
     """``[chat.handlers]``: client tool name → the command ``aptix chat`` runs for its
     calls (``cli/chat.py``, D371)."""
+    span_mode: SpanMode = SpanMode.FULL
+    """``[telemetry] span_mode``: the pipeline's ``Telemetry(span_mode=...)``."""
+
     mcp: McpPool | None = field(default=None, repr=False)
     """``[[mcp_servers]]``'s started pool (``config/mcp.py``): their tools are in
     ``catalog``; ``close()`` ends it."""
@@ -731,6 +744,7 @@ def _with_catalog(
             _model_shape(data["model"], base, source)
     auth = data.get("auth", {})
     chat = _table(_Chat, data.get("chat", {}), "chat", source)
+    telemetry = _table(_Telemetry, data.get("telemetry", {}), "telemetry", source)
     for name, command in chat.handlers.items():
         if not command.strip():
             raise ConfigError(f"{source}: [chat.handlers].{name}: give the command to run")
@@ -757,6 +771,7 @@ def _with_catalog(
         chat_handlers=dict(chat.handlers),
         host=host,
         mcp=mcp,
+        span_mode=SpanMode(telemetry.span_mode),
     )
 
 

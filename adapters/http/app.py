@@ -224,7 +224,9 @@ async def _serving(config: ServiceConfig, service: ServiceState) -> AsyncIterato
     # Each model retry is told in the service's log (models/retry_notices.py).
     notices = log_retry_notices(config.options)
     pipeline = build_pipeline(
-        config, telemetry=Telemetry(tracer_provider=provider), listeners=(notices,)
+        config,
+        telemetry=Telemetry(tracer_provider=provider, span_mode=config.span_mode),
+        listeners=(notices,),
     )
     service.pipeline = pipeline
     try:

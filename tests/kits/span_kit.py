@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from aptix_pipeline.engine import Telemetry
+from aptix_pipeline.engine import SpanMode, Telemetry
 
 __all__ = ["Recorded", "TurnSpans", "attributes_of", "events_named", "span_id", "values_of"]
 
@@ -102,10 +102,19 @@ class Recorded:
         self.provider = TracerProvider()
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
 
-    def telemetry(self, *, capture_content: bool | None = False, spans: bool = True) -> Telemetry:
+    def telemetry(
+        self,
+        *,
+        capture_content: bool | None = False,
+        spans: bool = True,
+        span_mode: SpanMode = SpanMode.FULL,
+    ) -> Telemetry:
         """Telemetry into this provider (content capture off unless asked)."""
         return Telemetry(
-            spans=spans, tracer_provider=self.provider, capture_content=capture_content
+            spans=spans,
+            tracer_provider=self.provider,
+            capture_content=capture_content,
+            span_mode=span_mode,
         )
 
     @property

@@ -10,12 +10,16 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from engine_kit import SUPPORT_CATALOG
+from http_kit import ANA, aptix_serve, write_config
+from http_kit import ENV as HTTP_ENV
 from repo import ROOT
 
-from aptix_pipeline import PipelineOptions
+from aptix_pipeline import PipelineOptions, SpanMode
 from aptix_pipeline.adapters.config.service import (
     DEFAULT_STORE_URL,
     ConfigError,
@@ -25,7 +29,7 @@ from aptix_pipeline.adapters.config.service import (
     load_service_config,
 )
 from aptix_pipeline.adapters.embedded import build_pipeline
-from aptix_pipeline.adapters.http.app import ApiKeyAuthenticator
+from aptix_pipeline.adapters.http.app import EXECUTE_PATH, ApiKeyAuthenticator
 from aptix_pipeline.adapters.models.scripted import ScriptedLLM
 from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
 from aptix_pipeline.contracts import Caller
@@ -535,3 +539,98 @@ def test_error_detail_and_its_former_name_must_agree(tmp_path: Path) -> None:
     text = "[engine]\nerror_detail = 'class'\ntool_error_detail = 'full'\n"
     with pytest.raises(ConfigError, match="error_detail and tool_error_detail disagree"):
         load_service_config(_write(tmp_path, text), env={})
+
+
+@pytest.mark.decision("D453")
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", SpanMode.FULL),
+        ("[telemetry]\n", SpanMode.FULL),
+        ("[telemetry]\nspan_mode = 'full'\n", SpanMode.FULL),
+        ("[telemetry]\nspan_mode = 'compact'\n", SpanMode.COMPACT),
+    ],
+)
+def test_the_telemetry_table_sets_the_span_mode(
+    tmp_path: Path, text: str, expected: SpanMode
+) -> None:
+    config = load_service_config(_write(tmp_path, text))
+
+    assert config.span_mode is expected
+
+
+@pytest.mark.decision("D453")
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[telemetry]\nspan_mode = 'tiny'\n", "[telemetry].span_mode: Input should be 'full' or"),
+        ("[telemetry]\nspan_mode = true\n", "[telemetry].span_mode: Input should be 'full' or"),
+        ("[telemetry]\nspans = 'compact'\n", "[telemetry].spans: Extra inputs are not permitted"),
+        ("telemetry = 'compact'\n", "[telemetry] must be a table"),
+    ],
+)
+def test_a_bad_telemetry_table_is_named_with_its_key(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = _write(tmp_path, text)
+
+    with pytest.raises(ConfigError) as caught:
+        load_service_config(path)
+
+    assert message in str(caught.value)
+
+
+def _console_spans(stderr: str) -> list[dict[str, Any]]:
+    """The spans the console exporter printed (one JSON object each), in order."""
+    decoder, spans, at = json.JSONDecoder(), [], stderr.find("{")
+    while at != -1:
+        span, end = decoder.raw_decode(stderr, at)
+        spans.append(span)
+        at = stderr.find("{", end)
+    return spans
+
+
+@pytest.mark.decision("D453")
+@pytest.mark.parametrize(
+    ("table", "spans_made", "step_events"),
+    [("", 10, 0), ("[telemetry]\nspan_mode = 'compact'\n", 2, 8)],
+)
+def test_aptix_run_makes_the_spans_of_the_configured_mode(
+    tmp_path: Path, table: str, spans_made: int, step_events: int
+) -> None:
+    path = _write(tmp_path, f"[store]\nurl = 'memory'\n{SCRIPTED}{table}")
+    (tmp_path / "request.json").write_text('{"Instruction": "hi"}', encoding="utf-8")
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "console"}
+
+    run = subprocess.run(
+        [str(APTIX), "run", "request.json", "--config", str(path), "--compact"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
+
+    assert run.returncode == 0, run.stderr
+    spans = _console_spans(run.stderr)
+    assert len(spans) == spans_made
+    assert spans[-1]["name"] == "invoke_agent Aptix assistant"
+    assert "chat" in [span["name"].split()[0] for span in spans]
+    events = [event for event in spans[-1]["events"] if event["name"] == "aptix.step"]
+    assert len(events) == step_events
+
+
+@pytest.mark.decision("D453")
+def test_aptix_serve_makes_compact_spans_when_the_config_says(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [{"text": "Hello."}], more="[telemetry]\nspan_mode = 'compact'")
+    env = {**HTTP_ENV, "OTEL_TRACES_EXPORTER": "console"}
+
+    with aptix_serve(config, env) as (base, log), httpx.Client(base_url=base, timeout=10) as client:
+        answered = client.post(EXECUTE_PATH, json={"Instruction": "hi"}, headers=ANA)
+    output = log.read_text(errors="replace")
+
+    assert answered.status_code == 200, answered.text
+    assert output.count('"name": "invoke_agent Aptix assistant"') == 1
+    assert output.count('"name": "aptix.step"') == 8
+    assert '"name": "step ' not in output
