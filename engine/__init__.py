@@ -48,10 +48,11 @@ from .events import (
     TurnStarted,
     WarningRaised,
 )
+from .idempotency import request_keys
 from .interceptors import Proceed, TurnCall, TurnInterceptor
 from .machine import TurnMachine
 from .pipeline import Pipeline
-from .report import RequestInput, TurnReport
+from .report import RequestInput, ResponseResult, TurnReport, answered_report
 from .runner import FAULT_RECORD, RUNTIMES, Runtime
 from .streaming import (
     PROGRESS_EVENTS,
@@ -127,6 +128,7 @@ __all__ = [
     "Pipeline",
     "Proceed",
     "RequestInput",
+    "ResponseResult",
     "RetrievalFinished",
     "RetrievalRecord",
     "RetrievalStarted",
@@ -158,10 +160,12 @@ __all__ = [
     "TurnStarted",
     "TurnStream",
     "WarningRaised",
+    "answered_report",
     "asks_to_stream",
     "check_tool_routing",
     "diagram_text",
     "format_for",
     "pipeline_diagram",
     "progress_json",
+    "request_keys",
 ]

@@ -21,7 +21,16 @@ scope and events, so many turns run concurrently in one event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Collection, Coroutine, Iterable, Mapping, Sequence
+import inspect
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import replace
 from typing import Any
 
@@ -49,6 +58,7 @@ from aptix_pipeline.steps import (
     TurnScope,
     hooked_ports,
     port_failed,
+    runtime_error_in,
 )
 from aptix_pipeline.validators import HostRule, HostRules
 
@@ -81,6 +91,7 @@ from .telemetry import (
     SpanBuilder,
     SpanMode,
     Telemetry,
+    WhileReplayingQuiet,
     answered_without_a_turn,
     provider_name_of,
 )
@@ -143,6 +154,24 @@ _NOT_WALKED = Walked((), (), None)
 """What a turn walked until its walk returns (none of it, if it never does)."""
 
 
+def _quiet(listener: Listener, replaying: Callable[[], bool]) -> Listener:
+    """``listener``, deaf while ``replaying()`` (``Pipeline(replaying=...)``)."""
+    call = getattr(listener, "__call__", None)  # noqa: B004 - a callable object's method
+    if inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(call):
+
+        async def heard_later(event: TurnEvent) -> None:
+            if not replaying():
+                await listener(event)  # type: ignore[misc]
+
+        return heard_later
+
+    def heard(event: TurnEvent) -> None:
+        if not replaying():
+            listener(event)
+
+    return heard
+
+
 def _loop_running() -> bool:
     """Whether this thread runs an event loop now."""
     try:
@@ -181,6 +210,13 @@ class Pipeline:
     guard once the step's PRE rules have passed; ``self.rules`` holds them
     (``HostRules``: refused when an id is outside ``host/`` or used twice).
     docs/EXTENDING.md "Hooks and host rules".
+
+    ``replaying`` is the hosting runtime's "this code is being replayed" signal
+    (the durable adapter gives Temporal's): while it returns true the turn's side
+    channels stay quiet, as the worker that first ran this part already served
+    them: no span is exported (``WhileReplayingQuiet``) and the ``listeners`` hear
+    nothing. The state trace, an interceptor's listeners and a stream's progress
+    are the turn's state and hear everything (docs/DURABLE.md, D532).
     """
 
     def __init__(
@@ -195,6 +231,7 @@ class Pipeline:
         runtime: Runtime = "compiled",
         hooks: Hooks | None = None,
         rules: Iterable[HostRule] = (),
+        replaying: Callable[[], bool] | None = None,
     ) -> None:
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
@@ -212,6 +249,8 @@ class Pipeline:
         self.runtime: Runtime = runtime
         self.telemetry = (telemetry or Telemetry()).resolved()
         self._tracer = self.telemetry.tracer()
+        if replaying is not None and self._tracer is not None:
+            self._tracer = WhileReplayingQuiet(self._tracer, replaying)
         self._capture_content = bool(self.telemetry.capture_content)
         self._provider_name = provider_name_of(ports.llm) or "aptix"
         # Steps see the store and catalogs through guards that name a failing port.
@@ -223,10 +262,43 @@ class Pipeline:
         self._steps: Mapping[PipelineStep, StepFunction] = (
             {**STEP_FUNCTIONS, **steps} if steps else STEP_FUNCTIONS
         )
-        self._listeners, self._async_listeners = split_listeners(listeners)
+        self._given = (steps, tuple(listeners))
+        self._listeners, self._async_listeners = split_listeners(
+            listeners if replaying is None else [_quiet(each, replaying) for each in listeners]
+        )
         self._single_flight = SingleFlight()
         self._answers = AnswerBook(self._ports.store, ports.clock)
         compile_machine()  # once per process: a machine the runner cannot run fails here
+
+    def on_ports(
+        self,
+        ports: Ports,
+        *,
+        options: PipelineOptions | None = None,
+        interceptors: Sequence[TurnInterceptor] = (),
+        replaying: Callable[[], bool] | None = None,
+    ) -> Pipeline:
+        """A pipeline that runs this one's turns on ``ports``: the same steps, host
+        rules, listeners, telemetry and runtime; ``options`` (default: this one's),
+        ``interceptors`` and ``replaying`` as given.
+
+        The hooks are not carried over: they wrap this pipeline's own model and
+        executors (``turn_ports``), which ``ports`` stand in for. The durable runtime
+        runs a turn this way inside its workflow, on ports whose calls are
+        activities that run on ``turn_ports`` (docs/DURABLE.md).
+        """
+        steps, listeners = self._given
+        return Pipeline(
+            ports,
+            options or self.options,
+            steps=steps,
+            telemetry=self.telemetry,  # resolved: building reads no environment
+            listeners=listeners,
+            interceptors=interceptors,
+            runtime=self.runtime,
+            rules=self.rules,
+            replaying=replaying,
+        )
 
     @property
     def turn_ports(self) -> Ports:
@@ -398,6 +470,9 @@ class Pipeline:
         except PROPAGATED:
             raise
         except BaseException as error:  # the store, the clock, or an answer that does not parse
+            runtime_error = runtime_error_in(error)
+            if runtime_error is not None:  # the hosting runtime's own error (D531)
+                raise runtime_error from None
             fault = (
                 error
                 if isinstance(error, StepFaultError)

@@ -81,6 +81,48 @@ class TurnReport:
         """Whether the turn produced a response."""
         return self.result.successful
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TurnReport:
+        """The report ``to_dict(content=True)`` gave (a durable turn's, sent by its
+        workflow); ``ValueError`` naming what is wrong when it is not one.
+
+        The transitions, checks, tool calls and mode changes are read from the trace,
+        which holds them all; ``recording`` is not carried.
+        """
+        try:
+            result = ResponseResult.model_validate(data["result"])
+            trace_data = data.get("trace")
+            trace = StateTrace.from_dict(trace_data) if trace_data is not None else None
+            context_type = data.get("context_type")
+            entries = trace.entries if trace is not None else ()
+            changes = [
+                {(m["previous_mode"], m["new_mode"]): m for m in data.get("mode_changes", ())}
+            ][0]
+            return cls(
+                result=result,
+                context_type=ContextType(context_type) if context_type is not None else None,
+                states=tuple(data["states"]),
+                transitions=tuple([e for e in entries if type(e) is TransitionRecord]),
+                checks=tuple([e for e in entries if type(e) is CheckRecord]),
+                tool_calls=trace.tool_calls if trace is not None else (),
+                mode=data.get("mode"),
+                mode_changes=tuple(
+                    change
+                    for change in (trace.mode_changes if trace is not None else ())
+                    if (change.previous_mode, change.new_mode) in changes
+                ),
+                llm_calls=int(data.get("llm_calls", 0)),
+                session_id=data.get("session_id"),
+                turn_id=data.get("turn_id"),
+                faulted_step=data.get("faulted_step"),
+                warnings=tuple(result.warnings),
+                branch=data.get("branch"),
+                trace=trace,
+                replayed=bool(data.get("replayed", False)),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"not a turn report: {error}") from None
+
     def to_dict(self, *, content: bool = False) -> dict[str, Any]:
         """A JSON-ready summary (the response itself is under ``result``).
 

@@ -45,6 +45,7 @@ from aptix_pipeline.steps import (
     StepFaultError,
     exception_type,
     internal_text,
+    runtime_error_in,
     traceback_text,
 )
 from aptix_pipeline.validators import TURN_CANCELLED, TURN_DEADLINE
@@ -456,6 +457,19 @@ def _errors_of(
     )
 
 
+def _reraise_runtime_error(error: BaseException) -> None:
+    """Raise the hosting runtime's own error when one is in ``error``'s chain.
+
+    A step, guard or exit hook that failed because the runtime hosting the turn
+    refused something (Temporal's nondeterminism or sandbox errors, registered by
+    the durable adapter with ``propagate_also``) does not fault the turn: the error
+    leaves ``Pipeline.run`` so that the runtime retries the work (D531).
+    """
+    runtime_error = runtime_error_in(error)
+    if runtime_error is not None:
+        raise runtime_error
+
+
 def _cause_of(error: BaseException) -> BaseException | None:
     """The exception behind a fault the engine named: a ``StepFaultError``'s cause (what a
     host's port, tool, hook or rule raised). A step that raised is logged, not carried:
@@ -548,6 +562,7 @@ class _Walk:
                 except PROPAGATED:
                     raise
                 except BaseException as error:  # a failed guard or exit hook, a raising step
+                    _reraise_runtime_error(error)
                     detail = scope.options.error_detail
                     errors = _errors_of(event, error, scope.capture_content, detail)
                     self._faulted(event, errors, _cause_of(error))
@@ -559,6 +574,7 @@ class _Walk:
                     )
                     emit(StepEnded(run_id, event, state, state != source, context_type, mode))
             except Exception as error:  # no route leaves the state: never raise
+                _reraise_runtime_error(error)
                 self._faulted(event, _errors_of(event, error), _cause_of(error))
             if self.errors:
                 await self._fault()

@@ -139,6 +139,7 @@ __all__ = [
     "SpanBuilder",
     "SpanMode",
     "Telemetry",
+    "WhileReplayingQuiet",
     "answered_without_a_turn",
     "provider_name_of",
     "recording_failed",
@@ -157,6 +158,33 @@ _CAPTURE_VALUES = {"true", "1", "yes", "on", "span_only", "span_and_event"}
 _NO_OP_PROVIDERS = (NoOpTracerProvider, ProxyTracerProvider)
 """The API's providers that record nothing (``ProxyTracerProvider`` is the global one
 until an SDK is set; once set, ``get_tracer_provider`` returns the SDK's)."""
+
+
+class WhileReplayingQuiet(Tracer):
+    """A tracer that starts no span while ``replaying()`` says the turn is being replayed.
+
+    A durable runtime re-runs a turn's code from its history after a worker died
+    (Temporal replays the workflow): the steps it replays already emitted their spans
+    on the worker that ran them first. While ``replaying()`` is true, a span started
+    here is a non-recording span that nothing exports; once the replay has caught up,
+    spans are ``tracer``'s again (``Pipeline(replaying=...)``, D532).
+    """
+
+    def __init__(self, tracer: Tracer, replaying: Callable[[], bool]) -> None:
+        self._tracer = tracer
+        self._replaying = replaying
+
+    def start_span(self, name: str, *args: Any, **kwargs: Any) -> Span:
+        """``tracer``'s span, or a non-recording one while replaying."""
+        if self._replaying():
+            return trace.INVALID_SPAN
+        return self._tracer.start_span(name, *args, **kwargs)
+
+    def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``tracer``'s, or the non-recording span made current while replaying."""
+        if self._replaying():
+            return trace.use_span(trace.INVALID_SPAN)
+        return self._tracer.start_as_current_span(name, *args, **kwargs)
 
 
 def _capture_from_env() -> bool:

@@ -31,6 +31,8 @@ from .exception_text import (
     exception_type,
     internal_text,
     port_failed,
+    propagate_also,
+    runtime_error_in,
     traceback_text,
 )
 from .faults import StepFaultError, described
@@ -107,6 +109,8 @@ __all__ = [
     "hooked_tools",
     "internal_text",
     "port_failed",
+    "propagate_also",
+    "runtime_error_in",
     "traceback_text",
 ]
 

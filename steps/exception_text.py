@@ -57,6 +57,8 @@ __all__ = [
     "exception_type",
     "internal_text",
     "port_failed",
+    "propagate_also",
+    "runtime_error_in",
     "traceback_text",
 ]
 
@@ -75,6 +77,45 @@ MAX_RULE_DETAIL_CHARS: Final = 1024
 """The longest text a host rule's check may add to its error (``bounded``)."""
 PROPAGATED: Final = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 """What passes through every boundary around a host's code (the module docstring)."""
+
+
+_RUNTIME_ERRORS: list[type[BaseException]] = []
+"""Errors of the runtime that hosts the turn, registered by ``propagate_also``."""
+
+
+def propagate_also(*kinds: type[BaseException]) -> None:
+    """Make the engine re-raise errors of ``kinds`` instead of faulting the turn with them.
+
+    A runtime that hosts the engine registers its own control errors here: the
+    durable adapter registers Temporal's (a workflow's nondeterminism, a sandbox
+    refusal), which must fail the workflow task so that Temporal retries it on a
+    worker, not end the turn as ``internal`` (docs/DURABLE.md, D531). Registering a
+    kind twice is harmless; nothing registers one by default.
+    """
+    for kind in kinds:
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise TypeError(f"not an exception class: {kind!r}")
+        if kind not in _RUNTIME_ERRORS:
+            _RUNTIME_ERRORS.append(kind)
+
+
+def runtime_error_in(error: BaseException) -> BaseException | None:
+    """The first error in ``error``'s chain (itself, its causes and contexts) of a kind
+    given to ``propagate_also``; ``None`` when there is none."""
+    if not _RUNTIME_ERRORS:
+        return None
+    kinds = tuple(_RUNTIME_ERRORS)
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kinds):
+            return current
+        seen.add(id(current))
+        if current.__cause__ is not None or current.__suppress_context__:
+            current = current.__cause__
+        else:
+            current = current.__context__
+    return None
 
 
 def bounded(text: str, limit: int) -> str:

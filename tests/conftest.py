@@ -101,6 +101,9 @@ from engine_kit import store  # noqa: E402, F401
 # A throwaway PostgreSQL server on loopback (kits/pg_server.py): `postgres_url`, `postgres_db_url`.
 from pg_server import postgres_db_url, postgres_server, postgres_url  # noqa: E402, F401
 
+# A throwaway Temporal dev server on loopback (kits/temporal_kit.py): `temporal_address`.
+from temporal_kit import task_queue, temporal_address, temporal_server  # noqa: E402, F401
+
 
 @pytest.fixture(autouse=True)
 def _own_data_dir(

@@ -389,8 +389,11 @@ class Recorder:
     many concurrent turns: each gets its own tap.
     """
 
-    def __init__(self, options: RecordingOptions | None = None) -> None:
+    def __init__(self, options: RecordingOptions | None = None, *, inline: bool = False) -> None:
         self.options = options or RecordingOptions()
+        self.inline = inline
+        """Make each recording on the event loop, not in a worker thread: for a runtime
+        whose loop has no threads (a durable turn's Temporal workflow, D536)."""
         self._digest: tuple[Ports, PipelineOptions, str] | None = None
 
     def _config_digest(self, ports: Ports, options: PipelineOptions) -> str:
@@ -417,9 +420,12 @@ class Recorder:
         # traced, and the report keeps it (docs/RECORDING.md "When recording fails", D160).
         try:
             digest = self._config_digest(call.ports, call.options)
-            recording, unwritten = await asyncio.to_thread(
-                self._recorded, tap, call, report, digest
-            )
+            if self.inline:
+                recording, unwritten = self._recorded(tap, call, report, digest)
+            else:
+                recording, unwritten = await asyncio.to_thread(
+                    self._recorded, tap, call, report, digest
+                )
         except Exception as error:
             made = error.error if isinstance(error, _NotMadeError) else error
             _recording_failed(call, report, made, "could not be made")

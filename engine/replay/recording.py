@@ -180,6 +180,9 @@ class TurnRecording:
     idempotency_key: str | None = None
     stopped_after_call: int | None = None
     host_rules: tuple[str, ...] = ()
+    durable: Mapping[str, Any] | None = None
+    """How a durable turn ran (docs/DURABLE.md): its Temporal ``workflow_id``, ``run_id``,
+    ``task_queue``, and the ``workers`` whose activities ran it; ``None`` in process."""
 
     @property
     def successful(self) -> bool:
@@ -262,6 +265,7 @@ class TurnRecording:
                 if self.stopped_after_call is not None
                 else {}
             ),
+            **({"durable": dict(self.durable)} if self.durable is not None else {}),
             "request": self.request,
             "calls": [call.to_dict() for call in self.calls],
             "trace": self.trace.to_dict(),
@@ -325,6 +329,7 @@ class TurnRecording:
                 redacted=bool(data.get("redacted", False)),
                 idempotency_key=data.get("idempotency_key"),
                 stopped_after_call=_count(data.get("stopped_after_call")),
+                durable=_durable(data.get("durable")),
                 # Recorded before the key was written: the trace's guards name them too.
                 host_rules=tuple(data["host_rules"])
                 if "host_rules" in data
@@ -369,6 +374,15 @@ class TurnRecording:
                 stamp = re.sub(r"[^0-9A-Za-z]", "", self.clock_readings[0])[:24] or stamp
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
         return f"turn-{stamp}-{digest}.json"
+
+
+def _durable(value: object) -> Mapping[str, Any] | None:
+    """A recording's ``durable`` object, checked; ``None`` for a turn run in process."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"durable must be a JSON object, not {type(value).__name__}")
+    return dict(value)
 
 
 def _count(value: Any) -> int | None:

@@ -1,0 +1,82 @@
+"""What crosses Temporal's wire for a durable turn: the workflow's input and output, and
+the envelopes of the activities whose answers are unions or carry who ran them.
+
+Every payload is a pydantic model or a dataclass of them, turned into JSON by
+temporalio's pydantic data converter (``temporalio.contrib.pydantic``); large
+payloads (a request's images, a tool's files) leave the history through the
+claim-check codec (``codec.py``), so none reaches Temporal's 2 MB cap.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aptix_pipeline.contracts import ToolOutput, ToolPause
+
+__all__ = [
+    "ApplyAnswer",
+    "ModelAnswer",
+    "ToolAnswer",
+    "TurnInput",
+    "TurnOutput",
+]
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TurnInput(_Payload):
+    """One turn to run: the request as the host gave it and who asks.
+
+    ``request`` is the raw request (a JSON object, or JSON text): the workflow
+    validates it exactly as ``Pipeline.run`` does (AGN-036 §4), so a bad request is
+    an unsuccessful result, never a failed workflow.
+    """
+
+    request: Any
+    org: str
+    user: str
+    initial_mode: str | None = None
+    idempotency_key: str | None = None
+    progress: bool = False
+    """Whether the workflow keeps its progress events for a query (``DurablePipeline.stream``)."""
+
+
+class TurnOutput(_Payload):
+    """What a durable turn answers: ``TurnReport.to_dict(content=True)``, the workers
+    whose activities ran it, and whether its answer came from a stored one."""
+
+    report: dict[str, Any]
+    workers: list[str] = Field(default_factory=list)
+    workflow_id: str
+    run_id: str
+
+
+class ModelAnswer(_Payload):
+    """A model call's reply (``LLMReply`` as JSON, so the model's own fields pass
+    untouched) and the worker that made it."""
+
+    reply: dict[str, Any]
+    worker: str
+
+
+class ToolAnswer(_Payload):
+    """A server tool's answer: JSON text, files, a pause, or the tool's error."""
+
+    kind: Literal["text", "output", "pause", "error"]
+    text: str | None = None
+    output: ToolOutput | None = None
+    pause: ToolPause | None = None
+    error_type: str | None = None
+    error: str | None = None
+    worker: str
+
+
+class ApplyAnswer(_Payload):
+    """The commit's answer: applied now, or found applied by an earlier attempt."""
+
+    applied: Literal["now", "before"]
+    worker: str
