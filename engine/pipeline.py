@@ -217,6 +217,10 @@ class Pipeline:
     them: no span is exported (``WhileReplayingQuiet``) and the ``listeners`` hear
     nothing. The state trace, an interceptor's listeners and a stream's progress
     are the turn's state and hear everything (docs/DURABLE.md, D532).
+    A span that ends while ``replaying()`` is true (Temporal counts a workflow's
+    eviction from its worker's cache as replay) is left open for the run that
+    resumes the turn; so are the open spans of a run stopped by the runtime's own
+    error (``propagate_also``).
     """
 
     def __init__(
@@ -648,6 +652,7 @@ class Pipeline:
         )
         walked = _NOT_WALKED
         emit(TurnStarted(run_id, self._provider_name, scope.caller.org, scope.caller.user))
+        suspended = False
         try:
             try:
                 walked = await walk(run, self.runtime)
@@ -657,8 +662,13 @@ class Pipeline:
             report = self._report(run, walked, trace)
             if events.wants(TurnFinished):
                 emit(self._finished(run_id, report, scope))
+        except BaseException as error:
+            # The hosting runtime stops this run to resume it elsewhere (a workflow
+            # evicted): its open spans are continued there, not ended here (D532).
+            suspended = runtime_error_in(error) is not None
+            raise
         finally:
-            if spans is not None:
+            if spans is not None and not suspended:
                 spans.end_unfinished()  # a cancelled turn's spans end too
             await events.close()
         return report

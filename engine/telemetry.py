@@ -160,28 +160,135 @@ _NO_OP_PROVIDERS = (NoOpTracerProvider, ProxyTracerProvider)
 until an SDK is set; once set, ``get_tracer_provider`` returns the SDK's)."""
 
 
+class _Deferred(trace.NonRecordingSpan):
+    """A span started while the turn was being replayed (``WhileReplayingQuiet``).
+
+    It records nothing while the replay lasts. If it is still open when the turn's
+    live part starts a span under it or ends it, it becomes a real span then
+    (``materialise``), marked ``aptix.durable.resumed``, and what the builder does to
+    it from there on
+    (a name, attributes, events, its end) reaches the real one: the spans of the
+    part a worker runs live hang under one tree, and none is exported twice.
+    """
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        replaying: Callable[[], bool],
+        name: str,
+        kind: SpanKind,
+        attributes: Any,
+        parent: Any,
+    ) -> None:
+        super().__init__(trace.INVALID_SPAN_CONTEXT)
+        self._tracer, self._replaying, self._name, self._kind = tracer, replaying, name, kind
+        self._attributes = dict(attributes or {})
+        self._parent = parent
+        self.real: Span | None = None
+        self._ended = False
+
+    def materialise(self) -> Span:
+        """The real span, started now under its parent (made real first)."""
+        if self.real is None:
+            parent = self._parent
+            context = None
+            if isinstance(parent, _Deferred) and not parent._ended:
+                context = trace.set_span_in_context(parent.materialise())
+            elif parent is not None and parent.get_span_context().is_valid:
+                context = trace.set_span_in_context(parent)
+            attributes = {**self._attributes, "aptix.durable.resumed": True}
+            self.real = self._tracer.start_span(
+                self._name, context=context, kind=self._kind, attributes=attributes
+            )
+        return self.real
+
+    def get_span_context(self) -> trace.SpanContext:
+        return self.real.get_span_context() if self.real is not None else super().get_span_context()
+
+    def is_recording(self) -> bool:
+        return self.real is not None and self.real.is_recording()
+
+    def update_name(self, name: str) -> None:
+        self._name = name
+        if self.real is not None:
+            self.real.update_name(name)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self._attributes[key] = value
+        if self.real is not None:
+            self.real.set_attribute(key, value)
+
+    def set_attributes(self, attributes: Any) -> None:
+        self._attributes.update(attributes)
+        if self.real is not None:
+            self.real.set_attributes(attributes)
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        if self.real is not None:
+            self.real.add_event(name, attributes, timestamp)
+
+    def set_status(self, status: Any, description: str | None = None) -> None:
+        if self.real is not None:
+            self.real.set_status(status, description)
+
+    def record_exception(self, exception: BaseException, *args: Any, **kwargs: Any) -> None:
+        if self.real is not None:
+            self.real.record_exception(exception, *args, **kwargs)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._replaying():
+            # Ended in the replay: the worker that ran it live exported it. A live span
+            # ended now is ended by an eviction (Temporal counts it as replay): it is left
+            # open, and the run that resumes the turn continues it.
+            if self.real is None:
+                self._ended = True
+            return
+        if self.real is None and not self._ended:
+            self.materialise()  # it ends live: its end is news, so it is exported
+        self._ended = True
+        if self.real is not None:
+            self.real.end(end_time)
+
+
 class WhileReplayingQuiet(Tracer):
-    """A tracer that starts no span while ``replaying()`` says the turn is being replayed.
+    """A tracer that exports no span of the part of a turn being replayed.
 
     A durable runtime re-runs a turn's code from its history after a worker died
     (Temporal replays the workflow): the steps it replays already emitted their spans
     on the worker that ran them first. While ``replaying()`` is true, a span started
-    here is a non-recording span that nothing exports; once the replay has caught up,
-    spans are ``tracer``'s again (``Pipeline(replaying=...)``, D532).
+    here records nothing (a ``_Deferred`` span). Once the replay has caught up,
+    spans are ``tracer``'s again; a replayed span still open then (the turn's root,
+    its current step) is started for real the first time a live span is started
+    under it, so the live part hangs under one tree, marked
+    ``aptix.durable.resumed`` (``Pipeline(replaying=...)``, D532).
     """
 
     def __init__(self, tracer: Tracer, replaying: Callable[[], bool]) -> None:
         self._tracer = tracer
         self._replaying = replaying
 
-    def start_span(self, name: str, *args: Any, **kwargs: Any) -> Span:
-        """``tracer``'s span, or a non-recording one while replaying."""
+    def start_span(
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Span:
+        """``tracer``'s span, or a deferred one while replaying."""
+        parent = trace.get_current_span(context)
         if self._replaying():
-            return trace.INVALID_SPAN
-        return self._tracer.start_span(name, *args, **kwargs)
+            return _Deferred(self._tracer, self._replaying, name, kind, attributes, parent)
+        if isinstance(parent, _Deferred) and not parent._ended:
+            context = trace.set_span_in_context(parent.materialise(), context)
+        live = _Deferred(self._tracer, self._replaying, name, kind, attributes, parent)
+        live.real = self._tracer.start_span(name, context, kind, attributes, *args, **kwargs)
+        return live
 
     def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """``tracer``'s, or the non-recording span made current while replaying."""
+        """Spans made current by the engine go through ``start_span``; this one is the
+        wrapped tracer's, or the non-recording span while replaying."""
         if self._replaying():
             return trace.use_span(trace.INVALID_SPAN)
         return self._tracer.start_as_current_span(name, *args, **kwargs)

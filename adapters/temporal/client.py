@@ -90,6 +90,18 @@ def _who(caller: Caller | Mapping[str, Any]) -> tuple[str, str]:
     return (org if isinstance(org, str) else ""), (user if isinstance(user, str) else "")
 
 
+def _described(error: BaseException) -> str:
+    """``error`` and the causes Temporal gives it, in one line (``failed: timed out``)."""
+    parts: list[str] = []
+    current: BaseException | None = error
+    while current is not None and len(parts) < 4:
+        text = str(current).strip() or type(current).__name__
+        if text not in parts:
+            parts.append(text)
+        current = getattr(current, "cause", None) or current.__cause__
+    return ": ".join(parts)
+
+
 def _temporal_failed(what: str) -> TurnReport:
     error = InvokeError(code=ErrorCode.PORT_FAILED, field="Temporal", message=what)
     return answered_report(ResponseResult.failure([error]), None, None)
@@ -193,8 +205,9 @@ class DurablePipeline:
         except asyncio.CancelledError:
             raise
         except (RPCError, WorkflowFailureError, RuntimeError, OSError) as error:
-            logger.error("a durable turn failed in Temporal: %s", error)
-            return _temporal_failed(f"the durable turn failed: {error}"), None
+            told = _described(error)
+            logger.error("a durable turn failed in Temporal: %s", told)
+            return _temporal_failed(f"the durable turn failed: {told}"), None
         return TurnReport.from_dict(output.report), output
 
     async def execute(
@@ -229,7 +242,9 @@ class DurablePipeline:
                 progress=True,
             )
         except RPCError as error:
-            yield StreamResult(_temporal_failed(f"the durable turn failed: {error}").result)
+            yield StreamResult(
+                _temporal_failed(f"the durable turn failed: {_described(error)}").result
+            )
             return
         result = asyncio.ensure_future(handle.result())
         seen = 0
@@ -247,7 +262,9 @@ class DurablePipeline:
             try:
                 output = result.result()
             except (RPCError, WorkflowFailureError, RuntimeError) as error:
-                yield StreamResult(_temporal_failed(f"the durable turn failed: {error}").result)
+                yield StreamResult(
+                    _temporal_failed(f"the durable turn failed: {_described(error)}").result
+                )
                 return
             with contextlib.suppress(RPCError):  # what came after the last poll
                 page = await handle.query("progress", seen, result_type=dict[str, Any])

@@ -107,8 +107,9 @@ class TemporalServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"temporal exited: {self.log.read_text(errors='replace')}")
-            with contextlib.suppress(OSError), socket.create_connection(
-                ("127.0.0.1", self.port), timeout=0.2
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
             ):
                 # The frontend listens before the namespace exists: ask it once.
                 if self._namespace_ready():
