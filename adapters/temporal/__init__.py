@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from aptix_pipeline.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .activities import TurnActivities
     from .client import DurablePipeline, DurableProgress
     from .codec import BlobStore, ClaimCheckCodec, DirectoryBlobs
     from .payloads import TurnInput, TurnOutput
@@ -28,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "DurableProgress": "client",
     "DurableSettings": "workflow",
     "DurableWorker": "worker",
+    "TurnActivities": "activities",
     "TurnInput": "payloads",
     "TurnOutput": "payloads",
     "TurnWorkflow": "workflow",
@@ -45,6 +47,7 @@ __all__ = [
     "DurableProgress",
     "DurableSettings",
     "DurableWorker",
+    "TurnActivities",
     "TurnInput",
     "TurnOutput",
     "TurnWorkflow",

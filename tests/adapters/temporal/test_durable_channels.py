@@ -16,8 +16,8 @@ from span_kit import Recorded
 from temporal_kit import durable_worker, free_port
 
 from aptix_pipeline import (
-    PipelineStep,
     STEP_FUNCTIONS,
+    PipelineStep,
     Recorder,
     RecordingOptions,
     StreamResult,
@@ -75,6 +75,7 @@ async def test_spans_are_exported_once_when_every_workflow_task_replays(
 
 
 @pytest.mark.decision("D536")
+@pytest.mark.decision("D537")
 async def test_a_durable_turn_is_recorded_with_its_workers_and_replays_in_process(
     temporal_address: str, task_queue: str, tmp_path: Path
 ) -> None:
@@ -89,7 +90,11 @@ async def test_a_durable_turn_is_recorded_with_its_workers_and_replays_in_proces
     durable = DurablePipeline(client, task_queue=task_queue)
     async with durable_worker(client, host, task_queue, identity="worker-a"):
         first = await durable.run({"Instruction": "hi"}, CALLER)
-        second = await durable.run(follow_on(ok(first.result), "status?"), CALLER)
+        second, output = await durable.run_with_workers(
+            follow_on(ok(first.result), "status?"), CALLER
+        )
+    assert output is not None
+    assert output.workers == ["worker-a"]
     files = sorted(folder.glob("*.json"))
     assert len(files) == 2
     recordings = [TurnRecording.load(path) for path in files]
@@ -151,10 +156,7 @@ async def test_a_temporal_that_cannot_be_reached_is_an_unsuccessful_result() -> 
     from aptix_pipeline.adapters.temporal import data_converter
 
     address = f"127.0.0.1:{free_port()}"
-    try:
-        client = await Client.connect(address, data_converter=data_converter(), lazy=True)
-    except Exception as error:  # pragma: no cover - connect is lazy
-        pytest.fail(f"a lazy client does not connect: {error}")
+    client = await Client.connect(address, data_converter=data_converter(), lazy=True)
     report = await DurablePipeline(client).run({"Instruction": "hi"}, CALLER)
     assert not report.successful
     [error] = report.result.errors

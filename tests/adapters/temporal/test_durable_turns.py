@@ -14,7 +14,6 @@ from temporal_kit import durable_worker
 from aptix_pipeline import MemoryStore, PermanentPortError, PipelineOptions, TurnEvent
 from aptix_pipeline.adapters.temporal import DurablePipeline
 
-
 TWO_ROUNDS = [
     calls(call("s1", "lookup", {"id": "T-1"})),
     calls(call("s2", "lookup", {"id": "T-2"})),
