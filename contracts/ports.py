@@ -18,6 +18,14 @@ implement them, and a host may bring its own.
   where the ``FileStore`` port that keeps them is).
 - ``Clock`` and ``IdSource`` — time and ids, so runs are repeatable (STYLE.md
   "Determinism first").
+
+Cancellation is part of every async port's contract: a call cancelled from outside
+(the turn's deadline, a stream's consumer gone, a durable turn's activity
+cancelled) raises ``asyncio.CancelledError``, never another exception standing for
+it — the engine tells a cancelled call from a failed one by that alone, and retries
+only a failed one. A port that wraps another transport (Temporal's activities in
+``adapters/temporal/``) translates that transport's cancellation into it
+(docs/DURABLE.md, D531).
 """
 
 from __future__ import annotations
