@@ -99,19 +99,60 @@ async def _serve(address: str, queue: str) -> None:
 
 
 def worker_main(address: str, queue: str, profile: str | None) -> None:
-    """One ``DurableWorker`` serving ``queue`` until SIGTERM (cProfile'd with ``profile``)."""
+    """One ``DurableWorker`` serving ``queue`` until SIGTERM.
+
+    With ``profile``, cProfile runs from SIGUSR1 (sent after the warm-up) to the end,
+    in the event loop's thread and in the threads that run workflow tasks, and the
+    merged statistics are written to ``profile``.
+    """
     if profile is None:
         asyncio.run(_serve(address, queue))
         return
+    import concurrent.futures
     import cProfile
+    import pstats
+    import threading
 
-    profiler = cProfile.Profile()
-    profiler.enable()
+    profilers: list[cProfile.Profile] = []
+    mine = threading.local()
+    on = threading.Event()
+    submit = concurrent.futures.ThreadPoolExecutor.submit
+
+    def profiled_submit(
+        self: concurrent.futures.ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any
+    ) -> Any:
+        def run() -> Any:
+            if not on.is_set():
+                return fn(*args, **kwargs)
+            profiler = getattr(mine, "profiler", None)
+            if profiler is None:
+                profiler = mine.profiler = cProfile.Profile()
+                profilers.append(profiler)
+            profiler.enable()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                profiler.disable()
+
+        return submit(self, run)
+
+    concurrent.futures.ThreadPoolExecutor.submit = profiled_submit  # type: ignore[method-assign,assignment]
+    main = cProfile.Profile()
+    profilers.append(main)
+
+    def start(*_: Any) -> None:
+        on.set()
+        main.enable()
+
+    signal.signal(signal.SIGUSR1, start)
     try:
         asyncio.run(_serve(address, queue))
     finally:
-        profiler.disable()
-        profiler.dump_stats(profile)
+        main.disable()
+        stats = pstats.Stats(profilers[0])
+        for each in profilers[1:]:
+            stats.add(each)
+        stats.dump_stats(profile)
 
 
 class WorkerProcess:
@@ -164,7 +205,7 @@ def _workers(address: str, folder: Path, queues: Sequence[str]) -> Iterator[list
 
 
 def _ms(later: Any, earlier: Any) -> float:
-    return (later.ToMicroseconds() - earlier.ToMicroseconds()) / 1000.0
+    return float(later.ToMicroseconds() - earlier.ToMicroseconds()) / 1000.0
 
 
 def _local_activity_name(event: Any) -> str:
