@@ -12,7 +12,7 @@ from engine_kit import CALLER, ok, text
 from temporal_kit import durable_worker
 
 from aptix_pipeline.adapters.temporal import DurablePipeline, data_converter
-from aptix_pipeline.contracts import Session
+from aptix_pipeline.contracts import ModeSpec
 
 
 @pytest.mark.decision("D560")
@@ -44,8 +44,8 @@ def test_a_payload_type_is_adapted_once_for_every_workflow_run(
     from pydantic import TypeAdapter
 
     converter_class = data_converter().payload_converter_class
-    payload = converter_class().to_payloads([None])[0]
-    converter_class().from_payload(payload, Session | None)  # a first run adapts the type
+    payload = converter_class().to_payloads([[]])[0]  # JSON, not the null encoding
+    converter_class().from_payload(payload, list[ModeSpec])  # a first run adapts the type
     built: list[Any] = []
     original = TypeAdapter.__init__
 
@@ -56,7 +56,7 @@ def test_a_payload_type_is_adapted_once_for_every_workflow_run(
     monkeypatch.setattr(TypeAdapter, "__init__", counted)
     # Each workflow run makes its own converter (temporalio's sandbox): a later run's
     # converter decodes the same type with the adapter already built.
-    assert converter_class().from_payload(payload, Session | None) is None
+    assert converter_class().from_payload(payload, list[ModeSpec]) == []
     assert built == []
 
 
