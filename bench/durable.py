@@ -55,6 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "kits"))
 
+from durable_kit import local_activities
 from turns import CALLER, FixedLLM, bench_ports, engine_pipeline
 
 __all__ = ["breakdown", "durable_figures", "print_durable_figures"]
@@ -208,18 +209,6 @@ def _ms(later: Any, earlier: Any) -> float:
     return float(later.ToMicroseconds() - earlier.ToMicroseconds()) / 1000.0
 
 
-def _local_activity_name(event: Any) -> str:
-    """The activity type a local-activity marker records (its ``data`` detail)."""
-    details = event.marker_recorded_event_attributes.details
-    payloads = details["data"].payloads if "data" in details else []
-    for payload in payloads:
-        with contextlib.suppress(ValueError, UnicodeDecodeError):
-            data = json.loads(payload.data)
-            if isinstance(data, dict) and "activity_type" in data:
-                return str(data["activity_type"])
-    return "?"
-
-
 def breakdown(events: Sequence[Any]) -> list[tuple[str, float]]:
     """One durable turn's history as named spans, in order: (what, ms).
 
@@ -256,7 +245,7 @@ def breakdown(events: Sequence[Any]) -> list[tuple[str, float]]:
             run_index = len(spans) - 1
         elif kind == E.EVENT_TYPE_MARKER_RECORDED and run_index is not None:
             what, took = spans[run_index]
-            name = _local_activity_name(event).removeprefix("aptix.")
+            name = ",".join(local_activities([event])).removeprefix("aptix.")
             joiner = ", " if what.endswith(")") else " (local: "
             spans[run_index] = (what.rstrip(")") + joiner + name + ")", took)
         elif kind == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
