@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "kits"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # durable_bare, turns
 
 from durable_kit import local_activities
 from turns import CALLER, FixedLLM, bench_ports, engine_pipeline
@@ -63,6 +64,7 @@ __all__ = ["breakdown", "durable_figures", "print_durable_figures"]
 REQUEST: dict[str, Any] = {"Instruction": "hi"}
 TARGET_ADDED_MS = 100.0
 TARGET_CPU_RATIO = 3.0
+BARE_QUEUE_PREFIX = "bench-bare-"
 WORKER_START_TIMEOUT_S = 60.0
 
 
@@ -88,12 +90,30 @@ def _load_average() -> list[float] | None:
 async def _serve(address: str, queue: str) -> None:
     from aptix_pipeline.adapters.temporal import DurableWorker, connect
 
-    pipeline = engine_pipeline(bench_ports(FixedLLM()))
     client = await connect(address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
+    if queue.startswith(BARE_QUEUE_PREFIX):
+        # The bare workflow, with the durable worker's sandbox runner and converter.
+        from durable_bare import BareTurn, echo
+        from temporalio.worker import Worker
+
+        from aptix_pipeline.adapters.temporal.worker import sandbox_runner
+
+        bare = Worker(
+            client,
+            task_queue=queue,
+            workflows=[BareTurn],
+            activities=[echo],
+            workflow_runner=sandbox_runner(),
+        )
+        async with bare:
+            print("ready", flush=True)
+            await stop.wait()
+        return
+    pipeline = engine_pipeline(bench_ports(FixedLLM()))
     async with DurableWorker(client, pipeline, task_queue=queue, identity=f"bench-{os.getpid()}"):
         print("ready", flush=True)
         await stop.wait()
@@ -282,10 +302,24 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
 
 
 async def _latency_and_cpu(
-    durable: Any, worker: WorkerProcess, rounds: int, number: int, warm_up: int
+    durable: Any,
+    worker: WorkerProcess,
+    bare: tuple[Any, str, WorkerProcess],
+    rounds: int,
+    number: int,
+    warm_up: int,
 ) -> dict[str, Any]:
-    """Interleaved blocks of durable and in-process turns (the module docstring)."""
+    """Interleaved blocks of durable, in-process and bare-workflow turns (the module
+    docstring)."""
+    from durable_bare import BARE_WORKFLOW
+
     pipeline = engine_pipeline(bench_ports(FixedLLM()))
+    client, bare_queue, bare_worker = bare
+
+    async def bare_turn() -> None:
+        await client.execute_workflow(
+            BARE_WORKFLOW, REQUEST, id=f"bench-bare-{uuid.uuid4().hex}", task_queue=bare_queue
+        )
 
     async def durable_turn() -> str:
         report, output = await durable.run_with_workers(REQUEST, CALLER)
@@ -300,22 +334,31 @@ async def _latency_and_cpu(
     for _ in range(warm_up):
         await durable_turn()
         await local_turn()
-    walls: dict[str, list[float]] = {"durable": [], "in process": []}
-    cpus: dict[str, list[float]] = {"durable": [], "in process": []}
+        await bare_turn()
+    names = ["durable", "in process", "bare"]
+    walls: dict[str, list[float]] = {name: [] for name in names}
+    cpus: dict[str, list[float]] = {name: [] for name in names}
     workflow_ids: list[str] = []
+
+    def cpu(name: str) -> float:
+        if name == "in process":
+            return time.process_time()
+        return (worker if name == "durable" else bare_worker).cpu()
+
     for index in range(rounds):
-        order = ["durable", "in process"] if index % 2 == 0 else ["in process", "durable"]
-        for name in order:
-            before = worker.cpu() if name == "durable" else time.process_time()
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            before = cpu(name)
             for _ in range(number):
                 started = time.perf_counter()
                 if name == "durable":
                     workflow_ids.append(await durable_turn())
+                elif name == "bare":
+                    await bare_turn()
                 else:
                     await local_turn()
                 walls[name].append((time.perf_counter() - started) * 1000)
-            after = worker.cpu() if name == "durable" else time.process_time()
-            cpus[name].append((after - before) / number * 1000)
+            cpus[name].append((cpu(name) - before) / number * 1000)
     return {"walls": walls, "cpus": cpus, "workflow_ids": workflow_ids}
 
 
@@ -394,12 +437,14 @@ async def _measure(
 
     client = await connect(address)
     run = uuid.uuid4().hex[:8]
-    one, two = f"bench-one-{run}", f"bench-two-{run}"
-    with _workers(address, folder, [one, two, two]) as started:
-        alone, pair = started[0], started[1:]
+    one, two, bare = f"bench-one-{run}", f"bench-two-{run}", f"{BARE_QUEUE_PREFIX}{run}"
+    with _workers(address, folder, [one, two, two, bare]) as started:
+        alone, pair, bare_worker = started[0], started[1:3], started[3]
         single = DurablePipeline(client, task_queue=one)
         double = DurablePipeline(client, task_queue=two)
-        measured = await _latency_and_cpu(single, alone, rounds, number, warm_up)
+        measured = await _latency_and_cpu(
+            single, alone, (client, bare, bare_worker), rounds, number, warm_up
+        )
         histories = await _history_spans(client, measured["workflow_ids"])
         for _ in range(warm_up):  # the second queue's workers
             await double.run(REQUEST, CALLER)
@@ -421,6 +466,8 @@ async def _measure(
     latency["added_median_ms"] = latency["durable_median_ms"] - latency["in_process_median_ms"]
     latency["added_min_ms"] = latency["durable_min_ms"] - latency["in_process_min_ms"]
     latency["target_added_ms"] = TARGET_ADDED_MS
+    latency["bare_min_ms"] = min(walls["bare"])
+    latency["bare_median_ms"] = statistics.median(walls["bare"])
     cpu = {
         "worker_min_ms": min(cpus["durable"]),
         "worker_median_ms": statistics.median(cpus["durable"]),
@@ -430,6 +477,10 @@ async def _measure(
     cpu["ratio_median"] = cpu["worker_median_ms"] / cpu["in_process_median_ms"]
     cpu["ratio_min"] = cpu["worker_min_ms"] / cpu["in_process_min_ms"]
     cpu["target_ratio"] = TARGET_CPU_RATIO
+    cpu["bare_min_ms"] = min(cpus["bare"])
+    cpu["bare_median_ms"] = statistics.median(cpus["bare"])
+    cpu["to_bare_median"] = cpu["worker_median_ms"] / cpu["bare_median_ms"]
+    cpu["to_bare_min"] = cpu["worker_min_ms"] / cpu["bare_min_ms"]
     summary: dict[str, Any] = {}
     for key, samples in throughput.items():
         best = max(samples, key=lambda row: row["turns_per_s"])
@@ -527,6 +578,10 @@ def print_durable_figures(figures: Mapping[str, Any]) -> None:
         ("in process, wall ms", "in_process"),
     ):
         print(f"{label:<34}{latency[key + '_min_ms']:>10.2f}{latency[key + '_median_ms']:>10.2f}")
+    print(
+        f"{'bare workflow, same calls, wall ms':<34}{latency['bare_min_ms']:>10.2f}"
+        f"{latency['bare_median_ms']:>10.2f}"
+    )
     added = latency["added_median_ms"]
     print(
         f"{'added latency, ms':<34}{latency['added_min_ms']:>10.2f}{added:>10.2f}"
@@ -540,10 +595,18 @@ def print_durable_figures(figures: Mapping[str, Any]) -> None:
         f"{'in-process CPU ms per turn':<34}{cpu['in_process_min_ms']:>10.2f}"
         f"{cpu['in_process_median_ms']:>10.2f}"
     )
+    print(
+        f"{'bare workflow worker CPU ms':<34}{cpu['bare_min_ms']:>10.2f}"
+        f"{cpu['bare_median_ms']:>10.2f}"
+    )
     ratio = cpu["ratio_median"]
     print(
         f"{'worker ÷ in process':<34}{cpu['ratio_min']:>10.1f}{ratio:>10.1f}"
         f"  (target ≤ {TARGET_CPU_RATIO:.0f} x, median: {_mark(ratio <= TARGET_CPU_RATIO)})"
+    )
+    print(
+        f"{'worker ÷ bare workflow':<34}{cpu['to_bare_min']:>10.2f}{cpu['to_bare_median']:>10.2f}"
+        "  (Temporal's own cost for the same calls; no target)"
     )
     rows = figures["breakdown"]
     count = rows[-1]
@@ -551,9 +614,12 @@ def print_durable_figures(figures: Mapping[str, Any]) -> None:
         f"  where a durable turn's time goes, from its workflow history (ms, over "
         f"{count['median_ms']:.0f} of {count['min_ms']:.0f} turns of the same shape):"
     )
-    print(f"  {'':<86}{'median':>8}{'min':>8}")
+    print(f"  {'':<58}{'median':>8}{'min':>8}")
     for row in rows[:-1]:
-        print(f"  {row['what']:<86}{row['median_ms']:>8.2f}{row['min_ms']:>8.2f}")
+        what, _, local = row["what"].partition(" (local: ")
+        print(f"  {what:<58}{row['median_ms']:>8.2f}{row['min_ms']:>8.2f}")
+        if local:
+            print(f"      its local activities: {local.rstrip(')')}")
     print(
         f"  throughput: {figures['throughput_turns']} turns, {figures['throughput_concurrency']}"
         f" in flight, {figures['throughput_rounds']} rounds (median; best beside)"
