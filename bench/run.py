@@ -25,7 +25,11 @@ Sections, in order (``--only`` picks some, comma-separated):
 - ``retrieval`` — a turn's cost with an SQLite FTS5 retrieval over 200 documents
   beside the same turn without, and the time to index them (``bench/retrieval.py``);
 - ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
-  work, beside their targets (``bench/scale.py``).
+  work, beside their targets (``bench/scale.py``);
+- ``durable`` — a durable turn on a local Temporal dev server beside the same turn in
+  process: added latency, the worker's CPU, where the time goes (from the workflow
+  history), throughput with one and two workers and the server's CPU
+  (``bench/durable.py``).
 
 ``--json FILE`` also writes every figure to FILE, one top-level key per section.
 """
@@ -45,6 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "kits"))
 
 from builders import PATHS, context_after, context_before, request_data
+from durable import durable_figures, print_durable_figures
 from http_load import http_figures, print_http_figures
 from images import IMAGE_BYTES, image_rows
 from peers import MISSING, PEERS, peer_versions
@@ -81,6 +86,7 @@ SECTIONS = (
     "transcript",
     "replay",
     "cli",
+    "durable",
 )
 
 
@@ -458,6 +464,13 @@ def cli() -> dict[str, Any]:
     return costs
 
 
+def durable() -> dict[str, Any]:
+    """Durable turns on a local Temporal dev server, beside the same turn in process."""
+    figures = durable_figures()
+    print_durable_figures(figures)
+    return figures
+
+
 RUNNERS: dict[str, Callable[[], Any]] = {
     "validators": validators,
     "turns": turns,
@@ -473,6 +486,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "transcript": transcript,
     "replay": replay,
     "cli": cli,
+    "durable": durable,
 }
 
 

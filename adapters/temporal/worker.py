@@ -19,15 +19,20 @@ Temporal retries the workflow task instead of the turn faulting (D531).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from datetime import timedelta
-from types import TracebackType
+from types import CodeType, TracebackType
+from typing import Any
 
+from pydantic import TypeAdapter
 from temporalio import workflow
 from temporalio.client import Client
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
 from temporalio.converter import DataConverter
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import _runner as sandbox_internals
 
 from aptix_pipeline.contracts import scrubbed_logger
 from aptix_pipeline.engine import Pipeline
@@ -42,6 +47,7 @@ __all__ = [
     "DEFAULT_TASK_QUEUE",
     "PASSED_THROUGH",
     "DurableWorker",
+    "TurnPayloadConverter",
     "connect",
     "data_converter",
     "sandbox_runner",
@@ -110,22 +116,68 @@ def _quiet_engine_logs() -> None:
                 each.addFilter(_QUIET)
 
 
+@functools.lru_cache(maxsize=64)
+def _compiled(code: str) -> CodeType:
+    return compile(code, "<string>", "exec")
+
+
+class _CompiledInstance(sandbox_internals._Instance):
+    """The sandbox's workflow instance, running its fixed snippets compiled once.
+
+    The sandbox enters a workflow run through a few lines of source that it gives
+    ``exec`` as text, so Python compiles them again on every call: some 70 calls a
+    durable turn (each activation, and each payload's serialization context), about
+    70 µs each. ``exec`` runs a code object exactly as it runs its text.
+    """
+
+    def _run_code(self, code: Any, **extra_globals: Any) -> None:
+        if isinstance(code, str):
+            code = _compiled(code)
+        super()._run_code(code, **extra_globals)
+
+
+class _SandboxRunner(SandboxedWorkflowRunner):
+    """``SandboxedWorkflowRunner`` with ``_CompiledInstance``; the same restrictions."""
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _CompiledInstance(det, self.runner_class, self.restrictions)
+
+
 def sandbox_runner() -> SandboxedWorkflowRunner:
     """Temporal's sandbox, with ``PASSED_THROUGH`` shared with the worker."""
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
-    )
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
+    if callable(getattr(sandbox_internals._Instance, "_run_code", None)):
+        return _SandboxRunner(restrictions=restrictions)
+    return SandboxedWorkflowRunner(restrictions=restrictions)  # a temporalio without it
+
+
+_TYPE_ADAPTERS = functools.lru_cache(maxsize=1024)(TypeAdapter)
+"""pydantic's ``TypeAdapter`` of each payload type, built once per process."""
+
+
+class TurnPayloadConverter(PydanticPayloadConverter):
+    """temporalio's pydantic converter, its ``TypeAdapter``s shared by every workflow run.
+
+    A workflow run makes its own payload converter, and the stock one caches the
+    adapters it builds in itself: each durable turn built about seven again (an
+    adapter of ``Session | None`` costs about 0.6 ms), a few ms of a worker's CPU per
+    turn (docs/PERFORMANCE.md "Durable turns"). The payload types are the engine's
+    own, passed through the sandbox, so one adapter serves every run.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        for converter in self.converters.values():
+            if isinstance(converter, PydanticJSONPlainPayloadConverter):
+                converter._type_adapter = _TYPE_ADAPTERS
 
 
 def data_converter(blobs: BlobStore | None = None) -> DataConverter:
     """The converter of durable turns: pydantic JSON, large payloads to ``blobs``."""
-    from temporalio.contrib.pydantic import pydantic_data_converter
-
     if blobs is None:
-        return pydantic_data_converter
+        return DataConverter(payload_converter_class=TurnPayloadConverter)
     return DataConverter(
-        payload_converter_class=pydantic_data_converter.payload_converter_class,
-        payload_codec=ClaimCheckCodec(blobs),
+        payload_converter_class=TurnPayloadConverter, payload_codec=ClaimCheckCodec(blobs)
     )
 
 

@@ -11,7 +11,8 @@ an answer that may change is an activity (``activities.py``):
   there and makes no completed call again (D533);
 - the store's reads and the catalogs' are *local* activities: they run on the
   workflow's own worker with no round trip through the server, which the history
-  still records. A crash re-runs a read that had not answered, which changes nothing;
+  still records; a turn reads each catalog entry once (D560). A crash re-runs a
+  read that had not answered, which changes nothing;
   the model call and the commit are never local, because a crash would run them again;
 - the clock and the ids are the workflow's (``workflow.now()``, ``workflow.uuid4()``),
   deterministic on replay;
@@ -320,30 +321,44 @@ class _WorkflowStore:
 
 
 class _WorkflowCatalog:
-    """The mode and agent catalogs, read by local activities."""
+    """The mode and agent catalogs, read by local activities, each answer once a turn.
+
+    A turn asks for its mode three or four times (the session creator, the prompt,
+    the reasoner, the response builder): in the workflow each read is a local
+    activity, a workflow activation and a marker in the history, so the same
+    question gets the answer it got first in this turn (D560). A failed read is
+    not kept: the next asks again.
+    """
 
     def __init__(self, calls: _Calls) -> None:
         self._calls = calls
+        self._answers: dict[tuple[str | None, ...], Any] = {}
+
+    async def _read(self, name: str, *args: str | None, result_type: Any) -> Any:
+        key = (name, *args)
+        if key in self._answers:
+            return self._answers[key]
+        answer = await self._calls.read(name, *args, result_type=result_type)
+        self._answers[key] = answer
+        return answer
 
     async def get_mode(self, mode: str) -> ModeSpec | None:
-        return await self._calls.read(  # type: ignore[no-any-return]
+        return await self._read(  # type: ignore[no-any-return]
             "aptix.modes.get_mode", mode, result_type=ModeSpec | None
         )
 
     async def list_modes(self) -> list[ModeSpec]:
-        return await self._calls.read(  # type: ignore[no-any-return]
-            "aptix.modes.list_modes", result_type=list[ModeSpec]
-        )
+        return list(await self._read("aptix.modes.list_modes", result_type=list[ModeSpec]))
 
     async def get_agent_context(self, agent_context_id: str | None) -> AgentContext | None:
-        return await self._calls.read(  # type: ignore[no-any-return]
+        return await self._read(  # type: ignore[no-any-return]
             "aptix.agents.get_agent_context", agent_context_id, result_type=AgentContext | None
         )
 
     async def get_conversation_context(
         self, conversation_context_id: str | None
     ) -> ConversationContext | None:
-        return await self._calls.read(  # type: ignore[no-any-return]
+        return await self._read(  # type: ignore[no-any-return]
             "aptix.agents.get_conversation_context",
             conversation_context_id,
             result_type=ConversationContext | None,

@@ -25,7 +25,7 @@ from aptix_pipeline import (
 )
 from aptix_pipeline.contracts import LLM, SessionStore, ToolExecutor
 
-__all__ = ["CountingLLM", "durable_client", "normalised", "pipeline_on"]
+__all__ = ["CountingLLM", "durable_client", "local_activities", "normalised", "pipeline_on"]
 
 _IDS = re.compile(r"\b(session|turn|correlation)(_[0-9a-f]{32}|-\d+)\b")
 
@@ -61,6 +61,26 @@ def pipeline_on(
     return Pipeline(
         ports, options or PipelineOptions(retry_wait_seconds=0, retry_max_wait_seconds=0), **more
     )
+
+
+def local_activities(events: Sequence[Any]) -> list[str]:
+    """The activity types of the local-activity markers in a workflow's history events,
+    in order (each marker's ``data`` detail names its activity)."""
+    import json
+
+    from temporalio.api.enums.v1 import EventType
+
+    names: list[str] = []
+    for event in events:
+        if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+            continue
+        details = event.marker_recorded_event_attributes.details
+        payloads = details["data"].payloads if "data" in details else []
+        for payload in payloads:
+            data = json.loads(payload.data)
+            if isinstance(data, dict) and "activity_type" in data:
+                names.append(str(data["activity_type"]))
+    return names
 
 
 def normalised(trace: StateTrace | None) -> Any:

@@ -1,0 +1,69 @@
+"""``bench/durable.py``: the breakdown ``make bench`` prints is read from a real durable
+turn's workflow history: each workflow task, each activity and each local activity
+named, in the order they ran (D562)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+from durable_kit import durable_client, pipeline_on
+from engine_kit import CALLER, text
+from repo import ROOT
+from temporal_kit import durable_worker
+
+from aptix_pipeline.adapters.temporal import DurablePipeline
+
+
+@pytest.fixture(scope="module")
+def bench_durable() -> Iterator[ModuleType]:
+    """``bench/durable.py``, loaded from its file (``bench/`` is no package)."""
+    sys.path.insert(0, str(ROOT / "bench"))  # its sibling modules (turns.py)
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "bench_durable", ROOT / "bench" / "durable.py"
+        )
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
+@pytest.mark.decision("D562")
+async def test_the_breakdown_names_each_task_and_activity_of_a_durable_turn(
+    bench_durable: ModuleType, temporal_address: str, task_queue: str
+) -> None:
+    client = await durable_client(temporal_address)
+    async with durable_worker(client, pipeline_on(replies=[text("hello")]), task_queue):
+        report, output = await DurablePipeline(client, task_queue=task_queue).run_with_workers(
+            {"Instruction": "hi"}, CALLER
+        )
+    assert report.successful
+    assert output is not None
+    history = await client.get_workflow_handle(output.workflow_id).fetch_history()
+    spans = bench_durable.breakdown(history.events)
+    reads = "agents.get_agent_context, agents.get_conversation_context, modes.get_mode"
+    assert [what for what, _ in spans] == [
+        "workflow task 1: scheduled → started",
+        f"workflow task 1: started → completed (local: {reads}, modes.list_modes)",
+        "activity llm.complete: scheduled → started",
+        "activity llm.complete: started → completed",
+        "workflow task 2: scheduled → started",
+        "workflow task 2: started → completed",
+        "activity store.apply: scheduled → started",
+        "activity store.apply: started → completed",
+        "workflow task 3: scheduled → started",
+        "workflow task 3: started → completed",
+        "workflow: started → completed",
+    ]
+    # The parts are in order and within the whole.
+    whole = spans[-1][1]
+    assert all(took >= 0 for _, took in spans)
+    assert sum(took for _, took in spans[:-1]) <= whole + 0.001
