@@ -1283,7 +1283,7 @@ class StoreContract:
         assert await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0) is None
 
     @_case()
-    async def test_a_call_done_without_a_reservation_is_recorded_done(
+    async def test_a_ledger_call_done_without_a_reservation_is_recorded_done(
         self, store: SessionStore
     ) -> None:
         ledger = _ledger_of(store)
@@ -1334,7 +1334,7 @@ class StoreContract:
         assert not reserved.done
 
     @_case()
-    async def test_of_many_racing_reservations_of_one_key_exactly_one_wins(
+    async def test_of_many_racing_ledger_reservations_of_one_key_exactly_one_wins(
         self, store: SessionStore
     ) -> None:
         ledger = _ledger_of(store)
