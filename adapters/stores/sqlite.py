@@ -257,7 +257,7 @@ _SCHEMA_3 = (
         result TEXT,
         reserved_at TEXT NOT NULL,
         done_at TEXT,
-        PRIMARY KEY (org, user, key))""",
+        PRIMARY KEY (org, user, key)) WITHOUT ROWID""",
 )
 _MIGRATIONS = (_SCHEMA, _SCHEMA_2, _SCHEMA_3)
 """``_MIGRATIONS[n]`` takes a file from schema version ``n`` to ``n + 1``."""
