@@ -212,7 +212,7 @@ async def test_a_sqlite_outcome_keeps_its_times_offset_exactly(tmp_path: Path) -
     assert loaded.expires_at.utcoffset() == timedelta(hours=2)
 
 
-async def test_a_postgres_database_at_schema_version_2_is_migrated_to_the_current_one_keeping_its_data(
+async def test_a_postgres_database_at_version_2_is_migrated_to_the_current_one_keeping_its_data(
     postgres_db_url: str,
 ) -> None:
     with psycopg.connect(postgres_db_url, autocommit=True) as raw:
