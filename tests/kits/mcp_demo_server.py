@@ -5,8 +5,8 @@
 (path ``/mcp``), and checks the ``Authorization`` header when ``DEMO_TOKEN`` is set.
 
 Tools: ``remember``/``recall`` keep state in the process (it must persist across
-calls; ``recall`` is marked read-only), ``crash`` exits mid-call, ``slow`` sleeps, ``picture`` returns a PNG,
-``ask_name`` elicits the user's name, ``refuse`` answers ``isError``, ``whoami``
+calls; ``recall`` is marked read-only), ``crash`` exits mid-call, ``slow`` sleeps,
+``picture`` returns a PNG, ``ask_name`` elicits the user's name, ``refuse`` answers ``isError``, ``whoami``
 tells the process id, ``report`` embeds a text resource and structured content.
 """
 
