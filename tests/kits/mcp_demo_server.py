@@ -6,8 +6,9 @@
 
 Tools: ``remember``/``recall`` keep state in the process (it must persist across
 calls; ``recall`` is marked read-only), ``crash`` exits mid-call, ``slow`` sleeps,
-``picture`` returns a PNG, ``ask_name`` elicits the user's name, ``refuse`` answers ``isError``, ``whoami``
-tells the process id, ``report`` embeds a text resource and structured content.
+``picture`` returns a PNG, ``ask_name`` elicits the user's name, ``refuse``
+answers ``isError``, ``whoami`` tells the process id, ``report`` embeds a text
+resource and structured content.
 """
 
 from __future__ import annotations
