@@ -78,6 +78,10 @@ def _pipeline(store: SessionStore, ledger: bool) -> Pipeline:
     return Pipeline(ports, PipelineOptions(tool_ledger=ledger), telemetry=Telemetry.off())
 
 
+def _turn(pipeline: Pipeline) -> Callable[[], Awaitable[object]]:
+    return lambda: pipeline.run({"Instruction": "send"}, CALLER)
+
+
 async def _rounds(
     work: dict[str, Callable[[], Awaitable[object]]], number: int, rounds: int
 ) -> dict[str, list[float]]:
@@ -103,9 +107,7 @@ async def _measure(folder: Path, number: int, rounds: int) -> dict[str, Any]:
                 pipeline = _pipeline(store, ledger)
                 report = await pipeline.run({"Instruction": "send"}, CALLER)
                 assert report.successful, report.result.rule_ids
-                work[f"{store_name}, ledger {'on' if ledger else 'off'}"] = (
-                    lambda pipeline=pipeline: pipeline.run({"Instruction": "send"}, CALLER)
-                )
+                work[f"{store_name}, ledger {'on' if ledger else 'off'}"] = _turn(pipeline)
         times = await _rounds(work, number, rounds)
     finally:
         sqlite = stores["sqlite"]
