@@ -39,7 +39,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import logging
 from collections.abc import Mapping
 from typing import Any, Final, Literal, get_args
 
@@ -52,6 +51,7 @@ from aptix_pipeline.contracts import (
     ToolLedger,
     ToolOutput,
     ToolPause,
+    scrubbed_logger,
 )
 
 __all__ = [
@@ -68,7 +68,7 @@ __all__ = [
     "tool_call_key",
 ]
 
-logger = logging.getLogger(__name__)
+logger = scrubbed_logger(__name__)
 
 PossiblyExecutedPolicy = Literal["fail"]
 """What a call reserved by an earlier attempt, never done, of a tool not declared
