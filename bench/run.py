@@ -22,6 +22,8 @@ Sections, in order (``--only`` picks some, comma-separated):
   turn (``bench/streaming.py``, ``bench/streaming_http.py``);
 - ``files`` — a server tool making a 10 KB file, beside the same tool without
   (``bench/tool_files.py``);
+- ``ledger`` — an in-process turn with one server tool, the tool ledger on against
+  off, on the memory store and a SQLite file (``bench/ledger.py``; target ≤ 5 %);
 - ``retrieval`` — a turn's cost with an SQLite FTS5 retrieval over 200 documents
   beside the same turn without, and the time to index them (``bench/retrieval.py``);
 - ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
@@ -52,6 +54,8 @@ from builders import PATHS, context_after, context_before, request_data
 from durable import durable_figures, print_durable_figures
 from http_load import http_figures, print_http_figures
 from images import IMAGE_BYTES, image_rows
+from ledger import TARGET as LEDGER_TARGET
+from ledger import ledger_rows
 from peers import MISSING, PEERS, peer_versions
 from recording import recording_row
 from refused_http import print_figures, refused_figures
@@ -81,6 +85,7 @@ SECTIONS = (
     "images",
     "streaming",
     "files",
+    "ledger",
     "retrieval",
     "concurrency",
     "transcript",
@@ -369,6 +374,24 @@ def files() -> dict[str, float]:
     return costs
 
 
+def ledger() -> dict[str, Any]:
+    """The tool ledger's cost per turn with one server tool, beside its ≤ 5 % target."""
+    print(
+        "a turn with one server tool, tool ledger on vs off, tracing off "
+        "(µs per turn, min / median of interleaved rounds; x = on / off)"
+    )
+    figures = ledger_rows()
+    for store, row in figures.items():
+        ok = row["ratio_median"] <= LEDGER_TARGET
+        print(
+            f"{store:<10} off {row['off_min_us']:>7.0f} / {row['off_median_us']:<7.0f}"
+            f" on {row['on_min_us']:>7.0f} / {row['on_median_us']:<7.0f}"
+            f" x {row['ratio_min']:.3f} / {row['ratio_median']:.3f}"
+            f"   target ≤ {LEDGER_TARGET:.2f}  {_mark(ok)}"
+        )
+    return figures
+
+
 def concurrency() -> dict[str, Any]:
     """1,000 concurrent turns with a 50 ms model, per store."""
     rows = concurrency_rows()
@@ -481,6 +504,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "images": images,
     "streaming": streaming,
     "files": files,
+    "ledger": ledger,
     "retrieval": retrieval,
     "concurrency": concurrency,
     "transcript": transcript,

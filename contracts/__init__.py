@@ -24,6 +24,7 @@ from .context import (
 )
 from .errors import AptixPipelineError
 from .files import FileStore, StoredFile, ToolFile, ToolOutput, ToolPause, content_hash
+from .ledger import LedgerEntry, ToolLedger
 from .llm import (
     ChatMessage,
     ChatRole,
@@ -92,6 +93,7 @@ from .tools import (
     VALIDATION_ERROR_TYPE,
     ArgumentError,
     ContainerInvocationErrorResponse,
+    Idempotence,
     ManifestToolResult,
     SourceType,
     ToolCall,
@@ -141,6 +143,7 @@ __all__ = [
     "FileStore",
     "HostErrorCode",
     "IdSource",
+    "Idempotence",
     "ImagePart",
     "InputArtifact",
     "InvokeError",
@@ -148,6 +151,7 @@ __all__ = [
     "InvokeWarning",
     "LLMReply",
     "LLMRequest",
+    "LedgerEntry",
     "MalformedStreamError",
     "ManifestToolResult",
     "MetadataValue",
@@ -187,6 +191,7 @@ __all__ = [
     "ToolExecutor",
     "ToolFile",
     "ToolInvocation",
+    "ToolLedger",
     "ToolOutput",
     "ToolPause",
     "ToolResult",

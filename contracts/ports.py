@@ -16,6 +16,8 @@ implement them, and a host may bring its own.
 - ``ToolExecutor`` — runs one server-side tool call (AGN-011 §5.2, DESIGN.md R5);
   it may return files with its result (``ToolOutput``, ``contracts/files.py``,
   where the ``FileStore`` port that keeps them is).
+- ``ToolLedger`` (``contracts/ledger.py``) — reserve → done for server-tool calls,
+  so a retried turn never runs a done call again.
 - ``Clock`` and ``IdSource`` — time and ids, so runs are repeatable (STYLE.md
   "Determinism first").
 
@@ -49,6 +51,7 @@ from .errors import AptixPipelineError
 from .files import ToolOutput, ToolPause
 from .llm import ChatMessage, LLMReply, LLMRequest
 from .llm_stream import ReplyChunk
+from .tools import Idempotence
 from .wire import WireModel
 
 __all__ = [
@@ -242,6 +245,12 @@ class ToolInvocation(WireModel):
     client_answer: str | None = None
     """The client's result (its ResultJson) for the call this tool paused with a
     ``ToolPause``, when the engine runs it again on the continuation; else ``None``."""
+    idempotency_key: str | None = None
+    """The call's stable key (``steps/tool_ledger.py`` ``tool_call_key``: its session,
+    turn, tool call id and arguments), the same on every attempt at the call; a tool
+    that declares ``idempotent = "by_key"`` acts once per key. ``None`` outside a turn."""
+    idempotent: Idempotence | None = None
+    """What the tool's definition declares (``ToolDefinition.idempotent``)."""
 
 
 @runtime_checkable

@@ -5,7 +5,9 @@
   validation design (IsContainer, PluginName, FunctionNames, FunctionCount,
   SourceType), a JSON Schema for its arguments, and where it runs
   (``executes_on``, required: AGN-011 §4.3 merges client and server tools, and
-  a call of one goes where its definition says).
+  a call of one goes where its definition says), and for a server tool whether
+  running a call again is safe (``idempotent``, ``Idempotence``: the tool ledger,
+  docs/TOOLS.md).
 - ``ToolCallManifest`` is the pairing of emitted calls and returned results that
   AGN-036 §5 validates.
 - ``ContainerInvocationErrorResponse`` and ``ValidationErrorResponse`` are the
@@ -29,6 +31,7 @@ __all__ = [
     "VALIDATION_ERROR_TYPE",
     "ArgumentError",
     "ContainerInvocationErrorResponse",
+    "Idempotence",
     "ManifestToolResult",
     "SourceType",
     "ToolCall",
@@ -127,6 +130,12 @@ class ToolCallManifest(WireModel):
     tool_call_results: list[ManifestToolResult] = Field(default_factory=list)
 
 
+Idempotence = Literal["by_key", "naturally"]
+"""How a server tool makes a second run of one call safe (docs/TOOLS.md "Exactly once"):
+``"by_key"`` — it honours ``ToolInvocation.idempotency_key`` itself (a second run with
+the same key acts once); ``"naturally"`` — running it again does no harm (a read)."""
+
+
 class ToolDefinition(WireModel):
     """A tool the model may call, with its argument schema and container metadata.
 
@@ -153,6 +162,10 @@ class ToolDefinition(WireModel):
     function_count: int | None = Field(default=None, ge=0)
     source_type: SourceType | None = None
     member_of: str | None = None
+    idempotent: Idempotence | None = None
+    """A server tool's declaration that a call may run again (``Idempotence``); ``None``:
+    it may not, and a call an earlier attempt started but did not finish is not run
+    again (``PipelineOptions.possibly_executed_policy``)."""
 
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> ToolDefinition:
         # A definition is a frozen value shared by every turn that advertises it:
@@ -193,6 +206,8 @@ class ToolDefinition(WireModel):
             )
         if not self.is_container and self.function_names:
             raise ValueError("FunctionNames is container metadata; set IsContainer to true")
+        if self.idempotent is not None and self.executes_on != "server":
+            raise ValueError("idempotent is a server tool's declaration (the tool ledger)")
         return self
 
 

@@ -37,8 +37,9 @@ class TurnCall:
     """One turn as an interceptor sees it, before it runs.
 
     ``request`` and ``caller`` are as the host gave them (``caller`` normalized to a
-    ``Caller``); ``ports`` are those a turn runs on — the host's, wrapped by its
-    ``Hooks`` when it has any (``Pipeline.turn_ports``), not yet guarded;
+    ``Caller``); ``ports`` are those a turn runs on — the host's, its server tools
+    through the store's tool ledger and wrapped by its ``Hooks`` when it has any
+    (``Pipeline.turn_ports``), not yet guarded;
     ``options`` are the pipeline's; ``telemetry`` is the pipeline's, with
     ``capture_content`` resolved.
     """

@@ -43,6 +43,7 @@ from aptix_pipeline.contracts import (
     InvokeResult,
     PipelineContext,
     PipelineStep,
+    ToolLedger,
     scrubbed_logger,
 )
 from aptix_pipeline.steps import (
@@ -57,6 +58,7 @@ from aptix_pipeline.steps import (
     StepFunction,
     TurnScope,
     hooked_ports,
+    ledgered_tools,
     port_failed,
     runtime_error_in,
 )
@@ -119,6 +121,15 @@ def _caller_key(caller: object) -> tuple[str, str]:
     """The org and user a single-flight key is scoped to."""
     who = _caller(caller)
     return str(who.org), str(who.user)
+
+
+def _ledgered(ports: Ports, options: PipelineOptions) -> Ports:
+    """``ports`` whose server tools run through the store's ``ToolLedger``, when it has
+    one and ``options.tool_ledger`` says so (``steps/tool_ledger.py``)."""
+    if not options.tool_ledger or not isinstance(ports.store, ToolLedger) or not ports.tools:
+        return ports
+    tools = ledgered_tools(ports.tools, ports.store, ports.clock, options.possibly_executed_policy)
+    return replace(ports, tools=tools)
 
 
 def _guarded(ports: Ports, detail: ErrorDetail) -> Ports:
@@ -248,8 +259,10 @@ class Pipeline:
         detail = self.options.error_detail
         self.rules = rules if isinstance(rules, HostRules) else HostRules(rules)
         self._host_guards = host_guards(self.rules)
-        # The hooks wrap the host's ports; interceptors and the turn see them hooked.
-        self._turn_ports = hooked_ports(ports, hooks, detail) if hooks is not None else ports
+        # The ledger wraps the host's server tools, and the hooks wrap them; interceptors
+        # (a recording's tap) and the turn see them so (docs/TOOLS.md "Exactly once").
+        ledgered = _ledgered(ports, self.options)
+        self._turn_ports = hooked_ports(ledgered, hooks, detail) if hooks is not None else ledgered
         self.runtime: Runtime = runtime
         self.telemetry = (telemetry or Telemetry()).resolved()
         self._tracer = self.telemetry.tracer()
@@ -306,8 +319,9 @@ class Pipeline:
 
     @property
     def turn_ports(self) -> Ports:
-        """The ports a turn runs on: ``ports``, with the ``hooks`` wrapped around the model
-        and the server tools (``LivePorts.of_pipeline`` replays a recording on them)."""
+        """The ports a turn runs on: ``ports``, its server tools run through the store's
+        tool ledger, with the ``hooks`` wrapped around the model and the server tools
+        (``LivePorts.of_pipeline`` replays a recording on ``ports`` and the hooks)."""
         return self._turn_ports
 
     async def verify(self) -> None:

@@ -82,12 +82,14 @@ if TYPE_CHECKING:
         FileRef,
         FileStore,
         HostErrorCode,
+        Idempotence,
         IdSource,
         ImagePart,
         InputArtifact,
         InvokeError,
         InvokeResult,
         InvokeWarning,
+        LedgerEntry,
         LLMReply,
         LLMRequest,
         MalformedStreamError,
@@ -125,6 +127,7 @@ if TYPE_CHECKING:
         ToolExecutor,
         ToolFile,
         ToolInvocation,
+        ToolLedger,
         ToolOutput,
         ToolPause,
         ToolResult,
@@ -208,9 +211,11 @@ if TYPE_CHECKING:
         STEP_FUNCTIONS,
         ErrorDetail,
         Hooks,
+        LedgeredTool,
         ModeChange,
         PipelineOptions,
         Ports,
+        PossiblyExecutedPolicy,
         RejectionKind,
         StepFaultError,
         StepFunction,
@@ -219,7 +224,10 @@ if TYPE_CHECKING:
         ToolCallSide,
         ToolErrorDetail,
         ToolExecution,
+        ToolPossiblyExecutedError,
         TurnScope,
+        run_ledgered,
+        tool_call_key,
     )
     from .testing import StoreContract
     from .validators import (
@@ -289,6 +297,13 @@ _GROUPS: dict[str, dict[str, str]] = {
             "ReplyToolCallDelta ReplyFinished ReplyAssembler split_reply "
             "ChatMessage ChatRole ContentPart TextPart ImagePart ModeSpec "
             "ToolDefinition SourceType"
+        ),
+    },
+    "Server-tool effects exactly once (docs/TOOLS.md)": {
+        "contracts": "ToolLedger LedgerEntry Idempotence",
+        "steps": (
+            "run_ledgered LedgeredTool tool_call_key PossiblyExecutedPolicy "
+            "ToolPossiblyExecutedError"
         ),
     },
     "Errors": {
@@ -400,6 +415,7 @@ __all__ = [
     "HostRules",
     "HttpServer",
     "IdSource",
+    "Idempotence",
     "ImagePart",
     "InputArtifact",
     "InvokeError",
@@ -408,6 +424,8 @@ __all__ = [
     "LLMCallRecord",
     "LLMReply",
     "LLMRequest",
+    "LedgerEntry",
+    "LedgeredTool",
     "Listener",
     "LivePorts",
     "LocalFileStore",
@@ -434,6 +452,7 @@ __all__ = [
     "PipelineStep",
     "PortCall",
     "Ports",
+    "PossiblyExecutedPolicy",
     "PostgresStore",
     "Proceed",
     "RagOperator",
@@ -505,8 +524,10 @@ __all__ = [
     "ToolExecutor",
     "ToolFile",
     "ToolInvocation",
+    "ToolLedger",
     "ToolOutput",
     "ToolPause",
+    "ToolPossiblyExecutedError",
     "ToolResult",
     "ToolRoutingError",
     "Transcript",
@@ -547,7 +568,9 @@ __all__ = [
     "recordings_in",
     "replay",
     "replay_sync",
+    "run_ledgered",
     "split_reply",
+    "tool_call_key",
     "validate_core",
     "validate_post_step",
     "validate_pre_step",

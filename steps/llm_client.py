@@ -67,6 +67,7 @@ from aptix_pipeline.validators import (
     SERVER_TOOL_TIMEOUT,
     STREAM_INTERRUPTED,
     TOOL_CALL_IDS,
+    TOOL_POSSIBLY_EXECUTED,
     ToolCallOutcome,
     ToolCallVerdict,
     check_tool_call,
@@ -82,6 +83,7 @@ from .mode_change import AGENT_CHANGE_MODE, change_mode
 from .observer import LLMCallObservation
 from .scope import TurnScope
 from .tool_files import keep_files, told_to_model
+from .tool_ledger import ToolPossiblyExecutedError
 from .tool_records import RejectionKind, ToolCallFate, ToolCallRecord, ToolCallSide
 
 if TYPE_CHECKING:
@@ -450,7 +452,9 @@ async def _run_server_tool(
                     raise LookupError(f"no executor is registered for server tool {tool.name!r}")
                 limit = asyncio.timeout(scope.options.server_tool_timeout_seconds)
                 async with limit:  # keeping its files is part of the call (AGN-033 §6)
-                    answer = await executor(arguments, scope.invocation(call, client_answer))
+                    answer = await executor(
+                        arguments, scope.invocation(call, client_answer, arguments)
+                    )
                     if isinstance(answer, ToolPause):
                         paused = answer
                     elif isinstance(answer, ToolOutput):
@@ -473,6 +477,9 @@ async def _run_server_tool(
                     f"{scope.options.server_tool_timeout_seconds:g} s"
                 )
                 logger.warning("%s", error)
+            elif isinstance(failure, ToolPossiblyExecutedError):  # the ledger's policy
+                rule_id = TOOL_POSSIBLY_EXECUTED.id
+                logger.warning("%s", failure)
             else:
                 _log_tool_failure(scope, tool.name, failure)
             content, told, files = json.dumps({"error": error}), None, []

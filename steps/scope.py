@@ -39,6 +39,7 @@ from aptix_pipeline.contracts import (
 
 from .exception_text import ERROR_DETAILS, ErrorDetail
 from .observer import NullObserver, TurnObserver
+from .tool_ledger import POSSIBLY_EXECUTED_POLICIES, PossiblyExecutedPolicy, tool_call_key
 from .tool_records import ModeChange, ToolCallRecord
 
 __all__ = [
@@ -130,6 +131,16 @@ class PipelineOptions:
     - ``retrieval_limit``: the most passages a turn asks its retriever for
       (default 5; docs/RETRIEVAL.md).
 
+    Server-tool effects (docs/TOOLS.md "Exactly once"):
+
+    - ``tool_ledger``: run each server-tool call through the store's ``ToolLedger``
+      when the store has one (default ``True``): a call an earlier attempt of the
+      turn finished is answered from the ledger, not run again. ``False``: calls
+      are not ledgered (each still gets its idempotency key).
+    - ``possibly_executed_policy``: what a call an earlier attempt started and
+      never finished becomes when its tool is not declared idempotent: ``"fail"``
+      (the only policy yet) — a tool error ``tool_possibly_executed``.
+
     Failures (docs/EXTENDING.md "Hooks and host rules"):
 
     - ``error_detail``: how much of an exception a host's code raised reaches the
@@ -165,6 +176,8 @@ class PipelineOptions:
     idempotency_ttl_seconds: float | None = 86_400.0
     error_detail: ErrorDetail = "short"
     retrieval_limit: int = 5
+    tool_ledger: bool = True
+    possibly_executed_policy: PossiblyExecutedPolicy = "fail"
     tool_error_detail: InitVar[ErrorDetail | None] = None
 
     def __post_init__(self, tool_error_detail: ErrorDetail | None) -> None:
@@ -199,6 +212,11 @@ class PipelineOptions:
             raise ValueError("max_model_reply_chars must be 1 or more")
         if self.retrieval_limit < 1:
             raise ValueError("retrieval_limit must be 1 or more")
+        if self.possibly_executed_policy not in POSSIBLY_EXECUTED_POLICIES:
+            raise ValueError(
+                "possibly_executed_policy must be one of "
+                f"{', '.join(POSSIBLY_EXECUTED_POLICIES)}, not {self.possibly_executed_policy!r}"
+            )
         if self.max_transcript_messages < 1:
             raise ValueError("max_transcript_messages must be 1 or more")
         if self.transcript_policy not in TRANSCRIPT_POLICIES:
@@ -304,19 +322,33 @@ class TurnScope:
             raise RuntimeError("the store transaction is begun by the RequestHandler step")
         return self.tx
 
-    def invocation(self, call: ToolCall, client_answer: str | None = None) -> ToolInvocation:
+    def invocation(
+        self,
+        call: ToolCall,
+        client_answer: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> ToolInvocation:
         """Who and what a server-side call of this turn is for (the ToolExecutor port);
-        ``client_answer`` resumes a call that paused (``ToolPause``)."""
+        ``client_answer`` resumes a call that paused (``ToolPause``). With the call's
+        ``arguments`` it carries the call's idempotency key (``tool_call_key``) and
+        what the tool's definition declares about running it again."""
         ctx = self.ctx
+        session_id = ctx.session.id if ctx.session else ""
+        turn_id = ctx.turn.id if ctx.turn else ""
+        tool = self.tool_index.get(call.name)
         return ToolInvocation(
             client_answer=client_answer,
             tool_call_id=call.tool_call_id,
             name=call.name,
-            session_id=ctx.session.id if ctx.session else "",
-            turn_id=ctx.turn.id if ctx.turn else "",
+            session_id=session_id,
+            turn_id=turn_id,
             mode=ctx.mode or "",
             org=self.caller.org,
             user=self.caller.user,
+            idempotency_key=None
+            if arguments is None
+            else tool_call_key(session_id, turn_id, call.tool_call_id, arguments),
+            idempotent=None if tool is None else tool.idempotent,
         )
 
     @property

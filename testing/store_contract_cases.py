@@ -12,8 +12,10 @@ current mode (AGN-011 §3.2); the solution context is replaced at commit (AGN-03
 §4.5); stored outcomes read back equal, and a key holding an unexpired one makes
 the commit a conflict that writes nothing (docs/CONFORMANCE.md D181, D183, D186);
 racing commits on one session let exactly one win (``StoreConflictError``); text
-of every kind comes back exactly (D221); and a session of three turns runs
-through the engine on the store.
+of every kind comes back exactly (D221); a session of three turns runs through
+the engine on the store; and a store that is a ``ToolLedger`` (contracts/ledger.py)
+keeps reserve → done per org and user, each write committed at once, with exactly
+one of racing reservations winning (the ledger cases skip a store that is not one).
 
 A refusal raises ``LookupError`` when the caller has no such session or turn, and
 ``ValueError`` when a write contradicts what is stored (docs/STORES.md).
@@ -41,6 +43,7 @@ from aptix_pipeline.contracts import (
     ChatMessage,
     ChatRole,
     ImagePart,
+    LedgerEntry,
     ModeHistoryEntry,
     Session,
     SessionStore,
@@ -49,6 +52,7 @@ from aptix_pipeline.contracts import (
     StoredOutcome,
     TextPart,
     ToolCall,
+    ToolLedger,
     Transcript,
     Turn,
     TurnStatus,
@@ -1231,3 +1235,120 @@ class StoreContract:
         ]
         assert transcript[-1] == assistant_says("you are welcome")
         assert await store_snapshot(store, session_id, [], org="globex") == (None, [], [])
+
+    # --- the tool ledger (a store that is a ToolLedger) --------------------------------------
+
+    @_case()
+    async def test_a_ledger_reservation_is_taken_once_and_reads_back_done_with_its_result(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _ledger_of(store)
+
+        first = await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0)
+        again = await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0 + timedelta(seconds=1))
+        await ledger.complete_tool_call(_ORG, _USER, "tk1-a", _RESULTS["astral"], _T0)
+        done = await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0)
+
+        assert first is None
+        assert again is not None
+        assert (again.key, again.result, again.done) == ("tk1-a", None, False)
+        assert again.reserved_at == _T0
+        assert done is not None
+        assert (done.result, done.done) == (_RESULTS["astral"], True)
+
+    @_case()
+    async def test_a_done_ledger_entry_keeps_its_first_result_and_is_not_released(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _ledger_of(store)
+        await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0)
+        await ledger.complete_tool_call(_ORG, _USER, "tk1-a", '{"text": "first"}', _T0)
+
+        await ledger.complete_tool_call(_ORG, _USER, "tk1-a", '{"text": "second"}', _T0)
+        await ledger.release_tool_call(_ORG, _USER, "tk1-a")
+        entry = await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0)
+
+        assert entry is not None
+        assert entry.result == '{"text": "first"}'
+
+    @_case()
+    async def test_a_released_ledger_reservation_can_be_taken_again(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _ledger_of(store)
+        await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0)
+
+        await ledger.release_tool_call(_ORG, _USER, "tk1-a")
+
+        assert await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0) is None
+
+    @_case()
+    async def test_a_ledger_call_done_without_a_reservation_is_recorded_done(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _ledger_of(store)
+
+        await ledger.complete_tool_call(_ORG, _USER, "tk1-a", '{"text": "x"}', _T0)
+        entry = await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0)
+
+        assert entry is not None
+        assert entry.result == '{"text": "x"}'
+
+    @_case()
+    async def test_ledger_entries_belong_to_their_org_and_user(self, store: SessionStore) -> None:
+        ledger = _ledger_of(store)
+        await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0)
+        await ledger.complete_tool_call(_ORG, _USER, "tk1-a", '{"text": "mine"}', _T0)
+
+        others = [
+            await ledger.reserve_tool_call(org, user, "tk1-a", _T0) for org, user in _OTHER_CALLERS
+        ]
+        for org, user in _OTHER_CALLERS:
+            await ledger.release_tool_call(org, user, "tk1-a")
+        mine = await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0)
+
+        assert others == [None, None]
+        assert mine is not None
+        assert mine.result == '{"text": "mine"}'
+
+    @_case()
+    async def test_ledger_writes_are_committed_at_once_whatever_the_turn_does(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(store)
+        ledger = _ledger_of(store)
+        tx = store.begin(_ORG, _USER)
+        await tx.load_session("s1")
+        await tx.append_transcript("s1", "t9", [user_says("never committed")])
+
+        await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0)
+        await ledger.complete_tool_call(_ORG, _USER, "tk1-a", '{"text": "x"}', _T0)
+        await ledger.reserve_tool_call(_ORG, _USER, "tk1-b", _T0)
+        await tx.rollback()
+
+        done = await ledger.reserve_tool_call(_ORG, _USER, "tk1-a", _T0)
+        reserved = await ledger.reserve_tool_call(_ORG, _USER, "tk1-b", _T0)
+        assert done is not None
+        assert done.done
+        assert reserved is not None
+        assert not reserved.done
+
+    @_case()
+    async def test_of_many_racing_ledger_reservations_of_one_key_exactly_one_wins(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _ledger_of(store)
+
+        answers = await asyncio.gather(
+            *(ledger.reserve_tool_call(_ORG, _USER, "tk1-race", _T0) for _ in range(10))
+        )
+
+        assert answers.count(None) == 1
+        assert all(isinstance(entry, LedgerEntry) and not entry.done for entry in answers if entry)
+
+
+def _ledger_of(store: SessionStore) -> ToolLedger:
+    """The store as a ``ToolLedger``; the case is skipped for a store that is not one."""
+    if not isinstance(store, ToolLedger):
+        pytest.skip(f"{type(store).__name__} is not a ToolLedger")
+    return store

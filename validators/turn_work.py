@@ -30,6 +30,7 @@ __all__ = [
     "STORED_CONTEXTS_KNOWN",
     "STREAM_INTERRUPTED",
     "TOOL_CALL_IDS",
+    "TOOL_POSSIBLY_EXECUTED",
     "TRANSCRIPT_SIZE",
     "TURN_CANCELLED",
     "TURN_DEADLINE",
@@ -137,6 +138,15 @@ SERVER_TOOL_TIMEOUT = rule(
     "DESIGN.md R5, AGN-011 §5",
     "a server tool must answer within PipelineOptions.server_tool_timeout_seconds; one that "
     "does not fails as a tool that raised, and the model is told so",
+    ErrorCode.PORT_FAILED,
+    module=__name__,
+)
+TOOL_POSSIBLY_EXECUTED = rule(
+    "DESIGN/ledger/possibly-executed",
+    "issue 29, docs/TOOLS.md",
+    "a server-tool call an earlier attempt of the turn started and never finished runs again "
+    "only when its tool is declared idempotent; otherwise it fails as possibly executed "
+    "(tool_possibly_executed), and the model is told so",
     ErrorCode.PORT_FAILED,
     module=__name__,
 )

@@ -28,7 +28,8 @@ its own, each optional:
   ``max_json_depth``, ``max_errors``, ``max_input_artifacts``, ``max_clipboard_images``,
   ``max_tool_results``, ``max_images``, ``max_image_bytes``, ``max_total_image_bytes``),
   and ``idempotency_ttl_seconds``, how long a committed turn's answer is kept for
-  retries (0 keeps it for good).
+  retries (0 keeps it for good); ``tool_ledger`` and ``possibly_executed_policy``
+  (server-tool calls through the store's tool ledger, docs/TOOLS.md).
   ``max_tool_results``), and ``idempotency_ttl_seconds``, how long a committed turn's
   answer is kept for retries (0 keeps it for good).
 - ``[host]`` — ``extension``, ``module:attribute`` naming a ``HostExtension``: the
@@ -106,6 +107,7 @@ from aptix_pipeline.steps import (
     MAX_IDEMPOTENCY_TTL_SECONDS,
     ErrorDetail,
     PipelineOptions,
+    PossiblyExecutedPolicy,
     TranscriptPolicy,
 )
 
@@ -248,6 +250,9 @@ class _Engine(_Table):
     idempotency_ttl_seconds: float = Field(
         default=86_400.0, ge=0, le=MAX_IDEMPOTENCY_TTL_SECONDS, allow_inf_nan=False
     )
+    # Server-tool effects (docs/TOOLS.md "Exactly once").
+    tool_ledger: bool = True
+    possibly_executed_policy: PossiblyExecutedPolicy = "fail"
 
     def options(self) -> PipelineOptions:
         """The ``PipelineOptions`` these keys give (0 seconds is ``None``: no limit)."""

@@ -2,7 +2,8 @@
 
 Same behaviour as the SQLite store — scoped reads, one atomic commit per turn,
 optimistic version checks — minus durability. ``apply`` runs without awaiting,
-so within one event loop it is atomic.
+so within one event loop it is atomic. It is a ``ToolLedger`` too
+(``contracts/ledger.py``), its entries as lasting as the store.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from datetime import datetime
 
 from aptix_pipeline.contracts import (
     ChatMessage,
+    LedgerEntry,
     Session,
     StoreConflictError,
     StoredOutcome,
@@ -51,6 +53,8 @@ class MemoryStore:
         """Each session's ``Transcript.last_image``: where its newest message with an image is."""
         self._outcomes: dict[tuple[str, str, str], StoredOutcome] = {}
         """Stored outcomes by org, user and key; an expired one stays until replaced."""
+        self._ledger: dict[tuple[str, str, str], LedgerEntry] = {}
+        """Tool ledger entries by org, user and key."""
 
     def begin(self, org: str, user: str) -> BufferedTransaction:
         """Start one turn's transaction for this caller."""
@@ -102,6 +106,34 @@ class MemoryStore:
         for key in expired:
             del self._outcomes[key]
         return len(expired)
+
+    # --- ToolLedger (contracts/ledger.py): no await, so each call is atomic -------------
+
+    async def reserve_tool_call(
+        self, org: str, user: str, key: str, now: datetime
+    ) -> LedgerEntry | None:
+        """See ``ToolLedger``."""
+        held = self._ledger.get((org, user, key))
+        if held is None:
+            self._ledger[(org, user, key)] = LedgerEntry(key=key, reserved_at=now)
+        return held
+
+    async def complete_tool_call(
+        self, org: str, user: str, key: str, result: str, now: datetime
+    ) -> None:
+        """See ``ToolLedger``."""
+        held = self._ledger.get((org, user, key))
+        if held is None or held.result is None:
+            reserved_at = now if held is None else held.reserved_at
+            self._ledger[(org, user, key)] = LedgerEntry(
+                key=key, result=result, reserved_at=reserved_at, done_at=now
+            )
+
+    async def release_tool_call(self, org: str, user: str, key: str) -> None:
+        """See ``ToolLedger``."""
+        held = self._ledger.get((org, user, key))
+        if held is not None and held.result is None:
+            del self._ledger[(org, user, key)]
 
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 

@@ -17,6 +17,10 @@
   first and then finds the key taken (``StoreConflictError``). Each commit that
   stores outcomes deletes up to ``OUTCOME_SWEEP`` expired ones (skipping rows other
   transactions hold); ``purge_outcomes`` removes all of them.
+- The tool ledger (``ToolLedger``, ``contracts/ledger.py``; schema version 4): each
+  call is one autocommitted statement, outside any turn's transaction, so a
+  reservation survives a crash of its turn; ``INSERT … ON CONFLICT DO NOTHING``
+  lets exactly one of two racing reservations take a key.
 - The URL's password never appears in an error message or a repr.
 """
 
@@ -40,6 +44,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from aptix_pipeline.contracts import (
     AptixPipelineError,
     ChatMessage,
+    LedgerEntry,
     Session,
     StoreConflictError,
     StoredOutcome,
@@ -374,6 +379,48 @@ class PostgresStore:
             (org, user, key),
         )
         return None if row is None else _outcome_from_row(row)
+
+    # --- ToolLedger (contracts/ledger.py): each statement commits on its own -----------
+
+    async def reserve_tool_call(
+        self, org: str, user: str, key: str, now: datetime
+    ) -> LedgerEntry | None:
+        """See ``ToolLedger``."""
+        while True:
+            taken = await self._fetchone(
+                "INSERT INTO aptix_tool_ledger (org, user_name, key, reserved_at) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+                (org, user, key, now),
+            )
+            if taken is not None:
+                return None
+            row = await self._fetchone(
+                "SELECT key, result, reserved_at, done_at FROM aptix_tool_ledger "
+                "WHERE org = %s AND user_name = %s AND key = %s",
+                (org, user, key),
+            )
+            if row is not None:  # else released meanwhile: try again
+                return LedgerEntry(key=row[0], result=row[1], reserved_at=row[2], done_at=row[3])
+
+    async def complete_tool_call(
+        self, org: str, user: str, key: str, result: str, now: datetime
+    ) -> None:
+        """See ``ToolLedger``."""
+        await self._fetchone(
+            "INSERT INTO aptix_tool_ledger (org, user_name, key, result, reserved_at, done_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (org, user_name, key) DO UPDATE SET "
+            "result = excluded.result, done_at = excluded.done_at "
+            "WHERE aptix_tool_ledger.result IS NULL RETURNING 1",
+            (org, user, key, result, now, now),
+        )
+
+    async def release_tool_call(self, org: str, user: str, key: str) -> None:
+        """See ``ToolLedger``."""
+        await self._fetchone(
+            "DELETE FROM aptix_tool_ledger WHERE org = %s AND user_name = %s AND key = %s "
+            "AND result IS NULL RETURNING 1",
+            (org, user, key),
+        )
 
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 

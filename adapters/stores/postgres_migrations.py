@@ -112,6 +112,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX aptix_outcomes_session ON aptix_outcomes (session_id)",
         ),
     ),
+    Migration(
+        4,
+        "the tool ledger: server-tool calls reserved and done, by org, user and key",
+        # result is NULL while the call is reserved; it is ASCII JSON text (the ledger's
+        # encoding escapes NUL), so it needs no literal column.
+        (
+            """CREATE TABLE aptix_tool_ledger (
+                org text NOT NULL,
+                user_name text NOT NULL,
+                key text NOT NULL,
+                result text,
+                reserved_at timestamptz NOT NULL,
+                done_at timestamptz,
+                PRIMARY KEY (org, user_name, key))""",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

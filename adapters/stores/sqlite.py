@@ -11,12 +11,18 @@
   nothing and a concurrent one loses cleanly (``StoreConflictError``).
 - A versioned schema (``PRAGMA user_version``): a new file is created at the
   current version, an older one is migrated in place (version 2 added stored
-  outcomes), and a file written by a newer version is refused.
+  outcomes, version 3 the tool ledger), and a file written by a newer version is
+  refused.
 - Stored outcomes (``StoredOutcome``, docs/CONFORMANCE.md D181) are written in
   the turn's transaction; a key holding an unexpired one makes the whole commit a
   conflict. Each commit that stores outcomes also deletes up to
   ``OUTCOME_SWEEP`` expired ones, so the table does not grow without bound;
   ``purge_outcomes`` removes all of them.
+- The tool ledger (``ToolLedger``, ``contracts/ledger.py``; schema version 3):
+  each call is one statement committed on its own, outside any turn's
+  transaction, so a reservation survives a crash of its turn; ``INSERT … ON
+  CONFLICT DO NOTHING`` lets exactly one of two racing reservations (two
+  processes included) take a key.
 
 Durability (``synchronous``, docs/STORES.md "SQLite durability"): ``"normal"`` (the default)
 is WAL with ``PRAGMA synchronous = NORMAL``: a commit writes the turn to the WAL
@@ -48,6 +54,7 @@ from typing import Any, Final, Literal, TypeVar, cast, get_args
 
 from aptix_pipeline.contracts import (
     ChatMessage,
+    LedgerEntry,
     Session,
     StoreConflictError,
     StoredOutcome,
@@ -77,7 +84,7 @@ __all__ = [
     "synchronous_mode",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 T = TypeVar("T")
 
 Synchronous = Literal["normal", "full"]
@@ -241,7 +248,18 @@ _SCHEMA_2 = (
         PRIMARY KEY (org, user, key))""",
     "CREATE INDEX outcomes_expiry ON outcomes (expires_at_us)",
 )
-_MIGRATIONS = (_SCHEMA, _SCHEMA_2)
+# Version 3: the tool ledger. result is NULL while the call is reserved, not done.
+_SCHEMA_3 = (
+    """CREATE TABLE tool_ledger (
+        org TEXT NOT NULL,
+        user TEXT NOT NULL,
+        key TEXT NOT NULL,
+        result TEXT,
+        reserved_at TEXT NOT NULL,
+        done_at TEXT,
+        PRIMARY KEY (org, user, key)) WITHOUT ROWID""",
+)
+_MIGRATIONS = (_SCHEMA, _SCHEMA_2, _SCHEMA_3)
 """``_MIGRATIONS[n]`` takes a file from schema version ``n`` to ``n + 1``."""
 
 
@@ -516,6 +534,61 @@ class SQLiteStore:
             if deleted < _PURGE_BATCH:
                 break
         return purged
+
+    # --- ToolLedger (contracts/ledger.py): each statement commits on its own -----------
+
+    def _ledger_entry(self, org: str, user: str, key: str) -> LedgerEntry | None:
+        row = self._query_one(
+            "SELECT key, result, reserved_at, done_at FROM tool_ledger "
+            "WHERE org = ? AND user = ? AND key = ?",
+            (org, user, key),
+        )
+        if row is None:
+            return None
+        return LedgerEntry(key=row[0], result=row[1], reserved_at=row[2], done_at=row[3])
+
+    def _reserve(self, org: str, user: str, key: str, now: datetime) -> LedgerEntry | None:
+        while True:
+            taken = self._db().execute(
+                "INSERT INTO tool_ledger (org, user, key, reserved_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (org, user, key, now.isoformat()),
+            )
+            if taken.rowcount == 1:
+                return None
+            held = self._ledger_entry(org, user, key)
+            if held is not None:  # else released by another process meanwhile: try again
+                return held
+
+    async def reserve_tool_call(
+        self, org: str, user: str, key: str, now: datetime
+    ) -> LedgerEntry | None:
+        """See ``ToolLedger``."""
+        return await self._run(lambda: self._reserve(org, user, key, now))
+
+    def _complete(self, org: str, user: str, key: str, result: str, now: datetime) -> None:
+        moment = now.isoformat()
+        self._db().execute(
+            "INSERT INTO tool_ledger (org, user, key, result, reserved_at, done_at) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (org, user, key) DO UPDATE SET "
+            "result = excluded.result, done_at = excluded.done_at WHERE result IS NULL",
+            (org, user, key, result, moment, moment),
+        )
+
+    async def complete_tool_call(
+        self, org: str, user: str, key: str, result: str, now: datetime
+    ) -> None:
+        """See ``ToolLedger``."""
+        await self._run(lambda: self._complete(org, user, key, result, now))
+
+    async def release_tool_call(self, org: str, user: str, key: str) -> None:
+        """See ``ToolLedger``."""
+        await self._run(
+            lambda: self._db().execute(
+                "DELETE FROM tool_ledger WHERE org = ? AND user = ? AND key = ? AND result IS NULL",
+                (org, user, key),
+            )
+        )
 
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 

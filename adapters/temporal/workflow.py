@@ -74,7 +74,7 @@ with workflow.unsafe.imports_passed_through():
         progress_json,
     )
     from aptix_pipeline.engine.replay import Recorder, RecordingOptions
-    from aptix_pipeline.steps import PipelineOptions, Ports
+    from aptix_pipeline.steps import PipelineOptions, Ports, ToolPossiblyExecutedError
 
     from .payloads import ApplyAnswer, ModelAnswer, ToolAnswer, TurnInput, TurnOutput
 
@@ -228,7 +228,10 @@ class _Calls:
             raise _port_error(error) from None
 
 
-_ERROR_CLASSES: dict[str, type[Exception]] = {}
+_ERROR_CLASSES: dict[str, type[Exception]] = {
+    # The tool ledger's verdict keeps its class: the step names its rule (D565).
+    "ToolPossiblyExecutedError": ToolPossiblyExecutedError,
+}
 
 
 def _named_error(name: str) -> type[Exception]:

@@ -355,15 +355,37 @@ class TappedTool:
     async def __call__(
         self, arguments: dict[str, Any], invocation: ToolInvocation
     ) -> str | ToolOutput | ToolPause:
-        """See ``ToolExecutor``."""
+        """See ``ToolExecutor``.
+
+        The call is written down without the invocation's idempotency key and
+        idempotence: both follow from the recorded call and catalog (``tool_call_key``),
+        and recordings made before they existed replay unchanged. The tool itself gets
+        the whole invocation.
+        """
+        recorded = invocation
+        if invocation.idempotency_key is not None or invocation.idempotent is not None:
+            recorded = invocation.model_copy(update={"idempotency_key": None, "idempotent": None})
+        target = None if self._target is None else _KeyedCall(self._target, invocation)
         return await self._tap.acall(
-            self._target,
+            target,
             TOOLS,
             self._name,
             _TOOL_ANSWER,
-            {"arguments": arguments, "invocation": invocation},
+            {"arguments": arguments, "invocation": recorded},
             method="__call__",
         )
+
+
+class _KeyedCall:
+    """The real tool, called with the whole invocation (``TappedTool``)."""
+
+    def __init__(self, executor: ToolExecutor, invocation: ToolInvocation) -> None:
+        self._executor, self._invocation = executor, invocation
+
+    async def __call__(
+        self, arguments: dict[str, Any], recorded: ToolInvocation
+    ) -> str | ToolOutput | ToolPause:
+        return await self._executor(arguments, self._invocation)
 
 
 class TappedFileStore:

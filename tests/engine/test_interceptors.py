@@ -84,7 +84,7 @@ async def test_an_interceptor_sees_the_call_as_the_host_made_it() -> None:
     assert turn.request == {"Instruction": "hi"}
     assert turn.caller == Caller(org="acme", user="ana")
     assert (turn.initial_mode, turn.idempotency_key) == ("review", "k-1")
-    assert turn.ports is pipeline.ports
+    assert turn.ports is pipeline.turn_ports  # the host's, its tools through the ledger
     assert turn.options is pipeline.options
     assert turn.telemetry.capture_content is not None  # resolved, not left to the environment
 

@@ -31,6 +31,7 @@ from aptix_pipeline.validators import (
     MODE_RESULT_VALID,
     SERVER_TOOL_TIMEOUT,
     SEVERAL_MODE_CHANGES,
+    TOOL_POSSIBLY_EXECUTED,
     TRANSCRIPT_SIZE,
     Phase,
     all_rules,
@@ -74,7 +75,12 @@ def _phase_rules(phase: Phase) -> set[str]:
     return {rule_id for step in PipelineStep for rule_id in step_rule_ids(step, phase)}
 
 
-_TOOL_CALL_RULES = {SERVER_TOOL_TIMEOUT.id, MODE_KNOWN.id, MODE_RESULT_VALID.id}
+_TOOL_CALL_RULES = {
+    SERVER_TOOL_TIMEOUT.id,
+    TOOL_POSSIBLY_EXECUTED.id,
+    MODE_KNOWN.id,
+    MODE_RESULT_VALID.id,
+}
 
 
 def _observed(rule_id: str, module: str, pre: set[str], post: set[str]) -> str:

@@ -5,9 +5,10 @@
 (path ``/mcp``), and checks the ``Authorization`` header when ``DEMO_TOKEN`` is set.
 
 Tools: ``remember``/``recall`` keep state in the process (it must persist across
-calls), ``crash`` exits mid-call, ``slow`` sleeps, ``picture`` returns a PNG,
-``ask_name`` elicits the user's name, ``refuse`` answers ``isError``, ``whoami``
-tells the process id, ``report`` embeds a text resource and structured content.
+calls; ``recall`` is marked read-only), ``crash`` exits mid-call, ``slow`` sleeps,
+``picture`` returns a PNG, ``ask_name`` elicits the user's name, ``refuse``
+answers ``isError``, ``whoami`` tells the process id, ``report`` embeds a text
+resource and structured content.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mcp_types import (
     ImageContent,
     TextContent,
     TextResourceContents,
+    ToolAnnotations,
 )
 from pydantic import BaseModel
 
@@ -42,7 +44,7 @@ def remember(key: str, value: str) -> str:
     return f"kept {key}"
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def recall(key: str) -> dict[str, str | None]:
     """The note kept under a key."""
     return {"key": key, "value": notes.get(key)}

@@ -48,6 +48,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from aptix_pipeline.contracts import (
     AptixPipelineError,
+    Idempotence,
     ToolDefinition,
     ToolExecutor,
     ToolInvocation,
@@ -79,6 +80,17 @@ class McpStartError(AptixPipelineError):
 
 class McpCatalogError(AptixPipelineError, ValueError):
     """The servers' tools cannot join the catalog (a clash, an allow-list naming no tool)."""
+
+
+def _idempotence(tool: Tool) -> Idempotence | None:
+    """``"naturally"`` for a tool its server marks read-only or idempotent (MCP's
+    ``readOnlyHint``/``idempotentHint``): a call the tool ledger found started and not
+    finished runs again (docs/TOOLS.md). The hints are trusted: the servers are the
+    operator's own configuration."""
+    hints = tool.annotations
+    if hints is not None and (hints.read_only_hint or hints.idempotent_hint):
+        return "naturally"
+    return None
 
 
 def _describe(server: McpServer) -> str:
@@ -318,6 +330,7 @@ class McpPool:
                 description=listed.tool.description or listed.tool.title or "",
                 executes_on="server",
                 parameters=dict(listed.tool.input_schema),
+                idempotent=_idempotence(listed.tool),
             )
             for name, listed in self._listed.items()
         ]

@@ -64,6 +64,7 @@ APTIX_TABLES = {
     "aptix_turns",
     "aptix_transcript",
     "aptix_outcomes",
+    "aptix_tool_ledger",
 }
 
 

@@ -150,7 +150,7 @@ V1_SCHEMA = (
 )
 
 
-async def test_a_sqlite_file_at_schema_version_1_is_migrated_to_2_keeping_its_data(
+async def test_a_sqlite_file_at_schema_version_1_is_migrated_to_the_current_one_keeping_its_data(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "v1.db"
@@ -181,7 +181,7 @@ async def test_a_sqlite_file_at_schema_version_1_is_migrated_to_2_keeping_its_da
         raw.execute("PRAGMA user_version = 1")
 
     with SQLiteStore(path) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == 3  # 2: stored outcomes; 3: the tool ledger
         loaded, (loaded_turn, _), transcript = await store_snapshot(store)
         await save_outcomes(store, sample_outcome())
         assert await read_outcome(store, "key:k1") == sample_outcome()
@@ -191,10 +191,10 @@ async def test_a_sqlite_file_at_schema_version_1_is_migrated_to_2_keeping_its_da
     assert loaded_turn == turn
     assert transcript == [message]
     with closing(sqlite3.connect(path)) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == 3
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         indexes = {name for (name,) in raw.execute("SELECT name FROM sqlite_master")}
-        assert {"outcomes", "outcomes_expiry"} <= indexes
+        assert {"outcomes", "outcomes_expiry", "tool_ledger"} <= indexes
 
 
 async def test_a_sqlite_outcome_keeps_its_times_offset_exactly(tmp_path: Path) -> None:
@@ -212,7 +212,7 @@ async def test_a_sqlite_outcome_keeps_its_times_offset_exactly(tmp_path: Path) -
     assert loaded.expires_at.utcoffset() == timedelta(hours=2)
 
 
-async def test_a_postgres_database_at_schema_version_2_is_migrated_to_3_keeping_its_data(
+async def test_a_postgres_database_at_version_2_is_migrated_to_the_current_one_keeping_its_data(
     postgres_db_url: str,
 ) -> None:
     with psycopg.connect(postgres_db_url, autocommit=True) as raw:
@@ -234,7 +234,7 @@ async def test_a_postgres_database_at_schema_version_2_is_migrated_to_3_keeping_
         )
 
     async with PostgresStore(postgres_db_url) as store:
-        assert await store.schema_version() == 3
+        assert await store.schema_version() == 4  # 3: stored outcomes; 4: the tool ledger
         tx = store.begin(ORG, USER)
         loaded = await tx.load_session("s1")
         await tx.rollback()

@@ -120,6 +120,34 @@ class OurStoreContract(StoreContract):
     def test_every_stored_text_field_round_trips_exactly(self) -> None:
         super().test_every_stored_text_field_round_trips_exactly()
 
+    @pytest.mark.decision("D521")
+    def test_a_ledger_reservation_is_taken_once_and_reads_back_done_with_its_result(self) -> None:
+        super().test_a_ledger_reservation_is_taken_once_and_reads_back_done_with_its_result()
+
+    @pytest.mark.decision("D521")
+    def test_a_done_ledger_entry_keeps_its_first_result_and_is_not_released(self) -> None:
+        super().test_a_done_ledger_entry_keeps_its_first_result_and_is_not_released()
+
+    @pytest.mark.decision("D521")
+    def test_a_released_ledger_reservation_can_be_taken_again(self) -> None:
+        super().test_a_released_ledger_reservation_can_be_taken_again()
+
+    @pytest.mark.decision("D521")
+    def test_a_ledger_call_done_without_a_reservation_is_recorded_done(self) -> None:
+        super().test_a_ledger_call_done_without_a_reservation_is_recorded_done()
+
+    @pytest.mark.decision("D521")
+    def test_ledger_entries_belong_to_their_org_and_user(self) -> None:
+        super().test_ledger_entries_belong_to_their_org_and_user()
+
+    @pytest.mark.decision("D521")
+    def test_ledger_writes_are_committed_at_once_whatever_the_turn_does(self) -> None:
+        super().test_ledger_writes_are_committed_at_once_whatever_the_turn_does()
+
+    @pytest.mark.decision("D521")
+    def test_of_many_racing_ledger_reservations_of_one_key_exactly_one_wins(self) -> None:
+        super().test_of_many_racing_ledger_reservations_of_one_key_exactly_one_wins()
+
 
 class TestMemoryStore(OurStoreContract):
     """The kit on the memory store."""
@@ -319,14 +347,14 @@ async def test_sqlite_data_survives_close_and_reopen(tmp_path: Path) -> None:
     assert transcript == [user_says("hi"), assistant_says("hello")]
 
 
-def test_sqlite_file_is_in_wal_mode_at_schema_version_2(tmp_path: Path) -> None:
+def test_sqlite_file_is_in_wal_mode_at_schema_version_3(tmp_path: Path) -> None:
     path = tmp_path / "aptix.db"
 
     with SQLiteStore(path) as store:
-        assert store.schema_version == 2 == SCHEMA_VERSION
+        assert store.schema_version == 3 == SCHEMA_VERSION
         with sqlite3.connect(path) as raw:
             assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
+            assert raw.execute("PRAGMA user_version").fetchone()[0] == 3
 
 
 def test_sqlite_reopening_a_current_file_keeps_its_schema(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ machine, the same trace, Temporal's retries, cancellation and errors (docs/DURAB
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -180,3 +181,62 @@ async def test_listeners_hear_each_event_once_when_every_workflow_task_replays(
     await local.run(follow_on(ok(local_first.result), "status?"), CALLER)
     assert heard == local_heard
     assert heard.count("TurnStarted") == 2
+
+
+@pytest.mark.decision("D565")
+async def test_a_durable_tool_call_is_ledgered_on_the_worker_under_its_key(
+    temporal_address: str, task_queue: str, tmp_path: Any
+) -> None:
+    """The workflow gives the call its idempotency key; the worker's ledgered tool records
+    it done in the worker's store, exactly as in process."""
+    from aptix_pipeline import SQLiteStore
+
+    seen: list[Any] = []
+
+    async def remembering(arguments: dict[str, Any], invocation: Any) -> str:
+        seen.append(invocation)
+        return '{"status": "open"}'
+
+    client = await durable_client(temporal_address)
+    with SQLiteStore(tmp_path / "aptix.db") as store:
+        host = pipeline_on(
+            store,
+            [text("first"), calls(call("s1", "lookup", {"id": "T-1"})), text("open")],
+            config=SUPPORT_CATALOG,
+            tools={"lookup": remembering},
+        )
+        durable = DurablePipeline(client, task_queue=task_queue)
+        async with durable_worker(client, host, task_queue):
+            first = await durable.run({"Instruction": "hi"}, CALLER)
+            second = await durable.run(follow_on(ok(first.result), "status?"), CALLER)
+        assert ok(second.result).primary_output_text == "open"
+        [invocation] = seen
+        assert invocation.idempotency_key.startswith("tk1-")
+        now = datetime(2026, 1, 1, tzinfo=UTC)
+        entry = await store.reserve_tool_call("acme", "ana", invocation.idempotency_key, now)
+        assert entry is not None
+        assert entry.done
+
+
+@pytest.mark.decision("D565")
+async def test_the_ledger_s_possibly_executed_verdict_keeps_its_rule_in_a_durable_turn(
+    temporal_address: str, task_queue: str
+) -> None:
+    from aptix_pipeline import ToolPossiblyExecutedError
+
+    async def interrupted(arguments: dict[str, Any], invocation: Any) -> str:
+        raise ToolPossiblyExecutedError("tool_possibly_executed: an earlier attempt started it")
+
+    replies = [text("first"), calls(call("s1", "lookup", {"id": "T-1"})), text("sorry")]
+    client = await durable_client(temporal_address)
+    host = pipeline_on(replies=replies, config=SUPPORT_CATALOG, tools={"lookup": interrupted})
+    local = pipeline_on(replies=replies, config=SUPPORT_CATALOG, tools={"lookup": interrupted})
+    durable = DurablePipeline(client, task_queue=task_queue)
+    async with durable_worker(client, host, task_queue):
+        first = await durable.run({"Instruction": "hi"}, CALLER)
+        second = await durable.run(follow_on(ok(first.result), "status?"), CALLER)
+    local_first = await local.run({"Instruction": "hi"}, CALLER)
+    local_second = await local.run(follow_on(ok(local_first.result), "status?"), CALLER)
+    [record] = second.tool_calls
+    assert record.rule_id == "DESIGN/ledger/possibly-executed"
+    assert second.tool_calls == local_second.tool_calls

@@ -49,6 +49,14 @@ def test_mcp_tools_join_the_catalog_with_their_json_schemas(pool: McpPool) -> No
     assert pool.offered_in()["general"][0] == "remember"
 
 
+@pytest.mark.decision("D523")
+def test_an_mcp_tool_marked_read_only_is_naturally_idempotent(pool: McpPool) -> None:
+    by_name = {tool.name: tool for tool in pool.definitions()}
+
+    assert by_name["recall"].idempotent == "naturally"
+    assert by_name["remember"].idempotent is None
+
+
 @pytest.mark.decision("D490")
 def test_an_allow_list_keeps_only_the_named_tools_and_names_a_missing_one() -> None:
     with McpPool([stdio_demo(tools=("recall",))]).start() as kept:

@@ -1,0 +1,66 @@
+"""The tool ledger: where a server-tool call is reserved before it runs and recorded
+once it is done, so a retried turn never runs a done call again (issue 29,
+docs/TOOLS.md "Exactly once").
+
+- ``LedgerEntry`` — one call's entry: its key, and its recorded answer once done.
+- ``ToolLedger`` — the port: ``reserve_tool_call``, ``complete_tool_call``,
+  ``release_tool_call``. Entries are scoped to an org and a user, like the turns
+  they belong to. Unlike a turn's writes, each call is committed on its own, at
+  once: a reservation must outlive a crash of the turn that made it. Two
+  reservations of one key race safely: exactly one gets ``None``.
+
+The memory, SQLite and PostgreSQL stores implement it beside ``SessionStore``;
+the pipeline uses the ledger of a store that has one (``steps/tool_ledger.py``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from .wire import FrozenWireModel
+
+__all__ = ["LedgerEntry", "ToolLedger"]
+
+
+class LedgerEntry(FrozenWireModel):
+    """A server-tool call in the ledger: reserved, and done once ``result`` is recorded.
+
+    ``result`` is the call's answer as ``steps/tool_ledger.py`` encodes it (JSON
+    text); ``None`` while the call is reserved but not done.
+    """
+
+    key: str
+    result: str | None = None
+    reserved_at: datetime
+    done_at: datetime | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the call finished and its answer is recorded."""
+        return self.result is not None
+
+
+@runtime_checkable
+class ToolLedger(Protocol):
+    """Reserve → done for server-tool calls, by idempotency key, per org and user.
+
+    Every method commits on its own before it returns (module docstring).
+    """
+
+    async def reserve_tool_call(
+        self, org: str, user: str, key: str, now: datetime
+    ) -> LedgerEntry | None:
+        """Reserve ``key``: ``None`` when this call took it, else the entry already there
+        (reserved by an earlier attempt, or done). Of two racing calls, one gets ``None``."""
+        ...
+
+    async def complete_tool_call(
+        self, org: str, user: str, key: str, result: str, now: datetime
+    ) -> None:
+        """Record ``key`` as done with ``result``; an entry already done keeps its first result."""
+        ...
+
+    async def release_tool_call(self, org: str, user: str, key: str) -> None:
+        """Drop the reservation of ``key`` when it is not done (a done entry stays)."""
+        ...

@@ -1,0 +1,36 @@
+"""``bench/ledger.py``: the ledger section times the same turn with the ledger on and off,
+per store, and reports min and median beside the 5 % target (D528). Figures are not
+judged here (no timed assertion in a test): only that the section measures what it says."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+from repo import ROOT
+
+
+@pytest.mark.decision("D528")
+def test_the_ledger_section_reports_on_and_off_for_memory_and_sqlite() -> None:
+    spec = importlib.util.spec_from_file_location("bench_ledger", ROOT / "bench" / "ledger.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+
+    figures = module.ledger_rows(number=1, rounds=3)
+
+    assert module.TARGET == 1.05
+    assert set(figures) == {"memory", "sqlite"}
+    for row in figures.values():
+        assert set(row) == {
+            "off_min_us",
+            "off_median_us",
+            "on_min_us",
+            "on_median_us",
+            "ratio_min",
+            "ratio_median",
+        }
+        assert row["ratio_min"] == row["on_min_us"] / row["off_min_us"]
