@@ -129,6 +129,7 @@ from .events import (
     WarningRaised,
 )
 from .machine import FAULT
+from .trace import CheckRecord
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -592,15 +593,7 @@ class SpanBuilder:
         attributes[rule_ids_key] = record.rule_ids
         attributes[failed_key] = record.failed
         attributes[outcome_key] = record.outcome
-        for rule_id in record.failed:
-            span.add_event(
-                "aptix.rule.failed",
-                {
-                    "aptix.rule.id": rule_id,
-                    "aptix.step.name": record.step,
-                    "aptix.check.phase": record.phase,
-                },
-            )
+        _rules_failed(span, record, record.failed)
 
     def _fault(self, event: TurnFaulted) -> None:
         if self._step is None:
@@ -900,16 +893,7 @@ class CompactSpanBuilder(SpanBuilder):
         attributes[outcome_key] = record.outcome
         if failed and self._turn is not None:
             attributes[failed_key] = failed
-            span = self._turn.span
-            for rule_id in failed:
-                span.add_event(
-                    "aptix.rule.failed",
-                    {
-                        "aptix.rule.id": rule_id,
-                        "aptix.step.name": record.step,
-                        "aptix.check.phase": record.phase,
-                    },
-                )
+            _rules_failed(self._turn.span, record, failed)
 
     def _fault(self, event: TurnFaulted) -> None:
         if self._turn is None:
@@ -992,6 +976,20 @@ SpanBuilder.event_types = frozenset(_SPAN_HANDLERS)
 SpanBuilder._handlers = _SPAN_HANDLERS
 CompactSpanBuilder.event_types = frozenset(_COMPACT_HANDLERS)
 CompactSpanBuilder._handlers = _COMPACT_HANDLERS
+
+
+def _rules_failed(span: Span, record: CheckRecord, failed: Sequence[str]) -> None:
+    """An ``aptix.rule.failed`` event on ``span`` for each of ``failed``, the rules of
+    ``record`` that did not pass (a step span's in full mode, the turn's in compact)."""
+    for rule_id in failed:
+        span.add_event(
+            "aptix.rule.failed",
+            {
+                "aptix.rule.id": rule_id,
+                "aptix.step.name": record.step,
+                "aptix.check.phase": record.phase,
+            },
+        )
 
 
 def recording_failed(

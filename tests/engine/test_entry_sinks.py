@@ -12,6 +12,7 @@ from aptix_pipeline.adapters.stores.memory import MemoryStore
 from aptix_pipeline.engine import (
     CheckRan,
     ModelCallFinished,
+    StepStarted,
     Telemetry,
     TransitionTaken,
     TurnEvent,
@@ -119,6 +120,7 @@ async def test_a_turn_heard_by_a_listener_of_checks_has_the_trace_of_one_heard_b
     assert one.trace == other.trace
     assert one.checks == other.checks
     assert one.transitions == other.transitions
+    assert any(isinstance(e, StepStarted) for e in heard)
     assert [e.check for e in heard if isinstance(e, CheckRan)] == list(other.checks)
     assert [e.transition for e in heard if isinstance(e, TransitionTaken)] == list(
         other.transitions
@@ -154,7 +156,7 @@ class TextReader:
 
 @pytest.mark.decision("D443")
 def test_what_the_dispatcher_works_out_follows_each_turns_own_subscribers() -> None:
-    from aptix_pipeline.engine import ModelTextDelta, StepStarted
+    from aptix_pipeline.engine import ModelTextDelta
 
     for _ in range(2):  # the second time from what was kept
         alone = TurnEvents([TraceBuilder()])

@@ -6,7 +6,8 @@ The features, each a boolean of a row:
   ``before_model_request`` hook adding a message with ``LLMRequest.replace``),
   ``listeners`` (a listener logging ``TurnStarted`` and ``TurnIdentified``);
 - the turn's content: ``streaming``, ``images`` (a clipboard image), ``files`` (a
-  server tool that makes a file), ``retrieval`` (an FTS5 index over a folder);
+  server tool that makes a file), ``retrieval`` (an FTS5 index over a folder),
+  ``mcp`` (a stdio MCP server's tool, called in a round of its own, D490);
 - retries and records: ``idempotency`` (the request sent twice with one key),
   ``recording`` (a redacted recording), ``replay`` (the recording replayed) and
   ``live_replay`` (replayed with ``LivePorts.of_pipeline``: the model and tools
@@ -30,6 +31,7 @@ import base64
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -43,6 +45,7 @@ from http_kit import ANA, ENV, KEYS
 from httpx_sse import EventSource
 from knowledge_kit import write_corpus
 from matrix_host import CSV, HOST_ENV, LOG_ENV, NOTE, TOPIC, install, read_log
+from mcp_kit import DEMO_SERVER
 from pairwise import all_pairs, uncovered
 from server_thread import server_thread
 
@@ -69,6 +72,7 @@ FEATURES = (
     "images",
     "files",
     "retrieval",
+    "mcp",
     "idempotency",
     "recording",
     "replay",
@@ -105,10 +109,23 @@ def host_parts(row: Mapping[str, bool]) -> list[str]:
     return [name for name in ("rules", "hooks", "listeners", "files") if row[name]]
 
 
+MCP_ARGUMENTS = {"key": "deploy", "value": "make deploy"}
+MCP_RESULT = "kept deploy"  # what the demo server's ``remember`` answers
+
+
 def model_script(row: Mapping[str, bool]) -> list[dict[str, Any]]:
-    """The fake model's replies for one turn: the export tool first when files are on."""
+    """The fake model's replies for one turn: the export tool first when files are on,
+    then the MCP server's ``remember`` when mcp is."""
     export = {"id": "r1", "tool_calls": [{"id": "x1", "name": "export", "arguments": {}}]}
-    return [*([export] if row["files"] else []), {"id": "r2", "text": FINAL}]
+    remember = {
+        "id": "r3",
+        "tool_calls": [{"id": "m1", "name": "remember", "arguments": MCP_ARGUMENTS}],
+    }
+    return [
+        *([export] if row["files"] else []),
+        *([remember] if row["mcp"] else []),
+        {"id": "r2", "text": FINAL},
+    ]
 
 
 def write_config(tmp: Path, row: Mapping[str, bool], base_url: str) -> Path:
@@ -154,6 +171,16 @@ directory = "files"
 url_base = "{URL_BASE}"
 signing_key_env = "{FILES_ENV}"
 """
+    if row["mcp"]:
+        command, script = json.dumps(sys.executable), json.dumps(str(DEMO_SERVER))
+        text += f"""
+[[mcp_servers]]
+name = "demo"
+command = {command}
+args = [{script}, "stdio"]
+tools = ["remember"]
+modes = ["general"]
+"""
     if row["retrieval"]:
         build_index(write_corpus(tmp / "docs"), tmp / "index.db")
         text += '\n[retrieval]\nfolder = "docs"\nindex = "index.db"\ncollection = "handbook"\n'
@@ -193,7 +220,9 @@ class InProcess:
 
     def __init__(self, config: Path, stack: ExitStack) -> None:
         self.runner = stack.enter_context(asyncio.Runner())
-        self.pipeline = build_pipeline(load_service_config(config))
+        service = load_service_config(config)
+        stack.callback(service.close)  # its MCP servers, when the row has them
+        self.pipeline = build_pipeline(service)
 
     def send(self, request: dict[str, Any], key: str | None = None) -> Answer:
         return self.runner.run(self._send(request, key))
@@ -273,6 +302,7 @@ class Scenario:
     model_bodies: list[dict[str, Any]]
     log: list[dict[str, Any]]
     recordings: list[Path]
+    stack: ExitStack
     retry: Answer | None = None
     model_calls_after_retry: int = 0
     checked: list[str] = field(default_factory=list)
@@ -283,8 +313,11 @@ class Scenario:
         return result
 
     def host_pipeline(self) -> Pipeline:
-        """A pipeline on the row's configuration, for its replays' host code."""
-        return build_pipeline(load_service_config(self.tmp / "aptix.toml"))
+        """A pipeline on the row's configuration, for its replays' host code (and its
+        MCP servers, closed with the row)."""
+        service = load_service_config(self.tmp / "aptix.toml")
+        self.stack.callback(service.close)
+        return build_pipeline(service)
 
 
 @pytest.fixture
@@ -324,6 +357,7 @@ def run_row(row: Mapping[str, bool], tmp: Path, env: dict[str, str], stack: Exit
         model_bodies=[r.body for r in server.completions()],
         log=read_log(tmp / "host.jsonl"),
         recordings=sorted((tmp / "recordings").glob("*.json")),
+        stack=stack,
     )
     if row["idempotency"]:
         scenario.retry = door.send(request_of(row), key)
@@ -440,6 +474,27 @@ def check_retrieval(s: Scenario) -> None:
     assert all("[retrieved context]" in t and "web.md" in t for t in contexts)
 
 
+def check_mcp(s: Scenario) -> None:
+    """The MCP server's tool ran, its answer reached the model in the next round; with
+    mcp off no round carries it."""
+    answers = [
+        message
+        for body in s.model_bodies
+        for message in body["messages"]
+        if message.get("role") == "tool" and message.get("tool_call_id") == "m1"
+    ]
+    offered = [
+        tool["function"]["name"] for body in s.model_bodies for tool in body.get("tools", [])
+    ]
+    if not s.row["mcp"]:
+        assert answers == []
+        assert "remember" not in offered
+        return
+    assert "remember" in offered  # the server's tool joined the catalog as a server tool
+    assert answers  # the round after the call holds the server's answer
+    assert all(MCP_RESULT in str(message["content"]) for message in answers)
+
+
 def check_idempotency(s: Scenario) -> None:
     if not s.row["idempotency"]:
         assert s.retry is None
@@ -463,7 +518,7 @@ def check_recording(s: Scenario) -> None:
     assert recording.result["Successful"]
     if s.row["recording"]:  # redacted: none of the user's, the model's or a tool's content
         assert recording.redacted
-        for secret in ("zanzibar", FINAL, PNG, "make deploy", "name,count"):
+        for secret in ("zanzibar", FINAL, PNG, "make deploy", "name,count", MCP_RESULT):
             assert secret not in text
     else:
         assert not recording.redacted
@@ -506,6 +561,7 @@ CHECKS = (
     check_images,
     check_files,
     check_retrieval,
+    check_mcp,
     check_idempotency,
     check_recording,
     check_replay,
@@ -521,7 +577,7 @@ CHECKS = (
 def test_the_rows_cover_every_pair_of_features() -> None:
     assert uncovered(ROWS, FEATURES, allowed) == []
     assert all(allowed(row) for row in ROWS)
-    assert len(ROWS) <= 12  # pairwise, not all 2**13 combinations
+    assert len(ROWS) <= 12  # pairwise, not all 2**14 combinations
     doors = {"http" if r["http"] else "cli" if r["cli"] else "in-process" for r in ROWS}
     assert doors == {"http", "cli", "in-process"}
 

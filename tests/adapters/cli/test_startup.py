@@ -98,6 +98,12 @@ def test_aptix_run_loads_no_extra_and_no_jsonschema_on_the_built_in_catalog(
 ) -> None:
     """The built-in catalog's schemas are plain enough to check without jsonschema, and
     a turn without tool-call arguments checks none: the run loads none of HEAVY."""
+    report = _scripted_run(tmp_path)
+    assert _loaded(report, HEAVY) == []
+
+
+def _scripted_run(tmp_path: Path) -> dict[str, object]:
+    """What one scripted ``aptix run`` on a SQLite file loaded; it must have answered."""
     (tmp_path / "request.json").write_text('{"Instruction": "hi"}', encoding="utf-8")
     (tmp_path / "script.json").write_text('[{"text": "hello"}]', encoding="utf-8")
     report = _modules_after(
@@ -109,10 +115,9 @@ def test_aptix_run_loads_no_extra_and_no_jsonschema_on_the_built_in_catalog(
         """,
         cwd=tmp_path,
     )
-
     assert report["exit"] == 0, report["output"]
     assert '"PrimaryOutputText":"hello"' in str(report["output"])
-    assert _loaded(report, HEAVY) == []
+    return report
 
 
 # What ``aptix run`` without --record, --config or a failing model does not use (D474):
@@ -131,20 +136,7 @@ LAZY_FOR_RUN = (
 def test_aptix_run_loads_no_replay_tooling_configuration_models_or_retry_library(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "request.json").write_text('{"Instruction": "hi"}', encoding="utf-8")
-    (tmp_path / "script.json").write_text('[{"text": "hello"}]', encoding="utf-8")
-    report = _modules_after(
-        """
-        sys.argv = ["aptix", "run", "request.json", "--llm-script", "script.json",
-                    "--store", "sqlite:aptix.db", "--compact"]
-        from aptix_pipeline.adapters.cli import main
-        main()
-        """,
-        cwd=tmp_path,
-    )
-
-    assert report["exit"] == 0, report["output"]
-    assert '"PrimaryOutputText":"hello"' in str(report["output"])
+    report = _scripted_run(tmp_path)
     assert _loaded(report, LAZY_FOR_RUN) == []
 
 

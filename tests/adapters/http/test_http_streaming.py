@@ -376,21 +376,7 @@ async def test_a_response_whose_client_left_ends_only_once_its_cancelled_turn_ha
     keys = [ApiKey(org="acme", user="ana", sha256=hashlib.sha256(ANA_KEY.encode()).digest())]
     app = create_app(pipeline, authenticator=ApiKeyAuthenticator(keys))
     body = json.dumps({"Instruction": "hi", "Stream": True}).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": EXECUTE_PATH,
-        "raw_path": EXECUTE_PATH.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"authorization", f"Bearer {ANA_KEY}".encode())],
-        "server": ("app", 80),
-        "client": ("client", 1234),
-        "state": {},
-    }
+    scope = _asgi_scope("2.3")
     first_delta = asyncio.Event()
     sent: list[bytes] = []
     requests = iter([{"type": "http.request", "body": body, "more_body": False}])
