@@ -76,7 +76,7 @@ def _recording_row(base: str, entry: RecordingEntry) -> Markup:
     return html(
         "<tr data-recording='{name}'><td><a href='{href}'>{name}</a></td><td>{org} / {user}</td>"
         "<td>{kind}</td><td>{session} / {turn}</td><td><span class='badge {outcome}'>{ended}"
-        "</span></td><td>{redacted}</td></tr>",
+        "</span></td><td>{redacted}{durable}</td></tr>",
         href=link(base, "recording", name=entry.name),
         name=entry.name,
         org=recording.caller.get("org"),
@@ -87,6 +87,7 @@ def _recording_row(base: str, entry: RecordingEntry) -> Markup:
         outcome=trace.outcome,
         ended=ended,
         redacted="redacted" if recording.redacted else "",
+        durable=" durable" if recording.durable else "",
     )
 
 
@@ -239,6 +240,26 @@ def session_body(
     )
 
 
+def durable_line(recording: TurnRecording) -> Markup | str:
+    """Where a durable turn ran (docs/DURABLE.md, D537): its Temporal workflow and the
+    workers that ran its calls, in the order they first ran one; nothing in process."""
+    durable = recording.durable
+    if not durable:
+        return ""
+    workers = [str(worker) for worker in durable.get("workers", ())]
+    moved = " (it moved between workers)" if len(workers) > 1 else ""
+    return html(
+        "<p class='durable'><span class='badge durable'>durable</span> Temporal workflow "
+        "<code>{workflow}</code> on task queue <code>{queue}</code>; ran on {workers}{moved}</p>",
+        workflow=str(durable.get("workflow_id", "-")),
+        queue=str(durable.get("task_queue", "-")),
+        workers=join((html("<code>{w}</code>", w=worker) for worker in workers), ", ")
+        if workers
+        else "no worker named",
+        moved=moved,
+    )
+
+
 def recording_view(base: str, entry: RecordingEntry, recording: TurnRecording) -> Markup:
     """One recorded request of a turn: picture, timeline, request and response, replay."""
     trace = recording.trace
@@ -247,7 +268,7 @@ def recording_view(base: str, entry: RecordingEntry, recording: TurnRecording) -
         "<p class='muted'>recording <code>{name}</code>: {kind} request of "
         "<code>{org}</code> / <code>{user}</code>, session <code>{session}</code>, turn "
         "<code>{turn}</code>, {calls} port calls, aptix-pipeline {version}{redacted}</p>"
-        "{banner}"
+        "{durable}{banner}"
         "<form method='post' action='{replay}' hx-post='{replay}' hx-target='#replay-outcome' "
         "hx-swap='innerHTML'><button type='submit' id='replay'>replay</button> "
         "<span class='muted'>re-run this recording against this code (ports answer from it)"
@@ -264,6 +285,7 @@ def recording_view(base: str, entry: RecordingEntry, recording: TurnRecording) -
         calls=len(recording.calls),
         version=recording.engine_version,
         redacted=", redacted" if recording.redacted else "",
+        durable=durable_line(recording),
         banner=fault_banner(recording),
         replay=link(base, "recording/replay", name=entry.name),
         picture=path_picture(trace),
