@@ -168,6 +168,7 @@ class DurableWorker:
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline must be a Pipeline, not {type(pipeline).__name__}")
         self.settings = settings or DurableSettings()
+        heartbeat_every = timedelta(seconds=self.settings.heartbeat_seconds / 4)
         self.activities = TurnActivities(
             pipeline, identity=identity, heartbeat_seconds=self.settings.heartbeat_seconds / 4
         )
@@ -187,6 +188,12 @@ class DurableWorker:
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_timeout_seconds),
             max_cached_workflows=max_cached_workflows,
             graceful_shutdown_timeout=timedelta(seconds=5),
+            # The SDK sends a heartbeat at most every 0.8 x the heartbeat timeout unless
+            # told otherwise: a worker a little slow (a busy machine) then misses the
+            # timeout, and a live call is run again elsewhere. Send what the activities
+            # give, four times per timeout (D541).
+            max_heartbeat_throttle_interval=heartbeat_every,
+            default_heartbeat_throttle_interval=heartbeat_every,
         )
         self._task: asyncio.Task[None] | None = None
 

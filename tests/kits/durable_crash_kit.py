@@ -157,7 +157,6 @@ def effect_records(target: str) -> list[dict[str, Any]]:
     if not target.startswith(("postgresql://", "postgres://")):
         return _lines(Path(target))
     import psycopg
-
     from durable_worker_process import EFFECTS_TABLE
 
     with psycopg.connect(target) as connection:
@@ -194,7 +193,8 @@ def stored_counts(store_url: str, session_id: str) -> tuple[int, int]:
             messages = connection.execute(
                 "SELECT count(*) FROM transcript WHERE session_id = ?", (session_id,)
             ).fetchone()
-    assert turns is not None and messages is not None
+    assert turns is not None
+    assert messages is not None
     return int(turns[0]), int(messages[0])
 
 

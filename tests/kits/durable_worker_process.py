@@ -25,7 +25,9 @@ tool, ``slow_note``, then serves a ``DurableWorker`` until it is killed.
   and the ``between`` marks.
 
 ``--heartbeat-seconds`` and ``--sticky-seconds`` are small by default so that a dead
-worker's turn moves on to another within a second or two.
+worker's turn moves on to another within a second or two. A worker killed mid-call
+uses one of the call's attempts, so the tool and the commit get eight (``crash_options``
+gives the model as many).
 """
 
 from __future__ import annotations
@@ -148,6 +150,7 @@ def crash_pipeline(
     worker: str = "",
     marks: str | None = None,
     pause_between_rounds: float = 0.0,
+    options: PipelineOptions | None = None,
 ) -> Pipeline:
     """The crash tests' pipeline (see the module docstring); with no ``sink`` its tool
     only answers (the replayer's pipeline, whose tools never run)."""
@@ -183,7 +186,7 @@ def crash_pipeline(
         ids=RandomIds(),
         tools={"slow_note": slow_note},
     )
-    return Pipeline(ports, crash_options(), listeners=listeners)
+    return Pipeline(ports, options or crash_options(), listeners=listeners)
 
 
 def _die_with_parent() -> None:
@@ -201,7 +204,7 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--identity", required=True)
     parser.add_argument("--effects", required=True)
     parser.add_argument("--marks", required=True)
-    parser.add_argument("--heartbeat-seconds", type=float, default=0.6)
+    parser.add_argument("--heartbeat-seconds", type=float, default=1.0)
     parser.add_argument("--sticky-seconds", type=float, default=0.5)
     parser.add_argument("--pause-between-rounds", type=float, default=0.0)
     args = parser.parse_args(argv)
@@ -226,10 +229,15 @@ async def main(argv: list[str] | None = None) -> None:
         pipeline,
         task_queue=args.task_queue,
         identity=args.identity,
-        settings=DurableSettings(heartbeat_seconds=args.heartbeat_seconds),
+        settings=DurableSettings(
+            heartbeat_seconds=args.heartbeat_seconds, tool_attempts=8, commit_attempts=8
+        ),
         sticky_timeout_seconds=args.sticky_seconds,
     ):
-        append_line(args.marks, {"kind": "ready", "worker": args.identity, "pid": os.getpid()})
+        append_line(
+            args.marks,
+            {"kind": "ready", "worker": args.identity, "pid": os.getpid(), "at": time.time()},
+        )
         await asyncio.Event().wait()
 
 
