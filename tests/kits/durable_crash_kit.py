@@ -245,8 +245,16 @@ def ledger_integrated() -> bool:
 class WorkerProcess:
     """One ``durable_worker_process.py`` run (see that module's docstring)."""
 
-    def __init__(self, identity: str, argv: list[str], log: Path, marks_path: Path) -> None:
+    def __init__(
+        self,
+        identity: str,
+        argv: list[str],
+        log: Path,
+        marks_path: Path,
+        standby: Path | None = None,
+    ) -> None:
         self.identity = identity
+        self._standby = standby
         self.log = log
         self._marks = marks_path
         with log.open("ab") as out:
@@ -271,6 +279,11 @@ class WorkerProcess:
     async def wait_ready(self) -> None:
         """Wait until the worker serves."""
         await wait_until(self.ready, READY_TIMEOUT_S, f"worker {self.identity} to serve")
+
+    def go(self) -> None:
+        """Tell a worker started on standby to serve."""
+        assert self._standby is not None
+        self._standby.touch()
 
     def kill(self) -> None:
         """kill -9, and reap it."""
@@ -312,11 +325,18 @@ class Workers:
         ]
         self.running: list[WorkerProcess] = []
 
-    def start(self, identity: str, *more: str) -> WorkerProcess:
-        """Start a worker named ``identity`` (``more``: extra arguments)."""
+    def start(self, identity: str, *more: str, standby: bool = False) -> WorkerProcess:
+        """Start a worker named ``identity`` (``more``: extra arguments); on ``standby``
+        it serves once told to (``WorkerProcess.go``)."""
         log = self.directory / f"worker-{identity}.log"
+        go = self.directory / f"go-{identity}" if standby else None
+        waiting = ["--standby", str(go)] if go is not None else []
         worker = WorkerProcess(
-            identity, [*self._common, "--identity", identity, *more], log, self.marks
+            identity,
+            [*self._common, "--identity", identity, *waiting, *more],
+            log,
+            self.marks,
+            go,
         )
         self.running.append(worker)
         return worker

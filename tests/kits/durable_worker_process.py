@@ -21,6 +21,8 @@ tool, ``slow_note``, then serves a ``DurableWorker`` until it is killed.
   engine's ``ToolExecuted`` event, heard in the workflow), the worker records a
   ``between`` mark and holds its workflow task for ``S`` seconds, so a test can kill
   it between two rounds, with no call in flight.
+- ``--standby FILE``: start, import and connect, then wait until ``FILE`` exists
+  before serving: a restart that takes no start-up time (the kill loop's).
 - ``--marks``: a JSON-lines file where the worker writes ``ready`` once it serves,
   and the ``between`` marks.
 
@@ -84,13 +86,15 @@ def crash_options() -> PipelineOptions:
 
     ``llm_attempts`` is Temporal's ``maximum_attempts`` of a model call, and a worker
     killed mid-call uses one attempt: the kill loop can kill one call's worker more than
-    once, so it gets room."""
+    once, so it gets room; and the engine's own server-tool timeout (a workflow timer)
+    is long enough that a tool whose turn waits out several killed workflow tasks is
+    not cut short."""
     return PipelineOptions(
         llm_attempts=8,
         retry_wait_seconds=0.05,
         retry_max_wait_seconds=0.2,
         turn_deadline_seconds=240.0,
-        server_tool_timeout_seconds=60.0,
+        server_tool_timeout_seconds=200.0,
     )
 
 
@@ -207,6 +211,7 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heartbeat-seconds", type=float, default=1.0)
     parser.add_argument("--sticky-seconds", type=float, default=0.5)
     parser.add_argument("--pause-between-rounds", type=float, default=0.0)
+    parser.add_argument("--standby", default=None)
     args = parser.parse_args(argv)
     _die_with_parent()
 
@@ -224,6 +229,11 @@ async def main(argv: list[str] | None = None) -> None:
         pause_between_rounds=args.pause_between_rounds,
     )
     client = await connect(args.address)
+    if args.standby:  # imported and connected: serve as soon as told to
+        if args.effects.startswith("postgresql"):
+            import psycopg  # noqa: F401 - imported now, not on the first effect
+        while not os.path.exists(args.standby):
+            await asyncio.sleep(0.02)
     async with DurableWorker(
         client,
         pipeline,

@@ -29,12 +29,14 @@ from durable_crash_kit import (
     stored_counts,
     wait_until,
 )
-from durable_kit import durable_client
+from durable_kit import durable_client, pipeline_on
 from durable_worker_process import crash_options, crash_pipeline
-from engine_kit import CALLER, ok
+from engine_kit import CALLER, SUPPORT_CATALOG, call, calls, ok, text
+from temporal_kit import durable_worker
 
+from aptix_pipeline import TurnReport
 from aptix_pipeline.adapters.stores import open_store
-from aptix_pipeline.adapters.temporal import DurablePipeline, replaying
+from aptix_pipeline.adapters.temporal import DurablePipeline, DurableSettings, replaying
 from aptix_pipeline.testing import FakeOpenAIServer, fake_openai_server
 
 STORES = ("sqlite", "postgres")
@@ -183,7 +185,7 @@ async def test_a_worker_killed_during_a_long_server_tool_leaves_the_turn_to_anot
     assert [(r.attempt, r.completed) for r in tools] == [(2, True)]
 
 
-@pytest.mark.decision("D540", "D541")
+@pytest.mark.decision("D540", "D545")
 async def test_a_worker_killed_between_rounds_leaves_the_turn_to_another(rig: Rig) -> None:
     """The worker dies in the workflow task that follows the tool's answer: no call is in
     flight; the next worker replays the history and goes on with the second round."""
@@ -202,6 +204,26 @@ async def test_a_worker_killed_between_rounds_leaves_the_turn_to_another(rig: Ri
     assert len(_records(rig, "start", "b1-r0")) == 1
     assert len(_records(rig, "effect", "b1-r0")) == 1
     assert all(r.attempt == 1 for r in runs)
+
+
+@pytest.mark.decision("D547")
+async def test_the_commit_heartbeats_so_a_worker_dead_mid_commit_is_noticed_at_once(
+    rig: Rig,
+) -> None:
+    rig.workers.start("a")
+    report, output = await asyncio.wait_for(
+        rig.durable.run_with_workers(crash_request("c1", rounds=0), CALLER), 90
+    )
+    assert ok(report.result).primary_output_text == "done c1"
+    assert output is not None
+    history = await _history(rig, output.workflow_id)
+    commits = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "aptix.store.apply"
+    ]
+    assert [c.heartbeat_timeout.ToTimedelta().total_seconds() for c in commits] == [1.0]
 
 
 @pytest.mark.decision("D543")
@@ -261,3 +283,37 @@ async def test_fifty_kills_of_three_workers_lose_no_turn_and_repeat_no_completed
     assert figures.get("tool_effects_missing", 0) == 0
     if ledger_integrated():  # issue 29 part 4: an idempotent tool's effect is never doubled
         assert figures.get("tool_effects_doubled", 0) == 0
+
+
+@pytest.mark.decision("D541")
+async def test_a_long_call_heartbeats_four_times_per_heartbeat_timeout(
+    temporal_address: str, task_queue: str
+) -> None:
+    """Temporal hears a running tool's heartbeat every quarter of the timeout, not only
+    every 0.8 of it (the SDK's throttle), so a busy worker is not taken for dead."""
+    client = await durable_client(temporal_address)
+
+    async def lookup(arguments: dict[str, Any], invocation: Any) -> str:
+        await asyncio.sleep(3.0)
+        return '{"status": "open"}'
+
+    host = pipeline_on(
+        replies=[calls(call("c1", "lookup", {"id": "T-1"})), text("open")],
+        config=SUPPORT_CATALOG,
+        tools={"lookup": lookup},
+    )
+    durable = DurablePipeline(client, task_queue=task_queue)
+    settings = DurableSettings(heartbeat_seconds=2.0)
+    heard: set[Any] = set()
+    async with durable_worker(client, host, task_queue, settings=settings):
+        handle = await durable.start({"Instruction": "status?"}, CALLER)
+        result = asyncio.ensure_future(handle.result())
+        while not result.done():
+            described = await handle.describe()
+            for pending in described.raw_description.pending_activities:
+                if pending.HasField("last_heartbeat_time"):
+                    heard.add(pending.last_heartbeat_time.ToNanoseconds())
+            await asyncio.sleep(0.05)
+        output = result.result()
+    assert ok(TurnReport.from_dict(output.report).result).primary_output_text == "open"
+    assert len(heard) >= 4  # every 0.5 s over 3 s; the SDK's own throttle gives 2
