@@ -142,7 +142,7 @@ async def _one_turn_resumed(rig: Rig, label: str, report_and_output: Any) -> lis
     return runs
 
 
-@pytest.mark.decision("D540", "D543")
+@pytest.mark.decision("D540", "D543", "D537", "D546")
 async def test_a_worker_killed_during_a_model_call_leaves_the_turn_to_another(
     rig: Rig,
 ) -> None:
@@ -159,7 +159,10 @@ async def test_a_worker_killed_during_a_model_call_leaves_the_turn_to_another(
     # The first call had completed: not made again. The killed one was made again.
     assert model_calls(rig.model) == {("m1", 0): 1, ("m1", 1): 2}
     models = [r for r in runs if r.kind == "aptix.llm.complete"]
+    # The killed attempt was one of the call's attempts (D546); both workers are named.
     assert [(r.attempt, r.completed) for r in models] == [(1, True), (2, True)]
+    assert done[1] is not None
+    assert done[1].workers == ["a", "b"]
     assert len(_records(rig, "effect", "m1-r0")) == 1
 
 
