@@ -32,7 +32,9 @@ from durable_crash_kit import (
 from durable_kit import durable_client, pipeline_on
 from durable_worker_process import crash_options, crash_pipeline
 from engine_kit import CALLER, SUPPORT_CATALOG, call, calls, ok, text
+from repo import ROOT
 from temporal_kit import durable_worker
+from temporalio.api.enums.v1 import EventType
 
 from aptix_pipeline import TurnReport
 from aptix_pipeline.adapters.stores import open_store
@@ -132,7 +134,7 @@ async def _one_turn_resumed(rig: Rig, label: str, report_and_output: Any) -> lis
     assert "b" in output.workers
     # Exactly one workflow ran the turn, and it answered once.
     history = await _history(rig, output.workflow_id)
-    assert history.events[-1].event_type == 2  # EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+    assert history.events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
     runs = activity_runs(history)
     # Committed exactly once: one turn row, the transcript not doubled.
     assert report.session_id is not None
@@ -274,7 +276,10 @@ async def test_fifty_kills_of_three_workers_lose_no_turn_and_repeat_no_completed
     figures["histories_replayed"] = min(len(histories), REPLAYED_AT_MOST)
     saved = tmp_path / "crash-loop.json"
     saved.write_text(json.dumps(figures, indent=1), encoding="utf-8")
-    print(f"crash loop figures ({saved}; python tests/kits/crash_loop.py {saved}):")
+    latest = ROOT / "build" / "crash-loop.json"  # the last run's, for the closing note
+    latest.parent.mkdir(exist_ok=True)
+    latest.write_text(json.dumps(figures, indent=1), encoding="utf-8")
+    print(f"crash loop figures ({saved}; python tests/kits/crash_loop.py {latest}):")
     print(show(figures))
     assert figures["kills"] >= 50
     assert figures["problems"] == []
