@@ -53,8 +53,14 @@ waits for one. Faults before the first chunk are the entries above: a status
 (500, 429, …) or ``{"disconnect": true}``.
 
 Any entry may add ``"delay": seconds`` (wait before answering, e.g. longer than
-the client's timeout) and ``"headers"``. When the script has run out the server
-answers 400 with an error saying so (400, so no client retries it). Other paths
+the client's timeout: a slow model) and ``"headers"``. When the script has run out the server
+answers 400 with an error saying so (400, so no client retries it).
+
+Instead of a script, ``respond`` may answer each request: a function of the request's
+parsed JSON body that returns the entry to play (any entry above, ``"delay"`` included).
+Use it when the answer depends on the request rather than on its place in line: several
+turns at once, or a turn whose calls may be sent again (a client that retries, a worker
+that died mid-call), each get the reply their own messages call for. Other paths
 answer 404 in the same error shape. ``GET /v1/models`` lists one model,
 ``"fake-model"``.
 
@@ -73,7 +79,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -251,8 +257,13 @@ class _QuietServer(ThreadingHTTPServer):
 class FakeOpenAIServer:
     """The running server: its ``base_url``, the ``requests`` it received, its script."""
 
-    def __init__(self, script: Sequence[ScriptEntry]) -> None:
+    def __init__(
+        self,
+        script: Sequence[ScriptEntry],
+        respond: Callable[[Any], ScriptEntry] | None = None,
+    ) -> None:
         self._script: list[ScriptEntry] = [dict(entry) for entry in script]
+        self._respond = respond
         self._next = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -293,7 +304,9 @@ class FakeOpenAIServer:
             self.requests.append(request)
             return len(self.requests)
 
-    def _take(self) -> ScriptEntry | None:
+    def _take(self, body: Any) -> ScriptEntry | None:
+        if self._respond is not None:
+            return self._respond(body)
         with self._lock:
             if self._next >= len(self._script):
                 return None
@@ -437,7 +450,7 @@ def _handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             if self.path != "/v1/chat/completions":
                 self._send_json(404, _error_body(404, f"no route {self.path}"), {})
                 return
-            entry = server._take()
+            entry = server._take(body)
             if entry is None:
                 message = "fake server: the script has no more entries"
                 self._send_json(400, _error_body(400, message), {})
@@ -466,9 +479,11 @@ def _handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def fake_openai_server(script: Sequence[ScriptEntry] = ()) -> Iterator[FakeOpenAIServer]:
+def fake_openai_server(
+    script: Sequence[ScriptEntry] = (), *, respond: Callable[[Any], ScriptEntry] | None = None
+) -> Iterator[FakeOpenAIServer]:
     """A running fake server for the ``with`` block; see the module docstring."""
-    server = FakeOpenAIServer(script)
+    server = FakeOpenAIServer(script, respond)
     server.start()
     try:
         yield server

@@ -17,7 +17,13 @@ if TYPE_CHECKING:
     from .client import DurablePipeline, DurableProgress
     from .codec import BlobStore, ClaimCheckCodec, DirectoryBlobs
     from .payloads import TurnInput, TurnOutput
-    from .worker import DEFAULT_TASK_QUEUE, DurableWorker, connect, data_converter
+    from .worker import (
+        DEFAULT_TASK_QUEUE,
+        DurableWorker,
+        connect,
+        data_converter,
+        replaying,
+    )
     from .workflow import DurableSettings, TurnWorkflow
 
 _EXPORTS: dict[str, str] = {
@@ -35,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "TurnWorkflow": "workflow",
     "connect": "worker",
     "data_converter": "worker",
+    "replaying": "worker",
 }
 """Each name, and the module it comes from (imported on first use)."""
 
@@ -53,6 +60,7 @@ __all__ = [
     "TurnWorkflow",
     "connect",
     "data_converter",
+    "replaying",
 ]
 
 # Hidden from type checkers, which see the imports above: a misspelt name is an error.

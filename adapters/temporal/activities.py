@@ -17,8 +17,8 @@ caller what it would tell in process (``steps/exception_text.py``):
   mid-call makes Temporal run the activity again, and the tool ledger decides what
   that second run may do (docs/DURABLE.md "Tool effects").
 
-Model calls and server tools heartbeat while they run, so a killed worker is
-noticed after the heartbeat timeout, not the whole call's.
+Model calls, server tools and the commit heartbeat while they run, so a killed
+worker is noticed after the heartbeat timeout, not the whole call's (D547).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ class TurnActivities:
         """
         async with _as_temporal_errors():
             try:
-                await self._backend.apply(writes)
+                await _heartbeating(self._backend.apply(writes), self._heartbeat)
             except StoreConflictError:
                 if writes.turns and await self._landed(writes):
                     logger.info(

@@ -19,8 +19,11 @@ Temporal retries the workflow task instead of the turn faulting (D531).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from types import CodeType, TracebackType
 from typing import Any
@@ -30,7 +33,7 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
 from temporalio.converter import DataConverter
-from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker import Replayer, Worker, WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.worker.workflow_sandbox import _runner as sandbox_internals
 
@@ -50,6 +53,7 @@ __all__ = [
     "TurnPayloadConverter",
     "connect",
     "data_converter",
+    "replaying",
     "sandbox_runner",
 ]
 
@@ -216,23 +220,13 @@ class DurableWorker:
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline must be a Pipeline, not {type(pipeline).__name__}")
         self.settings = settings or DurableSettings()
+        heartbeat_every = timedelta(seconds=self.settings.heartbeat_seconds / 4)
         self.activities = TurnActivities(
             pipeline, identity=identity, heartbeat_seconds=self.settings.heartbeat_seconds / 4
         )
         self.identity = self.activities.identity
         self.task_queue = task_queue
-        recording = _recording_options(pipeline)
-        ports = pipeline.turn_ports
-        retriever = ports.retriever
-        self._host = _Host(
-            pipeline=pipeline,
-            settings=self.settings,
-            retriever_collection=None if retriever is None else retriever.collection,
-            recording=recording,
-            config_digest=_digest(pipeline) if recording is not None else None,
-            tool_names=tuple(ports.tools),
-            has_files=ports.files is not None,
-        )
+        self._host = _host_of(pipeline, self.settings)
         self._worker = Worker(
             client,
             task_queue=task_queue,
@@ -246,6 +240,12 @@ class DurableWorker:
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_timeout_seconds),
             max_cached_workflows=max_cached_workflows,
             graceful_shutdown_timeout=timedelta(seconds=5),
+            # The SDK sends a heartbeat at most every 0.8 x the heartbeat timeout unless
+            # told otherwise: a worker a little slow (a busy machine) then misses the
+            # timeout, and a live call is run again elsewhere. Send what the activities
+            # give, four times per timeout (D541).
+            max_heartbeat_throttle_interval=heartbeat_every,
+            default_heartbeat_throttle_interval=heartbeat_every,
         )
         self._task: asyncio.Task[None] | None = None
 
@@ -276,6 +276,57 @@ class DurableWorker:
         traceback: TracebackType | None,
     ) -> None:
         await self.shutdown()
+
+
+def _host_of(pipeline: Pipeline, settings: DurableSettings) -> _Host:
+    """What the workflows of ``pipeline`` need of it (``workflow.py``'s ``_Host``)."""
+    recording = _recording_options(pipeline)
+    ports = pipeline.turn_ports
+    retriever = ports.retriever
+    return _Host(
+        pipeline=pipeline,
+        settings=settings,
+        retriever_collection=None if retriever is None else retriever.collection,
+        recording=recording,
+        config_digest=_digest(pipeline) if recording is not None else None,
+        tool_names=tuple(ports.tools),
+        has_files=ports.files is not None,
+    )
+
+
+@contextlib.contextmanager
+def replaying(
+    pipeline: Pipeline,
+    *,
+    settings: DurableSettings | None = None,
+    blobs: BlobStore | None = None,
+) -> Iterator[Replayer]:
+    """Temporal's ``Replayer`` for durable turns, for the block: ``TurnWorkflow`` in the
+    workers' sandbox (``sandbox_runner``) with their converter (``data_converter``),
+    ``pipeline`` the host of the turns it replays (D543).
+
+    ``replay_workflow(history)`` runs a turn's history (``WorkflowHandle.fetch_history``)
+    again on today's code and fails when the code would take another path than the
+    history holds: a nondeterminism error. ``pipeline`` and ``settings`` are the
+    workers' own configuration (the workflow reads the options and the tool names;
+    every port's answer comes from the history, so no port is called).
+    """
+    # The replayer runs its workflows on the task queue "replay-<build id>"; the
+    # workflow finds its host by that name.
+    build_id = f"aptix-replay-{uuid.uuid4().hex}"
+    checker = Replayer(
+        workflows=[TurnWorkflow],
+        workflow_runner=sandbox_runner(),
+        data_converter=data_converter(blobs),
+        build_id=build_id,
+    )
+    host = _host_of(pipeline, settings or DurableSettings())
+    queue = f"replay-{build_id}"
+    register_host(queue, host)
+    try:
+        yield checker
+    finally:
+        unregister_host(queue, host)
 
 
 def _digest(pipeline: Pipeline) -> str:

@@ -87,7 +87,7 @@ WORKFLOW_NAME = "aptix.turn"
 class DurableSettings:
     """How a durable turn's activities are timed and retried (docs/DURABLE.md).
 
-    - ``heartbeat_seconds``: the most a running model call or server tool may go
+    - ``heartbeat_seconds``: the most a running model call, server tool or commit may go
       without a heartbeat before Temporal takes its worker for dead and runs the call
       on another (its activities heartbeat four times as often);
     - ``model_timeout_seconds`` / ``tool_timeout_seconds``: one attempt's limit
@@ -319,6 +319,7 @@ class _WorkflowStore:
             result_type=ApplyAnswer,
             timeout=calls.read_timeout,
             retry=calls.commit_retry,
+            heartbeat=True,  # a worker that dies mid-commit is noticed at once (D547)
         )
         calls.ran_on(answer.worker)
 

@@ -65,3 +65,27 @@ async def test_the_fake_server_answers_the_official_sdk_on_loopback() -> None:
     assert reply.text == "hello from the script"
     assert [request.path for request in server.requests] == ["/v1/chat/completions"]
     assert server.requests[0].body["messages"][-1] == {"role": "user", "content": "hi"}
+
+
+@pytest.mark.decision("D544")
+async def test_the_fake_server_answers_each_request_from_its_own_body_when_given_respond() -> None:
+    """``respond`` answers by the request, not by its place in line: the same question
+    sent again gets the same answer, and two conversations never take each other's."""
+
+    def respond(body: object) -> dict[str, object]:
+        assert isinstance(body, dict)
+        asked = body["messages"][-1]["content"]
+        return {"text": f"you said {asked}", "delay": 0.01}
+
+    with kit.fake_openai_server(respond=respond) as server:
+        llm = OpenAICompatibleLLM(model="fake-model", base_url=server.base_url, api_key="k")
+
+        async def ask(words: str) -> str | None:
+            message = ChatMessage(role=ChatRole.USER, content=words)
+            reply = await llm.complete(LLMRequest(mode="general", messages=[message]))
+            return reply.text
+
+        answers = [await ask("one"), await ask("two"), await ask("one")]
+
+    assert answers == ["you said one", "you said two", "you said one"]
+    assert len(server.completions()) == 3
