@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from aptix_pipeline.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .client import DurablePipeline, DurableProgress
+    from .client import DurablePipeline, DurableProgress, DurableStream
     from .codec import BlobStore, ClaimCheckCodec, DirectoryBlobs
     from .payloads import TurnInput, TurnOutput
     from .worker import DEFAULT_TASK_QUEUE, DurableWorker, connect, data_converter
@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "DirectoryBlobs": "codec",
     "DurablePipeline": "client",
     "DurableProgress": "client",
+    "DurableStream": "client",
     "DurableSettings": "workflow",
     "DurableWorker": "worker",
     "TurnInput": "payloads",
@@ -44,6 +45,7 @@ __all__ = [
     "DurablePipeline",
     "DurableProgress",
     "DurableSettings",
+    "DurableStream",
     "DurableWorker",
     "TurnInput",
     "TurnOutput",
