@@ -62,7 +62,7 @@ def test_a_temporal_that_cannot_be_reached_is_exit_1_and_one_line(tmp_path: Path
     assert "Traceback" not in run.stderr
 
 
-@pytest.mark.decision("D553")
+@pytest.mark.decision("D553", "D537")
 async def test_a_worker_runs_the_configurations_turns_and_stops_on_sigterm(
     tmp_path: Path, temporal_address: str, task_queue: str
 ) -> None:

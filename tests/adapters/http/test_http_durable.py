@@ -130,7 +130,7 @@ async def test_a_refused_request_gets_the_same_status_and_errors_as_in_process(
     assert answers[0].json() == answers[1].json()
 
 
-@pytest.mark.decision("D551")
+@pytest.mark.decision("D551", "D530")
 async def test_a_retry_with_its_idempotency_key_gets_the_stored_answer(
     durable_config: Path,
 ) -> None:

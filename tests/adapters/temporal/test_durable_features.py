@@ -110,8 +110,8 @@ heartbeat_seconds = 2
     return path
 
 
-@pytest.mark.decision("D556")
-async def test_a_durable_turn_runs_with_hooks_rules_recording_mcp_files_retrieval_and_streaming(
+@pytest.mark.decision("D556", "D536")
+async def test_a_durable_turn_runs_with_hooks_recording_mcp_files_retrieval_and_streaming(
     tmp_path: Path,
     temporal_address: str,
     task_queue: str,
