@@ -21,20 +21,21 @@ retry with its ``Idempotency-Key`` gets its answer (D552).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, cast
 
 import anyio
 from fastapi.responses import Response
 
 from aptix_pipeline.contracts import Caller, PipelineStep
-from aptix_pipeline.engine import Pipeline, StreamDelta, StreamResult, TurnReport, TurnStream
+from aptix_pipeline.engine import StreamDelta, StreamResult, TurnReport, TurnStream
 
 from .sse import EventStreamResponse
 
 if TYPE_CHECKING:
     from aptix_pipeline.adapters.temporal import DurablePipeline, DurableProgress, DurableStream
 
-__all__ = ["run_durable_turn"]
+__all__ = ["stream_durably"]
 
 _MODEL_CALL = PipelineStep.LLM_CLIENT.value
 
@@ -66,33 +67,29 @@ async def _hold_until_begun(
         raise
 
 
-async def run_durable_turn(
+async def stream_durably(
     durable: DurablePipeline,
-    pipeline: Pipeline,
     body: bytes,
     caller: Caller,
     idempotency_key: str | None,
     *,
-    streamed: bool,
     keepalive_seconds: float,
-) -> Response:
-    """The turn as a workflow, answered as ``run_turn`` answers (module docstring)."""
-    from .execute import answer, replayed_header
-
-    if not streamed:
-        report = await durable.run(body, caller, idempotency_key=idempotency_key)
-        return answer(report, pipeline)
+    headers: Callable[[TurnReport | None], Mapping[str, str] | None],
+) -> Response | TurnReport:
+    """The streamed turn as Server-Sent Events, or its report when it ended refused
+    before its model call (the caller answers it as JSON); ``headers`` gives the
+    response's headers from the report of a turn that ended while held."""
     stream = durable.stream(body, caller, idempotency_key=idempotency_key)
     held = await _hold_until_begun(stream)
     ended: TurnReport | None = stream.report
     if ended is not None and not ended.successful:
         await stream.aclose()
-        return answer(ended, pipeline)
+        return ended
     # A DurableStream is read as a TurnStream is (anext, aclose, items with a name and
     # a to_json()): the same response sends it.
     return EventStreamResponse(
         cast(TurnStream, stream),
         cast(list[StreamResult], held),
         keepalive_seconds=keepalive_seconds,
-        headers=replayed_header(ended),
+        headers=headers(ended),
     )

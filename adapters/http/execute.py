@@ -208,6 +208,31 @@ async def _stream_turn(
     )
 
 
+async def _durable_turn(
+    service: ServiceState,
+    durable: DurablePipeline,
+    pipeline: Pipeline,
+    body: bytes,
+    caller: Caller,
+    key: str | None,
+    streamed: bool,
+) -> Response:
+    """The turn as a Temporal workflow, answered as in process (``http/durable.py``)."""
+    if not streamed:
+        return answer(await durable.run(body, caller, idempotency_key=key), pipeline)
+    from .durable import stream_durably
+
+    outcome = await stream_durably(
+        durable,
+        body,
+        caller,
+        key,
+        keepalive_seconds=service.sse_keepalive_seconds,
+        headers=replayed_header,
+    )
+    return outcome if isinstance(outcome, Response) else answer(outcome, pipeline)
+
+
 async def run_turn(service: ServiceState, request: Request) -> Response:
     """``POST /v1/agent/execute``: authenticate, read the body, run the turn, answer."""
     caller = await authenticated_caller(service.authenticator, request.headers)
@@ -240,17 +265,7 @@ async def run_turn(service: ServiceState, request: Request) -> Response:
     key = _idempotency_key(request)
     streamed = asks_to_stream(body) or accepts_event_stream(request.headers.getlist("accept"))
     if service.durable is not None:  # [temporal]: the turn is a workflow (http/durable.py)
-        from .durable import run_durable_turn
-
-        return await run_durable_turn(
-            service.durable,
-            pipeline,
-            body,
-            caller,
-            key,
-            streamed=streamed,
-            keepalive_seconds=service.sse_keepalive_seconds,
-        )
+        return await _durable_turn(service, service.durable, pipeline, body, caller, key, streamed)
     if streamed:
         return await _stream_turn(service, pipeline, body, caller, key)
     # The raw body: parsed once, by the engine.

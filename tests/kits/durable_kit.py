@@ -20,8 +20,8 @@ from aptix_pipeline import (
     Ports,
     ScriptedLLM,
     SequentialIds,
-    SteppingClock,
     StateTrace,
+    SteppingClock,
 )
 from aptix_pipeline.contracts import LLM, SessionStore, ToolExecutor
 

@@ -98,7 +98,7 @@ class TemporalServer:
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - one syscall, no Python state
+                preexec_fn=_die_with_parent,
             )
         self._wait_ready()
 
@@ -107,8 +107,9 @@ class TemporalServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"temporal exited: {self.log.read_text(errors='replace')}")
-            with contextlib.suppress(OSError), socket.create_connection(
-                ("127.0.0.1", self.port), timeout=0.2
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
             ):
                 # The frontend listens before the namespace exists: ask it once.
                 if self._namespace_ready():

@@ -1,4 +1,4 @@
-"""``aptix worker --config FILE`` (adapters/cli/worker.py, docs/DURABLE.md): refusals in
+"""``aptix worker --config FILE`` (adapters/cli/serve.py, docs/DURABLE.md): refusals in
 one line, a worker that runs the configuration's turns and stops cleanly on SIGTERM."""
 
 from __future__ import annotations

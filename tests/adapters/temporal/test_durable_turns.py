@@ -14,7 +14,6 @@ from temporal_kit import durable_worker
 from aptix_pipeline import MemoryStore, PermanentPortError, PipelineOptions, TurnEvent
 from aptix_pipeline.adapters.temporal import DurablePipeline
 
-
 TWO_ROUNDS = [
     calls(call("s1", "lookup", {"id": "T-1"})),
     calls(call("s2", "lookup", {"id": "T-2"})),
@@ -55,9 +54,7 @@ async def test_a_follow_on_turn_with_two_server_tool_rounds_matches_in_process(
     client = await durable_client(temporal_address)
     replies = [text("first"), *TWO_ROUNDS]
     host = pipeline_on(replies=replies, config=SUPPORT_CATALOG, tools={"lookup": lookup})
-    local_pipeline = pipeline_on(
-        replies=replies, config=SUPPORT_CATALOG, tools={"lookup": lookup}
-    )
+    local_pipeline = pipeline_on(replies=replies, config=SUPPORT_CATALOG, tools={"lookup": lookup})
     durable = DurablePipeline(client, task_queue=task_queue)
     async with durable_worker(client, host, task_queue):
         first = await durable.run({"Instruction": "hi"}, CALLER)
@@ -141,9 +138,7 @@ async def test_the_turn_deadline_cancels_a_slow_model_call_as_a_cancellation(
     llm = CountingLLM([text("too late")], delay=30)
     options = PipelineOptions(turn_deadline_seconds=1.0, llm_attempts=3)
     started = asyncio.get_running_loop().time()
-    async with durable_worker(
-        client, pipeline_on(replies=llm, options=options), task_queue
-    ):
+    async with durable_worker(client, pipeline_on(replies=llm, options=options), task_queue):
         report = await DurablePipeline(client, task_queue=task_queue).run(
             {"Instruction": "hi"}, CALLER
         )
