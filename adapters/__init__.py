@@ -2,8 +2,10 @@
 
 - the front doors: ``cli/`` (the ``aptix`` command), ``http/`` (the service),
   ``ui/`` (the turn browser page);
-- ``embedded.py``, the composition root: ``embedded_pipeline``, ``build_pipeline``;
+- ``embedded.py``, the composition root: ``embedded_pipeline``, ``build_pipeline``,
+  and for durable turns ``durable_pipeline``, ``durable_worker``;
 - ``config/``: the service's TOML file, the catalog, the data folder;
+- ``temporal/``: durable turns on Temporal (the ``temporal`` extra);
 - the ports' rooms: ``stores/``, ``models/``, ``retrieval/``, ``files/``, ``tools/``,
   ``system/`` (clock, ids, tracing).
 
@@ -22,8 +24,22 @@ from typing import TYPE_CHECKING
 from aptix_pipeline.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .config import CatalogError, ConfigCatalog, ConfigError, HostExtension, ServiceConfig
-    from .embedded import DEFAULT_STORE_URL, build_pipeline, embedded_pipeline, open_store
+    from .config import (
+        CatalogError,
+        ConfigCatalog,
+        ConfigError,
+        HostExtension,
+        ServiceConfig,
+        TemporalConfig,
+    )
+    from .embedded import (
+        DEFAULT_STORE_URL,
+        build_pipeline,
+        durable_pipeline,
+        durable_worker,
+        embedded_pipeline,
+        open_store,
+    )
     from .files import LocalFileStore
     from .http import ApiKeyAuthenticator, Authenticator, create_app
     from .models import (
@@ -55,6 +71,15 @@ if TYPE_CHECKING:
         SystemClock,
         TelemetrySetupError,
         configure_tracing,
+    )
+    from .temporal import (
+        BlobStore,
+        DirectoryBlobs,
+        DurablePipeline,
+        DurableProgress,
+        DurableSettings,
+        DurableStream,
+        DurableWorker,
     )
     from .tools import BUILTIN_TOOLS, HttpServer, McpPool, StdioServer
 
@@ -102,6 +127,16 @@ _EXPORTS: dict[str, str] = {
     "TurnWrite": "stores",
     "TurnWrites": "stores",
     "outcome_replaceable": "stores",
+    "TemporalConfig": "config",
+    "durable_pipeline": "embedded",
+    "durable_worker": "embedded",
+    "BlobStore": "temporal",
+    "DirectoryBlobs": "temporal",
+    "DurablePipeline": "temporal",
+    "DurableProgress": "temporal",
+    "DurableSettings": "temporal",
+    "DurableStream": "temporal",
+    "DurableWorker": "temporal",
 }
 """Each public name and the module it comes from."""
 
@@ -110,10 +145,17 @@ __all__ = [
     "DEFAULT_STORE_URL",
     "ApiKeyAuthenticator",
     "Authenticator",
+    "BlobStore",
     "BufferedTransaction",
     "CatalogError",
     "ConfigCatalog",
     "ConfigError",
+    "DirectoryBlobs",
+    "DurablePipeline",
+    "DurableProgress",
+    "DurableSettings",
+    "DurableStream",
+    "DurableWorker",
     "FtsRetriever",
     "HostExtension",
     "HttpServer",
@@ -139,6 +181,7 @@ __all__ = [
     "StreamBrokenError",
     "SystemClock",
     "TelemetrySetupError",
+    "TemporalConfig",
     "TurnScript",
     "TurnWrite",
     "TurnWrites",
@@ -146,6 +189,8 @@ __all__ = [
     "build_pipeline",
     "configure_tracing",
     "create_app",
+    "durable_pipeline",
+    "durable_worker",
     "embedded_pipeline",
     "open_store",
     "outcome_replaceable",

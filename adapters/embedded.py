@@ -54,14 +54,17 @@ if TYPE_CHECKING:
     # without a configuration file never loads its models (start-up, D474).
     from aptix_pipeline.engine.replay import RecordingOptions
 
-    from .config import FilesConfig, ServiceConfig
+    from .config import FilesConfig, ServiceConfig, TemporalConfig
     from .files import LocalFileStore
+    from .temporal import BlobStore, DurablePipeline, DurableWorker
     from .tools import McpPool, McpServer
 
 __all__ = [
     "DEFAULT_STORE_URL",
     "CatalogPorts",
     "build_pipeline",
+    "durable_pipeline",
+    "durable_worker",
     "embedded_pipeline",
     "open_file_store",
     "open_store",
@@ -298,4 +301,111 @@ def build_pipeline(
         hooks=host.hooks,
         rules=host.rules,
         mcp=config.mcp,
+    )
+
+
+# --- durable turns on Temporal (docs/DURABLE.md) -------------------------------------
+
+
+def _temporal_of(source: ServiceConfig | TemporalConfig | str) -> TemporalConfig:
+    """The ``[temporal]`` settings ``source`` gives: its table, or an address's defaults."""
+    from .config import ConfigError, ServiceConfig, TemporalConfig
+
+    if isinstance(source, TemporalConfig):
+        return source
+    if isinstance(source, ServiceConfig):
+        if source.temporal is None:
+            raise ConfigError(f"{source.source}: no [temporal] table: durable turns need one")
+        return source.temporal
+    if isinstance(source, str):
+        return TemporalConfig(address=source)
+    raise TypeError(
+        "give a ServiceConfig, a TemporalConfig or a Temporal address (host:port), "
+        f"not {type(source).__name__}"
+    )
+
+
+def _blobs(temporal: TemporalConfig, blobs: BlobStore | None) -> BlobStore | None:
+    """The given blob store, else ``DirectoryBlobs`` on ``[temporal] blobs``, else none."""
+    if blobs is not None or temporal.blobs is None:
+        return blobs
+    from .temporal import DirectoryBlobs
+
+    return DirectoryBlobs(temporal.blobs)
+
+
+async def durable_pipeline(
+    temporal: ServiceConfig | TemporalConfig | str,
+    *,
+    options: PipelineOptions | None = None,
+    blobs: BlobStore | None = None,
+    lazy: bool = False,
+) -> DurablePipeline:
+    """A ``DurablePipeline``: a host's turns as Temporal workflows (docs/DURABLE.md).
+
+    ``temporal`` is a loaded configuration (its ``[temporal]`` table and its
+    ``[engine]`` options), a ``TemporalConfig``, or the address (``host:port``) of a
+    Temporal with every default (namespace ``default``, task queue ``aptix-turns``).
+    ``options`` are the workers' ``PipelineOptions`` (the request's JSON depth limit
+    reads its answer keys here); ``blobs`` replaces ``[temporal] blobs``'s folder;
+    with ``lazy`` the connection is made by the first turn (a Temporal that cannot
+    be reached then is that turn's ``port_failed`` result), else here (a
+    ``RuntimeError`` saying why). Needs the ``temporal`` extra.
+    """
+    from .config import ServiceConfig
+    from .temporal import DurablePipeline, connect
+
+    settings = _temporal_of(temporal)
+    if options is None and isinstance(temporal, ServiceConfig):
+        options = temporal.options
+    client = await connect(
+        settings.address,
+        namespace=settings.namespace,
+        blobs=_blobs(settings, blobs),
+        lazy=lazy,
+    )
+    return DurablePipeline(
+        client,
+        task_queue=settings.task_queue,
+        max_json_depth=(options or PipelineOptions()).max_json_depth,
+        turn_timeout_seconds=settings.turn_timeout_seconds,
+    )
+
+
+async def durable_worker(
+    temporal: ServiceConfig | TemporalConfig | str,
+    pipeline: Pipeline,
+    *,
+    identity: str | None = None,
+    max_concurrent_turns: int | None = None,
+    blobs: BlobStore | None = None,
+) -> DurableWorker:
+    """A ``DurableWorker`` running ``pipeline``'s turns from ``temporal``'s task queue.
+
+    ``temporal`` is as ``durable_pipeline``'s; ``identity`` and
+    ``max_concurrent_turns`` replace ``[temporal]``'s, ``blobs`` its folder. The
+    client connects here (a ``RuntimeError`` saying why when Temporal cannot be
+    reached); serve with ``async with worker:`` or ``await worker.run()``.
+    """
+    from .temporal import DurableSettings, DurableWorker, connect
+
+    settings = _temporal_of(temporal)
+    client = await connect(
+        settings.address, namespace=settings.namespace, blobs=_blobs(settings, blobs)
+    )
+    return DurableWorker(
+        client,
+        pipeline,
+        task_queue=settings.task_queue,
+        identity=identity or settings.identity,
+        settings=DurableSettings(
+            heartbeat_seconds=settings.heartbeat_seconds,
+            model_timeout_seconds=settings.model_timeout_seconds,
+            tool_timeout_seconds=settings.tool_timeout_seconds,
+            read_timeout_seconds=settings.read_timeout_seconds,
+            commit_attempts=settings.commit_attempts,
+            tool_attempts=settings.tool_attempts,
+            max_retry_wait_seconds=settings.max_retry_wait_seconds,
+        ),
+        max_concurrent_turns=max_concurrent_turns or settings.max_concurrent_turns,
     )

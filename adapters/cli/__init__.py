@@ -36,7 +36,11 @@
   error, 130 Ctrl-C while it waits for input.
 - ``aptix serve --config FILE`` runs the HTTP service (``adapters/http/app.py``)
   under uvicorn; ``--host``, ``--port``, ``--workers`` and ``--access-log`` override
-  ``[server]``.
+  ``[server]``. With ``[temporal]`` its turns run as Temporal workflows.
+- ``aptix worker --config FILE`` runs those durable turns (``cli/serve.py``,
+  docs/DURABLE.md): the configuration's pipeline as a ``DurableWorker`` until
+  SIGINT/SIGTERM; ``--concurrency`` and ``--identity`` override ``[temporal]``.
+  Exit codes: 0 stopped, 1 Temporal cannot be reached, 2 usage error.
 - ``aptix diagram [--format mermaid|dot|svg|png] [--out FILE]`` draws the pipeline
   from the machine definition (``engine/diagram.py``). Text formats go to stdout
   without ``--out``; svg/png (Graphviz's ``dot``) go to stdout only when it is not
@@ -59,10 +63,10 @@
 Start-up: this module imports only the standard library at import time. Typer
 and the Typer ``app`` (``commands.py``) are built on first use (``main()``, or
 ``cli.app``). Each command lives in its own module of this folder (``init``,
-``validate``, ``run``, ``chat``, ``serve``, ``diagram``, ``replay``, ``index``,
-``sessions``, ``ui``) and imports what it needs when it runs: ``aptix --version``
-answers before anything else is imported, and no command loads FastAPI, the OpenAI
-SDK, psycopg or the OpenTelemetry SDK unless it uses them
+``validate``, ``run``, ``chat``, ``serve`` (and ``worker``), ``diagram``,
+``replay``, ``index``, ``sessions``, ``ui``) and imports what it needs when it runs:
+``aptix --version`` answers before anything else is imported, and no command loads
+FastAPI, the OpenAI SDK, psycopg or the OpenTelemetry SDK unless it uses them
 (tests/adapters/cli/test_startup.py). Typer renders help text as rich
 markup, so the commands write a literal ``[`` in their help as ``\\[``
 (tests/adapters/cli/test_cli_help.py).

@@ -1,8 +1,9 @@
 """The Typer app of the ``aptix`` command: its ``--version`` option and its commands.
 
 ``cli/__init__.py`` builds it on first use. Each command lives in its own module
-(``cli_init``, ``cli_validate``, ``cli_run``, ``cli_chat``, ``cli_serve``, ``cli_diagram``,
-``cli_replay``, ``cli_sessions``, ``cli_ui``, ``cli_index``),
+(``cli_init``, ``cli_validate``, ``cli_run``, ``cli_chat``, ``cli_serve`` (with
+``aptix worker``), ``cli_diagram``, ``cli_replay``, ``cli_sessions``, ``cli_ui``,
+``cli_index``),
 which imports Typer and the standard library only: building the app (``aptix
 --help``) loads no engine, and each command imports what it uses when it runs.
 """
@@ -21,7 +22,7 @@ from .index import index
 from .init import init
 from .replay import replay
 from .run import run
-from .serve import serve
+from .serve import serve, worker
 from .sessions import sessions_app
 from .ui import ui
 from .validate import validate
@@ -53,7 +54,7 @@ def build_app() -> typer.Typer:
         add_completion=False,
     )
     built.callback()(_root)
-    for command in (init, validate, run, chat, serve, diagram, replay, index):
+    for command in (init, validate, run, chat, serve, worker, diagram, replay, index):
         built.command()(command)
     built.add_typer(sessions_app)
     built.command()(ui)

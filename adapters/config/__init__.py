@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         ScriptedModelConfig,
         SecretTable,
         ServiceConfig,
+        TemporalConfig,
         UIConfig,
         build_llm,
         load_service_config,
@@ -52,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "ScriptedModelConfig": "service",
     "SecretTable": "service",
     "ServiceConfig": "service",
+    "TemporalConfig": "service",
     "UIConfig": "service",
 }
 """Each name other rooms use, and the module it comes from (imported on first use)."""
@@ -68,6 +70,7 @@ __all__ = [
     "ScriptedModelConfig",
     "SecretTable",
     "ServiceConfig",
+    "TemporalConfig",
     "UIConfig",
     "build_llm",
     "default_store_path",

@@ -60,6 +60,15 @@ its own, each optional:
   docs/RETRIEVAL.md): ``folder`` (the documents), ``index`` (the index file
   ``aptix index`` builds; default ``retrieval.db``), ``limit`` (passages per turn,
   default 5) and ``collection`` (its name on spans; default the folder's name).
+- ``[temporal]`` — durable turns on Temporal (docs/DURABLE.md "Configuration"):
+  ``address`` (``host:port``) or ``address_env`` (an environment variable holding
+  it), ``namespace``, ``task_queue``, ``blobs`` (a folder for large payloads, shared
+  by the workers and the service), ``identity`` (a worker's name), the activities'
+  timing (``heartbeat_seconds``, ``model_timeout_seconds``, ``tool_timeout_seconds``,
+  ``read_timeout_seconds``, ``commit_attempts``, ``tool_attempts``,
+  ``max_retry_wait_seconds``), ``turn_timeout_seconds`` (a whole workflow's bound)
+  and ``max_concurrent_turns`` (a worker's). With it ``aptix serve`` starts turns as
+  workflows and ``aptix worker`` runs them (``TemporalConfig``).
 
 The catalog brings the executors of the demo tools it offers
 (``ConfigCatalog(demo_tools=True)``): the CLI and the HTTP service have no other
@@ -130,6 +139,7 @@ __all__ = [
     "SecretTable",
     "ServerConfig",
     "ServiceConfig",
+    "TemporalConfig",
     "UIConfig",
     "build_llm",
     "load_service_config",
@@ -153,6 +163,7 @@ _SERVICE_TABLES = (
     "host",
     "mcp_servers",
     "telemetry",
+    "temporal",
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -307,6 +318,29 @@ class _Telemetry(_Table):
     span_mode: Literal["full", "compact"] = "full"
 
 
+_HOST_PORT = re.compile(r"^(?:[^\s/:\[\]]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$")
+_DEFAULT_TASK_QUEUE = "aptix-turns"
+"""``adapters/temporal``'s ``DEFAULT_TASK_QUEUE`` (this room does not import that one)."""
+
+
+class _Temporal(_Table):
+    address: str | None = Field(default=None, min_length=1)
+    address_env: str | None = _env_name()
+    namespace: str = Field(default="default", min_length=1)
+    task_queue: str = Field(default=_DEFAULT_TASK_QUEUE, min_length=1)
+    blobs: str | None = Field(default=None, min_length=1)
+    identity: str | None = Field(default=None, min_length=1)
+    heartbeat_seconds: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    model_timeout_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    tool_timeout_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    read_timeout_seconds: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    commit_attempts: int = Field(default=5, ge=1)
+    tool_attempts: int = Field(default=3, ge=1)
+    max_retry_wait_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    turn_timeout_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_concurrent_turns: int = Field(default=100, ge=1)
+
+
 # --- the loaded configuration -------------------------------------------------------------------
 
 
@@ -389,6 +423,36 @@ class UIConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TemporalConfig:
+    """``[temporal]``: where durable turns run (docs/DURABLE.md "Configuration").
+
+    ``address`` is the Temporal frontend's ``host:port``; ``namespace`` and
+    ``task_queue`` say where the turns go; ``blobs`` is the folder large payloads
+    wait in (``DirectoryBlobs``; ``None``: none, a payload over Temporal's 2 MB cap
+    fails the turn's start); ``identity`` names a worker (default
+    ``aptix@<host>:<pid>``). ``heartbeat_seconds`` … ``max_retry_wait_seconds`` are
+    the workers' ``DurableSettings``; ``turn_timeout_seconds`` bounds a whole
+    workflow (``None``: the turn's own deadline only); ``max_concurrent_turns`` is how
+    many turns a worker runs at once (``aptix worker --concurrency``).
+    """
+
+    address: str
+    namespace: str = "default"
+    task_queue: str = _DEFAULT_TASK_QUEUE
+    blobs: Path | None = None
+    identity: str | None = None
+    heartbeat_seconds: float = 10.0
+    model_timeout_seconds: float | None = None
+    tool_timeout_seconds: float | None = None
+    read_timeout_seconds: float = 30.0
+    commit_attempts: int = 5
+    tool_attempts: int = 3
+    max_retry_wait_seconds: float | None = None
+    turn_timeout_seconds: float | None = None
+    max_concurrent_turns: int = 100
+
+
+@dataclass(frozen=True, slots=True)
 class RetrievalConfig:
     """``[retrieval]``: the documents ``folder``, the ``index`` file ``aptix index`` builds
     from it (both absolute), the ``collection`` name and the passages per turn (``limit``,
@@ -436,6 +500,9 @@ class ServiceConfig:
     calls (``cli/chat.py``, D371)."""
     span_mode: SpanMode = SpanMode.FULL
     """``[telemetry] span_mode``: the pipeline's ``Telemetry(span_mode=...)``."""
+
+    temporal: TemporalConfig | None = None
+    """``[temporal]``: turns run durably on Temporal (``None``: in process)."""
 
     mcp: McpPool | None = field(default=None, repr=False)
     """``[[mcp_servers]]``'s started pool (``config/mcp.py``): their tools are in
@@ -612,6 +679,23 @@ def _files(data: object, base: Path, source: str, env: Mapping[str, str]) -> Fil
     )
 
 
+def _temporal(data: object, base: Path, source: str, env: Mapping[str, str]) -> TemporalConfig:
+    """``[temporal]``: its address from the file or the environment, ``blobs`` resolved."""
+    table = _table(_Temporal, data, "temporal", source)
+    if (table.address is None) == (table.address_env is None):
+        raise ConfigError(f"{source}: [temporal]: give exactly one of address and address_env")
+    address, where = table.address, f"{source}: [temporal].address"
+    if table.address_env is not None:
+        where = f"{source}: [temporal].address_env: ${table.address_env}"
+        address = _env(table.address_env, f"{source}: [temporal].address_env", env).strip()
+    assert address is not None
+    if _HOST_PORT.match(address) is None:
+        raise ConfigError(f"{where}: {address!r} is not host:port (such as 127.0.0.1:7233)")
+    values = table.model_dump(exclude={"address", "address_env", "blobs"})
+    blobs = None if table.blobs is None else base / Path(table.blobs).expanduser()
+    return TemporalConfig(address=address, blobs=blobs, **values)
+
+
 def _builtin_catalog_data() -> dict[str, Any]:
     """The built-in catalog's tables without its agents' placeholder ``model = "scripted"``.
 
@@ -753,6 +837,9 @@ def _with_catalog(
     for name, command in chat.handlers.items():
         if not command.strip():
             raise ConfigError(f"{source}: [chat.handlers].{name}: give the command to run")
+    temporal = (
+        _temporal(data["temporal"], base, source, environment) if "temporal" in data else None
+    )
     files = None
     if "files" in data:
         if "files" in used:
@@ -777,6 +864,7 @@ def _with_catalog(
         host=host,
         mcp=mcp,
         span_mode=SpanMode(telemetry.span_mode),
+        temporal=temporal,
     )
 
 

@@ -20,6 +20,9 @@
 - ``/ui/…`` — with ``[ui] enabled = true``, the turn browser page behind the same
   API keys (``http/turn_browser.py``, docs/UI.md).
 
+With ``[temporal]`` the turns run as Temporal workflows on ``aptix worker``s and
+are answered alike (``http/durable.py``, docs/DURABLE.md).
+
 The caller's identity comes from an ``Authenticator`` (default
 ``ApiKeyAuthenticator``: the ``[[auth.keys]]`` of the configuration, read from
 ``Authorization: Bearer KEY`` or ``X-API-Key``). No key or a wrong one is a 401
@@ -66,7 +69,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from aptix_pipeline import __version__
 from aptix_pipeline.adapters.config import ConfigError, ServiceConfig, load_service_config
-from aptix_pipeline.adapters.embedded import build_pipeline
+from aptix_pipeline.adapters.embedded import build_pipeline, durable_pipeline
 from aptix_pipeline.adapters.models import log_retry_notices
 from aptix_pipeline.adapters.system import configure_tracing
 from aptix_pipeline.engine import Pipeline, Telemetry
@@ -228,12 +231,16 @@ async def _serving(config: ServiceConfig, service: ServiceState) -> AsyncIterato
         telemetry=Telemetry(tracer_provider=provider, span_mode=config.span_mode),
         listeners=(notices,),
     )
+    if config.temporal is not None:  # turns run as workflows on `aptix worker`s (http/durable.py)
+        # Lazy: the service starts while Temporal is away, and answers its turns 502.
+        service.durable = await durable_pipeline(config, lazy=True)
     service.pipeline = pipeline
     try:
         with _start_up_frozen():
             yield
     finally:
         service.pipeline = None
+        service.durable = None
         try:
             await _close_pipeline(pipeline, provider)
         finally:  # the MCP servers the configuration started (docs/MCP.md)

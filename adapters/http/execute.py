@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -40,13 +41,18 @@ from .sse import (
     hold_until_begun,
 )
 
+if TYPE_CHECKING:
+    from aptix_pipeline.adapters.temporal import DurablePipeline
+
 __all__ = [
     "EXECUTE_PATH",
     "IDEMPOTENCY_KEY_HEADER",
     "REPLAYED_HEADER",
     "ServiceState",
+    "answer",
     "http_status",
     "problem",
+    "replayed_header",
     "run_turn",
 ]
 
@@ -91,13 +97,16 @@ def http_status(
 @dataclass(slots=True)
 class ServiceState:
     """What the routes share: the pipeline (``None`` until the app has started, and
-    again once it stops), who may call, the largest body accepted, and the longest a
-    streamed answer stays silent."""
+    again once it stops), who may call, the largest body accepted, the longest a
+    streamed answer stays silent, and with ``[temporal]`` the ``DurablePipeline``
+    that runs the turns as workflows (``http/durable.py``; the pipeline then serves
+    the store to the other routes and the host rules' statuses)."""
 
     pipeline: Pipeline | None
     authenticator: Authenticator
     max_body_bytes: int
     sse_keepalive_seconds: float = DEFAULT_SSE_KEEPALIVE_SECONDS
+    durable: DurablePipeline | None = None
 
 
 class _TooLargeError(Exception):
@@ -161,19 +170,19 @@ def _idempotency_key(request: Request) -> str | None:
     return ", ".join(values) if values else None
 
 
-def _replayed(report: TurnReport | None) -> dict[str, str] | None:
+def replayed_header(report: TurnReport | None) -> dict[str, str] | None:
     """The ``Idempotent-Replayed`` header of a stored answer; ``None`` for a turn that ran."""
     return {REPLAYED_HEADER: "true"} if report is not None and report.replayed else None
 
 
-def _answer(report: TurnReport, pipeline: Pipeline) -> Response:
+def answer(report: TurnReport, pipeline: Pipeline) -> Response:
     """The turn's ``InvokeResult`` as the response, its status by ``http_status``."""
     result = report.result
     return Response(
         result.to_json(),
         status_code=http_status(result, pipeline.rules.http_statuses),
         media_type="application/json",
-        headers=_replayed(report),
+        headers=replayed_header(report),
     )
 
 
@@ -190,13 +199,38 @@ async def _stream_turn(
     held = await hold_until_begun(stream)
     ended = stream.report  # the turn ended while its items were held
     if ended is not None and not ended.successful:
-        return _answer(ended, pipeline)
+        return answer(ended, pipeline)
     return EventStreamResponse(
         stream,
         held,
         keepalive_seconds=service.sse_keepalive_seconds,
-        headers=_replayed(ended),
+        headers=replayed_header(ended),
     )
+
+
+async def _durable_turn(
+    service: ServiceState,
+    durable: DurablePipeline,
+    pipeline: Pipeline,
+    body: bytes,
+    caller: Caller,
+    key: str | None,
+    streamed: bool,
+) -> Response:
+    """The turn as a Temporal workflow, answered as in process (``http/durable.py``)."""
+    if not streamed:
+        return answer(await durable.run(body, caller, idempotency_key=key), pipeline)
+    from .durable import stream_durably
+
+    outcome = await stream_durably(
+        durable,
+        body,
+        caller,
+        key,
+        keepalive_seconds=service.sse_keepalive_seconds,
+        headers=replayed_header,
+    )
+    return outcome if isinstance(outcome, Response) else answer(outcome, pipeline)
 
 
 async def run_turn(service: ServiceState, request: Request) -> Response:
@@ -229,7 +263,10 @@ async def run_turn(service: ServiceState, request: Request) -> Response:
     if pipeline is None:
         return error_response(503, "the service is starting or stopping")
     key = _idempotency_key(request)
-    if asks_to_stream(body) or accepts_event_stream(request.headers.getlist("accept")):
+    streamed = asks_to_stream(body) or accepts_event_stream(request.headers.getlist("accept"))
+    if service.durable is not None:  # [temporal]: the turn is a workflow (http/durable.py)
+        return await _durable_turn(service, service.durable, pipeline, body, caller, key, streamed)
+    if streamed:
         return await _stream_turn(service, pipeline, body, caller, key)
     # The raw body: parsed once, by the engine.
-    return _answer(await pipeline.run(body, caller, idempotency_key=key), pipeline)
+    return answer(await pipeline.run(body, caller, idempotency_key=key), pipeline)

@@ -14,7 +14,8 @@ so a pipeline takes it twice: ``llm=script, interceptors=[script]``
 (``build_pipeline`` does this for a ``[model] kind = "scripted"`` whose script is
 keyed by turn). Being the port the turn runs on, its calls are recorded like any
 model's. The position travels with the turn in a context variable, so concurrent
-turns never see each other's.
+turns never see each other's. A call no interceptor placed (a durable turn's model
+activity, on a worker apart from its workflow) is placed by its own messages.
 """
 
 from __future__ import annotations
@@ -111,6 +112,25 @@ class _Place:
 _PLACE: ContextVar[_Place | None] = ContextVar("aptix_turn_script_place", default=None)
 
 
+def _placed_by(request: LLMRequest) -> _Place:
+    """Where a model call stands that no interceptor placed, from its own messages.
+
+    A durable turn's model call runs in an activity, apart from the workflow where its
+    turn was placed (docs/DURABLE.md). Its messages are the session's transcript and
+    the rounds so far: the turn is the count of user messages less one, the replies
+    played the assistant messages since the last of them. Raises ``ScriptError`` for a
+    request that holds no user message.
+    """
+    users = [i for i, message in enumerate(request.messages) if message.role is ChatRole.USER]
+    if not users:
+        raise ScriptError(
+            "a TurnScript places each turn as an interceptor: give it to the pipeline "
+            "as interceptors=[script] as well as llm=script"
+        )
+    since = request.messages[users[-1] + 1 :]
+    return _Place(len(users) - 1, sum(m.role is ChatRole.ASSISTANT for m in since))
+
+
 class TurnScript:
     """A script keyed by turn as a model port and a turn interceptor; see the module
     docstring. Raises ``ScriptError`` for a script that is not keyed by turn or that
@@ -148,11 +168,8 @@ class TurnScript:
 
     def _next(self, request: LLMRequest) -> ScriptedLLM:
         place = _PLACE.get()
-        if place is None:
-            raise ScriptError(
-                "a TurnScript places each turn as an interceptor: give it to the pipeline "
-                "as interceptors=[script] as well as llm=script"
-            )
+        if place is None:  # a call apart from its turn: a durable worker's model activity
+            place = _placed_by(request)
         scripted = ScriptedLLM.from_json(self._text, turn=place.turn, played=place.played)
         place.played += 1
         self.requests.append(request)

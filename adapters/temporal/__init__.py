@@ -14,7 +14,7 @@ from aptix_pipeline.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .activities import TurnActivities
-    from .client import DurablePipeline, DurableProgress
+    from .client import DurablePipeline, DurableProgress, DurableStream
     from .codec import BlobStore, ClaimCheckCodec, DirectoryBlobs
     from .payloads import TurnInput, TurnOutput
     from .worker import (
@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "DirectoryBlobs": "codec",
     "DurablePipeline": "client",
     "DurableProgress": "client",
+    "DurableStream": "client",
     "DurableSettings": "workflow",
     "DurableWorker": "worker",
     "TurnActivities": "activities",
@@ -53,6 +54,7 @@ __all__ = [
     "DurablePipeline",
     "DurableProgress",
     "DurableSettings",
+    "DurableStream",
     "DurableWorker",
     "TurnActivities",
     "TurnInput",

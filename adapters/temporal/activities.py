@@ -46,7 +46,6 @@ from aptix_pipeline.contracts import (
     StoreConflictError,
     StoredFile,
     StoredOutcome,
-    ToolFile,
     ToolInvocation,
     ToolOutput,
     ToolPause,
@@ -56,7 +55,7 @@ from aptix_pipeline.contracts import (
 from aptix_pipeline.engine import Pipeline
 from aptix_pipeline.steps import Ports
 
-from .payloads import ApplyAnswer, ModelAnswer, ToolAnswer
+from .payloads import ApplyAnswer, FileWithBytes, ModelAnswer, ToolAnswer
 
 __all__ = ["ACTIVITY_NAMES", "TurnActivities", "default_identity"]
 
@@ -264,7 +263,8 @@ class TurnActivities:
                 worker=self.identity,
             )
         if isinstance(answer, ToolOutput):
-            return ToolAnswer(kind="output", output=answer, worker=self.identity)
+            files = [FileWithBytes.of(file) for file in answer.files]
+            return ToolAnswer(kind="output", output=answer, files=files, worker=self.identity)
         if isinstance(answer, ToolPause):
             return ToolAnswer(kind="pause", pause=answer, worker=self.identity)
         if isinstance(answer, str):
@@ -286,13 +286,13 @@ class TurnActivities:
             return list(await retriever.retrieve(query))
 
     @activity.defn(name="aptix.files.put")
-    async def put_file(self, file: ToolFile) -> StoredFile:
-        """``FileStore.put``."""
+    async def put_file(self, file: FileWithBytes) -> StoredFile:
+        """``FileStore.put`` (the file comes with its bytes)."""
         files = self._ports.files
         if files is None:
             raise ApplicationError("this worker has no file store", non_retryable=True)
         async with _as_temporal_errors():
-            return await files.put(file)
+            return await files.put(file.tool_file())
 
     @activity.defn(name="aptix.recording.save")
     async def save_recording(self, recording: dict[str, Any]) -> None:

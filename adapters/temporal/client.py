@@ -12,10 +12,11 @@ turn runs as a Temporal workflow on whichever worker takes it (docs/DURABLE.md).
 - **Never raises** for a bad request or a failing Temporal: a service that cannot be
   reached, or a workflow that failed, is an unsuccessful result with a
   ``port_failed`` error naming ``Temporal`` (D539).
-- **Streaming** asks the workflow for its progress events with a query every
-  ``poll_seconds`` while it runs: progress per step, tool and model call, and the
-  model's text in one piece with its call's end (a worker streams nothing to the
-  client: the text is in the activity's answer). The result comes last.
+- **Streaming** (``DurableStream``) asks the workflow for its progress events with
+  a query every ``poll_seconds`` while it runs: progress per step, tool and model
+  call; then the answer's text in one piece (a ``StreamDelta``: a worker streams
+  nothing to the client, the text is in the model activity's answer), and the
+  result last.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -44,6 +45,7 @@ from aptix_pipeline.contracts import (
 from aptix_pipeline.engine import (
     RequestInput,
     ResponseResult,
+    StreamDelta,
     StreamResult,
     TurnReport,
     answered_report,
@@ -54,7 +56,7 @@ from .payloads import TurnInput, TurnOutput
 from .worker import DEFAULT_TASK_QUEUE
 from .workflow import WORKFLOW_NAME, workflow_id_for
 
-__all__ = ["DurablePipeline", "DurableProgress"]
+__all__ = ["DurablePipeline", "DurableProgress", "DurableStream"]
 
 logger = scrubbed_logger(__name__)
 
@@ -132,7 +134,7 @@ class DurablePipeline:
         self._timeout = (
             None if turn_timeout_seconds is None else timedelta(seconds=turn_timeout_seconds)
         )
-        self._poll = poll_seconds
+        self.poll_seconds = poll_seconds
 
     async def start(
         self,
@@ -224,27 +226,89 @@ class DurablePipeline:
         )
         return report.result
 
-    async def stream(
+    def stream(
         self,
         request: RequestInput,
         caller: Caller | Mapping[str, Any],
         *,
         initial_mode: str | None = None,
         idempotency_key: str | None = None,
-    ) -> AsyncIterator[DurableProgress | StreamResult]:
-        """The turn's progress events while it runs, then its ``StreamResult``."""
+    ) -> DurableStream:
+        """The turn's progress events while it runs, then its text in one piece (a
+        ``StreamDelta``, when it answered text), then its ``StreamResult``; never raises
+        for a failing Temporal (the result says so)."""
+        return DurableStream(
+            self, request, caller, initial_mode=initial_mode, idempotency_key=idempotency_key
+        )
+
+
+class DurableStream:
+    """One streamed durable turn (``DurablePipeline.stream``): iterate it as a
+    ``TurnStream``; ``report`` is the turn's ``TurnReport`` once the result is given.
+
+    Closing it stops reading, never the turn: a durable turn runs to its end on its
+    worker whoever waits for it (docs/DURABLE.md "Streaming").
+    """
+
+    def __init__(
+        self,
+        durable: DurablePipeline,
+        request: RequestInput,
+        caller: Caller | Mapping[str, Any],
+        *,
+        initial_mode: str | None,
+        idempotency_key: str | None,
+    ) -> None:
+        self.report: TurnReport | None = None
+        """The turn's report, once its result has been given."""
+        self._items = self._read(durable, request, caller, initial_mode, idempotency_key)
+
+    def __aiter__(self) -> DurableStream:
+        return self
+
+    async def __anext__(self) -> DurableProgress | StreamDelta | StreamResult:
+        return await anext(self._items)
+
+    async def __aenter__(self) -> DurableStream:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop reading (the turn goes on)."""
+        await self._items.aclose()
+
+    def _ended(self, report: TurnReport) -> Iterator[StreamDelta | StreamResult]:
+        self.report = report
+        text = report.result.result.primary_output_text if report.result.result else None
+        if report.successful and text:
+            yield StreamDelta(text, max(1, report.llm_calls))
+        yield StreamResult(report.result)
+
+    async def _read(
+        self,
+        durable: DurablePipeline,
+        request: RequestInput,
+        caller: Caller | Mapping[str, Any],
+        initial_mode: str | None,
+        idempotency_key: str | None,
+    ) -> AsyncGenerator[DurableProgress | StreamDelta | StreamResult, None]:
         try:
-            handle = await self.start(
+            handle = await durable.start(
                 request,
                 caller,
                 initial_mode=initial_mode,
                 idempotency_key=idempotency_key,
                 progress=True,
             )
-        except RPCError as error:
-            yield StreamResult(
-                _temporal_failed(f"the durable turn failed: {_described(error)}").result
-            )
+        except asyncio.CancelledError:
+            raise
+        except (RPCError, RuntimeError, OSError) as error:  # a lazy client connects here
+            told = _described(error)
+            logger.error("a durable turn could not start in Temporal: %s", told)
+            for item in self._ended(_temporal_failed(f"the durable turn failed: {told}")):
+                yield item
             return
         result = asyncio.ensure_future(handle.result())
         seen = 0
@@ -258,19 +322,21 @@ class DurablePipeline:
                     seen += len(events)
                 if result.done():
                     break
-                await asyncio.wait({result}, timeout=self._poll)
+                await asyncio.wait({result}, timeout=durable.poll_seconds)
             try:
                 output = result.result()
-            except (RPCError, WorkflowFailureError, RuntimeError) as error:
-                yield StreamResult(
-                    _temporal_failed(f"the durable turn failed: {_described(error)}").result
-                )
+            except (RPCError, WorkflowFailureError, RuntimeError, OSError) as error:
+                told = _described(error)
+                logger.error("a durable turn failed in Temporal: %s", told)
+                for item in self._ended(_temporal_failed(f"the durable turn failed: {told}")):
+                    yield item
                 return
             with contextlib.suppress(RPCError):  # what came after the last poll
                 page = await handle.query("progress", seen, result_type=dict[str, Any])
                 for event in page.get("events", []):
                     yield DurableProgress(event)
-            yield StreamResult(TurnReport.from_dict(output.report).result)
+            for item in self._ended(TurnReport.from_dict(output.report)):
+                yield item
         finally:
             if not result.done():
                 result.cancel()

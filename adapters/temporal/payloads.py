@@ -9,14 +9,16 @@ claim-check codec (``codec.py``), so none reaches Temporal's 2 MB cap.
 
 from __future__ import annotations
 
+import base64
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aptix_pipeline.contracts import ToolOutput, ToolPause
+from aptix_pipeline.contracts import ToolFile, ToolOutput, ToolPause
 
 __all__ = [
     "ApplyAnswer",
+    "FileWithBytes",
     "ModelAnswer",
     "ToolAnswer",
     "TurnInput",
@@ -63,12 +65,43 @@ class ModelAnswer(_Payload):
     worker: str
 
 
+class FileWithBytes(_Payload):
+    """A ``ToolFile`` with its bytes: a ``ToolFile``'s JSON form leaves them out (its
+    ``content`` is never serialised), so they cross the wire here, in base64."""
+
+    name: str
+    mime_type: str
+    description: str | None = None
+    content_base64: str
+
+    @classmethod
+    def of(cls, file: ToolFile) -> FileWithBytes:
+        """``file`` with its bytes."""
+        return cls(
+            name=file.name,
+            mime_type=file.mime_type,
+            description=file.description,
+            content_base64=base64.b64encode(file.content).decode("ascii"),
+        )
+
+    def tool_file(self) -> ToolFile:
+        """The ``ToolFile`` again (its size and hash from its bytes)."""
+        return ToolFile(
+            name=self.name,
+            mime_type=self.mime_type,
+            description=self.description,
+            content=base64.b64decode(self.content_base64),
+        )
+
+
 class ToolAnswer(_Payload):
-    """A server tool's answer: JSON text, files, a pause, or the tool's error."""
+    """A server tool's answer: JSON text, files, a pause, or the tool's error. The
+    files of an ``output`` travel with their bytes in ``files``."""
 
     kind: Literal["text", "output", "pause", "error"]
     text: str | None = None
     output: ToolOutput | None = None
+    files: list[FileWithBytes] = Field(default_factory=list)
     pause: ToolPause | None = None
     error_type: str | None = None
     error: str | None = None

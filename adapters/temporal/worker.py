@@ -186,10 +186,17 @@ def data_converter(blobs: BlobStore | None = None) -> DataConverter:
 
 
 async def connect(
-    address: str, *, namespace: str = "default", blobs: BlobStore | None = None
+    address: str,
+    *,
+    namespace: str = "default",
+    blobs: BlobStore | None = None,
+    lazy: bool = False,
 ) -> Client:
-    """A Temporal client for durable turns (``data_converter``)."""
-    return await Client.connect(address, namespace=namespace, data_converter=data_converter(blobs))
+    """A Temporal client for durable turns (``data_converter``); with ``lazy`` it
+    connects at its first call instead of here."""
+    return await Client.connect(
+        address, namespace=namespace, data_converter=data_converter(blobs), lazy=lazy
+    )
 
 
 class DurableWorker:

@@ -76,7 +76,14 @@ with workflow.unsafe.imports_passed_through():
     from aptix_pipeline.engine.replay import Recorder, RecordingOptions
     from aptix_pipeline.steps import PipelineOptions, Ports, ToolPossiblyExecutedError
 
-    from .payloads import ApplyAnswer, ModelAnswer, ToolAnswer, TurnInput, TurnOutput
+    from .payloads import (
+        ApplyAnswer,
+        FileWithBytes,
+        ModelAnswer,
+        ToolAnswer,
+        TurnInput,
+        TurnOutput,
+    )
 
 __all__ = ["WORKFLOW_NAME", "DurableSettings", "TurnWorkflow", "register_host", "unregister_host"]
 
@@ -414,7 +421,8 @@ class _WorkflowTool:
         )
         calls.ran_on(answer.worker)
         if answer.kind == "output" and answer.output is not None:
-            return answer.output
+            files = [file.tool_file() for file in answer.files]
+            return ToolOutput(result_json=answer.output.result_json, files=files)
         if answer.kind == "pause" and answer.pause is not None:
             return answer.pause
         if answer.kind == "text" and answer.text is not None:
@@ -446,7 +454,7 @@ class _WorkflowFiles:
         calls = self._calls
         return await calls.call(  # type: ignore[no-any-return]
             "aptix.files.put",
-            file,
+            FileWithBytes.of(file),
             result_type=StoredFile,
             timeout=calls.read_timeout,
             retry=calls.commit_retry,

@@ -93,6 +93,7 @@ def test_the_root_help_lists_every_command() -> None:
         "run",
         "chat",
         "serve",
+        "worker",
         "diagram",
         "replay",
         "sessions",

@@ -65,15 +65,16 @@ async def test_every_session_plays_the_script_from_its_own_first_turn() -> None:
     assert len(script.requests) == 15
 
 
-@pytest.mark.decision("D393")
-async def test_without_its_interceptor_the_script_fails_the_turn_saying_so() -> None:
+@pytest.mark.decision("D393", "D555")
+async def test_without_its_interceptor_the_script_places_each_call_by_its_messages() -> None:
     script = TurnScript(SCRIPT)
     pipeline = embedded_pipeline(llm=script, store="memory")
 
     result = await pipeline.execute({"Instruction": "hi"}, ANA)
 
-    assert not result.successful
-    assert "interceptors=[script]" in result.errors[0].message
+    assert result.successful
+    assert result.result is not None
+    assert [call.name for call in result.result.tool_calls or ()] == ["read_file"]
 
 
 @pytest.mark.decision("D393")
@@ -158,3 +159,40 @@ def test_the_quick_start_service_answers_any_number_of_sessions(tmp_path: Path) 
             answers.append((first.status_code, first.json()["Result"]["Kind"], second.status_code))
 
     assert answers == [(200, "client_tool_continuation", 200)] * 3
+
+
+@pytest.mark.decision("D555")
+@pytest.mark.parametrize(
+    ("roles", "expected"),
+    [
+        (["system", "user"], "first"),  # turn 1, nothing played: its first reply
+        (["system", "user", "assistant", "tool"], "answer one"),  # turn 1, one played
+        (["system", "user", "assistant", "user"], "answer two"),  # turn 2
+    ],
+)
+async def test_a_call_no_interceptor_placed_is_placed_by_its_messages(
+    roles: list[str], expected: str
+) -> None:
+    from aptix_pipeline import ChatMessage, ChatRole, LLMRequest
+
+    script = TurnScript(
+        '{"turns": [[{"text": "first"}, {"text": "answer one"}], [{"text": "answer two"}]]}'
+    )
+    messages = [
+        ChatMessage(role=ChatRole(role), content="x", tool_call_id="c1" if role == "tool" else None)
+        for role in roles
+    ]
+    reply = await script.complete(LLMRequest(model="m", mode="general", messages=messages))
+    assert reply.text == expected
+
+
+@pytest.mark.decision("D555")
+async def test_a_call_with_no_user_message_and_no_interceptor_still_says_how_to_place_it() -> None:
+    from aptix_pipeline import ChatMessage, ChatRole, LLMRequest
+
+    script = TurnScript('{"turns": [[{"text": "first"}]]}')
+    request = LLMRequest(
+        model="m", mode="general", messages=[ChatMessage(role=ChatRole.SYSTEM, content="x")]
+    )
+    with pytest.raises(ScriptError, match="interceptors=\\[script\\]"):
+        await script.complete(request)
