@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -240,7 +241,12 @@ async def _serve(service: ServiceConfig, *, concurrency: int | None, identity: s
         )
     except (RuntimeError, OSError) as error:
         typer.echo(f"aptix worker: cannot reach Temporal at {temporal.address}: {error}", err=True)
-        return 1
+        # temporalio's native runtime, left with a failed connection, can abort the
+        # interpreter's shutdown (SIGABRT in its protobuf module): nothing was started or
+        # written, so the process ends here with its one line and exit 1.
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
     except TypeError as error:  # a store that cannot run durable turns (no atomic apply)
         typer.echo(f"aptix worker: {error}", err=True)
         return 2
