@@ -233,7 +233,8 @@ async def run_crash_loop(
                 if completed and keyed_run.attempt in starts[keyed] and keyed_rows[keyed] == 1:
                     figures["idempotent_rerun"] += 1
                 else:
-                    problems.append(f"{keyed}: interrupted, {fates.get(keyed)}, {keyed_rows[keyed]}")
+                    rows = keyed_rows[keyed]
+                    problems.append(f"{keyed}: interrupted, {fates.get(keyed)}, {rows}")
         timed_out = [
             event.workflow_task_timed_out_event_attributes.timeout_type
             for event in history.events

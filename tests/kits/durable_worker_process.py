@@ -127,9 +127,7 @@ class EffectSink:
         self._pg = target.startswith(("postgresql://", "postgres://"))
         self._connection: Any = None
 
-    async def record(
-        self, kind: str, invocation: ToolInvocation, worker: str, **more: Any
-    ) -> None:
+    async def record(self, kind: str, invocation: ToolInvocation, worker: str, **more: Any) -> None:
         """One record: ``kind`` (``start``, ``effect`` or ``keyed``) of the call, on
         ``worker``; ``more`` (``took``) goes to the JSON line only."""
         attempt = _attempt()
