@@ -26,17 +26,21 @@ records, the store's rows and the turn's Temporal history:
   beyond their activity's attempts (must be 0);
 - ``tool_effects_doubled``: ``slow_note`` calls with two effects (must be 0);
   ``tool_effects_missing``: ``slow_note`` calls with no effect that no kill
-  interrupted (must be 0);
+  interrupted and the policy did not fail (must be 0);
 - ``non_idempotent_interrupted``: ``slow_note`` calls whose worker was killed after
   the ledger reserved them (a ``start`` record of an attempt before the one that
   ended the activity); ``policy_followed``: those whose record names rule
   ``DESIGN/ledger/possibly-executed``, with one ``start`` and at most one effect;
+  ``non_idempotent_answered_from_ledger``: calls killed after the ledger recorded
+  them done, which the next attempt answered from the ledger with the one effect;
   ``policy_applied``: calls with that rule in all (a kill after the reservation,
   before the ``start`` record, gives one too); ``policy_without_a_kill``: of those,
   calls whose activity ran only once (must be 0);
 - ``idempotent_interrupted``: ``keyed_note`` calls whose worker was killed after the
   reservation (as above); ``idempotent_rerun``: those run again by a later attempt
   and answered (record ``executed``) with exactly one effect;
+  ``idempotent_answered_from_ledger``: calls killed after *done*, answered from the
+  ledger with one effect;
   ``idempotent_effect_runs_deduplicated``: runs whose keyed insert found the key's
   row already there (a worker killed after the effect, before the ledger's *done*);
 - ``idempotent_effects_doubled``: ``keyed_note`` calls with more than one effect
@@ -66,6 +70,7 @@ from durable_crash_kit import (
     crash_request,
     effect_records,
     keyed_effects,
+    ledger_done_keys,
     model_calls,
     stored_counts,
 )
@@ -162,6 +167,8 @@ async def run_crash_loop(
             starts[record["tool_call_id"]].append(record["attempt"])
     done = collections.Counter(r["tool_call_id"] for r in records if r["kind"] == "effect")
     keyed_rows = collections.Counter(row["tool_call_id"] for row in keyed_effects(effects))
+    done_keys = ledger_done_keys(store_url)
+    key_of = {r["tool_call_id"]: r["key"] for r in records if r["kind"] == "start"}
     deduplicated = sum(1 for r in records if r["kind"] == "keyed" and not r["took"])
     figures: dict[str, Any] = collections.defaultdict(int)
     figures.update(kills=len(killed), turns_started=len(turns), loop_seconds=round(loop_seconds))
@@ -217,17 +224,28 @@ async def run_crash_loop(
             ruled = slow in fates and fates[slow].rule_id == POSSIBLY_EXECUTED
             figures["policy_applied"] += ruled
             figures["policy_without_a_kill"] += ruled and slow_run.attempt == 1
-            if any(a < slow_run.attempt for a in starts[slow]):
+            killed_after_start = any(a < slow_run.attempt for a in starts[slow])
+            if killed_after_start and _from_ledger(
+                slow, slow_run, fates, starts, done_keys, key_of
+            ):
+                # Killed after the ledger recorded it done: answered from the ledger.
+                figures["non_idempotent_answered_from_ledger"] += done[slow] == 1
+            elif killed_after_start:
                 figures["non_idempotent_interrupted"] += 1
                 if ruled and len(starts[slow]) == 1 and done[slow] <= 1:
                     figures["policy_followed"] += 1
                 else:
                     problems.append(f"{slow}: interrupted, {fates.get(slow)}, {done[slow]}")
-            elif done[slow] == 0:
+            elif done[slow] == 0 and not ruled:
                 figures["tool_effects_missing"] += 1
             figures["idempotent_effects_doubled"] += keyed_rows[keyed] > 1
             figures["idempotent_effects_missing"] += keyed_rows[keyed] == 0
-            if any(a < keyed_run.attempt for a in starts[keyed]):
+            killed_after_start = any(a < keyed_run.attempt for a in starts[keyed])
+            if killed_after_start and _from_ledger(
+                keyed, keyed_run, fates, starts, done_keys, key_of
+            ):
+                figures["idempotent_answered_from_ledger"] += keyed_rows[keyed] == 1
+            elif killed_after_start:
                 figures["idempotent_interrupted"] += 1
                 completed = keyed in fates and fates[keyed].outcome == "executed"
                 if completed and keyed_run.attempt in starts[keyed] and keyed_rows[keyed] == 1:
@@ -275,6 +293,25 @@ async def run_crash_loop(
     figures["problems"] = problems[:20]
     figures["slow_turns"] = problems_seen[:20]
     return dict(figures), histories
+
+
+def _from_ledger(
+    call: str,
+    run: Any,
+    fates: dict[str, Any],
+    starts: dict[str, list[int]],
+    done_keys: set[str],
+    key_of: dict[str, str],
+) -> bool:
+    """Whether ``call``'s last attempt was answered from the ledger: its key is done,
+    the tool ran once, on an earlier attempt, and the call's record is ``executed``."""
+    return (
+        key_of.get(call) in done_keys
+        and run.attempt not in starts[call]
+        and len(starts[call]) == 1
+        and call in fates
+        and fates[call].outcome == "executed"
+    )
 
 
 def ready_after(starting: dict[str, float], workers: Workers) -> list[float]:

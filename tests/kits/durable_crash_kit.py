@@ -48,6 +48,7 @@ __all__ = [
     "crash_request",
     "effect_records",
     "keyed_effects",
+    "ledger_done_keys",
     "marks",
     "model_calls",
     "respond",
@@ -238,6 +239,26 @@ def stored_counts(store_url: str, session_id: str) -> tuple[int, int]:
     assert turns is not None
     assert messages is not None
     return int(turns[0]), int(messages[0])
+
+
+def ledger_done_keys(store_url: str) -> set[str]:
+    """The idempotency keys the store's tool ledger holds as done (with a result)."""
+    if store_url.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(store_url) as connection:
+            rows = connection.execute(
+                "SELECT key FROM aptix_tool_ledger WHERE result IS NOT NULL"
+            ).fetchall()
+    else:
+        import sqlite3
+
+        path = store_url.removeprefix("sqlite:").partition("?")[0]
+        with contextlib.closing(sqlite3.connect(path)) as connection:
+            rows = connection.execute(
+                "SELECT key FROM tool_ledger WHERE result IS NOT NULL"
+            ).fetchall()
+    return {str(row[0]) for row in rows}
 
 
 @dataclass(frozen=True)
