@@ -19,10 +19,34 @@ records, the store's rows and the turn's Temporal history:
   had no answer in the history);
 - ``completed_model_calls_repeated``: requests of a round beyond its activity's
   attempts, i.e. a call made again after its activity had completed (must be 0);
-- ``tool_runs_repeated``, ``completed_tool_calls_rerun``: the same for ``slow_note``;
-- ``tool_effects_doubled``: tool calls with two effects (a worker killed after the
-  effect, before its activity's answer reached Temporal: at-least-once until the tool
-  ledger, issue 29 part 4, which makes it 0 for an idempotent tool);
+- every tool round calls ``slow_note`` (not idempotent) then ``keyed_note``
+  (``idempotent = "by_key"``); both run through the tool ledger (docs/TOOLS.md);
+- ``tool_runs_repeated``: ``slow_note`` calls run more than once (must be 0: the
+  ledger never runs it blindly twice); ``completed_tool_calls_rerun``: tool runs
+  beyond their activity's attempts (must be 0);
+- ``tool_effects_doubled``: ``slow_note`` calls with two effects (must be 0);
+  ``tool_effects_missing``: ``slow_note`` calls with no effect that no kill
+  interrupted and the policy did not fail (must be 0);
+- ``non_idempotent_interrupted``: ``slow_note`` calls whose worker was killed after
+  the ledger reserved them (a ``start`` record of an attempt before the one that
+  ended the activity); ``policy_followed``: those whose record names rule
+  ``DESIGN/ledger/possibly-executed``, with one ``start`` and at most one effect;
+  ``non_idempotent_answered_from_ledger``: calls killed after the ledger recorded
+  them done, which the next attempt answered from the ledger with the one effect;
+  ``policy_applied``: calls with that rule in all (a kill after the reservation,
+  before the ``start`` record, gives one too); ``policy_without_a_kill``: of those,
+  calls whose activity ran only once (must be 0);
+- ``idempotent_interrupted``: ``keyed_note`` calls whose worker was killed after the
+  reservation (as above); ``idempotent_rerun``: those run again by a later attempt
+  and answered (record ``executed``) with exactly one effect;
+  ``idempotent_answered_from_ledger``: calls killed after *done*, answered from the
+  ledger with one effect;
+  ``idempotent_effect_runs_deduplicated``: runs whose keyed insert found the key's
+  row already there (a worker killed after the effect, before the ledger's *done*);
+- ``idempotent_effects_doubled``: ``keyed_note`` calls with more than one effect
+  row, counted per idempotency key (one key's rows are unique, so a call's second
+  row would be a second key: must be 0); ``idempotent_effects_missing``: calls with
+  none (must be 0);
 - ``workflow_tasks_killed``: workflow tasks whose worker died holding them (the turn
   waited the workflow task timeout); ``sticky_tasks_moved_on``: tasks that waited on a
   dead worker's sticky queue for the sticky timeout, then went to another worker.
@@ -45,6 +69,8 @@ from durable_crash_kit import (
     activity_runs,
     crash_request,
     effect_records,
+    keyed_effects,
+    ledger_done_keys,
     model_calls,
     stored_counts,
 )
@@ -52,6 +78,9 @@ from durable_crash_kit import (
 __all__ = ["run_crash_loop", "show"]
 
 CALLER = {"org": "acme", "user": "ana"}
+POSSIBLY_EXECUTED = "DESIGN/ledger/possibly-executed"
+TOOLS = "sk"
+"""Each tool round: ``slow_note`` then ``keyed_note`` (``crash_request``'s ``tools``)."""
 
 
 async def run_crash_loop(
@@ -116,6 +145,7 @@ async def run_crash_loop(
                     rounds=rounds,
                     tool_seconds=round(chance.uniform(0.2, 1.0), 2),
                     model_delay=round(chance.uniform(0.1, 0.5), 2),
+                    tools=TOOLS,
                 )
                 task = asyncio.ensure_future(durable.run_with_workers(request, CALLER))
                 turns[label] = task
@@ -131,8 +161,15 @@ async def run_crash_loop(
 
     calls = model_calls(model)
     records = effect_records(effects)
-    starts = collections.Counter(r["tool_call_id"] for r in records if r["kind"] == "start")
+    starts: dict[str, list[int]] = collections.defaultdict(list)
+    for record in records:
+        if record["kind"] == "start":
+            starts[record["tool_call_id"]].append(record["attempt"])
     done = collections.Counter(r["tool_call_id"] for r in records if r["kind"] == "effect")
+    keyed_rows = collections.Counter(row["tool_call_id"] for row in keyed_effects(effects))
+    done_keys = ledger_done_keys(store_url)
+    key_of = {r["tool_call_id"]: r["key"] for r in records if r["kind"] == "start"}
+    deduplicated = sum(1 for r in records if r["kind"] == "keyed" and not r["took"])
     figures: dict[str, Any] = collections.defaultdict(int)
     figures.update(kills=len(killed), turns_started=len(turns), loop_seconds=round(loop_seconds))
     histories = []
@@ -160,26 +197,62 @@ async def run_crash_loop(
         history = await durable.client.get_workflow_handle(output.workflow_id).fetch_history()
         runs = activity_runs(history)
         commits = [r for r in runs if r.kind == "aptix.store.apply"]
-        if turn_rows > 1 or messages != 2 + 2 * rounds or len(commits) != 1:
+        if turn_rows > 1 or messages != 2 + (1 + len(TOOLS)) * rounds or len(commits) != 1:
             figures["commits_twice"] += 1
             problems.append(f"{label}: {turn_rows} rows, {messages} messages, {len(commits)}")
         figures["commit_attempts_beyond_first"] += sum(r.attempt - 1 for r in commits)
         models = [r for r in runs if r.kind == "aptix.llm.complete"]
         tools = [r for r in runs if r.kind == "aptix.tool.call"]
-        if len(models) != rounds + 1 or len(tools) != rounds:
+        if len(models) != rounds + 1 or len(tools) != len(TOOLS) * rounds:
             problems.append(f"{label}: {len(models)} model calls, {len(tools)} tools")
         for number, run in enumerate(models):
             sent = calls[(label, number)]
             figures["model_calls"] += sent
             figures["model_calls_repeated_in_flight"] += min(sent, run.attempt) - 1
             figures["completed_model_calls_repeated"] += max(0, sent - run.attempt)
-        for number, run in enumerate(tools):
-            call_id = f"{label}-r{number}"
-            figures["tool_runs"] += starts[call_id]
-            figures["tool_runs_repeated"] += max(0, min(starts[call_id], run.attempt) - 1)
-            figures["completed_tool_calls_rerun"] += max(0, starts[call_id] - run.attempt)
-            figures["tool_effects_doubled"] += done[call_id] > 1
-            figures["tool_effects_missing"] += done[call_id] == 0
+        fates = {c.tool_call_id: c for c in report.tool_calls}
+        for number in range(rounds):
+            slow_run, keyed_run = tools[2 * number : 2 * number + 2]
+            slow, keyed = f"{label}-r{number}", f"{label}-k{number}"
+            figures["tool_runs"] += len(starts[slow]) + len(starts[keyed])
+            figures["tool_runs_repeated"] += max(0, len(starts[slow]) - 1)
+            figures["completed_tool_calls_rerun"] += sum(
+                max(0, len(starts[call]) - run.attempt)
+                for call, run in ((slow, slow_run), (keyed, keyed_run))
+            )
+            figures["tool_effects_doubled"] += done[slow] > 1
+            ruled = slow in fates and fates[slow].rule_id == POSSIBLY_EXECUTED
+            figures["policy_applied"] += ruled
+            figures["policy_without_a_kill"] += ruled and slow_run.attempt == 1
+            killed_after_start = any(a < slow_run.attempt for a in starts[slow])
+            if killed_after_start and _from_ledger(
+                slow, slow_run, fates, starts, done_keys, key_of
+            ):
+                # Killed after the ledger recorded it done: answered from the ledger.
+                figures["non_idempotent_answered_from_ledger"] += done[slow] == 1
+            elif killed_after_start:
+                figures["non_idempotent_interrupted"] += 1
+                if ruled and len(starts[slow]) == 1 and done[slow] <= 1:
+                    figures["policy_followed"] += 1
+                else:
+                    problems.append(f"{slow}: interrupted, {fates.get(slow)}, {done[slow]}")
+            elif done[slow] == 0 and not ruled:
+                figures["tool_effects_missing"] += 1
+            figures["idempotent_effects_doubled"] += keyed_rows[keyed] > 1
+            figures["idempotent_effects_missing"] += keyed_rows[keyed] == 0
+            killed_after_start = any(a < keyed_run.attempt for a in starts[keyed])
+            if killed_after_start and _from_ledger(
+                keyed, keyed_run, fates, starts, done_keys, key_of
+            ):
+                figures["idempotent_answered_from_ledger"] += keyed_rows[keyed] == 1
+            elif killed_after_start:
+                figures["idempotent_interrupted"] += 1
+                completed = keyed in fates and fates[keyed].outcome == "executed"
+                if completed and keyed_run.attempt in starts[keyed] and keyed_rows[keyed] == 1:
+                    figures["idempotent_rerun"] += 1
+                else:
+                    rows = keyed_rows[keyed]
+                    problems.append(f"{keyed}: interrupted, {fates.get(keyed)}, {rows}")
         timed_out = [
             event.workflow_task_timed_out_event_attributes.timeout_type
             for event in history.events
@@ -195,7 +268,7 @@ async def run_crash_loop(
             history.events[-1].event_time.ToNanoseconds()
             - history.events[0].event_time.ToNanoseconds()
         ) / 1e9
-        if seconds > 30 or any(done[f"{label}-r{n}"] == 0 for n in range(rounds)):
+        if seconds > 30 or any(keyed_rows[f"{label}-k{n}"] == 0 for n in range(rounds)):
             keep = workers.directory / f"history-{label}.json"
             keep.write_text(history.to_json(), encoding="utf-8")
             problems_seen.append(f"{label}: {seconds:.0f} s, history in {keep}")
@@ -212,6 +285,7 @@ async def run_crash_loop(
         )
         if timed_out or any(r.attempt > 1 for r in runs):
             histories.append(history)
+    figures["idempotent_effect_runs_deduplicated"] = deduplicated
     figures["turns_touched_by_a_kill"] = len(histories)
     figures["restart_to_serving_seconds_max"] = round(
         max(ready_after(starting, workers), default=0), 1
@@ -219,6 +293,25 @@ async def run_crash_loop(
     figures["problems"] = problems[:20]
     figures["slow_turns"] = problems_seen[:20]
     return dict(figures), histories
+
+
+def _from_ledger(
+    call: str,
+    run: Any,
+    fates: dict[str, Any],
+    starts: dict[str, list[int]],
+    done_keys: set[str],
+    key_of: dict[str, str],
+) -> bool:
+    """Whether ``call``'s last attempt was answered from the ledger: its key is done,
+    the tool ran once, on an earlier attempt, and the call's record is ``executed``."""
+    return (
+        key_of.get(call) in done_keys
+        and run.attempt not in starts[call]
+        and len(starts[call]) == 1
+        and call in fates
+        and fates[call].outcome == "executed"
+    )
 
 
 def ready_after(starting: dict[str, float], workers: Workers) -> list[float]:

@@ -2,9 +2,11 @@
 each turn's own calls, and the counts that say what ran twice.
 
 - ``crash_request(label, ...)``: a turn whose instruction tells the fake model server
-  (``respond``) what to answer: ``rounds`` tool rounds of ``slow_note`` (call ids
-  ``<label>-r<n>``, ``tool_seconds`` each), then the text ``done <label>``; replies wait
-  ``model_delay`` seconds, the reply of round ``slow_round`` ``slow_delay``.
+  (``respond``) what to answer: ``rounds`` tool rounds, each calling the ``tools``
+  (``"s"``: ``slow_note``, call id ``<label>-r<n>``; ``"k"``: ``keyed_note``, call id
+  ``<label>-k<n>``; in that order, ``tool_seconds`` each), then the text
+  ``done <label>``; replies wait ``model_delay`` seconds, the reply of round
+  ``slow_round`` ``slow_delay``.
 - ``respond(body)``: the fake server's answer to one chat-completions body, from the
   turn's instruction and the round (the assistant messages the body already holds),
   so a call sent again gets the same answer, whichever worker sends it.
@@ -13,7 +15,8 @@ each turn's own calls, and the counts that say what ran twice.
   SIGKILL.
 - ``activity_runs(history)``: per activity of a turn, in the order the workflow
   scheduled them, its type, the attempt that ended it and whether it completed.
-- ``effect_records(target)``: what ``slow_note`` recorded (``start``/``effect``).
+- ``effect_records(target)``: what the tools recorded (``start``/``effect``/``keyed``);
+  ``keyed_effects(target)``: the effects ``keyed_note`` made (one row per key).
 - ``stored_counts(store_url, session_id)``: the turn rows and transcript messages of
   a session, read with SQL from the store's own tables.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import os
 import re
@@ -34,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from durable_worker_process import EFFECTS_TABLE, KEYED_SUFFIX, KEYED_TABLE
+
 __all__ = [
     "ActivityRun",
     "WorkerProcess",
@@ -41,7 +47,8 @@ __all__ = [
     "activity_runs",
     "crash_request",
     "effect_records",
-    "ledger_integrated",
+    "keyed_effects",
+    "ledger_done_keys",
     "marks",
     "model_calls",
     "respond",
@@ -51,7 +58,11 @@ __all__ = [
 
 WORKER_SCRIPT = Path(__file__).with_name("durable_worker_process.py")
 READY_TIMEOUT_S = 60.0
-_SPEC = re.compile(r"crash turn=(\S+) rounds=(\d+) tool=(\S+) delay=(\S+) slow=(-?\d+):(\S+)")
+_SPEC = re.compile(
+    r"crash turn=(\S+) rounds=(\d+) tool=(\S+) delay=(\S+) slow=(-?\d+):(\S+)(?: tools=([sk]+))?"
+)
+TOOL_OF = {"s": ("slow_note", "r"), "k": ("keyed_note", "k")}
+"""A ``tools`` letter: the tool it calls and the letter of its call ids."""
 
 
 def crash_request(
@@ -62,11 +73,12 @@ def crash_request(
     model_delay: float = 0.0,
     slow_round: int = -1,
     slow_delay: float = 0.0,
+    tools: str = "s",
 ) -> dict[str, Any]:
     """An Initial turn request that ``respond`` plays as the module docstring says."""
     spec = (
         f"crash turn={label} rounds={rounds} tool={tool_seconds:g} "
-        f"delay={model_delay:g} slow={slow_round}:{slow_delay:g}"
+        f"delay={model_delay:g} slow={slow_round}:{slow_delay:g} tools={tools}"
     )
     return {"Instruction": spec}
 
@@ -108,8 +120,16 @@ def respond(body: Any) -> dict[str, Any]:
     round_ = found[1]
     entry: dict[str, Any]
     if round_ < rounds:
-        call = {"id": f"{label}-r{round_}", "name": "slow_note", "arguments": {"seconds": tool}}
-        entry = {"tool_calls": [call]}
+        entry = {
+            "tool_calls": [
+                {
+                    "id": f"{label}-{TOOL_OF[letter][1]}{round_}",
+                    "name": TOOL_OF[letter][0],
+                    "arguments": {"seconds": tool},
+                }
+                for letter in spec.group(7) or "s"
+            ]
+        }
     else:
         entry = {"text": f"done {label}"}
     wait = slow_delay if round_ == slow_round else delay
@@ -157,16 +177,39 @@ def effect_records(target: str) -> list[dict[str, Any]]:
     if not target.startswith(("postgresql://", "postgres://")):
         return _lines(Path(target))
     import psycopg
-    from durable_worker_process import EFFECTS_TABLE
 
     with psycopg.connect(target) as connection:
         exists = connection.execute("SELECT to_regclass(%s)", (EFFECTS_TABLE,)).fetchone()
         if exists is None or exists[0] is None:
             return []
         rows = connection.execute(
-            f"SELECT kind, tool_call_id, turn_id, worker, attempt FROM {EFFECTS_TABLE} ORDER BY seq"
+            "SELECT kind, tool_call_id, turn_id, worker, attempt, name, key, took "
+            f"FROM {EFFECTS_TABLE} ORDER BY seq"
         ).fetchall()
-    keys = ("kind", "tool_call_id", "turn_id", "worker", "attempt")
+    keys = ("kind", "tool_call_id", "turn_id", "worker", "attempt", "name", "key", "took")
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def keyed_effects(target: str) -> list[dict[str, Any]]:
+    """The effects ``keyed_note`` made at ``target``: its table's rows (one per key)."""
+    keys = ("key", "tool_call_id", "turn_id", "worker", "attempt")
+    query = f"SELECT key, tool_call_id, turn_id, worker, attempt FROM {KEYED_TABLE}"
+    if target.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(target) as connection:
+            exists = connection.execute("SELECT to_regclass(%s)", (KEYED_TABLE,)).fetchone()
+            if exists is None or exists[0] is None:
+                return []
+            rows = connection.execute(query).fetchall()
+    else:
+        import sqlite3
+
+        path = Path(target + KEYED_SUFFIX)
+        if not path.exists():
+            return []
+        with contextlib.closing(sqlite3.connect(path)) as connection:
+            rows = connection.execute(query).fetchall()
     return [dict(zip(keys, row, strict=True)) for row in rows]
 
 
@@ -196,6 +239,26 @@ def stored_counts(store_url: str, session_id: str) -> tuple[int, int]:
     assert turns is not None
     assert messages is not None
     return int(turns[0]), int(messages[0])
+
+
+def ledger_done_keys(store_url: str) -> set[str]:
+    """The idempotency keys the store's tool ledger holds as done (with a result)."""
+    if store_url.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(store_url) as connection:
+            rows = connection.execute(
+                "SELECT key FROM aptix_tool_ledger WHERE result IS NOT NULL"
+            ).fetchall()
+    else:
+        import sqlite3
+
+        path = store_url.removeprefix("sqlite:").partition("?")[0]
+        with contextlib.closing(sqlite3.connect(path)) as connection:
+            rows = connection.execute(
+                "SELECT key FROM tool_ledger WHERE result IS NOT NULL"
+            ).fetchall()
+    return {str(row[0]) for row in rows}
 
 
 @dataclass(frozen=True)
@@ -229,17 +292,6 @@ def activity_runs(history: Any) -> list[ActivityRun]:
         ActivityRun(name, attempts.get(event_id, 0), event_id in completed)
         for event_id, name in sorted(scheduled.items())
     ]
-
-
-def ledger_integrated() -> bool:
-    """Whether server tools get an idempotency key (issue 29 part 4, the tool ledger).
-
-    Until they do, a worker killed after a tool's effect but before its activity's
-    answer reached Temporal makes Temporal run the tool again (at-least-once); with the
-    ledger, an idempotent tool's second run is keyed and its effect is not doubled."""
-    from aptix_pipeline.contracts import ToolInvocation
-
-    return "idempotency_key" in ToolInvocation.model_fields
 
 
 class WorkerProcess:

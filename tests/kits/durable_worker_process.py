@@ -9,14 +9,24 @@ Run as a script (the crash tests start it with ``subprocess``)::
 it builds the crash tests' ``Pipeline`` (``crash_pipeline``): the real
 ``OpenAICompatibleLLM`` on the fake model server at ``--model-url`` (one try per
 activity: Temporal's retry policy is the only retry layer), the store at ``--store``
-(``sqlite:PATH`` or a ``postgresql://`` URL: the multi-machine case) and one server
-tool, ``slow_note``, then serves a ``DurableWorker`` until it is killed.
+(``sqlite:PATH`` or a ``postgresql://`` URL: the multi-machine case) and two server
+tools, ``slow_note`` (not idempotent) and ``keyed_note`` (``idempotent = "by_key"``),
+then serves a ``DurableWorker`` until it is killed. The store is a ``ToolLedger``, so
+each call runs through the tool ledger on the worker (docs/TOOLS.md, D565).
 
 - ``slow_note`` takes ``{"seconds": S}``: it records a ``start``, sleeps ``S`` seconds
   (heartbeating: it is an activity), then records its **effect**, keyed by the
   invocation's ``tool_call_id``, and answers. The records go to ``--effects``: a
   JSON-lines file (appended with one ``write`` each, so a record written before a
   kill -9 is there) or a ``postgresql://`` URL (a row each in ``crash_effects``).
+  Not idempotent: the ledger runs it at most once per key.
+- ``keyed_note`` takes the same and honours ``ToolInvocation.idempotency_key``: it
+  records a ``start``, sleeps, then makes its effect **keyed**: a row in a table whose
+  primary key is the idempotency key, ``INSERT ... ON CONFLICT DO NOTHING``
+  (``crash_keyed_effects`` in PostgreSQL; with a JSON-lines ``--effects``, the same
+  table in the SQLite file ``<effects>.keyed.db``), so a second run with the same key
+  makes no second effect. It then records ``keyed`` (``took``: whether its insert made
+  the row) in the log and answers. Its rows are the effects it produced.
 - ``--pause-between-rounds S``: after each server tool's answer reaches the turn (the
   engine's ``ToolExecuted`` event, heard in the workflow), the worker records a
   ``between`` mark and holds its workflow task for ``S`` seconds, so a test can kill
@@ -54,6 +64,8 @@ from aptix_pipeline.contracts import SessionStore, ToolInvocation
 __all__ = [
     "CRASH_CATALOG",
     "EFFECTS_TABLE",
+    "KEYED_SUFFIX",
+    "KEYED_TABLE",
     "EffectSink",
     "crash_options",
     "crash_pipeline",
@@ -64,11 +76,16 @@ CRASH_CATALOG = """
 [[modes]]
 name = "general"
 display_name = "General"
-server_tools = ["slow_note"]
+server_tools = ["slow_note", "keyed_note"]
 
 [[server_tools]]
 name = "slow_note"
 description = "Notes something down, slowly."
+
+[[server_tools]]
+name = "keyed_note"
+description = "Notes something down, slowly, once per idempotency key."
+idempotent = "by_key"
 
 [[agents]]
 id = "crash"
@@ -79,6 +96,10 @@ id = "crash"
 """
 
 EFFECTS_TABLE = "crash_effects"
+KEYED_TABLE = "crash_keyed_effects"
+KEYED_SUFFIX = ".keyed.db"
+"""With a JSON-lines ``--effects`` PATH, ``keyed_note``'s table is in ``PATH + KEYED_SUFFIX``."""
+_KEYED_COLUMNS = "key text PRIMARY KEY, tool_call_id text, turn_id text, worker text, attempt int"
 
 
 def crash_options() -> PipelineOptions:
@@ -106,35 +127,88 @@ class EffectSink:
         self._pg = target.startswith(("postgresql://", "postgres://"))
         self._connection: Any = None
 
-    async def record(self, kind: str, invocation: ToolInvocation, worker: str) -> None:
-        """One record: ``kind`` (``start`` or ``effect``) of the call, on ``worker``."""
-        from temporalio import activity
-
-        attempt = activity.info().attempt if activity.in_activity() else 0
+    async def record(self, kind: str, invocation: ToolInvocation, worker: str, **more: Any) -> None:
+        """One record: ``kind`` (``start``, ``effect`` or ``keyed``) of the call, on
+        ``worker``; ``more`` (``took``) goes to the JSON line only."""
+        attempt = _attempt()
         row = {
             "kind": kind,
             "tool_call_id": invocation.tool_call_id,
             "turn_id": invocation.turn_id,
             "worker": worker,
             "attempt": attempt,
+            "name": invocation.name,
+            "key": invocation.idempotency_key,
             "at": time.time(),
+            **more,
         }
         if not self._pg:
             append_line(self.target, row)
             return
+        connection = await self._pg_connection()
+        await connection.execute(
+            f"INSERT INTO {EFFECTS_TABLE} (kind, tool_call_id, turn_id, worker, attempt, name, "
+            "key, took, at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                kind,
+                invocation.tool_call_id,
+                invocation.turn_id,
+                worker,
+                attempt,
+                invocation.name,
+                invocation.idempotency_key,
+                more.get("took"),
+                row["at"],
+            ),
+        )
+
+    async def keyed_effect(self, invocation: ToolInvocation, worker: str) -> bool:
+        """``keyed_note``'s effect: a row keyed by the call's idempotency key, made once
+        (``ON CONFLICT DO NOTHING``); whether this run made it."""
+        key = invocation.idempotency_key
+        if key is None:
+            raise ValueError("keyed_note: the invocation has no idempotency_key")
+        values = (key, invocation.tool_call_id, invocation.turn_id, worker, _attempt())
+        if self._pg:
+            connection = await self._pg_connection()
+            cursor = await connection.execute(
+                f"INSERT INTO {KEYED_TABLE} (key, tool_call_id, turn_id, worker, attempt) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (key) DO NOTHING",
+                values,
+            )
+            return bool(cursor.rowcount == 1)
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(self.target + KEYED_SUFFIX, timeout=30)) as db:
+            with db:
+                db.execute(f"CREATE TABLE IF NOT EXISTS {KEYED_TABLE} ({_KEYED_COLUMNS})")
+                cursor = db.execute(
+                    f"INSERT INTO {KEYED_TABLE} (key, tool_call_id, turn_id, worker, attempt) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+                    values,
+                )
+            return cursor.rowcount == 1
+
+    async def _pg_connection(self) -> Any:
         import psycopg
 
         if self._connection is None:
             self._connection = await psycopg.AsyncConnection.connect(self.target, autocommit=True)
             await self._connection.execute(
                 f"CREATE TABLE IF NOT EXISTS {EFFECTS_TABLE} (seq bigserial PRIMARY KEY, "
-                "kind text, tool_call_id text, turn_id text, worker text, attempt int, at float8)"
+                "kind text, tool_call_id text, turn_id text, worker text, attempt int, "
+                "name text, key text, took boolean, at float8)"
             )
-        await self._connection.execute(
-            f"INSERT INTO {EFFECTS_TABLE} (kind, tool_call_id, turn_id, worker, attempt, at) "
-            "VALUES (%s, %s, %s, %s, %s, %s)",
-            (kind, invocation.tool_call_id, invocation.turn_id, worker, attempt, row["at"]),
-        )
+            await self._connection.execute(
+                f"CREATE TABLE IF NOT EXISTS {KEYED_TABLE} ({_KEYED_COLUMNS})"
+            )
+        return self._connection
+
+
+def _attempt() -> int:
+    from temporalio import activity
+
+    return activity.info().attempt if activity.in_activity() else 0
 
 
 def append_line(path: str, row: dict[str, Any]) -> None:
@@ -167,6 +241,15 @@ def crash_pipeline(
             await sink.record("effect", invocation, worker)
         return json.dumps({"noted": invocation.tool_call_id})
 
+    async def keyed_note(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+        if sink is not None:
+            await sink.record("start", invocation, worker)
+        await asyncio.sleep(float(arguments.get("seconds", 0)))
+        if sink is not None:
+            took = await sink.keyed_effect(invocation, worker)
+            await sink.record("keyed", invocation, worker, took=took)
+        return json.dumps({"noted": invocation.tool_call_id})
+
     listeners: list[Callable[[TurnEvent], None]] = []
     if pause_between_rounds > 0 and marks is not None:
         from aptix_pipeline.engine import ToolExecuted
@@ -188,7 +271,7 @@ def crash_pipeline(
         agents=catalog,
         clock=SystemClock(),
         ids=RandomIds(),
-        tools={"slow_note": slow_note},
+        tools={"slow_note": slow_note, "keyed_note": keyed_note},
     )
     return Pipeline(ports, options or crash_options(), listeners=listeners)
 

@@ -22,7 +22,7 @@ from durable_crash_kit import (
     activity_runs,
     crash_request,
     effect_records,
-    ledger_integrated,
+    keyed_effects,
     marks,
     model_calls,
     respond,
@@ -168,26 +168,68 @@ async def test_a_worker_killed_during_a_model_call_leaves_the_turn_to_another(
     assert len(_records(rig, "effect", "m1-r0")) == 1
 
 
-@pytest.mark.decision("D540")
-async def test_a_worker_killed_during_a_long_server_tool_leaves_the_turn_to_another(
+@pytest.mark.decision("D540", "D573")
+async def test_a_worker_killed_during_an_idempotent_tool_leaves_the_call_to_another(
     rig: Rig,
 ) -> None:
+    """``keyed_note`` is ``idempotent = "by_key"``: the ledger lets the next worker run
+    the reserved call again, with the same key, and the tool makes one effect."""
     a = rig.workers.start("a")
     await a.wait_ready()
     turn = asyncio.ensure_future(
-        rig.durable.run_with_workers(crash_request("t1", tool_seconds=3.0), CALLER)
+        rig.durable.run_with_workers(crash_request("t1", tool_seconds=3.0, tools="k"), CALLER)
     )
-    await wait_until(lambda: bool(_records(rig, "start", "t1-r0")), what="the tool to start")
+    await wait_until(lambda: bool(_records(rig, "start", "t1-k0")), what="the tool to start")
     a.kill()
     rig.workers.start("b")
     done = await asyncio.wait_for(turn, 90)
     runs = await _one_turn_resumed(rig, "t1", done)
     assert model_calls(rig.model) == {("t1", 0): 1, ("t1", 1): 1}
-    # The tool was cut short before its effect: run again on b, one effect in all.
-    assert [r["worker"] for r in _records(rig, "start", "t1-r0")] == ["a", "b"]
-    assert [r["worker"] for r in _records(rig, "effect", "t1-r0")] == ["b"]
+    # The tool was cut short before its effect: run again on b with the same key.
+    starts = _records(rig, "start", "t1-k0")
+    assert [r["worker"] for r in starts] == ["a", "b"]
+    assert starts[0]["key"] == starts[1]["key"] is not None
+    assert [(r["worker"], r["key"]) for r in keyed_effects(rig.effects)] == [
+        ("b", starts[0]["key"])
+    ]
     tools = [r for r in runs if r.kind == "aptix.tool.call"]
     assert [(r.attempt, r.completed) for r in tools] == [(2, True)]
+    report = done[0]
+    assert [(c.tool_call_id, c.outcome, c.rule_id) for c in report.tool_calls] == [
+        ("t1-k0", "executed", None)
+    ]
+
+
+@pytest.mark.decision("D540", "D574")
+async def test_a_worker_killed_during_a_tool_not_idempotent_leaves_the_call_failed_by_policy(
+    rig: Rig,
+) -> None:
+    """``slow_note`` is not idempotent: the next worker finds its call reserved and not
+    done, does not run it again, and the turn goes on with the call failed as possibly
+    executed; the model is told."""
+    a = rig.workers.start("a")
+    await a.wait_ready()
+    turn = asyncio.ensure_future(
+        rig.durable.run_with_workers(crash_request("p1", tool_seconds=3.0), CALLER)
+    )
+    await wait_until(lambda: bool(_records(rig, "start", "p1-r0")), what="the tool to start")
+    a.kill()
+    rig.workers.start("b")
+    done = await asyncio.wait_for(turn, 90)
+    runs = await _one_turn_resumed(rig, "p1", done)
+    assert model_calls(rig.model) == {("p1", 0): 1, ("p1", 1): 1}
+    # Started once (on a), never run again, no effect: a died before it.
+    assert [r["worker"] for r in _records(rig, "start", "p1-r0")] == ["a"]
+    assert _records(rig, "effect", "p1-r0") == []
+    tools = [r for r in runs if r.kind == "aptix.tool.call"]
+    assert [(r.attempt, r.completed) for r in tools] == [(2, True)]
+    report = done[0]
+    assert [(c.tool_call_id, c.outcome, c.rule_id) for c in report.tool_calls] == [
+        ("p1-r0", "failed", "DESIGN/ledger/possibly-executed")
+    ]
+    told = json.dumps(rig.model.completions()[-1].body)
+    assert "ToolPossiblyExecutedError: tool_possibly_executed" in told
+    assert "p1-r0" in told
 
 
 @pytest.mark.decision("D540", "D545")
@@ -259,7 +301,7 @@ REPLAYED_AT_MOST = 30
 """Histories of the loop replayed by Temporal's replayer: those a kill touched, up to this."""
 
 
-@pytest.mark.decision("D540", "D542", "D543")
+@pytest.mark.decision("D540", "D542", "D543", "D575", "D576")
 async def test_fifty_kills_of_three_workers_lose_no_turn_and_repeat_no_completed_call(
     postgres_db_url: str, tmp_path: Path, temporal_address: str, task_queue: str
 ) -> None:
@@ -289,8 +331,16 @@ async def test_fifty_kills_of_three_workers_lose_no_turn_and_repeat_no_completed
     assert figures.get("completed_model_calls_repeated", 0) == 0
     assert figures.get("completed_tool_calls_rerun", 0) == 0
     assert figures.get("tool_effects_missing", 0) == 0
-    if ledger_integrated():  # issue 29 part 4: an idempotent tool's effect is never doubled
-        assert figures.get("tool_effects_doubled", 0) == 0
+    # The tool ledger (docs/TOOLS.md): an idempotent tool's effect is never doubled, and
+    # every interrupted call of it ran again, once; a tool not idempotent is never run
+    # blindly twice, and every interrupted call of it follows the policy.
+    assert figures.get("tool_effects_doubled", 0) == 0
+    assert figures.get("idempotent_effects_doubled", 0) == 0
+    assert figures.get("idempotent_effects_missing", 0) == 0
+    assert figures.get("idempotent_rerun", 0) == figures.get("idempotent_interrupted", 0)
+    assert figures.get("tool_runs_repeated", 0) == 0
+    assert figures.get("policy_followed", 0) == figures.get("non_idempotent_interrupted", 0)
+    assert figures.get("policy_without_a_kill", 0) == 0
 
 
 @pytest.mark.decision("D541")
