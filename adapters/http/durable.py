@@ -24,16 +24,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, cast
 
-import anyio
 from fastapi.responses import Response
 
 from aptix_pipeline.contracts import Caller, PipelineStep
 from aptix_pipeline.engine import StreamDelta, StreamResult, TurnReport, TurnStream
 
-from .sse import EventStreamResponse
+from .sse import EventStreamResponse, hold_until_begun
 
 if TYPE_CHECKING:
-    from aptix_pipeline.adapters.temporal import DurablePipeline, DurableProgress, DurableStream
+    from aptix_pipeline.adapters.temporal import DurablePipeline, DurableProgress
 
 __all__ = ["stream_durably"]
 
@@ -50,23 +49,6 @@ def _begins(item: DurableProgress | StreamDelta | StreamResult) -> bool:
     return data.get("event") == "StepStarted" and data.get("step") == _MODEL_CALL
 
 
-async def _hold_until_begun(
-    stream: DurableStream,
-) -> list[DurableProgress | StreamDelta | StreamResult]:
-    """The stream's items up to the one that begins it, or up to its result."""
-    held: list[DurableProgress | StreamDelta | StreamResult] = []
-    try:
-        while True:
-            item = await anext(stream)
-            held.append(item)
-            if isinstance(item, StreamResult) or _begins(item):
-                return held
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await stream.aclose()
-        raise
-
-
 async def stream_durably(
     durable: DurablePipeline,
     body: bytes,
@@ -80,7 +62,7 @@ async def stream_durably(
     before its model call (the caller answers it as JSON); ``headers`` gives the
     response's headers from the report of a turn that ended while held."""
     stream = durable.stream(body, caller, idempotency_key=idempotency_key)
-    held = await _hold_until_begun(stream)
+    held = await hold_until_begun(stream, _begins)
     ended: TurnReport | None = stream.report
     if ended is not None and not ended.successful:
         await stream.aclose()

@@ -29,8 +29,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import anyio
 from starlette.requests import ClientDisconnect
@@ -93,6 +93,10 @@ def accepts_event_stream(values: Iterable[str]) -> bool:
     return False
 
 
+_Item = TypeVar("_Item")
+_Given = TypeVar("_Given", covariant=True)
+
+
 def _begins(item: StreamItem) -> bool:
     """Whether ``item`` is the first the client may see: the model call has begun."""
     if isinstance(item, StreamProgress):
@@ -101,19 +105,31 @@ def _begins(item: StreamItem) -> bool:
     return isinstance(item, StreamDelta)
 
 
-async def hold_until_begun(stream: TurnStream) -> list[StreamItem]:
-    """The stream's items up to the one that begins it, or up to its result.
+class _HeldStream(Protocol[_Given]):
+    """A stream of items that can be closed: a ``TurnStream``, a ``DurableStream``."""
+
+    def __anext__(self) -> Awaitable[_Given]: ...
+
+    async def aclose(self) -> None: ...
+
+
+async def hold_until_begun(
+    stream: _HeldStream[_Item],
+    begins: Callable[[_Item], bool] = _begins,  # type: ignore[assignment]
+) -> list[_Item]:
+    """The stream's items up to the one that ``begins`` it, or up to its result.
 
     When the last item held is a ``StreamResult``, the turn ended before its model
     call: the caller answers as it would without streaming. The stream is closed
-    (its turn cancelled) if this is cancelled or fails.
+    (its turn cancelled) if this is cancelled or fails. ``begins`` tells the item the
+    client may see first (default: an in-process stream's, ``_begins``).
     """
-    held: list[StreamItem] = []
+    held: list[_Item] = []
     try:
         while True:
             item = await anext(stream)
             held.append(item)
-            if isinstance(item, StreamResult) or _begins(item):
+            if isinstance(item, StreamResult) or begins(item):
                 return held
     except BaseException:
         with anyio.CancelScope(shield=True):
