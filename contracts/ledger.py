@@ -7,7 +7,11 @@ docs/TOOLS.md "Exactly once").
   ``release_tool_call``. Entries are scoped to an org and a user, like the turns
   they belong to. Unlike a turn's writes, each call is committed on its own, at
   once: a reservation must outlive a crash of the turn that made it. Two
-  reservations of one key race safely: exactly one gets ``None``.
+  reservations of one key race safely: exactly one gets ``None``. A store that
+  runs all its calls in order may return from ``complete_tool_call`` once the
+  write is queued (the SQLite store does): it still lands before anything asked
+  of the store later, and if it never lands the call reads as reserved, not
+  done, which a retry treats safely (the policy, never a blind re-run).
 
 The memory, SQLite and PostgreSQL stores implement it beside ``SessionStore``;
 the pipeline uses the ledger of a store that has one (``steps/tool_ledger.py``).
@@ -45,7 +49,10 @@ class LedgerEntry(FrozenWireModel):
 class ToolLedger(Protocol):
     """Reserve → done for server-tool calls, by idempotency key, per org and user.
 
-    Every method commits on its own before it returns (module docstring).
+    Every method commits on its own before it returns, except that
+    ``complete_tool_call`` may return once its write is queued in a store that
+    runs its calls in order; such a store logs a queued write that fails
+    (module docstring).
     """
 
     async def reserve_tool_call(

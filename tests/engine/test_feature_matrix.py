@@ -8,7 +8,10 @@ The features, each a boolean of a row:
 - the turn's content: ``streaming``, ``images`` (a clipboard image), ``files`` (a
   server tool that makes a file), ``retrieval`` (an FTS5 index over a folder),
   ``mcp`` (a stdio MCP server's tool, called in a round of its own, D490);
-- retries and records: ``idempotency`` (the request sent twice with one key),
+- retries and records: ``ledger`` (the store's tool ledger on, a server tool of
+  the host's in a round of its own: each server-tool call of the turn is recorded
+  done under its key; off, ``[engine] tool_ledger = false``: no entry),
+  ``idempotency`` (the request sent twice with one key),
   ``recording`` (a redacted recording), ``replay`` (the recording replayed) and
   ``live_replay`` (replayed with ``LivePorts.of_pipeline``: the model and tools
   live when the recording is not redacted, the catalogs and rules when it is);
@@ -30,10 +33,11 @@ import asyncio
 import base64
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,7 +48,7 @@ from cli_kit import APTIX
 from http_kit import ANA, ENV, KEYS
 from httpx_sse import EventSource
 from knowledge_kit import write_corpus
-from matrix_host import CSV, HOST_ENV, LOG_ENV, NOTE, TOPIC, install, read_log
+from matrix_host import CSV, HOST_ENV, LOG_ENV, NOTE, STAMP, TOPIC, install, read_log
 from mcp_kit import DEMO_SERVER
 from pairwise import all_pairs, uncovered
 from server_thread import server_thread
@@ -58,10 +62,12 @@ from aptix_pipeline import (
     TurnRecording,
     create_app,
     replay_sync,
+    tool_call_key,
 )
 from aptix_pipeline.adapters.config.service import load_service_config
 from aptix_pipeline.adapters.embedded import build_pipeline
 from aptix_pipeline.adapters.retrieval import build_index
+from aptix_pipeline.steps import decode_ledger_result
 from aptix_pipeline.testing import FakeOpenAIServer, fake_openai_server
 
 FEATURES = (
@@ -73,6 +79,7 @@ FEATURES = (
     "files",
     "retrieval",
     "mcp",
+    "ledger",
     "idempotency",
     "recording",
     "replay",
@@ -106,31 +113,39 @@ def row_id(row: Mapping[str, bool]) -> str:
 
 def host_parts(row: Mapping[str, bool]) -> list[str]:
     """The parts of matrix_host the row's extension includes."""
-    return [name for name in ("rules", "hooks", "listeners", "files") if row[name]]
+    return [name for name in ("rules", "hooks", "listeners", "files", "ledger") if row[name]]
 
 
 MCP_ARGUMENTS = {"key": "deploy", "value": "make deploy"}
 MCP_RESULT = "kept deploy"  # what the demo server's ``remember`` answers
+STAMP_ARGUMENTS = {"what": "the deploy"}
 
 
 def model_script(row: Mapping[str, bool]) -> list[dict[str, Any]]:
     """The fake model's replies for one turn: the export tool first when files are on,
-    then the MCP server's ``remember`` when mcp is."""
+    then the MCP server's ``remember`` when mcp is, then ``stamp`` when ledger is."""
     export = {"id": "r1", "tool_calls": [{"id": "x1", "name": "export", "arguments": {}}]}
     remember = {
         "id": "r3",
         "tool_calls": [{"id": "m1", "name": "remember", "arguments": MCP_ARGUMENTS}],
     }
+    stamp = {
+        "id": "r4",
+        "tool_calls": [{"id": "l1", "name": "stamp", "arguments": STAMP_ARGUMENTS}],
+    }
     return [
         *([export] if row["files"] else []),
         *([remember] if row["mcp"] else []),
+        *([stamp] if row["ledger"] else []),
         {"id": "r2", "text": FINAL},
     ]
 
 
 def write_config(tmp: Path, row: Mapping[str, bool], base_url: str) -> Path:
     """The row's ``aptix.toml`` (and its documents, index and host module) in ``tmp``."""
-    tools = '"export"' if row["files"] else ""
+    tools = ", ".join(
+        name for name, on in (('"export"', row["files"]), ('"stamp"', row["ledger"])) if on
+    )
     text = f"""
 [model]
 kind = "openai"
@@ -144,6 +159,7 @@ url = "sqlite:{tmp / "aptix.db"}"
 
 [engine]
 llm_attempts = 1
+tool_ledger = {"true" if row["ledger"] else "false"}
 {KEYS}
 [[modes]]
 name = "general"
@@ -170,6 +186,12 @@ description = "Export the table as CSV."
 directory = "files"
 url_base = "{URL_BASE}"
 signing_key_env = "{FILES_ENV}"
+"""
+    if row["ledger"]:
+        text += """
+[[server_tools]]
+name = "stamp"
+description = "Stamp what is asked."
 """
     if row["mcp"]:
         command, script = json.dumps(sys.executable), json.dumps(str(DEMO_SERVER))
@@ -495,6 +517,32 @@ def check_mcp(s: Scenario) -> None:
     assert all(MCP_RESULT in str(message["content"]) for message in answers)
 
 
+def check_ledger(s: Scenario) -> None:
+    """Each server-tool call of the turn is done in the ledger under its key, with its
+    answer; the retry, the replays and the refused turn add none. Off: no entry."""
+    with closing(sqlite3.connect(s.tmp / "aptix.db")) as db:
+        entries = db.execute("SELECT org, user, key, result FROM tool_ledger").fetchall()
+    if not s.row["ledger"]:
+        assert entries == []
+        return
+    session_id, turn_id = s.response["SessionId"], s.response["TurnId"]
+    calls = {"l1": STAMP_ARGUMENTS}
+    if s.row["files"]:
+        calls["x1"] = {}
+    if s.row["mcp"]:
+        calls["m1"] = MCP_ARGUMENTS
+    keys = {
+        tool_call_key(session_id, turn_id, call_id, args): call_id
+        for call_id, args in calls.items()
+    }
+    assert {(org, user, key) for org, user, key, _ in entries} == {
+        ("acme", "ana", key) for key in keys
+    }
+    results = {keys[key]: result for _, _, key, result in entries}
+    assert all(result is not None for result in results.values())  # done, not just reserved
+    assert decode_ledger_result(results["l1"]) == STAMP
+
+
 def check_idempotency(s: Scenario) -> None:
     if not s.row["idempotency"]:
         assert s.retry is None
@@ -567,6 +615,7 @@ CHECKS = (
     check_replay,
     check_live_replay,
     check_refusal,
+    check_ledger,  # last: nothing after the first turn adds an entry
 )
 
 
@@ -577,7 +626,7 @@ CHECKS = (
 def test_the_rows_cover_every_pair_of_features() -> None:
     assert uncovered(ROWS, FEATURES, allowed) == []
     assert all(allowed(row) for row in ROWS)
-    assert len(ROWS) <= 12  # pairwise, not all 2**14 combinations
+    assert len(ROWS) <= 12  # pairwise, not all 2**15 combinations
     doors = {"http" if r["http"] else "cli" if r["cli"] else "in-process" for r in ROWS}
     assert doors == {"http", "cli", "in-process"}
 
@@ -592,7 +641,7 @@ def test_the_generator_finds_a_missing_pair_and_honours_exclusions() -> None:
         all_pairs(("a", "a"))
 
 
-@pytest.mark.decision("D440", "D441")  # D441: the CLI rows run the [host] extension
+@pytest.mark.decision("D440", "D441", "D567")  # D441: the CLI rows run [host] extension
 @pytest.mark.parametrize("row", ROWS, ids=row_id)
 def test_every_feature_keeps_its_promise_beside_the_others(
     row: dict[str, bool], tmp_path: Path, environment: dict[str, str]

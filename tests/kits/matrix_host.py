@@ -9,8 +9,9 @@ writes as JSON lines to a log file, so a test reads it whichever process ran it:
 - ``APTIX_MATRIX_HOST``: the parts to include, comma-separated — ``rules`` (``TOPIC``,
   refusing instructions about payroll), ``hooks`` (``add_note``: every prompt gets
   ``NOTE`` as its last message), ``listeners`` (``heard``: logs ``TurnStarted`` and
-  ``TurnIdentified`` with their caller) and ``files`` (the ``export`` server tool,
-  which makes ``table.csv``);
+  ``TurnIdentified`` with their caller), ``files`` (the ``export`` server tool,
+  which makes ``table.csv``) and ``ledger`` (the ``stamp`` server tool, answering
+  ``STAMP``);
 - ``APTIX_MATRIX_LOG``: the log file (``read_log``).
 """
 
@@ -44,6 +45,7 @@ __all__ = [
     "HOST_ENV",
     "LOG_ENV",
     "NOTE",
+    "STAMP",
     "TOPIC",
     "extension",
     "install",
@@ -53,6 +55,7 @@ __all__ = [
 HOST_ENV, LOG_ENV = "APTIX_MATRIX_HOST", "APTIX_MATRIX_LOG"
 NOTE = ChatMessage(role=ChatRole.SYSTEM, content="Host note: answer in one line.")
 CSV = b"name,count\nfiles,1\n"
+STAMP = '{"stamped": "ledger"}'
 
 
 def _log(entry: dict[str, Any]) -> None:
@@ -113,6 +116,11 @@ async def export(arguments: dict[str, Any], invocation: ToolInvocation) -> ToolO
     return ToolOutput(result_json=json.dumps({"rows": 1}), files=[table])
 
 
+async def stamp(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+    """The ``stamp`` server tool: ``STAMP``, whatever it is asked."""
+    return STAMP
+
+
 def extension() -> HostExtension:
     """The parts ``APTIX_MATRIX_HOST`` names (the module docstring)."""
     parts = set(filter(None, os.environ.get(HOST_ENV, "").split(",")))
@@ -120,7 +128,10 @@ def extension() -> HostExtension:
         rules=[TOPIC] if "rules" in parts else [],
         hooks=Hooks(before_model_request=add_note) if "hooks" in parts else None,
         listeners=[heard] if "listeners" in parts else [],
-        tools={"export": export} if "files" in parts else {},
+        tools={
+            **({"export": export} if "files" in parts else {}),
+            **({"stamp": stamp} if "ledger" in parts else {}),
+        },
     )
 
 
