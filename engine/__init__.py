@@ -51,7 +51,7 @@ from .events import (
 from .idempotency import request_keys
 from .interceptors import Proceed, TurnCall, TurnInterceptor
 from .machine import TurnMachine
-from .pipeline import Pipeline
+from .pipeline import Pipeline, caller_key
 from .report import RequestInput, ResponseResult, TurnReport, answered_report
 from .runner import FAULT_RECORD, RUNTIMES, Runtime
 from .streaming import (
@@ -163,6 +163,7 @@ __all__ = [
     "WhileReplayingQuiet",
     "answered_report",
     "asks_to_stream",
+    "caller_key",
     "check_tool_routing",
     "diagram_text",
     "format_for",

@@ -100,7 +100,7 @@ from .telemetry import (
 from .tool_routing import check_tool_routing_now, verify_tool_routing
 from .trace import CheckRecord, StateTrace, TransitionRecord
 
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "caller_key"]
 
 logger = scrubbed_logger(__name__)
 
@@ -117,8 +117,9 @@ def _caller(caller: object) -> Caller:
     )
 
 
-def _caller_key(caller: object) -> tuple[str, str]:
-    """The org and user a single-flight key is scoped to."""
+def caller_key(caller: object) -> tuple[str, str]:
+    """The org and user a request is scoped to (its single-flight key, a durable turn's
+    workflow id), read as ``Pipeline.run`` reads its ``caller``."""
     who = _caller(caller)
     return str(who.org), str(who.user)
 
@@ -414,7 +415,7 @@ class Pipeline:
         stop: TurnStop | None,
     ) -> TurnReport:
         """``run``, with a stream's listeners and ``TurnStop`` (``stream``)."""
-        org, user = _caller_key(caller)
+        org, user = caller_key(caller)
         keys = request_keys(
             request,
             org,

@@ -49,6 +49,7 @@ from aptix_pipeline.engine import (
     StreamResult,
     TurnReport,
     answered_report,
+    caller_key,
     request_keys,
 )
 
@@ -82,14 +83,6 @@ def _wire_request(request: RequestInput) -> Any:
     if isinstance(request, Mapping):
         return dict(request)
     return request
-
-
-def _who(caller: Caller | Mapping[str, Any]) -> tuple[str, str]:
-    if isinstance(caller, Caller):
-        return str(caller.org), str(caller.user)
-    org = caller.get("org", caller.get("Org")) if isinstance(caller, Mapping) else None
-    user = caller.get("user", caller.get("User")) if isinstance(caller, Mapping) else None
-    return (org if isinstance(org, str) else ""), (user if isinstance(user, str) else "")
 
 
 def _described(error: BaseException) -> str:
@@ -146,7 +139,7 @@ class DurablePipeline:
         progress: bool = False,
     ) -> WorkflowHandle[Any, TurnOutput]:
         """Start the turn's workflow (or attach to the one running for its keys)."""
-        org, user = _who(caller)
+        org, user = caller_key(caller)
         keys = request_keys(
             request,
             org,
