@@ -4,14 +4,15 @@ docs/TOOLS.md "Exactly once").
 
 - ``LedgerEntry`` — one call's entry: its key, and its recorded answer once done.
 - ``ToolLedger`` — the port: ``reserve_tool_call``, ``complete_tool_call``,
-  ``release_tool_call``. Entries are scoped to an org and a user, like the turns
-  they belong to. Unlike a turn's writes, each call is committed on its own, at
-  once: a reservation must outlive a crash of the turn that made it. Two
-  reservations of one key race safely: exactly one gets ``None``. A store that
-  runs all its calls in order may return from ``complete_tool_call`` once the
-  write is queued (the SQLite store does): it still lands before anything asked
-  of the store later, and if it never lands the call reads as reserved, not
-  done, which a retry treats safely (the policy, never a blind re-run).
+  ``release_tool_call``, and ``purge_tool_calls`` for entries past their time.
+  Entries are scoped to an org and a user, like the turns they belong to.
+  Unlike a turn's writes, each call is committed on its own, at once: a
+  reservation must outlive a crash of the turn that made it. Two reservations of
+  one key race safely: exactly one gets ``None``. A store that runs all its
+  calls in order may return from ``complete_tool_call`` once the write is queued
+  (the SQLite store does): it still lands before anything asked of the store
+  later, and if it never lands the call reads as reserved, not done, which a
+  retry treats safely (the policy, never a blind re-run).
 
 The memory, SQLite and PostgreSQL stores implement it beside ``SessionStore``;
 the pipeline uses the ledger of a store that has one (``steps/tool_ledger.py``).
@@ -70,4 +71,9 @@ class ToolLedger(Protocol):
 
     async def release_tool_call(self, org: str, user: str, key: str) -> None:
         """Drop the reservation of ``key`` when it is not done (a done entry stays)."""
+        ...
+
+    async def purge_tool_calls(self, before: datetime) -> int:
+        """Delete every entry reserved before ``before``, done or not, of every org and
+        user; how many there were. A call retried after its entry went runs as new."""
         ...

@@ -32,6 +32,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from aptix_pipeline.contracts import (
@@ -336,6 +337,19 @@ class Pipeline:
         awaiting is checked here, once, before the first turn.
         """
         await verify_tool_routing(self.ports)
+
+    async def purge_tool_ledger(self) -> int:
+        """Delete the store's tool-ledger entries reserved more than
+        ``options.tool_ledger_ttl_seconds`` ago (by the clock port); how many.
+
+        Nothing when the store is no ``ToolLedger`` or the option is ``None``. Nothing
+        runs it on a schedule: a host calls it from a periodic job, as it would
+        ``purge_outcomes`` (docs/TOOLS.md "Old entries").
+        """
+        ttl, store = self.options.tool_ledger_ttl_seconds, self.ports.store
+        if ttl is None or not isinstance(store, ToolLedger):
+            return 0
+        return await store.purge_tool_calls(self.ports.clock.now() - timedelta(seconds=ttl))
 
     async def execute(
         self,

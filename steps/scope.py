@@ -137,6 +137,10 @@ class PipelineOptions:
       when the store has one (default ``True``): a call an earlier attempt of the
       turn finished is answered from the ledger, not run again. ``False``: calls
       are not ledgered (each still gets its idempotency key).
+    - ``tool_ledger_ttl_seconds``: how long the ledger keeps an entry (default
+      604,800 s, seven days): ``Pipeline.purge_tool_ledger`` deletes those reserved
+      longer ago. A call retried after that runs as a new one. ``None`` keeps
+      entries for good.
     - ``possibly_executed_policy``: what a call an earlier attempt started and
       never finished becomes when its tool is not declared idempotent: ``"fail"``
       (the only policy yet) — a tool error ``tool_possibly_executed``.
@@ -177,6 +181,7 @@ class PipelineOptions:
     error_detail: ErrorDetail = "short"
     retrieval_limit: int = 5
     tool_ledger: bool = True
+    tool_ledger_ttl_seconds: float | None = 604_800.0
     possibly_executed_policy: PossiblyExecutedPolicy = "fail"
     tool_error_detail: InitVar[ErrorDetail | None] = None
 
@@ -199,6 +204,7 @@ class PipelineOptions:
             "turn_deadline_seconds",
             "server_tool_timeout_seconds",
             "idempotency_ttl_seconds",
+            "tool_ledger_ttl_seconds",
         ):
             seconds = getattr(self, name)
             if seconds is not None and not seconds > 0:  # NaN is refused too
@@ -207,6 +213,11 @@ class PipelineOptions:
             raise ValueError(
                 "idempotency_ttl_seconds must be at most 100 years "
                 f"({MAX_IDEMPOTENCY_TTL_SECONDS:.0f} s), or None to keep answers for good"
+            )
+        if (self.tool_ledger_ttl_seconds or 0) > MAX_IDEMPOTENCY_TTL_SECONDS:
+            raise ValueError(
+                "tool_ledger_ttl_seconds must be at most 100 years "
+                f"({MAX_IDEMPOTENCY_TTL_SECONDS:.0f} s), or None to keep entries for good"
             )
         if self.max_model_reply_chars < 1:
             raise ValueError("max_model_reply_chars must be 1 or more")

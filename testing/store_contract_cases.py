@@ -15,7 +15,8 @@ racing commits on one session let exactly one win (``StoreConflictError``); text
 of every kind comes back exactly (D221); a session of three turns runs through
 the engine on the store; and a store that is a ``ToolLedger`` (contracts/ledger.py)
 keeps reserve → done per org and user, each write committed at once, with exactly
-one of racing reservations winning (the ledger cases skip a store that is not one).
+one of racing reservations winning, and purges the entries reserved before a time
+(the ledger cases skip a store that is not one).
 
 A refusal raises ``LookupError`` when the caller has no such session or turn, and
 ``ValueError`` when a write contradicts what is stored (docs/STORES.md).
@@ -1345,6 +1346,27 @@ class StoreContract:
 
         assert answers.count(None) == 1
         assert all(isinstance(entry, LedgerEntry) and not entry.done for entry in answers if entry)
+
+    @_case()
+    async def test_purging_the_ledger_deletes_the_entries_reserved_before_the_time(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _ledger_of(store)
+        hour = timedelta(hours=1)
+        await ledger.reserve_tool_call(_ORG, _USER, "tk1-old", _T0.astimezone(_PLUS_TWO))
+        await ledger.complete_tool_call(_ORG, _USER, "tk1-old-done", '{"text": "x"}', _T0 + hour)
+        await ledger.reserve_tool_call("globex", _USER, "tk1-other", _T0 + hour)
+        await ledger.reserve_tool_call(_ORG, _USER, "tk1-new", _T0 + 2 * hour)
+
+        purged = await ledger.purge_tool_calls(_T0 + 2 * hour)
+        again = await ledger.purge_tool_calls(_T0 + 2 * hour)
+
+        assert (purged, again) == (3, 0)  # done or not, of every org and user; once
+        for org, key in ((_ORG, "tk1-old"), (_ORG, "tk1-old-done"), ("globex", "tk1-other")):
+            assert await ledger.reserve_tool_call(org, _USER, key, _T0 + 3 * hour) is None
+        kept = await ledger.reserve_tool_call(_ORG, _USER, "tk1-new", _T0 + 3 * hour)
+        assert kept is not None
+        assert kept.reserved_at == _T0 + 2 * hour
 
 
 def _ledger_of(store: SessionStore) -> ToolLedger:

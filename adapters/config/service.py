@@ -28,8 +28,9 @@ its own, each optional:
   ``max_json_depth``, ``max_errors``, ``max_input_artifacts``, ``max_clipboard_images``,
   ``max_tool_results``, ``max_images``, ``max_image_bytes``, ``max_total_image_bytes``),
   and ``idempotency_ttl_seconds``, how long a committed turn's answer is kept for
-  retries (0 keeps it for good); ``tool_ledger`` and ``possibly_executed_policy``
-  (server-tool calls through the store's tool ledger, docs/TOOLS.md).
+  retries (0 keeps it for good); ``tool_ledger``, ``tool_ledger_ttl_seconds`` (0
+  keeps entries for good) and ``possibly_executed_policy`` (server-tool calls
+  through the store's tool ledger, docs/TOOLS.md).
   ``max_tool_results``), and ``idempotency_ttl_seconds``, how long a committed turn's
   answer is kept for retries (0 keeps it for good).
 - ``[host]`` — ``extension``, ``module:attribute`` naming a ``HostExtension``: the
@@ -263,6 +264,9 @@ class _Engine(_Table):
     )
     # Server-tool effects (docs/TOOLS.md "Exactly once").
     tool_ledger: bool = True
+    tool_ledger_ttl_seconds: float = Field(
+        default=604_800.0, ge=0, le=MAX_IDEMPOTENCY_TTL_SECONDS, allow_inf_nan=False
+    )
     possibly_executed_policy: PossiblyExecutedPolicy = "fail"
 
     def options(self) -> PipelineOptions:
@@ -276,6 +280,7 @@ class _Engine(_Table):
             "turn_deadline_seconds",
             "server_tool_timeout_seconds",
             "idempotency_ttl_seconds",
+            "tool_ledger_ttl_seconds",
         ):
             values[name] = values[name] or None
         return PipelineOptions(**values)

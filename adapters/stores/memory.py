@@ -135,6 +135,13 @@ class MemoryStore:
         if held is not None and held.result is None:
             del self._ledger[(org, user, key)]
 
+    async def purge_tool_calls(self, before: datetime) -> int:
+        """Forget every ledger entry reserved before ``before``, done or not; how many."""
+        old = [key for key, entry in self._ledger.items() if entry.reserved_at < before]
+        for key in old:
+            del self._ledger[key]
+        return len(old)
+
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 
     async def list_owners(

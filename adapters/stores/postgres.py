@@ -20,7 +20,10 @@
 - The tool ledger (``ToolLedger``, ``contracts/ledger.py``; schema version 4): each
   call is one autocommitted statement, outside any turn's transaction, so a
   reservation survives a crash of its turn; ``INSERT … ON CONFLICT DO NOTHING``
-  lets exactly one of two racing reservations take a key.
+  lets exactly one of two racing reservations take a key. Recording a call done is
+  awaited: pooled connections would not order it before the turn's commit (the
+  SQLite store's single worker does). ``purge_tool_calls`` deletes the entries
+  reserved before a given time, a batch of keys at a time.
 - The URL's password never appears in an error message or a repr.
 """
 
@@ -86,6 +89,17 @@ _DELETE_EXPIRED: Final = (
 )
 """Delete at most ``LIMIT`` outcomes expired by the time given, skipping rows other
 transactions hold (they are being replaced)."""
+_DELETE_OLD_CALLS: Final = (
+    "WITH batch AS (SELECT org, user_name, key FROM aptix_tool_ledger "
+    "WHERE (org, user_name, key) > (%s, %s, %s) ORDER BY org, user_name, key LIMIT %s), "
+    "gone AS (DELETE FROM aptix_tool_ledger l USING batch b WHERE l.org = b.org "
+    "AND l.user_name = b.user_name AND l.key = b.key AND l.reserved_at < %s RETURNING 1) "
+    "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM batch), org, user_name, key "
+    "FROM batch ORDER BY org DESC, user_name DESC, key DESC LIMIT 1"
+)
+"""Of the next ``LIMIT`` ledger entries after a key (in key order: no index on the
+age, which every reservation would pay for), delete those reserved before the time
+given; how many went, how many were read, and the last key read."""
 
 
 class PostgresStoreError(AptixPipelineError, RuntimeError):
@@ -421,6 +435,24 @@ class PostgresStore:
             "AND result IS NULL RETURNING 1",
             (org, user, key),
         )
+
+    async def purge_tool_calls(self, before: datetime) -> int:
+        """Delete every ledger entry reserved before ``before``, done or not; how many.
+
+        A batch of entries in key order one short statement, like ``purge_outcomes``.
+        """
+        pool = await self._ready()
+        purged, after = 0, ("", "", "")
+        while True:
+            async with pool.connection() as connection:
+                cursor = await connection.execute(_DELETE_OLD_CALLS, (*after, _PURGE_BATCH, before))
+                row = await cursor.fetchone()
+            if row is None:  # no entry after the last key read
+                return purged
+            purged += int(row[0])
+            if int(row[1]) < _PURGE_BATCH:
+                return purged
+            after = (row[2], row[3], row[4])
 
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 

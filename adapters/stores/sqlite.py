@@ -25,6 +25,9 @@
   processes included) take a key. A reservation is one job on the worker (its
   read of the entry held included); recording a call done is queued and not
   awaited, since the worker's order already puts it before the turn's commit.
+  ``purge_tool_calls`` deletes the entries reserved before a given time, walking
+  the table in key order a batch at a time: no index on the age, which would
+  cost every reservation a second page written.
 
 Durability (``synchronous``, docs/STORES.md "SQLite durability"): ``"normal"`` (the default)
 is WAL with ``PRAGMA synchronous = NORMAL``: a commit writes the turn to the WAL
@@ -51,6 +54,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, cast, get_args
 
@@ -100,6 +104,12 @@ OUTCOME_SWEEP: Final = 100
 """Expired outcomes a commit that stores outcomes deletes at most (module docstring)."""
 _PURGE_BATCH: Final = 1000
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_LEDGER_BATCH: Final = (
+    "SELECT org, user, key, julianday(reserved_at) < julianday(?) FROM tool_ledger "
+    "WHERE (org, user, key) > (?, ?, ?) ORDER BY org, user, key LIMIT ?"
+)
+"""The next ``LIMIT`` ledger entries after a key, each with whether it was reserved
+before the time given (``julianday`` reads the ISO text's offset)."""
 _DELETE_EXPIRED: Final = (
     "DELETE FROM outcomes WHERE rowid IN (SELECT rowid FROM outcomes "
     "WHERE expires_at_us <= ? LIMIT ?)"
@@ -612,6 +622,35 @@ class SQLiteStore:
                 (org, user, key),
             )
         )
+
+    def _purge_calls_batch(
+        self, after: tuple[str, str, str], before: str
+    ) -> tuple[int, tuple[str, str, str] | None]:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            rows = db.execute(_LEDGER_BATCH, (before, *after, _PURGE_BATCH)).fetchall()
+            old = [(org, user, key) for org, user, key, is_old in rows if is_old]
+            db.executemany("DELETE FROM tool_ledger WHERE org = ? AND user = ? AND key = ?", old)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        following = tuple(rows[-1][:3]) if len(rows) == _PURGE_BATCH else None
+        return len(old), cast("tuple[str, str, str] | None", following)
+
+    async def purge_tool_calls(self, before: datetime) -> int:
+        """Delete every ledger entry reserved before ``before``, done or not; how many.
+
+        A batch of entries in key order a short transaction (module docstring), so
+        turns committing meanwhile wait for one batch at most, as in ``purge_outcomes``.
+        """
+        moment, purged = before.isoformat(), 0
+        after: tuple[str, str, str] | None = ("", "", "")
+        while after is not None:
+            deleted, after = await self._run(partial(self._purge_calls_batch, after, moment))
+            purged += deleted
+        return purged
 
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from engine_kit import (
     ALL_STORE_KINDS,
     CALLER,
     READ_A,
+    CommitFailingStore,
     FailingLLM,
     call,
     calls,
@@ -36,7 +38,7 @@ from ledger_kit import LEDGER_CATALOG, CountingTool, ledger_tools
 from replay_kit import recording_pipeline
 
 from aptix_pipeline import PipelineOptions, TurnReport, replay, tool_call_key
-from aptix_pipeline.adapters import SteppingClock
+from aptix_pipeline.adapters import MemoryStore, SteppingClock
 from aptix_pipeline.contracts import SessionStore, ToolLedger
 
 SEND = call("s1", "send_mail", {"to": "bo@example.com"})
@@ -205,3 +207,40 @@ async def test_a_recorded_retry_whose_call_the_ledger_answered_replays(
         )
         outcome = await replay(recording)
         assert outcome.divergence is None, outcome.divergence
+
+
+# --- old entries --------------------------------------------------------------------------
+
+
+@pytest.mark.decision("D568")
+@pytest.mark.parametrize(
+    ("ttl", "left"),
+    [(None, {"tk1-8d", "tk1-6d"}), (7 * 86_400.0, {"tk1-6d"}), (86_400.0, set())],
+    ids=["kept-for-good", "default-seven-days", "one-day"],
+)
+async def test_the_pipeline_purges_ledger_entries_older_than_its_ttl(
+    store: SessionStore, ttl: float | None, left: set[str]
+) -> None:
+    options = PipelineOptions(tool_ledger_ttl_seconds=ttl)
+    pipeline, _ = make_pipeline(store, options=options)
+    assert isinstance(store, ToolLedger)
+    start = datetime(2026, 1, 1, tzinfo=UTC)  # make_pipeline's SteppingClock starts here
+    for key, age in (("tk1-8d", timedelta(days=8)), ("tk1-6d", timedelta(days=6))):
+        await store.reserve_tool_call(CALLER.org, CALLER.user, key, start - age)
+
+    purged = await pipeline.purge_tool_ledger()
+
+    assert purged == 2 - len(left)
+    for key in ("tk1-8d", "tk1-6d"):
+        held = await store.reserve_tool_call(CALLER.org, CALLER.user, key, start)
+        assert (held is not None) is (key in left)
+
+
+@pytest.mark.decision("D568")
+async def test_the_default_ttl_is_seven_days_and_a_store_without_a_ledger_purges_nothing() -> None:
+    store = MemoryStore()
+    await store.reserve_tool_call("acme", "ana", "tk1-old", datetime(2000, 1, 1, tzinfo=UTC))
+    pipeline, _ = make_pipeline(CommitFailingStore(store, RuntimeError("no commit")))
+
+    assert PipelineOptions().tool_ledger_ttl_seconds == 7 * 86_400
+    assert await pipeline.purge_tool_ledger() == 0

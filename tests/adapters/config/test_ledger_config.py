@@ -82,3 +82,33 @@ def test_a_wrong_idempotence_is_refused_naming_the_tool(text: str, message: str)
         ConfigCatalog.from_toml(text)
 
     assert message in str(caught.value)
+
+
+@pytest.mark.decision("D568")
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("", 604_800.0),
+        ("tool_ledger_ttl_seconds = 3600\n", 3600.0),
+        ("tool_ledger_ttl_seconds = 0\n", None),
+    ],
+    ids=["default-seven-days", "an-hour", "zero-keeps-for-good"],
+)
+def test_the_engine_table_sets_how_long_ledger_entries_are_kept(
+    tmp_path: Path, text: str, seconds: float | None
+) -> None:
+    config = load_service_config(_config(tmp_path, "[engine]\n" + text), env={})
+
+    assert config.options.tool_ledger_ttl_seconds == seconds
+
+
+@pytest.mark.decision("D568")
+@pytest.mark.parametrize("bad", ["-1", "nan", "1e12", "'7d'"])
+def test_a_wrong_ledger_ttl_is_refused_naming_the_key(tmp_path: Path, bad: str) -> None:
+    path = _config(tmp_path, f"[engine]\ntool_ledger_ttl_seconds = {bad}\n")
+
+    with pytest.raises(ConfigError, match=r"\[engine\]\.tool_ledger_ttl_seconds"):
+        load_service_config(path, env={})
+    if bad != "'7d'":
+        with pytest.raises(ValueError, match="tool_ledger_ttl_seconds must be"):
+            PipelineOptions(tool_ledger_ttl_seconds=float(bad))

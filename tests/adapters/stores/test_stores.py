@@ -36,6 +36,7 @@ from aptix_pipeline.contracts import (
     SessionTransaction,
     StoreConflictError,
     ToolCall,
+    ToolLedger,
     Turn,
     TurnStatus,
 )
@@ -147,6 +148,10 @@ class OurStoreContract(StoreContract):
     @pytest.mark.decision("D521")
     def test_of_many_racing_ledger_reservations_of_one_key_exactly_one_wins(self) -> None:
         super().test_of_many_racing_ledger_reservations_of_one_key_exactly_one_wins()
+
+    @pytest.mark.decision("D568")
+    def test_purging_the_ledger_deletes_the_entries_reserved_before_the_time(self) -> None:
+        super().test_purging_the_ledger_deletes_the_entries_reserved_before_the_time()
 
 
 class TestMemoryStore(OurStoreContract):
@@ -292,6 +297,21 @@ async def test_a_transaction_used_after_it_ended_raises(
         await use(tx)
 
     assert await store_snapshot(store) == before
+
+
+@pytest.mark.decision("D568")
+async def test_purging_the_ledger_walks_every_batch(store: SessionStore) -> None:
+    assert isinstance(store, ToolLedger)
+    old, new = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 9, tzinfo=UTC)
+    keys = [f"tk1-{n:05d}" for n in range(2_500)]  # past two batches of 1,000
+    for n, key in enumerate(keys):
+        await store.reserve_tool_call(ORG, USER, key, old if n % 2 else new)
+
+    purged = await store.purge_tool_calls(datetime(2026, 1, 8, tzinfo=UTC))
+
+    assert purged == 1_250
+    held = [await store.reserve_tool_call(ORG, USER, key, new) for key in keys[-4:]]
+    assert [entry is not None for entry in held] == [True, False, True, False]
 
 
 async def test_memory_store_finds_a_pending_turn_among_many_other_turns() -> None:
