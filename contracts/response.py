@@ -50,11 +50,19 @@ class FileRef(WireModel):
 
 
 class Usage(FrozenWireModel):
-    """Token usage of the turn (AGN-033 §3.4, final responses only)."""
+    """Token usage of the turn (AGN-033 §3.4, final responses only), or of one model call.
+
+    ``cached_input_tokens`` (input tokens the model read from its prompt cache, part of
+    ``input_tokens``) and ``reasoning_tokens`` (part of ``output_tokens``) are there when
+    the model reports them, and absent when it does not: absent is *unknown*, not 0
+    (issue 31).
+    """
 
     input_tokens: StrictInt = Field(default=0, ge=0)
     output_tokens: StrictInt = Field(default=0, ge=0)
     total_tokens: StrictInt = Field(default=0, ge=0)
+    cached_input_tokens: StrictInt | None = Field(default=None, ge=0)
+    reasoning_tokens: StrictInt | None = Field(default=None, ge=0)
 
 
 class AgentExecuteResponse(WireModel):

@@ -10,6 +10,8 @@ all point at the same rule.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, Final, Generic, TypeVar
 
@@ -27,6 +29,7 @@ from .wire import WireModel
 
 __all__ = [
     "HOST_ERROR_CODE_PATTERN",
+    "BudgetRefusal",
     "ErrorCode",
     "HostErrorCode",
     "InvokeError",
@@ -74,6 +77,11 @@ class ErrorCode(StrEnum):
     """HTTP service: the service is starting or stopping (503); nothing ran."""
     EXPIRED = "expired"
     """HTTP service: a signed file URL whose time has passed (410, docs/FILES.md)."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """A model call would exceed a budget (or has no price and unpriced calls are
+    refused): the call was not made and nothing of the turn was stored; the error's
+    ``Budget`` says which budget, its window and what remains (429 over HTTP,
+    docs/BUDGETS.md)."""
 
 
 HOST_ERROR_CODE_PATTERN: Final = r"^host\.[a-z0-9]+(?:[._-][a-z0-9]+)*$"
@@ -85,6 +93,31 @@ HostErrorCode = Annotated[str, StringConstraints(pattern=HOST_ERROR_CODE_PATTERN
 Its ``host.`` prefix keeps it apart from every ``ErrorCode`` value, so a client can
 tell the engine's failures from the host's and no host code ever reads as one of ours.
 """
+
+
+class BudgetRefusal(WireModel):
+    """Which budget refused a model call, and what it had left (docs/BUDGETS.md).
+
+    ``used`` is what the budget had counted before the call, ``requested`` what the
+    call's estimate would have added, ``remaining`` the limit less ``used`` (never
+    below 0). ``window_ends_at`` is when a day or month window ends;
+    ``retry_after_seconds`` is how long until the window has room again (a calendar
+    window's end, or when a rolling window's oldest counted call ages out), absent
+    for a turn's window, which never refills.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    budget_id: str
+    metric: str
+    window: str
+    limit: Decimal
+    used: Decimal
+    requested: Decimal
+    remaining: Decimal
+    currency: str | None = None
+    window_ends_at: datetime | None = None
+    retry_after_seconds: int | None = None
 
 
 class InvokeError(WireModel):
@@ -107,6 +140,8 @@ class InvokeError(WireModel):
     field: str | None = None
     tool_call_id: str | None = None
     tool_name: str | None = None
+    budget: BudgetRefusal | None = None
+    """The budget that refused the call, on a ``budget_exceeded`` error."""
 
     @field_validator("message", "field", "tool_call_id", "tool_name", mode="after")
     @classmethod
