@@ -216,6 +216,9 @@ class LLMRequest(WireModel):
     mode: str
     messages: list[ChatMessage]
     tools: list[ToolDefinition] = Field(default_factory=list)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    """The most tokens the reply may hold (``PipelineOptions.max_output_tokens``); an
+    adapter sends it as the model API's output cap. ``None``: the model's own."""
 
     def replace(
         self,
@@ -224,6 +227,7 @@ class LLMRequest(WireModel):
         mode: str | _Keep = KEEP,
         messages: Sequence[ChatMessage] | _Keep = KEEP,
         tools: Sequence[ToolDefinition] | _Keep = KEEP,
+        max_output_tokens: int | _Keep | None = KEEP,
     ) -> LLMRequest:
         """A copy with the fields given changed: the typed way for a hook to change a
         request (docs/EXTENDING.md "Hooks").
@@ -240,6 +244,7 @@ class LLMRequest(WireModel):
                 ("mode", mode),
                 ("messages", messages),
                 ("tools", tools),
+                ("max_output_tokens", max_output_tokens),
             )
             if value is not KEEP
         }

@@ -10,13 +10,14 @@ changes — is working state that the steps hand to one another.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import InitVar, dataclass, field
+from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, Final, Literal, get_args
 
 from aptix_pipeline.contracts import (
     LLM,
     AgentCatalog,
     AgentExecuteRequest,
+    Budget,
     Caller,
     ChatMessage,
     Clock,
@@ -26,6 +27,7 @@ from aptix_pipeline.contracts import (
     InvokeWarning,
     ModeCatalog,
     PipelineContext,
+    PriceTable,
     Retriever,
     SessionStore,
     SessionTransaction,
@@ -145,6 +147,21 @@ class PipelineOptions:
       never finished becomes when its tool is not declared idempotent: ``"fail"``
       (the only policy yet) — a tool error ``tool_possibly_executed``.
 
+    Usage, cost and budgets (docs/BUDGETS.md, issue 31):
+
+    - ``usage_ledger``: keep every model call's usage in the store's
+      ``UsageLedger`` when the store has one (default ``True``); budgets need it.
+    - ``prices``: the ``PriceTable`` each call's cost comes from; ``None``: no
+      prices, so every call is unpriced (counted as such, never as free).
+    - ``budgets``: the ``Budget``s checked before each model call (reserving the
+      call's estimate, settled after it); a call that would exceed one is not
+      made and the turn ends with ``budget_exceeded``.
+    - ``max_output_tokens``: the output cap each model call is sent with
+      (``LLMRequest.max_output_tokens``); ``None`` sends none.
+    - ``output_tokens_estimate``: what a call's output is reckoned at when it
+      has no cap (default 4,096 tokens): its reservation is its prompt's
+      estimated tokens plus its cap, or plus this.
+
     Failures (docs/EXTENDING.md "Hooks and host rules"):
 
     - ``error_detail``: how much of an exception a host's code raised reaches the
@@ -183,9 +200,15 @@ class PipelineOptions:
     tool_ledger: bool = True
     tool_ledger_ttl_seconds: float | None = 604_800.0
     possibly_executed_policy: PossiblyExecutedPolicy = "fail"
+    usage_ledger: bool = True
+    prices: PriceTable | None = None
+    budgets: tuple[Budget, ...] = ()
+    max_output_tokens: int | None = None
+    output_tokens_estimate: int = 4096
     tool_error_detail: InitVar[ErrorDetail | None] = None
 
     def __post_init__(self, tool_error_detail: ErrorDetail | None) -> None:
+        self._spending()
         if min(self.max_input_artifacts, self.max_clipboard_images, self.max_tool_results) < 0:
             raise ValueError("count caps must be 0 or more")
         if min(self.max_images, self.max_image_bytes, self.max_total_image_bytes) < 0:
@@ -250,6 +273,36 @@ class PipelineOptions:
             raise ValueError(
                 f"error_detail must be one of {', '.join(ERROR_DETAILS)}, not {self.error_detail!r}"
             )
+
+    def _spending(self) -> None:
+        """Prices and budgets as models (a recording's options hold them as JSON data),
+        each budget id once; the output cap and estimate positive."""
+        prices = self.prices
+        if prices is not None and not isinstance(prices, PriceTable):
+            object.__setattr__(self, "prices", PriceTable.model_validate(prices))
+        budgets = tuple(
+            budget if isinstance(budget, Budget) else Budget.model_validate(budget)
+            for budget in self.budgets
+        )
+        object.__setattr__(self, "budgets", budgets)
+        seen: set[str] = set()
+        for budget in budgets:
+            if budget.id in seen:
+                raise ValueError(f"budgets: id {budget.id!r} is given twice")
+            seen.add(budget.id)
+        if self.max_output_tokens is not None and self.max_output_tokens < 1:
+            raise ValueError("max_output_tokens must be 1 or more, or None for no cap")
+        if self.output_tokens_estimate < 0:
+            raise ValueError("output_tokens_estimate must be 0 or more")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as JSON data (a recording keeps them so; ``PipelineOptions(**d)``
+        reads them back)."""
+        data = {name.name: getattr(self, name.name) for name in fields(self)}
+        prices = self.prices
+        data["prices"] = None if prices is None else prices.model_dump(mode="json")
+        data["budgets"] = [budget.model_dump(mode="json") for budget in self.budgets]
+        return data
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,23 +3,32 @@
 Same behaviour as the SQLite store — scoped reads, one atomic commit per turn,
 optimistic version checks — minus durability. ``apply`` runs without awaiting,
 so within one event loop it is atomic. It is a ``ToolLedger`` too
-(``contracts/ledger.py``), its entries as lasting as the store.
+(``contracts/ledger.py``), its entries as lasting as the store, and a
+``UsageLedger`` (``contracts/usage.py``): each org's model calls in the order of
+their time, so a window's calls are found by bisection.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime
+from decimal import Decimal
 
 from aptix_pipeline.contracts import (
+    BudgetCheck,
     ChatMessage,
     LedgerEntry,
+    ReserveOutcome,
     Session,
     StoreConflictError,
     StoredOutcome,
     Transcript,
     Turn,
     TurnStatus,
+    UsageCall,
+    UsageQuery,
 )
 
 from .session_browser import (
@@ -31,6 +40,7 @@ from .session_browser import (
     turn_order,
 )
 from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable
+from .usage_ledger import check_reservation
 
 __all__ = ["MemoryStore"]
 
@@ -55,6 +65,10 @@ class MemoryStore:
         """Stored outcomes by org, user and key; an expired one stays until replaced."""
         self._ledger: dict[tuple[str, str, str], LedgerEntry] = {}
         """Tool ledger entries by org, user and key."""
+        self._usage: dict[str, list[UsageCall]] = {}
+        """Each org's model calls, ordered by ``at`` (``UsageLedger``)."""
+        self._usage_index: dict[str, UsageCall] = {}
+        """Every model call by id."""
 
     def begin(self, org: str, user: str) -> BufferedTransaction:
         """Start one turn's transaction for this caller."""
@@ -142,6 +156,56 @@ class MemoryStore:
             del self._ledger[key]
         return len(old)
 
+    # --- UsageLedger (contracts/usage.py): no await, so each call is atomic -----------
+
+    async def reserve_usage(
+        self,
+        call: UsageCall,
+        checks: Sequence[BudgetCheck],
+        settle: Sequence[UsageCall] = (),
+    ) -> ReserveOutcome:
+        """See ``UsageLedger``."""
+        self._settle(settle)
+        calls = self._usage.get(call.org, [])
+        used: dict[str, Decimal] = {}
+        oldest: dict[str, datetime | None] = {}
+        for check in checks:
+            start = 0 if check.since is None else bisect_left(calls, check.since, key=_at)
+            counted = [held for held in calls[start:] if check.matches(held)]
+            used[check.budget_id] = sum(
+                (held.charge.of(check.metric) for held in counted), Decimal(0)
+            )
+            oldest[check.budget_id] = counted[0].at if counted else None
+        outcome = check_reservation(checks, used, oldest)
+        if outcome.reserved:
+            self._keep(call)
+        return outcome
+
+    async def settle_usage(self, calls: Sequence[UsageCall]) -> None:
+        """See ``UsageLedger``."""
+        self._settle(calls)
+
+    async def usage_calls(self, query: UsageQuery) -> list[UsageCall]:
+        """See ``UsageLedger``."""
+        calls = self._usage.get(query.org, [])
+        start = 0 if query.since is None else bisect_left(calls, query.since, key=_at)
+        return [call for call in calls[start:] if query.matches(call)]
+
+    def _settle(self, calls: Sequence[UsageCall]) -> None:
+        for call in calls:
+            held = self._usage_index.get(call.id)
+            if held is not None:
+                org_calls = self._usage[held.org]
+                at = bisect_left(org_calls, held.at, key=_at)
+                while org_calls[at] is not held:
+                    at += 1
+                del org_calls[at]
+            self._keep(call)
+
+    def _keep(self, call: UsageCall) -> None:
+        self._usage_index[call.id] = call
+        insort(self._usage.setdefault(call.org, []), call, key=_at)
+
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 
     async def list_owners(
@@ -226,3 +290,7 @@ class MemoryStore:
             self._transcript_turns.setdefault(session_id, []).append(turn_id)
         for outcome in writes.outcomes:
             self._outcomes[(writes.org, writes.user, outcome.key)] = outcome
+
+
+def _at(call: UsageCall) -> datetime:
+    return call.at

@@ -30,7 +30,7 @@ import json
 import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar, cast
 
@@ -83,7 +83,7 @@ def config_digest(ports: Ports, options: PipelineOptions) -> str:
     so two hosts with different mode or agent configuration differ here.
     """
     data = {
-        "options": asdict(options),
+        "options": options.to_dict(),
         "server_tools": sorted(ports.tools),
         "provider_name": provider_name_of(ports.llm),
         "ports": {
@@ -338,7 +338,7 @@ class RecordingTap:
             request=request_record(request),
             caller={"org": caller.org, "user": caller.user},
             initial_mode=initial_mode,
-            options=asdict(options),
+            options=options.to_dict(),
             config_digest=digest,
             calls=tuple(self.calls),
             trace=trace,

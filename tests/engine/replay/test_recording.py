@@ -21,7 +21,7 @@ import base64
 import json
 import logging
 import re
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +217,7 @@ async def test_the_recording_names_engine_caller_mode_options_and_what_the_ports
     assert recording.engine_version == __version__
     assert recording.caller == {"org": "acme", "user": "ana"}
     assert recording.initial_mode == "review"
-    assert recording.options == asdict(options)
+    assert recording.options == options.to_dict()
     assert recording.pipeline_options() == options
     assert recording.server_tools == ("Add", "Multiply", "review_checklist")
     assert recording.config_digest.startswith("sha256:")
