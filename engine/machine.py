@@ -56,7 +56,13 @@ from typing import Any
 
 from statemachine import State, StateChart
 
-from aptix_pipeline.contracts import ContextType, InvokeError, PipelineStep, scrubbed_logger
+from aptix_pipeline.contracts import (
+    ContextType,
+    InvokeError,
+    PipelineStep,
+    UnpricedPolicy,
+    scrubbed_logger,
+)
 from aptix_pipeline.steps import (
     MAX_RULE_DETAIL_CHARS,
     PROPAGATED,
@@ -68,8 +74,12 @@ from aptix_pipeline.steps import (
     check_round_limit,
     complete_turn,
     error_text,
+    model_request,
+    reserve_call,
 )
 from aptix_pipeline.validators import (
+    BUDGET_UNPRICED,
+    BUDGET_WITHIN,
     ContextSnapshot,
     HostRule,
     HostRules,
@@ -371,6 +381,44 @@ _LLM_CLIENT_POST_DEFERRED = CheckRecord(
 )
 
 
+_BUDGET_RULES = (BUDGET_WITHIN.id, BUDGET_UNPRICED.id)
+_BUDGET_PASSED = CheckRecord(PipelineStep.LLM_CLIENT.value, "PRE", _BUDGET_RULES)
+
+
+def within_budget(model: TurnRun) -> Awaitable[None] | None:
+    """The guard of ``llm_client``: reserve the model call against the budgets
+    (``DESIGN/budget/within``, ``DESIGN/budget/unpriced``; ``steps/budget.py``).
+
+    Nothing to await for a turn that keeps no usage. A turn with budgets, or whose
+    prices refuse unpriced calls, records the check; one that only keeps usage
+    reserves without a check to record.
+    """
+    scope = model.scope
+    if scope.ports.usage is None:
+        return None
+    return _reserve(model)
+
+
+async def _reserve(model: TurnRun) -> None:
+    scope = model.scope
+    request = model_request(scope)
+    scope.next_request = None if scope.resumed else request  # resumed calls add messages
+    options = scope.options
+    prices = options.prices
+    checked = bool(options.budgets) or (
+        prices is not None and prices.unknown is UnpricedPolicy.REFUSE
+    )
+    try:
+        await reserve_call(scope, request)
+    except StepFaultError as fault:
+        if checked:
+            failed = tuple(error.rule_id for error in fault.errors if error.rule_id)
+            model.check_ran(CheckRecord(_BUDGET_PASSED.step, "PRE", _BUDGET_RULES, failed))
+        raise
+    if checked:
+        model.check_ran(_BUDGET_PASSED)
+
+
 def within_round_limit(model: TurnRun) -> None:
     """The guard of ``server_tool_round``: ``max_server_tool_rounds`` (DESIGN.md R5)."""
     check_round_limit(model.scope)
@@ -545,7 +593,7 @@ class TurnMachine(StateChart[TurnRun]):
     # §4.9 LLMClient
     llm_client = reasoning.to(
         llm_answered,
-        validators=pre(PipelineStep.LLM_CLIENT),
+        validators=[pre(PipelineStep.LLM_CLIENT), within_budget],
         on=run(PipelineStep.LLM_CLIENT),
         after=post_llm_client_once_settled,
     )

@@ -45,6 +45,8 @@ from aptix_pipeline.contracts import (
     PipelineContext,
     PipelineStep,
     ToolLedger,
+    UnpricedPolicy,
+    UsageLedger,
     scrubbed_logger,
 )
 from aptix_pipeline.steps import (
@@ -132,6 +134,30 @@ def _ledgered(ports: Ports, options: PipelineOptions) -> Ports:
         return ports
     tools = ledgered_tools(ports.tools, ports.store, ports.clock, options.possibly_executed_policy)
     return replace(ports, tools=tools)
+
+
+def _usage_kept(ports: Ports, options: PipelineOptions) -> Ports:
+    """``ports`` with the usage ledger the turn keeps its model calls in: the host's
+    ``Ports.usage``, else the store when it is a ``UsageLedger``; none when
+    ``options.usage_ledger`` is off (docs/BUDGETS.md).
+
+    Raises ``ValueError`` when budgets, or prices that refuse unpriced calls, are set
+    and there is no ledger to check them against.
+    """
+    usage = ports.usage
+    if usage is None and isinstance(ports.store, UsageLedger):
+        usage = ports.store
+    if not options.usage_ledger:
+        usage = None
+    prices = options.prices
+    refuses = prices is not None and prices.unknown is UnpricedPolicy.REFUSE
+    if usage is None and (options.budgets or refuses):
+        what = "budgets" if options.budgets else 'prices with unknown = "refuse"'
+        raise ValueError(
+            f"{what} need a usage ledger: a store that is a UsageLedger (memory, SQLite, "
+            "PostgreSQL) or Ports.usage, with PipelineOptions.usage_ledger on"
+        )
+    return ports if usage is ports.usage else replace(ports, usage=usage)
 
 
 def _guarded(ports: Ports, detail: ErrorDetail) -> Ports:
@@ -263,7 +289,7 @@ class Pipeline:
         self._host_guards = host_guards(self.rules)
         # The ledger wraps the host's server tools, and the hooks wrap them; interceptors
         # (a recording's tap) and the turn see them so (docs/TOOLS.md "Exactly once").
-        ledgered = _ledgered(ports, self.options)
+        ledgered = _usage_kept(_ledgered(ports, self.options), self.options)
         self._turn_ports = hooked_ports(ledgered, hooks, detail) if hooks is not None else ledgered
         self.runtime: Runtime = runtime
         self.telemetry = (telemetry or Telemetry()).resolved()

@@ -46,6 +46,7 @@ from aptix_pipeline.steps import (
     exception_type,
     internal_text,
     runtime_error_in,
+    settle_turn,
     traceback_text,
 )
 from aptix_pipeline.validators import TURN_CANCELLED, TURN_DEADLINE
@@ -669,6 +670,8 @@ async def walk(
             if stop is not None:
                 stop._attach(None)
         await walking.advance()
+    if model.scope.unsettled or model.scope.reserved is not None:
+        await settle_turn(model.scope)  # the request's last model call (steps/budget.py)
     return Walked(tuple(walking.states), walking.errors, walking.faulted_step)
 
 

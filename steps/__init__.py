@@ -16,6 +16,14 @@ from aptix_pipeline.contracts import PipelineStep
 from .agent_context_loader import agent_context_loader
 from .agent_context_resolver import agent_context_resolver
 from .agent_session_creator import agent_session_creator
+from .budget import (
+    IMAGE_TOKENS,
+    budget_checks,
+    call_estimate,
+    estimate_prompt_tokens,
+    reserve_call,
+    settle_turn,
+)
 from .client_tool_continuation_resolver import client_tool_continuation_resolver
 from .completion import complete_turn
 from .exception_text import (
@@ -47,7 +55,7 @@ from .hooks import (
     hooked_ports,
     hooked_tools,
 )
-from .llm_client import check_round_limit, llm_client
+from .llm_client import check_round_limit, llm_client, model_request
 from .mode_change import AGENT_CHANGE_MODE
 from .prompt_content_provider_initializer import prompt_content_provider_initializer
 from .reasoner import reasoner
@@ -82,6 +90,7 @@ from .tool_records import ModeChange, RejectionKind, ToolCallFate, ToolCallRecor
 __all__ = [
     "AGENT_CHANGE_MODE",
     "ERROR_DETAILS",
+    "IMAGE_TOKENS",
     "MAX_IDEMPOTENCY_TTL_SECONDS",
     "MAX_RULE_DETAIL_CHARS",
     "POSSIBLY_EXECUTED_POLICIES",
@@ -117,6 +126,8 @@ __all__ = [
     "TranscriptPolicy",
     "TurnScope",
     "bounded",
+    "budget_checks",
+    "call_estimate",
     "check_round_limit",
     "collection_of",
     "complete_turn",
@@ -124,16 +135,20 @@ __all__ = [
     "described",
     "encode_ledger_result",
     "error_text",
+    "estimate_prompt_tokens",
     "exception_type",
     "hooked_llm",
     "hooked_ports",
     "hooked_tools",
     "internal_text",
     "ledgered_tools",
+    "model_request",
     "port_failed",
     "propagate_also",
+    "reserve_call",
     "run_ledgered",
     "runtime_error_in",
+    "settle_turn",
     "tool_call_key",
     "traceback_text",
 ]

@@ -76,6 +76,7 @@ from aptix_pipeline.validators import (
     utf8_text,
 )
 
+from .budget import call_settled, round_needed
 from .exception_text import PROPAGATED, ErrorDetail, error_text, exception_type, traceback_text
 from .faults import StepFaultError
 from .hooks import HookFailedError, hook_fault
@@ -92,6 +93,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_round_limit",
     "llm_client",
+    "model_request",
     "reply_size",
     "system_message",
 ]
@@ -221,14 +223,21 @@ def _interrupted(error: BaseException, detail: ErrorDetail) -> StepFaultError:
     )
 
 
-async def _ask_model(scope: TurnScope) -> LLMReply:
-    ctx, options = scope.ctx, scope.options
-    request = LLMRequest(
+def model_request(scope: TurnScope) -> LLMRequest:
+    """The request of the turn's next model call: its messages so far, its tools."""
+    ctx = scope.ctx
+    return LLMRequest(
         model=ctx.agent_context.model if ctx.agent_context else None,
         mode=ctx.mode or "",
         messages=[system_message(scope), *scope.messages],
         tools=scope.advertised_tools,
+        max_output_tokens=scope.options.max_output_tokens,
     )
+
+
+async def _ask_model(scope: TurnScope) -> LLMReply:
+    options = scope.options
+    request, scope.next_request = scope.next_request or model_request(scope), None
     attempts = 1
     llm = scope.ports.llm
     limit = options.max_model_reply_chars
@@ -628,7 +637,12 @@ async def llm_client(scope: TurnScope) -> None:
             _await_client(scope, scope.paused, None)
             return
     scope.llm_calls += 1
-    reply = await _ask_model(scope)
+    try:
+        reply = await _ask_model(scope)
+    except BaseException:
+        call_settled(scope, None)
+        raise
+    call_settled(scope, reply)
     _add_usage(scope, reply.usage)
     _remember(
         scope,
@@ -664,3 +678,4 @@ async def llm_client(scope: TurnScope) -> None:
         _await_client(scope, [*scope.paused, *client_calls], reply.text)
     else:
         scope.another_round = True
+        round_needed(scope)

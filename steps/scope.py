@@ -25,6 +25,7 @@ from aptix_pipeline.contracts import (
     FileStore,
     IdSource,
     InvokeWarning,
+    LLMRequest,
     ModeCatalog,
     PipelineContext,
     PriceTable,
@@ -37,6 +38,8 @@ from aptix_pipeline.contracts import (
     ToolInvocation,
     ToolResult,
     Usage,
+    UsageCall,
+    UsageLedger,
 )
 
 from .exception_text import ERROR_DETAILS, ErrorDetail
@@ -83,6 +86,10 @@ class Ports:
     tools: Mapping[str, ToolExecutor] = field(default_factory=dict)
     files: FileStore | None = None
     retriever: Retriever | None = None
+    usage: UsageLedger | None = None
+    """Where each model call's usage is reserved and settled against budgets
+    (``contracts/usage.py``); the pipeline sets it to the store when the store is one
+    and ``PipelineOptions.usage_ledger`` holds. ``None``: usage is not kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +349,12 @@ class TurnScope:
     llm_calls: int = 0
     another_round: bool = False
     usage: Usage | None = None
+    reserved: UsageCall | None = None
+    """The model call reserved against budgets and not yet made (``steps/budget.py``)."""
+    unsettled: list[UsageCall] = field(default_factory=list)
+    """Model calls made and not yet settled in the usage ledger."""
+    next_request: LLMRequest | None = None
+    """The model request the budget guard reckoned, for the call to send as is."""
     server_results: list[ToolResult] = field(default_factory=list)
     files: list[FileRef] = field(default_factory=list)
     paused: list[ToolCall] = field(default_factory=list)

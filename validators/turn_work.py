@@ -18,6 +18,8 @@ from aptix_pipeline.contracts import ErrorCode
 from .rules import Rule, rule
 
 __all__ = [
+    "BUDGET_UNPRICED",
+    "BUDGET_WITHIN",
     "INITIAL_MODE_KNOWN",
     "MODEL_REPLY_SIZE",
     "MODE_KNOWN",
@@ -139,6 +141,23 @@ SERVER_TOOL_TIMEOUT = rule(
     "a server tool must answer within PipelineOptions.server_tool_timeout_seconds; one that "
     "does not fails as a tool that raised, and the model is told so",
     ErrorCode.PORT_FAILED,
+    module=__name__,
+)
+BUDGET_WITHIN = rule(
+    "DESIGN/budget/within",
+    "issue 31, docs/BUDGETS.md",
+    "a model call is made only when its estimate (the prompt's tokens plus the call's "
+    "output cap) fits every budget that applies to the caller and mode; otherwise the "
+    "turn ends with budget_exceeded, naming the budget, its window and what remains",
+    ErrorCode.BUDGET_EXCEEDED,
+    module=__name__,
+)
+BUDGET_UNPRICED = rule(
+    "DESIGN/budget/unpriced",
+    "issue 31, docs/BUDGETS.md",
+    'with [prices] unknown = "refuse", a model without a price is not called: the turn '
+    "ends with budget_exceeded",
+    ErrorCode.BUDGET_EXCEEDED,
     module=__name__,
 )
 TOOL_POSSIBLY_EXECUTED = rule(
