@@ -41,11 +41,11 @@ from aptix_pipeline.contracts import (
     Charge,
     ChatMessage,
     ErrorCode,
+    ImagePart,
     InvokeError,
     LLMReply,
     LLMRequest,
     PriceTable,
-    TextPart,
     UnpricedPolicy,
     Usage,
     UsageCall,
@@ -79,19 +79,12 @@ MESSAGE_TOKENS = 4
 
 
 def _message_chars(message: ChatMessage) -> tuple[int, int]:
-    content = message.content
-    chars = images = 0
-    if isinstance(content, str):
-        chars = len(content)
-    else:
-        for part in content:
-            if isinstance(part, TextPart):
-                chars += len(part.text)
-            else:
-                images += 1
+    """A message's characters (its text; an image's reference too) and its images."""
+    chars = len(message.content) + len(message.tool_call_id or "")
     for call in message.tool_calls or ():
         chars += len(call.name) + len(call.arguments_json) + len(call.tool_call_id)
-    return chars + len(message.tool_call_id or ""), images
+    images = sum(1 for part in message.parts or () if isinstance(part, ImagePart))
+    return chars, images
 
 
 def estimate_prompt_tokens(request: LLMRequest) -> int:
