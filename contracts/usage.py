@@ -16,6 +16,12 @@
   counts (``matches``), its limit and what the call would add.
 - ``ReserveOutcome`` — what the store answers a reservation.
 - ``UsageQuery`` — which calls a report reads.
+``Charge``, ``UsageCall``, ``BudgetCheck``, ``ReserveOutcome`` and ``UsageQuery`` are
+frozen dataclasses, not wire models: they are made several times per model call, and
+a dataclass costs a tenth of a validated model (issue 31's ≤ 5 % target). Where they
+travel as JSON (a recording, a durable turn's activity) pydantic's ``TypeAdapter``
+reads and writes them, validating their types.
+
 - ``UsageLedger`` — the port: ``reserve_usage`` (settle the previous call of the
   turn, then reserve the next one if every check holds: one atomic step, one round
   trip), ``settle_usage`` and ``usage_calls``. The memory, SQLite and PostgreSQL
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
@@ -97,16 +104,22 @@ class Price(FrozenWireModel):
         Cached input tokens are part of ``input_tokens`` (as OpenAI reports them): they
         are priced at ``cached_input_per_million`` and the rest at ``input_per_million``.
         """
-        cached = min(usage.cached_input_tokens or 0, usage.input_tokens)
+        return self.tokens_cost(
+            usage.input_tokens, usage.output_tokens, usage.cached_input_tokens or 0
+        )
+
+    def tokens_cost(self, input_tokens: int, output_tokens: int, cached: int = 0) -> Decimal:
+        """The exact cost of so many tokens (``cached`` of the input ones) at this price."""
+        cached = min(cached, input_tokens)
         cached_price = (
             self.input_per_million
             if self.cached_input_per_million is None
             else self.cached_input_per_million
         )
         total = (
-            Decimal(usage.input_tokens - cached) * self.input_per_million
-            + Decimal(cached) * cached_price
-            + Decimal(usage.output_tokens) * self.output_per_million
+            (input_tokens - cached) * self.input_per_million
+            + cached * cached_price
+            + output_tokens * self.output_per_million
         )
         return total / MILLION
 
@@ -286,21 +299,23 @@ class Budget(FrozenWireModel):
         return f"per {self.window.value} (UTC)"
 
 
-class Charge(FrozenWireModel):
+@dataclass(frozen=True, slots=True)
+class Charge:
     """What one model call counts against budgets, metric by metric."""
 
-    tokens: int = Field(default=0, ge=0)
-    cost: Decimal = Field(default=Decimal(0), ge=0)
-    model_calls: int = Field(default=0, ge=0)
-    tool_calls: int = Field(default=0, ge=0)
-    server_tool_rounds: int = Field(default=0, ge=0)
+    tokens: int = 0
+    cost: Decimal = Decimal(0)
+    model_calls: int = 0
+    tool_calls: int = 0
+    server_tool_rounds: int = 0
 
     def of(self, metric: BudgetMetric) -> Decimal:
         """The charge's amount of ``metric``."""
         return Decimal(getattr(self, metric.value))
 
 
-class UsageCall(FrozenWireModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageCall:
     """One model call in the usage ledger (one row of a store's usage table).
 
     Reserved (``settled`` is ``False``) before the call, with its estimate as
@@ -320,27 +335,28 @@ class UsageCall(FrozenWireModel):
     mode: str
     model: str | None = None
     at: datetime
-    round: int = Field(default=1, ge=1)
+    round: int = 1
     step: str = "llm_client"
     settled: bool = False
-    charge: Charge = Field(default_factory=Charge)
+    charge: Charge = field(default_factory=Charge)
     reported: bool = False
-    input_tokens: int = Field(default=0, ge=0)
-    output_tokens: int = Field(default=0, ge=0)
-    cached_input_tokens: int = Field(default=0, ge=0)
-    reasoning_tokens: int = Field(default=0, ge=0)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    reasoning_tokens: int = 0
     priced: bool = False
     cost: Decimal | None = None
     currency: str | None = None
     """The currency of the call's price (of its estimate while reserved); ``None``
     when the call is unpriced."""
-    tool_calls: int = Field(default=0, ge=0)
+    tool_calls: int = 0
     server_tool_round: bool = False
     failed: bool = False
     """The call failed: nothing came back, nothing is charged but the call itself."""
 
 
-class BudgetCheck(FrozenWireModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetCheck:
     """One budget as a store checks it before a call.
 
     The calls it counts are those of ``org`` that ``matches``: of ``user`` and of
@@ -359,6 +375,9 @@ class BudgetCheck(FrozenWireModel):
     turn_id: str | None = None
     since: datetime | None = None
     currency: str | None = None
+    window: BudgetWindow | None = None
+    """The budget's window, for a store that keeps running totals: a calendar window's
+    ``since`` stays the same call after call (a rolling one's moves with the clock)."""
 
     def matches(self, call: UsageCall) -> bool:
         """Whether ``call`` counts against this budget."""
@@ -376,7 +395,8 @@ class BudgetCheck(FrozenWireModel):
         return call.charge.of(self.metric) if self.matches(call) else Decimal(0)
 
 
-class ReserveOutcome(FrozenWireModel):
+@dataclass(frozen=True, slots=True)
+class ReserveOutcome:
     """A store's answer to ``reserve_usage``.
 
     ``reserved``: every check held and the call is reserved. ``used`` is what each
@@ -386,12 +406,13 @@ class ReserveOutcome(FrozenWireModel):
     """
 
     reserved: bool
-    used: Mapping[str, Decimal] = Field(default_factory=dict)
+    used: Mapping[str, Decimal] = field(default_factory=dict)
     refused_by: str | None = None
     oldest: datetime | None = None
 
 
-class UsageQuery(FrozenWireModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageQuery:
     """Which calls a usage report reads: always one org's, and within it as narrowed."""
 
     org: str

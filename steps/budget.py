@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
 
@@ -46,8 +47,8 @@ from aptix_pipeline.contracts import (
     LLMReply,
     LLMRequest,
     PriceTable,
+    ToolDefinition,
     UnpricedPolicy,
-    Usage,
     UsageCall,
     scrubbed_logger,
 )
@@ -65,7 +66,6 @@ __all__ = [
     "estimate_prompt_tokens",
     "refusal",
     "reserve_call",
-    "round_needed",
     "settle_turn",
 ]
 
@@ -87,6 +87,27 @@ def _message_chars(message: ChatMessage) -> tuple[int, int]:
     return chars, images
 
 
+_TOOL_CHARS: dict[int, tuple[ToolDefinition, int]] = {}
+"""Each tool definition's characters by ``id``, the definition kept so its ``id`` stays
+its own: a catalog hands out the same definitions turn after turn."""
+_TOOL_CHARS_KEPT = 4096
+
+
+def _tool_chars(tool: ToolDefinition) -> int:
+    held = _TOOL_CHARS.get(id(tool))
+    if held is not None and held[0] is tool:
+        return held[1]
+    size = len(tool.name) + len(tool.description) + len(json.dumps(tool.parameters))
+    if len(_TOOL_CHARS) >= _TOOL_CHARS_KEPT:
+        _TOOL_CHARS.clear()
+    _TOOL_CHARS[id(tool)] = (tool, size)
+    return size
+
+
+def _tokens(chars: int, messages: int, images: int) -> int:
+    return math.ceil(chars / CHARS_PER_TOKEN) + MESSAGE_TOKENS * messages + IMAGE_TOKENS * images
+
+
 def estimate_prompt_tokens(request: LLMRequest) -> int:
     """The tokens ``request``'s prompt is reckoned at: its text (messages, tool calls,
     tool definitions) at four characters a token, each message's framing, and
@@ -96,13 +117,29 @@ def estimate_prompt_tokens(request: LLMRequest) -> int:
         more, pictures = _message_chars(message)
         chars += more
         images += pictures
+    chars += sum(_tool_chars(tool) for tool in request.tools)
+    return _tokens(chars, len(request.messages), images)
+
+
+def _reckoned(scope: TurnScope, request: LLMRequest) -> int:
+    """``estimate_prompt_tokens(request)`` for the turn's next call, counting only what
+    is new since its last: the turn's messages only grow, and its tools are the same
+    objects call after call. ``request`` is ``[system, *scope.messages]``."""
+    reckoning = scope.reckoning
+    messages = scope.messages
+    counted, chars, images = reckoning.messages, reckoning.chars, reckoning.images
+    if counted and (counted > len(messages) or messages[counted - 1] is not reckoning.last):
+        counted = chars = images = 0  # the messages were replaced, not added to: count anew
+    for message in messages[counted:]:
+        more, pictures = _message_chars(message)
+        chars += more
+        images += pictures
+    reckoning.messages, reckoning.chars, reckoning.images = len(messages), chars, images
+    reckoning.last = messages[-1] if messages else None
+    system, _ = _message_chars(request.messages[0])
     for tool in request.tools:
-        chars += len(tool.name) + len(tool.description) + len(json.dumps(tool.parameters))
-    return (
-        math.ceil(chars / CHARS_PER_TOKEN)
-        + MESSAGE_TOKENS * len(request.messages)
-        + IMAGE_TOKENS * images
-    )
+        chars += _tool_chars(tool)
+    return _tokens(chars + system, len(messages) + 1, images)
 
 
 def call_estimate(
@@ -110,15 +147,17 @@ def call_estimate(
 ) -> tuple[Charge, str | None]:
     """What a call of ``request`` is reserved at, and the currency of its price
     (``None``: unpriced)."""
-    prompt = estimate_prompt_tokens(request)
+    return _estimate(estimate_prompt_tokens(request), request, prices, output_estimate)
+
+
+def _estimate(
+    prompt: int, request: LLMRequest, prices: PriceTable | None, output_estimate: int
+) -> tuple[Charge, str | None]:
     output = request.max_output_tokens or output_estimate
-    priced = None if prices is None else prices.cost(request.model, _usage(prompt, output))
-    cost, currency = (Decimal(0), None) if priced is None else priced
+    price = None if prices is None else prices.price(request.model)
+    cost = Decimal(0) if price is None else price.tokens_cost(prompt, output)
+    currency = None if price is None else price.currency
     return Charge(tokens=prompt + output, cost=cost, model_calls=1), currency
-
-
-def _usage(prompt: int, output: int) -> Usage:
-    return Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output)
 
 
 def budget_checks(
@@ -157,6 +196,7 @@ def budget_checks(
                 turn_id=turn_id if budget.window is BudgetWindow.TURN else None,
                 since=budget.window_start(now),
                 currency=budget.currency,
+                window=budget.window,
             )
         )
     return checks
@@ -207,9 +247,13 @@ def refusal(
 
 def _call_request(scope: TurnScope, request: LLMRequest) -> UsageCall:
     ctx, caller = scope.ctx, scope.caller
-    charge, currency = call_estimate(
-        request, scope.options.prices, scope.options.output_tokens_estimate
+    options = scope.options
+    prompt = (
+        _reckoned(scope, request)
+        if len(request.messages) == len(scope.messages) + 1
+        else estimate_prompt_tokens(request)
     )
+    charge, currency = _estimate(prompt, request, options.prices, options.output_tokens_estimate)
     session_id = ctx.session.id if ctx.session is not None else ""
     turn_id = ctx.turn.id if ctx.turn is not None else ""
     round_ = scope.llm_calls + 1
@@ -286,72 +330,67 @@ async def reserve_call(scope: TurnScope, request: LLMRequest) -> None:
 
 def call_settled(scope: TurnScope, reply: LLMReply | None) -> UsageCall | None:
     """The reserved call with what it actually took (``reply``; ``None``: the call
-    failed); kept to be settled with the next reservation or at the turn's end."""
+    failed); kept to be settled with the next reservation or at the turn's end. Called
+    once the step has handled the reply, so ``scope.another_round`` says whether it
+    needed a server-tool round."""
     call, scope.reserved = scope.reserved, None
     if call is None:
         return None
     if reply is None:
-        settled = call.model_copy(
-            update={"settled": True, "failed": True, "charge": Charge(), "currency": None}
-        )
+        settled = replace(call, settled=True, failed=True, charge=Charge(), currency=None)
     else:
-        settled = _actual(call, reply, scope.options.prices)
+        settled = _actual(call, reply, scope.options.prices, scope.another_round)
     scope.unsettled.append(settled)
     return settled
 
 
-def round_needed(scope: TurnScope) -> None:
-    """The call just settled needs a server-tool round: it counts one."""
-    if scope.unsettled and scope.another_round:
-        call = scope.unsettled[-1]
-        scope.unsettled[-1] = call.model_copy(
-            update={
-                "server_tool_round": True,
-                "charge": call.charge.model_copy(update={"server_tool_rounds": 1}),
-            }
-        )
-
-
-def _actual(call: UsageCall, reply: LLMReply, prices: PriceTable | None) -> UsageCall:
+def _actual(
+    call: UsageCall, reply: LLMReply, prices: PriceTable | None, round_needed: bool
+) -> UsageCall:
     usage = reply.usage
     model = reply.model or call.model
     tool_calls = len(reply.tool_calls)
+    rounds = 1 if round_needed else 0
     if usage is None:  # unreported: its estimate's tokens stand, its cost is unknown
-        return call.model_copy(
-            update={
-                "settled": True,
-                "model": model,
-                "cost": None,
-                "priced": False,
-                "currency": None,
-                "tool_calls": tool_calls,
-                "charge": call.charge.model_copy(
-                    update={"cost": Decimal(0), "tool_calls": tool_calls}
-                ),
-            }
+        return replace(
+            call,
+            settled=True,
+            model=model,
+            cost=None,
+            priced=False,
+            currency=None,
+            tool_calls=tool_calls,
+            server_tool_round=round_needed,
+            charge=Charge(
+                tokens=call.charge.tokens,
+                model_calls=1,
+                tool_calls=tool_calls,
+                server_tool_rounds=rounds,
+            ),
         )
     priced = None if prices is None else prices.cost(model, usage)
     cost, currency = (None, None) if priced is None else priced
-    return call.model_copy(
-        update={
-            "settled": True,
-            "model": model,
-            "reported": True,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "cached_input_tokens": usage.cached_input_tokens or 0,
-            "reasoning_tokens": usage.reasoning_tokens or 0,
-            "priced": priced is not None,
-            "cost": cost,
-            "currency": currency,
-            "tool_calls": tool_calls,
-            "charge": Charge(
-                tokens=usage.input_tokens + usage.output_tokens,
-                cost=cost or Decimal(0),
-                model_calls=1,
-                tool_calls=tool_calls,
-            ),
-        }
+    return replace(
+        call,
+        settled=True,
+        model=model,
+        reported=True,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_input_tokens=usage.cached_input_tokens or 0,
+        reasoning_tokens=usage.reasoning_tokens or 0,
+        priced=priced is not None,
+        cost=cost,
+        currency=currency,
+        tool_calls=tool_calls,
+        server_tool_round=round_needed,
+        charge=Charge(
+            tokens=usage.input_tokens + usage.output_tokens,
+            cost=cost or Decimal(0),
+            model_calls=1,
+            tool_calls=tool_calls,
+            server_tool_rounds=rounds,
+        ),
     )
 
 

@@ -76,7 +76,7 @@ from aptix_pipeline.validators import (
     utf8_text,
 )
 
-from .budget import call_settled, round_needed
+from .budget import call_settled
 from .exception_text import PROPAGATED, ErrorDetail, error_text, exception_type, traceback_text
 from .faults import StepFaultError
 from .hooks import HookFailedError, hook_fault
@@ -630,7 +630,6 @@ def _await_client(scope: TurnScope, calls: list[ToolCall], text: str | None) -> 
 
 async def llm_client(scope: TurnScope) -> None:
     """Call the model once and settle its reply into an outcome or another round."""
-    ctx = scope.ctx
     if scope.resumed:  # a continuation answering paused server calls: they finish first
         await _resume_paused(scope)
         if scope.paused:  # paused again: the client answers before the model is asked
@@ -642,7 +641,16 @@ async def llm_client(scope: TurnScope) -> None:
     except BaseException:
         call_settled(scope, None)
         raise
-    call_settled(scope, reply)
+    try:
+        await _settle_reply(scope, reply)
+    finally:
+        if scope.reserved is not None:
+            call_settled(scope, reply)  # what the call took, its round known (D603)
+
+
+async def _settle_reply(scope: TurnScope, reply: LLMReply) -> None:
+    """Settle the model's ``reply`` into an outcome or another round."""
+    ctx = scope.ctx
     _add_usage(scope, reply.usage)
     _remember(
         scope,
@@ -678,4 +686,3 @@ async def llm_client(scope: TurnScope) -> None:
         _await_client(scope, [*scope.paused, *client_calls], reply.text)
     else:
         scope.another_round = True
-        round_needed(scope)

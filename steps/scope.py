@@ -329,6 +329,18 @@ class AnswerKeys:
 
 
 @dataclass(slots=True)
+class Reckoning:
+    """What the turn's messages so far are reckoned at (``steps/budget.py``): how many
+    were counted, their characters and images."""
+
+    messages: int = 0
+    chars: int = 0
+    images: int = 0
+    last: object = None
+    """The last message counted: when it is no longer where it was, all are counted anew."""
+
+
+@dataclass(slots=True)
 class TurnScope:
     """The working state of one turn; see the module docstring."""
 
@@ -355,6 +367,7 @@ class TurnScope:
     """Model calls made and not yet settled in the usage ledger."""
     next_request: LLMRequest | None = None
     """The model request the budget guard reckoned, for the call to send as is."""
+    reckoning: Reckoning = field(default_factory=Reckoning)
     server_results: list[ToolResult] = field(default_factory=list)
     files: list[FileRef] = field(default_factory=list)
     paused: list[ToolCall] = field(default_factory=list)

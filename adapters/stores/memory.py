@@ -15,9 +15,11 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from aptix_pipeline.contracts import (
     BudgetCheck,
+    BudgetWindow,
     ChatMessage,
     LedgerEntry,
     ReserveOutcome,
@@ -69,6 +71,10 @@ class MemoryStore:
         """Each org's model calls, ordered by ``at`` (``UsageLedger``)."""
         self._usage_index: dict[str, UsageCall] = {}
         """Every model call by id."""
+        self._usage_turns: dict[str, list[UsageCall]] = {}
+        """Each turn's model calls."""
+        self._totals: dict[str, dict[tuple[object, ...], list[Any]]] = {}
+        """Each org's running totals of calendar-window checks: ``[check, total]``."""
 
     def begin(self, org: str, user: str) -> BufferedTransaction:
         """Start one turn's transaction for this caller."""
@@ -164,18 +170,15 @@ class MemoryStore:
         checks: Sequence[BudgetCheck],
         settle: Sequence[UsageCall] = (),
     ) -> ReserveOutcome:
-        """See ``UsageLedger``."""
+        """See ``UsageLedger``. A call whose id is already kept was reserved by an
+        earlier try of the same reservation: it stands, and nothing is added."""
         self._settle(settle)
-        calls = self._usage.get(call.org, [])
+        if call.id in self._usage_index:
+            return ReserveOutcome(reserved=True)
         used: dict[str, Decimal] = {}
         oldest: dict[str, datetime | None] = {}
         for check in checks:
-            start = 0 if check.since is None else bisect_left(calls, check.since, key=_at)
-            counted = [held for held in calls[start:] if check.matches(held)]
-            used[check.budget_id] = sum(
-                (held.charge.of(check.metric) for held in counted), Decimal(0)
-            )
-            oldest[check.budget_id] = counted[0].at if counted else None
+            used[check.budget_id], oldest[check.budget_id] = self._counted(check)
         outcome = check_reservation(checks, used, oldest)
         if outcome.reserved:
             self._keep(call)
@@ -191,6 +194,42 @@ class MemoryStore:
         start = 0 if query.since is None else bisect_left(calls, query.since, key=_at)
         return [call for call in calls[start:] if query.matches(call)]
 
+    def _counted(self, check: BudgetCheck) -> tuple[Decimal, datetime | None]:
+        """What ``check``'s calls hold, and when the earliest was made.
+
+        A turn's calls are found by the turn's index; a calendar window's total is
+        kept running once asked for (each call kept or settled after adds to it), so
+        a day of calls is not summed again call after call; a rolling window's calls
+        are found by bisection and summed.
+        """
+        if check.turn_id is not None:
+            counted = [
+                held for held in self._usage_turns.get(check.turn_id, ()) if check.matches(held)
+            ]
+            return _sum(counted, check), min((held.at for held in counted), default=None)
+        if check.window in _CALENDAR and check.since is not None:
+            key = _total_key(check)
+            running = self._totals.setdefault(check.org, {})
+            held_total = running.get(key)
+            if held_total is None:
+                self._drop_older(running, key)
+                held_total = running[key] = [check, self._scan(check)[0]]
+            return held_total[1], None
+        return self._scan(check)
+
+    def _scan(self, check: BudgetCheck) -> tuple[Decimal, datetime | None]:
+        calls = self._usage.get(check.org, [])
+        start = 0 if check.since is None else bisect_left(calls, check.since, key=_at)
+        counted = [held for held in calls[start:] if check.matches(held)]
+        return _sum(counted, check), counted[0].at if counted else None
+
+    @staticmethod
+    def _drop_older(running: dict[tuple[object, ...], list[Any]], key: tuple[object, ...]) -> None:
+        """Forget the totals of the same budget's earlier windows."""
+        stale = [held for held in running if held[:-1] == key[:-1] and held[-1] != key[-1]]
+        for held in stale:
+            del running[held]
+
     def _settle(self, calls: Sequence[UsageCall]) -> None:
         for call in calls:
             held = self._usage_index.get(call.id)
@@ -200,11 +239,23 @@ class MemoryStore:
                 while org_calls[at] is not held:
                     at += 1
                 del org_calls[at]
+                turn = self._usage_turns[held.turn_id]
+                turn.remove(held)
+                self._count(held, -1)
             self._keep(call)
 
     def _keep(self, call: UsageCall) -> None:
         self._usage_index[call.id] = call
         insort(self._usage.setdefault(call.org, []), call, key=_at)
+        self._usage_turns.setdefault(call.turn_id, []).append(call)
+        self._count(call, 1)
+
+    def _count(self, call: UsageCall, sign: int) -> None:
+        """Add ``call`` to (or take it from) the running totals it counts in."""
+        for check_total in self._totals.get(call.org, {}).values():
+            check = check_total[0]
+            if check.matches(call):
+                check_total[1] += sign * call.charge.of(check.metric)
 
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 
@@ -294,3 +345,15 @@ class MemoryStore:
 
 def _at(call: UsageCall) -> datetime:
     return call.at
+
+
+_CALENDAR = frozenset({BudgetWindow.DAY, BudgetWindow.MONTH})
+
+
+def _total_key(check: BudgetCheck) -> tuple[object, ...]:
+    """A calendar check's running total: its budget, whose, and its window's start last."""
+    return (check.budget_id, check.metric, check.user, check.mode, check.currency, check.since)
+
+
+def _sum(calls: Sequence[UsageCall], check: BudgetCheck) -> Decimal:
+    return sum((held.charge.of(check.metric) for held in calls), Decimal(0))

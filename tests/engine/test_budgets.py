@@ -446,3 +446,36 @@ async def test_a_priced_model_is_called_when_unpriced_calls_are_refused() -> Non
     assert [c.outcome for c in report.checks if "DESIGN/budget/unpriced" in c.rule_ids] == [
         "passed"
     ]
+
+
+class _Unreported:
+    """Reports no usage: each call is charged its estimate."""
+
+    def __init__(self, replies: list[LLMReply]) -> None:
+        self.replies = replies
+        self.requests: list[LLMRequest] = []
+
+    async def complete(self, request: LLMRequest) -> LLMReply:
+        self.requests.append(request)
+        return self.replies[len(self.requests) - 1]
+
+
+@pytest.mark.decision("D600")
+async def test_each_round_is_reckoned_as_the_whole_request_would_be() -> None:
+    from aptix_pipeline.contracts import ToolCall
+
+    expand = LLMReply(tool_calls=[ToolCall(tool_call_id="c1", name="Math", arguments_json="{}")])
+    add = LLMReply(
+        tool_calls=[ToolCall(tool_call_id="c2", name="Add", arguments_json='{"a": 1, "b": 2}')]
+    )
+    model = _Unreported([expand, add, LLMReply(text="3")])
+    store = MemoryStore()
+    pipeline = embedded_pipeline(
+        llm=model, store=store, options=PipelineOptions(output_tokens_estimate=0)
+    )
+
+    assert (await pipeline.execute(HELLO, ALICE)).successful
+
+    charged = [call.charge.tokens for call in await _calls(store)]
+    assert charged == [estimate_prompt_tokens(request) for request in model.requests]
+    assert charged[0] < charged[1] < charged[2]  # the messages and the expanded tools grow
