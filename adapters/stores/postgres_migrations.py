@@ -80,8 +80,8 @@ def _json_key(column: str) -> str:
 
 
 _KEEP_USAGE = (
-    "CREATE FUNCTION aptix_keep_usage(calls jsonb) RETURNS void LANGUAGE sql VOLATILE AS "
-    "$body$ INSERT INTO aptix_usage_calls (id, "
+    "CREATE FUNCTION aptix_keep_usage(calls jsonb) RETURNS void LANGUAGE plpgsql VOLATILE AS "
+    "$body$ BEGIN INSERT INTO aptix_usage_calls (id, "
     + ", ".join(column for column, _ in _USAGE_COLUMNS)
     + ") SELECT c.id, "
     + ", ".join(f"c.{_json_key(column)}" for column, _ in _USAGE_COLUMNS)
@@ -89,10 +89,11 @@ _KEEP_USAGE = (
     + ", ".join(f"{_json_key(column)} {kind.split()[0]}" for column, kind in _USAGE_COLUMNS)
     + ") ON CONFLICT (id) DO UPDATE SET "
     + ", ".join(f"{column} = EXCLUDED.{column}" for column, _ in _USAGE_COLUMNS)
-    + ", seq = EXCLUDED.seq $body$"
+    + ", seq = EXCLUDED.seq; END $body$"
 )
 """Store calls, each replacing the row of its id (its reservation, when settled) and
-taking a new ``seq``, so it orders among calls made at its instant as stored last."""
+taking a new ``seq``, so it orders among calls made at its instant as stored last.
+PL/pgSQL, whose plans a connection keeps, where a SQL function is planned at each call."""
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -210,7 +211,10 @@ MIGRATIONS: tuple[Migration, ...] = (
                     budget_id text, metric text, "limit" numeric, amount numeric, org text,
                     "user" text, mode text, turn_id text, since timestamptz, currency text)
                 LOOP
-                    SELECT COALESCE(SUM(CASE c.metric
+                    -- One query per shape, each planned once for its index: a turn's
+                    -- calls by (org, turn_id), a window's by (org, at).
+                    IF c.turn_id IS NOT NULL THEN
+                        SELECT COALESCE(SUM(CASE c.metric
                             WHEN 'tokens' THEN u.charge_tokens::numeric
                             WHEN 'cost' THEN u.charge_cost
                             WHEN 'model_calls' THEN u.charge_model_calls::numeric
@@ -218,12 +222,43 @@ MIGRATIONS: tuple[Migration, ...] = (
                             ELSE u.charge_server_tool_rounds::numeric END), 0), MIN(u.at)
                         INTO used, oldest
                         FROM aptix_usage_calls u
-                        WHERE u.org = c.org
+                        WHERE u.org = c.org AND u.turn_id = c.turn_id
                             AND (c."user" IS NULL OR u.user_name = c."user")
                             AND (c.mode IS NULL OR u.mode = c.mode)
                             AND (c.turn_id IS NULL OR u.turn_id = c.turn_id)
                             AND (c.since IS NULL OR u.at >= c.since)
                             AND (c.currency IS NULL OR u.currency = c.currency);
+                    ELSIF c.since IS NOT NULL THEN
+                        SELECT COALESCE(SUM(CASE c.metric
+                            WHEN 'tokens' THEN u.charge_tokens::numeric
+                            WHEN 'cost' THEN u.charge_cost
+                            WHEN 'model_calls' THEN u.charge_model_calls::numeric
+                            WHEN 'tool_calls' THEN u.charge_tool_calls::numeric
+                            ELSE u.charge_server_tool_rounds::numeric END), 0), MIN(u.at)
+                        INTO used, oldest
+                        FROM aptix_usage_calls u
+                        WHERE u.org = c.org AND u.at >= c.since
+                            AND (c."user" IS NULL OR u.user_name = c."user")
+                            AND (c.mode IS NULL OR u.mode = c.mode)
+                            AND (c.turn_id IS NULL OR u.turn_id = c.turn_id)
+                            AND (c.since IS NULL OR u.at >= c.since)
+                            AND (c.currency IS NULL OR u.currency = c.currency);
+                    ELSE
+                        SELECT COALESCE(SUM(CASE c.metric
+                            WHEN 'tokens' THEN u.charge_tokens::numeric
+                            WHEN 'cost' THEN u.charge_cost
+                            WHEN 'model_calls' THEN u.charge_model_calls::numeric
+                            WHEN 'tool_calls' THEN u.charge_tool_calls::numeric
+                            ELSE u.charge_server_tool_rounds::numeric END), 0), MIN(u.at)
+                        INTO used, oldest
+                        FROM aptix_usage_calls u
+                        WHERE u.org = c.org AND true
+                            AND (c."user" IS NULL OR u.user_name = c."user")
+                            AND (c.mode IS NULL OR u.mode = c.mode)
+                            AND (c.turn_id IS NULL OR u.turn_id = c.turn_id)
+                            AND (c.since IS NULL OR u.at >= c.since)
+                            AND (c.currency IS NULL OR u.currency = c.currency);
+                    END IF;
                     budget_id := c.budget_id;
                     reserved := NULL;
                     fits := fits AND used + c.amount <= c."limit";

@@ -65,6 +65,7 @@ APTIX_TABLES = {
     "aptix_transcript",
     "aptix_outcomes",
     "aptix_tool_ledger",
+    "aptix_usage_calls",
 }
 
 

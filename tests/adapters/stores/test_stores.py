@@ -419,14 +419,14 @@ async def test_sqlite_data_survives_close_and_reopen(tmp_path: Path) -> None:
     assert transcript == [user_says("hi"), assistant_says("hello")]
 
 
-def test_sqlite_file_is_in_wal_mode_at_schema_version_3(tmp_path: Path) -> None:
+def test_sqlite_file_is_in_wal_mode_at_schema_version_4(tmp_path: Path) -> None:
     path = tmp_path / "aptix.db"
 
     with SQLiteStore(path) as store:
-        assert store.schema_version == 3 == SCHEMA_VERSION
+        assert store.schema_version == 4 == SCHEMA_VERSION
         with sqlite3.connect(path) as raw:
             assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            assert raw.execute("PRAGMA user_version").fetchone()[0] == 3
+            assert raw.execute("PRAGMA user_version").fetchone()[0] == 4
 
 
 def test_sqlite_reopening_a_current_file_keeps_its_schema(tmp_path: Path) -> None:
