@@ -419,6 +419,7 @@ async def test_sqlite_data_survives_close_and_reopen(tmp_path: Path) -> None:
     assert transcript == [user_says("hi"), assistant_says("hello")]
 
 
+@pytest.mark.decision("D577")
 def test_sqlite_file_is_in_wal_mode_at_schema_version_4(tmp_path: Path) -> None:
     path = tmp_path / "aptix.db"
 
@@ -427,6 +428,8 @@ def test_sqlite_file_is_in_wal_mode_at_schema_version_4(tmp_path: Path) -> None:
         with sqlite3.connect(path) as raw:
             assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
             assert raw.execute("PRAGMA user_version").fetchone()[0] == 4
+            kinds = {row[1]: row[2] for row in raw.execute("PRAGMA table_info(usage_calls)")}
+            assert (kinds["cost"], kinds["charge_cost"]) == ("TEXT", "TEXT")  # exact, never REAL
 
 
 def test_sqlite_reopening_a_current_file_keeps_its_schema(tmp_path: Path) -> None:

@@ -153,7 +153,7 @@ async def _assert_within_the_limit(ledger: UsageLedger, won: list[int]) -> None:
     assert sum(call.charge.tokens for call in stored) <= LIMIT
 
 
-@pytest.mark.decision("D580")
+@pytest.mark.decision("D578", "D580")
 async def test_two_processes_racing_on_one_postgres_org_reserve_exactly_what_the_limit_holds(
     postgres_db_url: str,
 ) -> None:
@@ -168,7 +168,7 @@ async def test_two_processes_racing_on_one_postgres_org_reserve_exactly_what_the
         await _assert_within_the_limit(store, won)
 
 
-@pytest.mark.decision("D580")
+@pytest.mark.decision("D577", "D580")
 async def test_two_processes_racing_on_one_sqlite_file_reserve_exactly_what_the_limit_holds(
     tmp_path: Path,
 ) -> None:
