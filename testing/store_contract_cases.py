@@ -1429,8 +1429,8 @@ class StoreContract:
             [_tokens_check(1000, 20, "wide"), _tokens_check(100, 20)],
         )
 
-        assert (one.reserved, one.used, one.refused_by) == (True, {"b": 0}, None)
-        assert (two.reserved, two.used) == (True, {"b": 30})
+        assert (one.reserved, one.used, one.refused_by) == (True, _amounts({"b": 0}), None)
+        assert (two.reserved, two.used) == (True, _amounts({"b": 30}))
         assert (refused.reserved, refused.refused_by) == (False, "b")
         assert refused.used == {"wide": 90, "b": 90}
         assert refused.oldest == first.at
@@ -1450,7 +1450,7 @@ class StoreContract:
             sample_usage_call("u3", minute=2, tokens=1), [_tokens_check(100, 1)]
         )
 
-        assert (exact.reserved, over.reserved, over.used) == (True, False, {"b": 100})
+        assert (exact.reserved, over.reserved, over.used) == (True, False, _amounts({"b": 100}))
 
     @_case()
     async def test_usage_settlements_are_stored_whether_the_next_call_is_reserved_or_not(
@@ -1471,7 +1471,7 @@ class StoreContract:
 
         assert fits.reserved
         assert fits.used == {"b": 40}  # the settlement counted, not the estimate
-        assert (refused.reserved, refused.used) == (False, {"b": 95})
+        assert (refused.reserved, refused.used) == (False, _amounts({"b": 95}))
         assert await ledger.usage_calls(UsageQuery(org=_ORG)) == [actual, grown]
 
     @_case()
@@ -1537,7 +1537,7 @@ class StoreContract:
             [_tokens_check(100, 50, "turn", turn_id="t2"), _tokens_check(100, 50, "org")],
         )
 
-        assert (turn.used, turn.refused_by) == ({"turn": 20, "org": 90}, "org")
+        assert (turn.used, turn.refused_by) == (_amounts({"turn": 20, "org": 90}), "org")
 
     @_case()
     async def test_a_usage_window_counts_only_the_calls_made_since_its_start(
@@ -1555,8 +1555,11 @@ class StoreContract:
             sample_usage_call("u10", minute=31, tokens=1), [_tokens_check(110, 1, since=since)]
         )
 
-        assert (outcome.reserved, outcome.used) == (True, {"b": 80})  # the call at 10 counts
-        assert (refused.reserved, refused.used) == (False, {"b": 110})
+        assert (outcome.reserved, outcome.used) == (
+            True,
+            _amounts({"b": 80}),
+        )  # the call at 10 counts
+        assert (refused.reserved, refused.used) == (False, _amounts({"b": 110}))
         assert refused.oldest == _T0 + timedelta(minutes=10)
 
     @_case()
@@ -1623,7 +1626,7 @@ class StoreContract:
             sample_usage_call("u3", minute=1, tokens=10), [_tokens_check(20, 10)]
         )
 
-        assert (outcome.reserved, outcome.used) == (True, {"b": 5})
+        assert (outcome.reserved, outcome.used) == (True, _amounts({"b": 5}))
         read = await ledger.usage_calls(UsageQuery(org=_ORG, until=_T0 + timedelta(minutes=1)))
         assert read == [mine]
         assert [c.id for c in await ledger.usage_calls(UsageQuery(org="globex"))] == ["u2"]
@@ -1707,6 +1710,11 @@ def _usage_of(store: SessionStore) -> UsageLedger:
     if not isinstance(store, UsageLedger):
         pytest.skip(f"{type(store).__name__} is not a UsageLedger")
     return store
+
+
+def _amounts(counts: dict[str, int]) -> dict[str, Decimal]:
+    """Budgets' counts as ``ReserveOutcome.used`` holds them."""
+    return {budget_id: Decimal(count) for budget_id, count in counts.items()}
 
 
 def _tokens_check(limit: int, amount: int, budget_id: str = "b", **narrowing: Any) -> BudgetCheck:

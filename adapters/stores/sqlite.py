@@ -732,7 +732,8 @@ class SQLiteStore:
     @staticmethod
     def _counted(db: sqlite3.Connection, check: BudgetCheck) -> tuple[Decimal, datetime | None]:
         """What ``check``'s calls count, and when the earliest of them was made."""
-        where, params = ["org = ?"], [check.org]
+        where: list[str] = ["org = ?"]
+        params: list[object] = [check.org]
         for column, value in (
             ("user", check.user),
             ("mode", check.mode),
@@ -810,7 +811,8 @@ class SQLiteStore:
             await self._run(lambda: self._settle_usage(calls))
 
     def _usage_calls(self, query: UsageQuery) -> list[UsageCall]:
-        where, params = ["org = ?"], [query.org]
+        where: list[str] = ["org = ?"]
+        params: list[object] = [query.org]
         for column, value in (
             ("user", query.user),
             ("mode", query.mode),
