@@ -16,7 +16,11 @@ of every kind comes back exactly (D221); a session of three turns runs through
 the engine on the store; and a store that is a ``ToolLedger`` (contracts/ledger.py)
 keeps reserve → done per org and user, each write committed at once, with exactly
 one of racing reservations winning, and purges the entries reserved before a time
-(the ledger cases skip a store that is not one).
+(the ledger cases skip a store that is not one); and a store that is a
+``UsageLedger`` (contracts/usage.py) reserves a model call only when every budget
+check holds, stores settlements either way, counts each check's calls alone (its
+org, user, mode, turn, window and currency) in exact decimals, and reads calls back
+per org, narrowed, oldest first (the usage cases skip a store that is not one).
 
 A refusal raises ``LookupError`` when the caller has no such session or turn, and
 ``ValueError`` when a write contradicts what is stored (docs/STORES.md).
@@ -27,7 +31,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, ClassVar
 
 import pytest
@@ -40,7 +46,10 @@ from aptix_pipeline.adapters import (
     embedded_pipeline,
 )
 from aptix_pipeline.contracts import (
+    BudgetCheck,
+    BudgetMetric,
     Caller,
+    Charge,
     ChatMessage,
     ChatRole,
     ImagePart,
@@ -57,6 +66,9 @@ from aptix_pipeline.contracts import (
     Transcript,
     Turn,
     TurnStatus,
+    UsageCall,
+    UsageLedger,
+    UsageQuery,
 )
 
 __all__ = [
@@ -67,6 +79,7 @@ __all__ = [
     "sample_outcome",
     "sample_session",
     "sample_turn",
+    "sample_usage_call",
     "save_outcomes",
     "seed_store",
     "store_snapshot",
@@ -129,6 +142,38 @@ default = true
 
 
 # --- what the cases are made of ------------------------------------------------------------
+
+
+def sample_usage_call(
+    call_id: str,
+    *,
+    org: str = _ORG,
+    user: str = _USER,
+    mode: str = "general",
+    turn_id: str = "t1",
+    session_id: str = "s1",
+    model: str | None = "gpt-test",
+    minute: int = 0,
+    tokens: int = 0,
+    cost: Decimal | str = "0",
+    currency: str | None = "USD",
+    settled: bool = False,
+) -> UsageCall:
+    """A model call of the usage ledger, made ``minute`` minutes after the cases' epoch,
+    charging ``tokens`` tokens, ``cost`` and one model call."""
+    return UsageCall(
+        id=call_id,
+        org=org,
+        user=user,
+        session_id=session_id,
+        turn_id=turn_id,
+        mode=mode,
+        model=model,
+        at=_T0 + timedelta(minutes=minute),
+        settled=settled,
+        charge=Charge(tokens=tokens, cost=Decimal(cost), model_calls=1),
+        currency=currency,
+    )
 
 
 def sample_session(
@@ -1368,9 +1413,351 @@ class StoreContract:
         assert kept is not None
         assert kept.reserved_at == _T0 + 2 * hour
 
+    # --- the usage ledger (a store that is a UsageLedger) -------------------------------------
+
+    @_case()
+    async def test_usage_is_reserved_within_a_limit_and_refused_over_it_unstored(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _usage_of(store)
+        first = sample_usage_call("u1", tokens=30)
+        second = sample_usage_call("u2", minute=1, tokens=60)
+
+        one = await ledger.reserve_usage(first, [_tokens_check(100, 30)])
+        two = await ledger.reserve_usage(second, [_tokens_check(100, 60)])
+        refused = await ledger.reserve_usage(
+            sample_usage_call("u3", minute=2, tokens=20),
+            [_tokens_check(1000, 20, "wide"), _tokens_check(100, 20)],
+        )
+
+        assert (one.reserved, one.used, one.refused_by) == (True, _amounts({"b": 0}), None)
+        assert (two.reserved, two.used) == (True, _amounts({"b": 30}))
+        assert (refused.reserved, refused.refused_by) == (False, "b")
+        assert refused.used == {"wide": 90, "b": 90}
+        assert refused.oldest == first.at
+        assert await ledger.usage_calls(UsageQuery(org=_ORG)) == [first, second]
+
+    @_case()
+    async def test_usage_limit_met_exactly_holds_and_one_more_is_refused(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _usage_of(store)
+        await ledger.reserve_usage(sample_usage_call("u1", tokens=60), [_tokens_check(100, 60)])
+
+        exact = await ledger.reserve_usage(
+            sample_usage_call("u2", minute=1, tokens=40), [_tokens_check(100, 40)]
+        )
+        over = await ledger.reserve_usage(
+            sample_usage_call("u3", minute=2, tokens=1), [_tokens_check(100, 1)]
+        )
+
+        assert (exact.reserved, over.reserved, over.used) == (True, False, _amounts({"b": 100}))
+
+    @_case()
+    async def test_a_usage_reservation_tried_again_stands_without_a_second_charge(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _usage_of(store)
+        call = sample_usage_call("u1", tokens=60)
+        await ledger.reserve_usage(call, [_tokens_check(100, 60)])
+
+        again = await ledger.reserve_usage(call, [_tokens_check(100, 60)])  # a durable retry
+        other = await ledger.reserve_usage(
+            sample_usage_call("u2", minute=1, tokens=60), [_tokens_check(100, 60)]
+        )
+
+        assert again.reserved
+        assert (other.reserved, other.used) == (False, _amounts({"b": 60}))
+        assert await ledger.usage_calls(UsageQuery(org=_ORG)) == [call]
+
+    @_case()
+    async def test_usage_settlements_are_stored_whether_the_next_call_is_reserved_or_not(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _usage_of(store)
+        estimate = sample_usage_call("u1", tokens=80)
+        await ledger.reserve_usage(estimate, [_tokens_check(100, 80)])
+        actual = sample_usage_call("u1", tokens=40, settled=True)
+
+        fits = await ledger.reserve_usage(
+            sample_usage_call("u2", minute=1, tokens=50), [_tokens_check(100, 50)], [actual]
+        )
+        grown = sample_usage_call("u2", minute=1, tokens=55, settled=True)
+        refused = await ledger.reserve_usage(
+            sample_usage_call("u3", minute=2, tokens=10), [_tokens_check(100, 10)], [grown]
+        )
+
+        assert fits.reserved
+        assert fits.used == {"b": 40}  # the settlement counted, not the estimate
+        assert (refused.reserved, refused.used) == (False, _amounts({"b": 95}))
+        assert await ledger.usage_calls(UsageQuery(org=_ORG)) == [actual, grown]
+
+    @_case()
+    async def test_settling_usage_replaces_the_reservation_and_stores_an_unreserved_call(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _usage_of(store)
+        await ledger.reserve_usage(sample_usage_call("u1", tokens=500), [])
+        settled = replace(
+            sample_usage_call("u1", tokens=120, cost="0.0042", settled=True),
+            reported=True,
+            input_tokens=100,
+            output_tokens=20,
+            cached_input_tokens=64,
+            reasoning_tokens=8,
+            priced=True,
+            cost=Decimal("0.0042"),
+            tool_calls=2,
+            server_tool_round=True,
+            round=3,
+            step="llm_client",
+        )
+        unreserved = replace(
+            sample_usage_call("u2", minute=1, settled=True), failed=True, model=None, currency=None
+        )
+
+        await ledger.settle_usage([settled, unreserved])
+        again = await ledger.reserve_usage(
+            sample_usage_call("u3", minute=2), [_tokens_check(1000, 0)]
+        )
+
+        assert await ledger.usage_calls(UsageQuery(org=_ORG, until=_T0 + timedelta(minutes=2))) == [
+            settled,
+            unreserved,
+        ]
+        assert again.used == {"b": 120}
+
+    @_case()
+    async def test_a_usage_call_round_trips_its_time_and_offset_and_every_figure(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _usage_of(store)
+        call = replace(
+            sample_usage_call("u1", cost="0.000012345678901234567890123"),
+            at=_T0.astimezone(_PLUS_TWO),
+            reported=True,
+            input_tokens=7,
+        )
+
+        await ledger.reserve_usage(call, [])
+        (read,) = await ledger.usage_calls(UsageQuery(org=_ORG))
+
+        assert read == call
+        assert read.at == _T0
+        assert read.charge.cost == Decimal("0.000012345678901234567890123")
+
+    @_case()
+    async def test_a_per_turn_usage_check_counts_only_its_turn(self, store: SessionStore) -> None:
+        ledger = _usage_of(store)
+        await ledger.reserve_usage(sample_usage_call("u1", turn_id="t1", tokens=70), [])
+        await ledger.reserve_usage(sample_usage_call("u2", turn_id="t2", minute=1, tokens=20), [])
+
+        turn = await ledger.reserve_usage(
+            sample_usage_call("u3", turn_id="t2", minute=2, tokens=50),
+            [_tokens_check(100, 50, "turn", turn_id="t2"), _tokens_check(100, 50, "org")],
+        )
+
+        assert (turn.used, turn.refused_by) == (_amounts({"turn": 20, "org": 90}), "org")
+
+    @_case()
+    async def test_a_usage_window_counts_only_the_calls_made_since_its_start(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _usage_of(store)
+        for n, minute in enumerate((0, 10, 20)):
+            await ledger.reserve_usage(sample_usage_call(f"u{n}", minute=minute, tokens=40), [])
+        since = (_T0 + timedelta(minutes=10)).astimezone(_PLUS_TWO)
+
+        outcome = await ledger.reserve_usage(
+            sample_usage_call("u9", minute=30, tokens=30), [_tokens_check(110, 30, since=since)]
+        )
+        refused = await ledger.reserve_usage(
+            sample_usage_call("u10", minute=31, tokens=1), [_tokens_check(110, 1, since=since)]
+        )
+
+        assert (outcome.reserved, outcome.used) == (
+            True,
+            _amounts({"b": 80}),
+        )  # the call at 10 counts
+        assert (refused.reserved, refused.used) == (False, _amounts({"b": 110}))
+        assert refused.oldest == _T0 + timedelta(minutes=10)
+
+    @_case()
+    async def test_usage_checks_narrowed_to_a_user_or_a_mode_count_only_theirs(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _usage_of(store)
+        await ledger.reserve_usage(
+            sample_usage_call("u1", user="ana", mode="general", tokens=1), []
+        )
+        await ledger.reserve_usage(
+            sample_usage_call("u2", user="bob", mode="general", tokens=10), []
+        )
+        await ledger.reserve_usage(
+            sample_usage_call("u3", user="ana", mode="review", tokens=100), []
+        )
+
+        outcome = await ledger.reserve_usage(
+            sample_usage_call("u4", minute=1),
+            [
+                _tokens_check(10**6, 0, "ana", user="ana"),
+                _tokens_check(10**6, 0, "general", mode="general"),
+                _tokens_check(10**6, 0, "ana-general", user="ana", mode="general"),
+                _tokens_check(10**6, 0, "everyone"),
+            ],
+        )
+
+        assert outcome.used == {"ana": 101, "general": 11, "ana-general": 1, "everyone": 111}
+
+    @_case()
+    async def test_a_cost_usage_check_counts_only_its_currency_in_exact_decimals(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _usage_of(store)
+        await ledger.reserve_usage(sample_usage_call("u1", cost="0.1"), [])
+        await ledger.reserve_usage(sample_usage_call("u2", minute=1, cost="0.2"), [])
+        await ledger.reserve_usage(sample_usage_call("u3", minute=2, cost="5", currency="EUR"), [])
+        await ledger.reserve_usage(sample_usage_call("u4", minute=3, cost="7", currency=None), [])
+
+        exact = await ledger.reserve_usage(
+            sample_usage_call("u5", minute=4, cost="0.0000001"),
+            [_cost_check("0.3000001", "0.0000001"), _cost_check("5", "0", "eur", "EUR")],
+        )
+        over = await ledger.reserve_usage(
+            sample_usage_call("u6", minute=5, cost="0.0000001"),
+            [_cost_check("0.3000001", "0.0000001")],
+        )
+
+        assert exact.reserved
+        assert exact.used == {"usd": Decimal("0.3"), "eur": Decimal(5)}
+        assert str(exact.used["usd"].normalize()) == "0.3"
+        assert (over.reserved, over.used) == (False, {"usd": Decimal("0.3000001")})
+
+    @_case()
+    async def test_usage_of_another_org_is_never_counted_nor_read(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _usage_of(store)
+        mine = sample_usage_call("u1", tokens=5)
+        await ledger.reserve_usage(mine, [])
+        await ledger.reserve_usage(sample_usage_call("u2", org="globex", tokens=1000), [])
+
+        outcome = await ledger.reserve_usage(
+            sample_usage_call("u3", minute=1, tokens=10), [_tokens_check(20, 10)]
+        )
+
+        assert (outcome.reserved, outcome.used) == (True, _amounts({"b": 5}))
+        read = await ledger.usage_calls(UsageQuery(org=_ORG, until=_T0 + timedelta(minutes=1)))
+        assert read == [mine]
+        assert [c.id for c in await ledger.usage_calls(UsageQuery(org="globex"))] == ["u2"]
+        assert await ledger.usage_calls(UsageQuery(org="initech")) == []
+
+    @_case()
+    async def test_usage_calls_are_read_narrowed_and_oldest_first(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _usage_of(store)
+        calls = [
+            sample_usage_call("u1", minute=3, user="ana", mode="general", model="m-a"),
+            sample_usage_call("u2", minute=1, user="bob", mode="review", model="m-b"),
+            sample_usage_call("u3", minute=2, user="ana", mode="review", session_id="s2"),
+            sample_usage_call("u4", minute=0, user="ana", turn_id="t2", model=None),
+        ]
+        for call in calls:
+            await ledger.reserve_usage(call, [])
+
+        async def ids(**narrowing: Any) -> list[str]:
+            return [c.id for c in await ledger.usage_calls(UsageQuery(org=_ORG, **narrowing))]
+
+        assert await ids() == ["u4", "u2", "u3", "u1"]
+        assert await ids(user="ana") == ["u4", "u3", "u1"]
+        assert await ids(mode="review") == ["u2", "u3"]
+        assert await ids(model="m-b") == ["u2"]
+        assert await ids(session_id="s2") == ["u3"]
+        assert await ids(turn_id="t2") == ["u4"]
+        assert await ids(since=_T0 + timedelta(minutes=1)) == ["u2", "u3", "u1"]
+        assert await ids(until=_T0 + timedelta(minutes=2)) == ["u4", "u2"]
+        window = {
+            "since": _T0.astimezone(_PLUS_TWO) + timedelta(minutes=1),
+            "until": _T0 + timedelta(minutes=3),
+        }
+        assert await ids(**window, user="ana") == ["u3"]
+
+    @_case()
+    async def test_usage_reservations_are_committed_at_once_whatever_the_turn_does(
+        self, store: SessionStore
+    ) -> None:
+        await seed_store(store)
+        ledger = _usage_of(store)
+        tx = store.begin(_ORG, _USER)
+        await tx.load_session("s1")
+        await tx.append_transcript("s1", "t9", [user_says("never committed")])
+
+        await ledger.reserve_usage(sample_usage_call("u1", tokens=3), [])
+        await tx.rollback()
+
+        assert [c.id for c in await ledger.usage_calls(UsageQuery(org=_ORG))] == ["u1"]
+
+    @_case()
+    async def test_of_many_racing_usage_reservations_exactly_those_within_the_limit_win(
+        self, store: SessionStore
+    ) -> None:
+        ledger = _usage_of(store)
+
+        outcomes = await asyncio.gather(
+            *(
+                ledger.reserve_usage(
+                    sample_usage_call(f"race-{n}", tokens=10), [_tokens_check(75, 10)]
+                )
+                for n in range(20)
+            )
+        )
+
+        assert [outcome.reserved for outcome in outcomes].count(True) == 7
+        stored = await ledger.usage_calls(UsageQuery(org=_ORG))
+        assert sum(call.charge.tokens for call in stored) == 70
+
 
 def _ledger_of(store: SessionStore) -> ToolLedger:
     """The store as a ``ToolLedger``; the case is skipped for a store that is not one."""
     if not isinstance(store, ToolLedger):
         pytest.skip(f"{type(store).__name__} is not a ToolLedger")
     return store
+
+
+def _usage_of(store: SessionStore) -> UsageLedger:
+    """The store as a ``UsageLedger``; the case is skipped for a store that is not one."""
+    if not isinstance(store, UsageLedger):
+        pytest.skip(f"{type(store).__name__} is not a UsageLedger")
+    return store
+
+
+def _amounts(counts: dict[str, int]) -> dict[str, Decimal]:
+    """Budgets' counts as ``ReserveOutcome.used`` holds them."""
+    return {budget_id: Decimal(count) for budget_id, count in counts.items()}
+
+
+def _tokens_check(limit: int, amount: int, budget_id: str = "b", **narrowing: Any) -> BudgetCheck:
+    """A check of the cases' org on tokens, narrowed as given."""
+    return BudgetCheck(
+        budget_id=budget_id,
+        metric=BudgetMetric.TOKENS,
+        limit=Decimal(limit),
+        amount=Decimal(amount),
+        org=_ORG,
+        **narrowing,
+    )
+
+
+def _cost_check(
+    limit: str, amount: str, budget_id: str = "usd", currency: str = "USD"
+) -> BudgetCheck:
+    """A check of the cases' org on cost in ``currency``."""
+    return BudgetCheck(
+        budget_id=budget_id,
+        metric=BudgetMetric.COST,
+        limit=Decimal(limit),
+        amount=Decimal(amount),
+        org=_ORG,
+        currency=currency,
+    )

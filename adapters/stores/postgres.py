@@ -24,6 +24,13 @@
   awaited: pooled connections would not order it before the turn's commit (the
   SQLite store's single worker does). ``purge_tool_calls`` deletes the entries
   reserved before a given time, a batch of keys at a time.
+- The usage ledger (``UsageLedger``, ``contracts/usage.py``; schema version 5,
+  table ``aptix_usage_calls``): ``reserve_usage`` is one statement, one round trip,
+  calling the function ``aptix_reserve_usage`` the migration installs. It takes an
+  advisory lock keyed by the org (``pg_advisory_xact_lock``), settles, counts each
+  budget and reserves when every one holds, in one transaction; each statement in
+  it reads a snapshot of its own, taken after the lock, so two processes' racing
+  reservations of one org are counted one after the other. Costs are ``numeric``.
 - The URL's password never appears in an error message or a repr.
 """
 
@@ -35,6 +42,7 @@ import re
 import weakref
 from collections.abc import Sequence
 from datetime import datetime
+from decimal import Decimal
 from types import TracebackType
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -46,14 +54,18 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from aptix_pipeline.contracts import (
     AptixPipelineError,
+    BudgetCheck,
     ChatMessage,
     LedgerEntry,
+    ReserveOutcome,
     Session,
     StoreConflictError,
     StoredOutcome,
     Transcript,
     Turn,
     TurnStatus,
+    UsageCall,
+    UsageQuery,
 )
 
 from .postgres_migrations import SCHEMA_VERSION, SchemaVersionError, migrate, read_schema_version
@@ -67,6 +79,7 @@ from .session_browser import (
 )
 from .transcript_cache import DEFAULT_BUDGET, TranscriptCache
 from .unit_of_work import BufferedTransaction, SessionWrite, TurnWrites, session_from_row
+from .usage_ledger import USAGE_FIELDS, check_reservation, usage_call_from_row, usage_row
 
 __all__ = [
     "OUTCOME_SWEEP",
@@ -89,6 +102,11 @@ _DELETE_EXPIRED: Final = (
 )
 """Delete at most ``LIMIT`` outcomes expired by the time given, skipping rows other
 transactions hold (they are being replaced)."""
+_USAGE_SELECT: Final = (
+    "SELECT "
+    + ", ".join("user_name" if field == "user" else field for field in USAGE_FIELDS)
+    + " FROM aptix_usage_calls"
+)
 _DELETE_OLD_CALLS: Final = (
     "WITH batch AS (SELECT org, user_name, key FROM aptix_tool_ledger "
     "WHERE (org, user_name, key) > (%s, %s, %s) ORDER BY org, user_name, key LIMIT %s), "
@@ -129,6 +147,49 @@ def _outcome_from_row(row: Sequence[Any]) -> StoredOutcome:
         result_json=row[4] if row[5] is None else json.loads(row[5]),
         created_at=row[6],
         expires_at=row[7],
+    )
+
+
+def _json_value(value: object) -> object:
+    """A value as JSON keeps it exactly: a ``Decimal`` as its text, a time as ISO 8601."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def _usage_json(calls: Sequence[UsageCall]) -> str:
+    """Calls as the JSON array ``aptix_keep_usage`` reads (postgres_migrations.py)."""
+    return json.dumps(
+        [
+            {
+                field: _json_value(value)
+                for field, value in zip(USAGE_FIELDS, usage_row(call), strict=True)
+            }
+            for call in calls
+        ]
+    )
+
+
+def _checks_json(checks: Sequence[BudgetCheck]) -> str:
+    """Checks as the JSON array ``aptix_reserve_usage`` reads."""
+    return json.dumps(
+        [
+            {
+                "budget_id": check.budget_id,
+                "metric": check.metric.value,
+                "limit": str(check.limit),
+                "amount": str(check.amount),
+                "org": check.org,
+                "user": check.user,
+                "mode": check.mode,
+                "turn_id": check.turn_id,
+                "since": None if check.since is None else check.since.isoformat(),
+                "currency": check.currency,
+            }
+            for check in checks
+        ]
     )
 
 
@@ -453,6 +514,67 @@ class PostgresStore:
             if int(row[1]) < _PURGE_BATCH:
                 return purged
             after = (row[2], row[3], row[4])
+
+    # --- UsageLedger (contracts/usage.py): one statement, one round trip, a call --------
+
+    async def reserve_usage(
+        self,
+        call: UsageCall,
+        checks: Sequence[BudgetCheck],
+        settle: Sequence[UsageCall] = (),
+    ) -> ReserveOutcome:
+        """See ``UsageLedger``: one statement (module docstring).
+
+        The function answers what each budget counted and whether it reserved; the
+        verdict is ``check_reservation``'s, which the function's own (the same rule:
+        counted plus amount within the limit) must agree with.
+        """
+        rows = await self._fetchall(
+            "SELECT budget_id, used, oldest, reserved FROM "
+            "aptix_reserve_usage(%s::jsonb, %s::jsonb, %s::jsonb)",
+            (_usage_json(settle), _usage_json([call])[1:-1], _checks_json(checks)),
+        )
+        if len(rows) == 1 and rows[0][3]:  # the call was kept already: it stands
+            return ReserveOutcome(reserved=True)
+        used = {budget_id: Decimal(value) for budget_id, value, _, _ in rows[:-1]}
+        oldest = {budget_id: first for budget_id, _, first, _ in rows[:-1]}
+        outcome = check_reservation(checks, used, oldest)
+        if outcome.reserved is not rows[-1][3]:  # pragma: no cover - the two rules are one
+            raise PostgresStoreError(
+                f"{self.url}: aptix_reserve_usage disagrees with check_reservation on "
+                f"call {call.id!r}"
+            )
+        return outcome
+
+    async def settle_usage(self, calls: Sequence[UsageCall]) -> None:
+        """See ``UsageLedger``: one statement."""
+        if calls:
+            await self._fetchone("SELECT aptix_keep_usage(%s::jsonb)", (_usage_json(calls),))
+
+    async def usage_calls(self, query: UsageQuery) -> list[UsageCall]:
+        """See ``UsageLedger``: oldest first (calls made at one instant: as stored)."""
+        where, params = ["org = %s"], [query.org]
+        for column, value in (
+            ("user_name", query.user),
+            ("mode", query.mode),
+            ("model", query.model),
+            ("session_id", query.session_id),
+            ("turn_id", query.turn_id),
+        ):
+            if value is not None:
+                where.append(f"{column} = %s")
+                params.append(value)
+        moments: list[datetime] = []
+        if query.since is not None:
+            where.append("at >= %s")
+            moments.append(query.since)
+        if query.until is not None:
+            where.append("at < %s")
+            moments.append(query.until)
+        rows = await self._fetchall(
+            f"{_USAGE_SELECT} WHERE {' AND '.join(where)} ORDER BY at, seq", [*params, *moments]
+        )
+        return [usage_call_from_row(row) for row in rows]
 
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 

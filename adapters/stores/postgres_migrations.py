@@ -43,6 +43,59 @@ class Migration:
     statements: tuple[str, ...]
 
 
+# The usage ledger's columns after its id (migration 5), with their types.
+_USAGE_COLUMNS = (
+    ("org", "text NOT NULL"),
+    ("user_name", "text NOT NULL"),
+    ("session_id", "text NOT NULL"),
+    ("turn_id", "text NOT NULL"),
+    ("mode", "text NOT NULL"),
+    ("model", "text"),
+    ("at", "timestamptz NOT NULL"),
+    ("round", "integer NOT NULL"),
+    ("step", "text NOT NULL"),
+    ("settled", "boolean NOT NULL"),
+    ("charge_tokens", "bigint NOT NULL"),
+    ("charge_cost", "numeric NOT NULL"),
+    ("charge_model_calls", "bigint NOT NULL"),
+    ("charge_tool_calls", "bigint NOT NULL"),
+    ("charge_server_tool_rounds", "bigint NOT NULL"),
+    ("reported", "boolean NOT NULL"),
+    ("input_tokens", "bigint NOT NULL"),
+    ("output_tokens", "bigint NOT NULL"),
+    ("cached_input_tokens", "bigint NOT NULL"),
+    ("reasoning_tokens", "bigint NOT NULL"),
+    ("priced", "boolean NOT NULL"),
+    ("cost", "numeric"),
+    ("currency", "text"),
+    ("tool_calls", "bigint NOT NULL"),
+    ("server_tool_round", "boolean NOT NULL"),
+    ("failed", "boolean NOT NULL"),
+)
+
+
+def _json_key(column: str) -> str:
+    """The key of ``column`` in the JSON ``aptix_keep_usage`` reads (``usage_row``'s names)."""
+    return '"user"' if column == "user_name" else column
+
+
+_KEEP_USAGE = (
+    "CREATE FUNCTION aptix_keep_usage(calls jsonb) RETURNS void LANGUAGE plpgsql VOLATILE AS "
+    "$body$ BEGIN INSERT INTO aptix_usage_calls (id, "
+    + ", ".join(column for column, _ in _USAGE_COLUMNS)
+    + ") SELECT c.id, "
+    + ", ".join(f"c.{_json_key(column)}" for column, _ in _USAGE_COLUMNS)
+    + " FROM jsonb_to_recordset(calls) AS c(id text, "
+    + ", ".join(f"{_json_key(column)} {kind.split()[0]}" for column, kind in _USAGE_COLUMNS)
+    + ") ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{column} = EXCLUDED.{column}" for column, _ in _USAGE_COLUMNS)
+    + ", seq = EXCLUDED.seq; END $body$"
+)
+"""Store calls, each replacing the row of its id (its reservation, when settled) and
+taking a new ``seq``, so it orders among calls made at its instant as stored last.
+PL/pgSQL, whose plans a connection keeps, where a SQL function is planned at each call."""
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -126,6 +179,110 @@ MIGRATIONS: tuple[Migration, ...] = (
                 reserved_at timestamptz NOT NULL,
                 done_at timestamptz,
                 PRIMARY KEY (org, user_name, key))""",
+        ),
+    ),
+    Migration(
+        5,
+        "the usage ledger: model calls reserved and settled against budgets",
+        # Costs are numeric (exact). seq orders calls made at one instant as stored (a
+        # settlement takes a new one, as the memory store moves it). The functions are
+        # the store's one round trip per call (postgres.py, D578): aptix_reserve_usage
+        # takes the org's advisory lock in one statement and counts in later ones, each
+        # with a snapshot of its own (READ COMMITTED), so it counts every reservation
+        # committed before it got the lock.
+        (
+            "CREATE TABLE aptix_usage_calls (id text PRIMARY KEY, seq bigserial NOT NULL, "
+            + ", ".join(f"{column} {kind}" for column, kind in _USAGE_COLUMNS)
+            + ")",
+            "CREATE INDEX aptix_usage_calls_time ON aptix_usage_calls (org, at)",
+            "CREATE INDEX aptix_usage_calls_turn ON aptix_usage_calls (org, turn_id)",
+            _KEEP_USAGE,
+            """CREATE FUNCTION aptix_reserve_usage(settle jsonb, call jsonb, checks jsonb)
+            RETURNS TABLE (budget_id text, used numeric, oldest timestamptz, reserved boolean)
+            LANGUAGE plpgsql VOLATILE AS $body$
+            DECLARE
+                c record;
+                fits boolean := true;
+            BEGIN
+                PERFORM pg_advisory_xact_lock(
+                    hashtextextended('aptix-usage:' || (call->>'org'), 0));
+                PERFORM aptix_keep_usage(settle);
+                IF EXISTS (SELECT 1 FROM aptix_usage_calls u WHERE u.id = call->>'id') THEN
+                    -- an earlier try of this reservation took it: it stands
+                    budget_id := NULL;
+                    used := NULL;
+                    oldest := NULL;
+                    reserved := true;
+                    RETURN NEXT;
+                    RETURN;
+                END IF;
+                FOR c IN SELECT * FROM jsonb_to_recordset(checks) AS x(
+                    budget_id text, metric text, "limit" numeric, amount numeric, org text,
+                    "user" text, mode text, turn_id text, since timestamptz, currency text)
+                LOOP
+                    -- One query per shape, each planned once for its index: a turn's
+                    -- calls by (org, turn_id), a window's by (org, at).
+                    IF c.turn_id IS NOT NULL THEN
+                        SELECT COALESCE(SUM(CASE c.metric
+                            WHEN 'tokens' THEN u.charge_tokens::numeric
+                            WHEN 'cost' THEN u.charge_cost
+                            WHEN 'model_calls' THEN u.charge_model_calls::numeric
+                            WHEN 'tool_calls' THEN u.charge_tool_calls::numeric
+                            ELSE u.charge_server_tool_rounds::numeric END), 0), MIN(u.at)
+                        INTO used, oldest
+                        FROM aptix_usage_calls u
+                        WHERE u.org = c.org AND u.turn_id = c.turn_id
+                            AND (c."user" IS NULL OR u.user_name = c."user")
+                            AND (c.mode IS NULL OR u.mode = c.mode)
+                            AND (c.turn_id IS NULL OR u.turn_id = c.turn_id)
+                            AND (c.since IS NULL OR u.at >= c.since)
+                            AND (c.currency IS NULL OR u.currency = c.currency);
+                    ELSIF c.since IS NOT NULL THEN
+                        SELECT COALESCE(SUM(CASE c.metric
+                            WHEN 'tokens' THEN u.charge_tokens::numeric
+                            WHEN 'cost' THEN u.charge_cost
+                            WHEN 'model_calls' THEN u.charge_model_calls::numeric
+                            WHEN 'tool_calls' THEN u.charge_tool_calls::numeric
+                            ELSE u.charge_server_tool_rounds::numeric END), 0), MIN(u.at)
+                        INTO used, oldest
+                        FROM aptix_usage_calls u
+                        WHERE u.org = c.org AND u.at >= c.since
+                            AND (c."user" IS NULL OR u.user_name = c."user")
+                            AND (c.mode IS NULL OR u.mode = c.mode)
+                            AND (c.turn_id IS NULL OR u.turn_id = c.turn_id)
+                            AND (c.since IS NULL OR u.at >= c.since)
+                            AND (c.currency IS NULL OR u.currency = c.currency);
+                    ELSE
+                        SELECT COALESCE(SUM(CASE c.metric
+                            WHEN 'tokens' THEN u.charge_tokens::numeric
+                            WHEN 'cost' THEN u.charge_cost
+                            WHEN 'model_calls' THEN u.charge_model_calls::numeric
+                            WHEN 'tool_calls' THEN u.charge_tool_calls::numeric
+                            ELSE u.charge_server_tool_rounds::numeric END), 0), MIN(u.at)
+                        INTO used, oldest
+                        FROM aptix_usage_calls u
+                        WHERE u.org = c.org AND true
+                            AND (c."user" IS NULL OR u.user_name = c."user")
+                            AND (c.mode IS NULL OR u.mode = c.mode)
+                            AND (c.turn_id IS NULL OR u.turn_id = c.turn_id)
+                            AND (c.since IS NULL OR u.at >= c.since)
+                            AND (c.currency IS NULL OR u.currency = c.currency);
+                    END IF;
+                    budget_id := c.budget_id;
+                    reserved := NULL;
+                    fits := fits AND used + c.amount <= c."limit";
+                    RETURN NEXT;
+                END LOOP;
+                IF fits THEN
+                    PERFORM aptix_keep_usage(jsonb_build_array(call));
+                END IF;
+                budget_id := NULL;
+                used := NULL;
+                oldest := NULL;
+                reserved := fits;
+                RETURN NEXT;
+            END
+            $body$""",
         ),
     ),
 )

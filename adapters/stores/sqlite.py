@@ -11,8 +11,8 @@
   nothing and a concurrent one loses cleanly (``StoreConflictError``).
 - A versioned schema (``PRAGMA user_version``): a new file is created at the
   current version, an older one is migrated in place (version 2 added stored
-  outcomes, version 3 the tool ledger), and a file written by a newer version is
-  refused.
+  outcomes, version 3 the tool ledger, version 4 the usage ledger), and a file
+  written by a newer version is refused.
 - Stored outcomes (``StoredOutcome``, docs/CONFORMANCE.md D181) are written in
   the turn's transaction; a key holding an unexpired one makes the whole commit a
   conflict. Each commit that stores outcomes also deletes up to
@@ -28,6 +28,12 @@
   ``purge_tool_calls`` deletes the entries reserved before a given time, walking
   the table in key order a batch at a time: no index on the age, which would
   cost every reservation a second page written.
+- The usage ledger (``UsageLedger``, ``contracts/usage.py``; schema version 4,
+  table ``usage_calls``): ``reserve_usage`` is one job on the worker and one ``BEGIN
+  IMMEDIATE`` transaction — the settlements, what each budget counts, and the
+  reservation when every budget holds — so it is atomic across processes sharing
+  the file. Costs are kept as decimal text and summed with ``Decimal`` inside that
+  transaction (exact; SQLite's own ``SUM`` would go through REAL).
 
 Durability (``synchronous``, docs/STORES.md "SQLite durability"): ``"normal"`` (the default)
 is WAL with ``PRAGMA synchronous = NORMAL``: a commit writes the turn to the WAL
@@ -51,22 +57,28 @@ import contextlib
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from functools import partial
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, cast, get_args
 
 from aptix_pipeline.contracts import (
+    BudgetCheck,
+    BudgetMetric,
     ChatMessage,
     LedgerEntry,
+    ReserveOutcome,
     Session,
     StoreConflictError,
     StoredOutcome,
     Transcript,
     Turn,
     TurnStatus,
+    UsageCall,
+    UsageQuery,
     scrubbed_logger,
 )
 
@@ -80,6 +92,7 @@ from .session_browser import (
 )
 from .transcript_cache import DEFAULT_BUDGET, TranscriptCache
 from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable, session_from_row
+from .usage_ledger import USAGE_FIELDS, check_reservation, usage_call_from_row, usage_row
 
 __all__ = [
     "CHECKPOINT_EVERY",
@@ -91,7 +104,7 @@ __all__ = [
     "synchronous_mode",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 T = TypeVar("T")
 logger = scrubbed_logger(__name__)
 
@@ -110,6 +123,12 @@ _LEDGER_BATCH: Final = (
 )
 """The next ``LIMIT`` ledger entries after a key, each with whether it was reserved
 before the time given (``julianday`` reads the ISO text's offset)."""
+_USAGE_SELECT: Final = f"SELECT {', '.join(USAGE_FIELDS)} FROM usage_calls"
+_USAGE_INSERT: Final = (
+    f"INSERT OR REPLACE INTO usage_calls ({', '.join(USAGE_FIELDS)}, at_us) "
+    f"VALUES ({', '.join('?' for _ in USAGE_FIELDS)}, ?)"
+)
+"""Store a call, replacing the row of the same id (its reservation, when settled)."""
 _DELETE_EXPIRED: Final = (
     "DELETE FROM outcomes WHERE rowid IN (SELECT rowid FROM outcomes "
     "WHERE expires_at_us <= ? LIMIT ?)"
@@ -273,7 +292,43 @@ _SCHEMA_3 = (
         done_at TEXT,
         PRIMARY KEY (org, user, key)) WITHOUT ROWID""",
 )
-_MIGRATIONS = (_SCHEMA, _SCHEMA_2, _SCHEMA_3)
+# Version 4: the usage ledger (UsageLedger). at is ISO text, read back as written;
+# at_us the same instant in microseconds since 1970 UTC, the order windows are read
+# in. Costs are decimal text, summed with Decimal in Python, never REAL.
+_SCHEMA_4 = (
+    """CREATE TABLE usage_calls (
+        id TEXT PRIMARY KEY,
+        org TEXT NOT NULL,
+        user TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        turn_id TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        model TEXT,
+        at TEXT NOT NULL,
+        at_us INTEGER NOT NULL,
+        round INTEGER NOT NULL,
+        step TEXT NOT NULL,
+        settled INTEGER NOT NULL,
+        charge_tokens INTEGER NOT NULL,
+        charge_cost TEXT NOT NULL,
+        charge_model_calls INTEGER NOT NULL,
+        charge_tool_calls INTEGER NOT NULL,
+        charge_server_tool_rounds INTEGER NOT NULL,
+        reported INTEGER NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        cached_input_tokens INTEGER NOT NULL,
+        reasoning_tokens INTEGER NOT NULL,
+        priced INTEGER NOT NULL,
+        cost TEXT,
+        currency TEXT,
+        tool_calls INTEGER NOT NULL,
+        server_tool_round INTEGER NOT NULL,
+        failed INTEGER NOT NULL)""",
+    "CREATE INDEX usage_calls_time ON usage_calls (org, at_us)",
+    "CREATE INDEX usage_calls_turn ON usage_calls (org, turn_id)",
+)
+_MIGRATIONS = (_SCHEMA, _SCHEMA_2, _SCHEMA_3, _SCHEMA_4)
 """``_MIGRATIONS[n]`` takes a file from schema version ``n`` to ``n + 1``."""
 
 
@@ -282,6 +337,22 @@ def _instant_us(moment: datetime) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def _usage_values(call: UsageCall) -> tuple[Any, ...]:
+    """``call``'s row of ``usage_calls``: its time as ISO text, costs as decimal text,
+    then ``at_us``."""
+    return (
+        *(
+            value.isoformat()
+            if isinstance(value, datetime)
+            else str(value)
+            if isinstance(value, Decimal)
+            else value
+            for value in usage_row(call)
+        ),
+        _instant_us(call.at),
+    )
 
 
 class SQLiteStore:
@@ -651,6 +722,126 @@ class SQLiteStore:
             deleted, after = await self._run(partial(self._purge_calls_batch, after, moment))
             purged += deleted
         return purged
+
+    # --- UsageLedger (contracts/usage.py): one BEGIN IMMEDIATE transaction a call ------
+
+    @staticmethod
+    def _keep_usage(db: sqlite3.Connection, calls: Sequence[UsageCall]) -> None:
+        db.executemany(_USAGE_INSERT, [_usage_values(call) for call in calls])
+
+    @staticmethod
+    def _counted(db: sqlite3.Connection, check: BudgetCheck) -> tuple[Decimal, datetime | None]:
+        """What ``check``'s calls count, and when the earliest of them was made."""
+        where: list[str] = ["org = ?"]
+        params: list[object] = [check.org]
+        for column, value in (
+            ("user", check.user),
+            ("mode", check.mode),
+            ("turn_id", check.turn_id),
+            ("currency", check.currency),
+        ):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if check.since is not None:
+            where.append("at_us >= ?")
+            params.append(_instant_us(check.since))
+        condition = " AND ".join(where)
+        if check.metric is BudgetMetric.COST:  # decimal text: summed exactly, here
+            rows = db.execute(
+                f"SELECT charge_cost, at FROM usage_calls WHERE {condition} ORDER BY at_us, rowid",
+                params,
+            ).fetchall()
+            used = sum((Decimal(cost) for cost, _ in rows), Decimal(0))
+            first = rows[0][1] if rows else None
+        else:  # whole numbers: SQLite's integer SUM is exact
+            # A bare column beside MIN() is read from the row holding the minimum.
+            used_sum, _, first = db.execute(
+                f"SELECT SUM(charge_{check.metric.value}), MIN(at_us), at FROM usage_calls "
+                f"WHERE {condition}",
+                params,
+            ).fetchone()
+            used = Decimal(used_sum or 0)
+        return used, None if first is None else datetime.fromisoformat(first)
+
+    def _reserve_usage(
+        self, call: UsageCall, checks: Sequence[BudgetCheck], settle: Sequence[UsageCall]
+    ) -> ReserveOutcome:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            self._keep_usage(db, settle)
+            kept = db.execute("SELECT 1 FROM usage_calls WHERE id = ?", (call.id,)).fetchone()
+            if kept is not None:  # an earlier try of this reservation took it: it stands
+                db.execute("COMMIT")
+                self._after_commit()
+                return ReserveOutcome(reserved=True)
+            used: dict[str, Decimal] = {}
+            oldest: dict[str, datetime | None] = {}
+            for check in checks:
+                used[check.budget_id], oldest[check.budget_id] = self._counted(db, check)
+            outcome = check_reservation(checks, used, oldest)
+            if outcome.reserved:
+                self._keep_usage(db, [call])
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self._after_commit()
+        return outcome
+
+    async def reserve_usage(
+        self,
+        call: UsageCall,
+        checks: Sequence[BudgetCheck],
+        settle: Sequence[UsageCall] = (),
+    ) -> ReserveOutcome:
+        """See ``UsageLedger``: one job on the worker, one ``BEGIN IMMEDIATE`` transaction."""
+        return await self._run(lambda: self._reserve_usage(call, checks, settle))
+
+    def _settle_usage(self, calls: Sequence[UsageCall]) -> None:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            self._keep_usage(db, calls)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self._after_commit()
+
+    async def settle_usage(self, calls: Sequence[UsageCall]) -> None:
+        """See ``UsageLedger``."""
+        if calls:
+            await self._run(lambda: self._settle_usage(calls))
+
+    def _usage_calls(self, query: UsageQuery) -> list[UsageCall]:
+        where: list[str] = ["org = ?"]
+        params: list[object] = [query.org]
+        for column, value in (
+            ("user", query.user),
+            ("mode", query.mode),
+            ("model", query.model),
+            ("session_id", query.session_id),
+            ("turn_id", query.turn_id),
+        ):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if query.since is not None:
+            where.append("at_us >= ?")
+            params.append(_instant_us(query.since))
+        if query.until is not None:
+            where.append("at_us < ?")
+            params.append(_instant_us(query.until))
+        rows = self._db().execute(
+            f"{_USAGE_SELECT} WHERE {' AND '.join(where)} ORDER BY at_us, rowid", params
+        )
+        return [usage_call_from_row(row) for row in rows]
+
+    async def usage_calls(self, query: UsageQuery) -> list[UsageCall]:
+        """See ``UsageLedger``: oldest first (calls made at one instant: as stored)."""
+        return await self._run(lambda: self._usage_calls(query))
 
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 

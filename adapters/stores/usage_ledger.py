@@ -3,7 +3,8 @@ store has counted what each budget already holds (``contracts/usage.py``).
 
 A store counts, inside its own atomic step, what each ``BudgetCheck`` matches; this
 module decides from those sums whether the call fits, so the memory, SQLite and
-PostgreSQL stores judge alike.
+PostgreSQL stores judge alike. ``usage_row`` and ``usage_call_from_row`` are the
+SQL stores' one order of a call's columns (their ``usage_calls`` tables).
 """
 
 from __future__ import annotations
@@ -11,10 +12,45 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
+from typing import Any, Final
 
-from aptix_pipeline.contracts import BudgetCheck, ReserveOutcome
+from pydantic import TypeAdapter
 
-__all__ = ["check_reservation"]
+from aptix_pipeline.contracts import BudgetCheck, ReserveOutcome, UsageCall
+
+__all__ = ["USAGE_FIELDS", "check_reservation", "usage_call_from_row", "usage_row"]
+
+USAGE_FIELDS: Final = (
+    "id",
+    "org",
+    "user",
+    "session_id",
+    "turn_id",
+    "mode",
+    "model",
+    "at",
+    "round",
+    "step",
+    "settled",
+    "charge_tokens",
+    "charge_cost",
+    "charge_model_calls",
+    "charge_tool_calls",
+    "charge_server_tool_rounds",
+    "reported",
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "reasoning_tokens",
+    "priced",
+    "cost",
+    "currency",
+    "tool_calls",
+    "server_tool_round",
+    "failed",
+)
+"""A call's columns in the SQL stores' ``usage_calls`` tables, in ``usage_row``'s order
+(the PostgreSQL table names ``user`` ``user_name``)."""
 
 
 def check_reservation(
@@ -34,3 +70,55 @@ def check_reservation(
                 oldest=oldest.get(check.budget_id),
             )
     return ReserveOutcome(reserved=True, used=dict(used))
+
+
+def usage_row(call: UsageCall) -> tuple[Any, ...]:
+    """``call``'s values in ``USAGE_FIELDS`` order (costs as ``Decimal``, exact)."""
+    charge = call.charge
+    return (
+        call.id,
+        call.org,
+        call.user,
+        call.session_id,
+        call.turn_id,
+        call.mode,
+        call.model,
+        call.at,
+        call.round,
+        call.step,
+        call.settled,
+        charge.tokens,
+        charge.cost,
+        charge.model_calls,
+        charge.tool_calls,
+        charge.server_tool_rounds,
+        call.reported,
+        call.input_tokens,
+        call.output_tokens,
+        call.cached_input_tokens,
+        call.reasoning_tokens,
+        call.priced,
+        call.cost,
+        call.currency,
+        call.tool_calls,
+        call.server_tool_round,
+        call.failed,
+    )
+
+
+def usage_call_from_row(row: Sequence[Any]) -> UsageCall:
+    """A call from its columns in ``USAGE_FIELDS`` order: a cost kept as text or as a
+    number becomes the ``Decimal`` it was, a flag kept as 0/1 a ``bool``, a time kept as
+    ISO text a ``datetime`` (pydantic's conversions)."""
+    values = dict(zip(USAGE_FIELDS, row, strict=True))
+    charge = {
+        "tokens": values.pop("charge_tokens"),
+        "cost": values.pop("charge_cost"),
+        "model_calls": values.pop("charge_model_calls"),
+        "tool_calls": values.pop("charge_tool_calls"),
+        "server_tool_rounds": values.pop("charge_server_tool_rounds"),
+    }
+    return _USAGE_CALL.validate_python({**values, "charge": charge})
+
+
+_USAGE_CALL: TypeAdapter[UsageCall] = TypeAdapter(UsageCall)

@@ -65,6 +65,7 @@ APTIX_TABLES = {
     "aptix_transcript",
     "aptix_outcomes",
     "aptix_tool_ledger",
+    "aptix_usage_calls",
 }
 
 
@@ -363,7 +364,7 @@ async def test_initial_continuation_and_follow_on_with_a_mode_change(pg: Postgre
     assert [m.content for m in transcript if m.role is ChatRole.USER] == ["review a.py", "thanks"]
 
 
-@pytest.mark.decision("D26", "D67")
+@pytest.mark.decision("D26", "D67", "D601")
 async def test_a_failed_turn_stores_nothing_not_even_its_mode_change(
     pg: PostgresStore, postgres_db_url: str
 ) -> None:
@@ -374,8 +375,13 @@ async def test_a_failed_turn_stores_nothing_not_even_its_mode_change(
     assert not result.successful
     assert await stored(pg) == NOTHING_STORED
     with psycopg.connect(postgres_db_url) as connection:
-        for table in sorted(APTIX_TABLES):
+        for table in sorted(APTIX_TABLES - {"aptix_usage_calls"}):
             assert connection.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
+        # the model calls it made are kept: the first was spent, the second failed
+        usage = connection.execute(
+            "SELECT settled, failed, charge_model_calls FROM aptix_usage_calls ORDER BY seq"
+        ).fetchall()
+    assert usage == [(True, False, 1), (True, True, 0)]
 
 
 class Rendezvous:

@@ -153,6 +153,58 @@ class OurStoreContract(StoreContract):
     def test_purging_the_ledger_deletes_the_entries_reserved_before_the_time(self) -> None:
         super().test_purging_the_ledger_deletes_the_entries_reserved_before_the_time()
 
+    @pytest.mark.decision("D579")
+    def test_usage_is_reserved_within_a_limit_and_refused_over_it_unstored(self) -> None:
+        super().test_usage_is_reserved_within_a_limit_and_refused_over_it_unstored()
+
+    @pytest.mark.decision("D579")
+    def test_usage_limit_met_exactly_holds_and_one_more_is_refused(self) -> None:
+        super().test_usage_limit_met_exactly_holds_and_one_more_is_refused()
+
+    @pytest.mark.decision("D579")
+    def test_usage_settlements_are_stored_whether_the_next_call_is_reserved_or_not(self) -> None:
+        super().test_usage_settlements_are_stored_whether_the_next_call_is_reserved_or_not()
+
+    @pytest.mark.decision("D579")
+    def test_settling_usage_replaces_the_reservation_and_stores_an_unreserved_call(self) -> None:
+        super().test_settling_usage_replaces_the_reservation_and_stores_an_unreserved_call()
+
+    @pytest.mark.decision("D579")
+    def test_a_usage_call_round_trips_its_time_and_offset_and_every_figure(self) -> None:
+        super().test_a_usage_call_round_trips_its_time_and_offset_and_every_figure()
+
+    @pytest.mark.decision("D579")
+    def test_a_per_turn_usage_check_counts_only_its_turn(self) -> None:
+        super().test_a_per_turn_usage_check_counts_only_its_turn()
+
+    @pytest.mark.decision("D579")
+    def test_a_usage_window_counts_only_the_calls_made_since_its_start(self) -> None:
+        super().test_a_usage_window_counts_only_the_calls_made_since_its_start()
+
+    @pytest.mark.decision("D579")
+    def test_usage_checks_narrowed_to_a_user_or_a_mode_count_only_theirs(self) -> None:
+        super().test_usage_checks_narrowed_to_a_user_or_a_mode_count_only_theirs()
+
+    @pytest.mark.decision("D579")
+    def test_a_cost_usage_check_counts_only_its_currency_in_exact_decimals(self) -> None:
+        super().test_a_cost_usage_check_counts_only_its_currency_in_exact_decimals()
+
+    @pytest.mark.decision("D579")
+    def test_usage_of_another_org_is_never_counted_nor_read(self) -> None:
+        super().test_usage_of_another_org_is_never_counted_nor_read()
+
+    @pytest.mark.decision("D579")
+    def test_usage_calls_are_read_narrowed_and_oldest_first(self) -> None:
+        super().test_usage_calls_are_read_narrowed_and_oldest_first()
+
+    @pytest.mark.decision("D579")
+    def test_usage_reservations_are_committed_at_once_whatever_the_turn_does(self) -> None:
+        super().test_usage_reservations_are_committed_at_once_whatever_the_turn_does()
+
+    @pytest.mark.decision("D579")
+    def test_of_many_racing_usage_reservations_exactly_those_within_the_limit_win(self) -> None:
+        super().test_of_many_racing_usage_reservations_exactly_those_within_the_limit_win()
+
 
 class TestMemoryStore(OurStoreContract):
     """The kit on the memory store."""
@@ -367,14 +419,17 @@ async def test_sqlite_data_survives_close_and_reopen(tmp_path: Path) -> None:
     assert transcript == [user_says("hi"), assistant_says("hello")]
 
 
-def test_sqlite_file_is_in_wal_mode_at_schema_version_3(tmp_path: Path) -> None:
+@pytest.mark.decision("D577")
+def test_sqlite_file_is_in_wal_mode_at_schema_version_4(tmp_path: Path) -> None:
     path = tmp_path / "aptix.db"
 
     with SQLiteStore(path) as store:
-        assert store.schema_version == 3 == SCHEMA_VERSION
+        assert store.schema_version == 4 == SCHEMA_VERSION
         with sqlite3.connect(path) as raw:
             assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            assert raw.execute("PRAGMA user_version").fetchone()[0] == 3
+            assert raw.execute("PRAGMA user_version").fetchone()[0] == 4
+            kinds = {row[1]: row[2] for row in raw.execute("PRAGMA table_info(usage_calls)")}
+            assert (kinds["cost"], kinds["charge_cost"]) == ("TEXT", "TEXT")  # exact, never REAL
 
 
 def test_sqlite_reopening_a_current_file_keeps_its_schema(tmp_path: Path) -> None:
