@@ -150,6 +150,7 @@ if TYPE_CHECKING:
     )
     from .engine import (
         PROGRESS_EVENTS,
+        CallUsage,
         CheckRan,
         CheckRecord,
         DiagramError,
@@ -336,7 +337,7 @@ _GROUPS: dict[str, dict[str, str]] = {
             "RetrievalStarted RetrievalFinished ModelCallRetried ModelCallFinished "
             "ToolCallHandled ToolExecutionStarted ToolExecuted ModeChanged "
             "WarningRaised TurnFaulted TurnFinished StateTrace TransitionRecord "
-            "CheckRecord FaultRecord LLMCallRecord RetrievalRecord"
+            "CheckRecord FaultRecord LLMCallRecord RetrievalRecord CallUsage"
         ),
     },
     "Recording and replay (docs/RECORDING.md)": {
@@ -403,6 +404,7 @@ __all__ = [
     "ArtifactOrigin",
     "BlobStore",
     "BufferedTransaction",
+    "CallUsage",
     "Caller",
     "ChatMessage",
     "ChatRole",
