@@ -171,7 +171,8 @@ async def test_each_llm_client_transition_keeps_its_rounds_usage_and_cost(
     ]
     assert report.trace is not None
     others = [e for e in report.trace.transitions if e.event != "llm_client"]
-    assert others and all(e.usage is None for e in others)
+    assert others
+    assert all(e.usage is None for e in others)
 
 
 @pytest.mark.decision("D587")
@@ -180,7 +181,8 @@ async def test_the_usage_in_the_trace_json_says_unreported_and_unpriced_and_read
 ) -> None:
     priced = (await three_rounds(recorded, PRICES)).trace
     unpriced = (await three_rounds(recorded, None)).trace
-    assert priced is not None and unpriced is not None
+    assert priced is not None
+    assert unpriced is not None
 
     def usage_json(trace: StateTrace) -> list[Any]:
         return [

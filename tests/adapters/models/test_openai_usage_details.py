@@ -82,11 +82,7 @@ async def test_cached_and_reasoning_tokens_are_read_when_reported_and_unknown_wh
         async with adapter(server) as llm:
             got = await usage_of(llm, streamed, ask())
 
-    assert got == expected
-    if "prompt_tokens_details" not in usage or "cached_tokens" not in usage.get(
-        "prompt_tokens_details", {}
-    ):
-        assert got is not None and got.cached_input_tokens is None  # unknown, not 0
+    assert got == expected  # a count left out is None (unknown), never 0
 
 
 @pytest.mark.decision("D583")
