@@ -73,6 +73,7 @@ from .tool_routing import (
     check_tool_routing,
 )
 from .trace import (
+    CallUsage,
     CheckRecord,
     FaultRecord,
     LLMCallRecord,
@@ -109,6 +110,7 @@ __all__ = [
     "FAULT_RECORD",
     "PROGRESS_EVENTS",
     "RUNTIMES",
+    "CallUsage",
     "CheckRan",
     "CheckRecord",
     "DiagramError",

@@ -54,6 +54,7 @@ from aptix_pipeline.contracts import (
     LLMRequest,
     Passage,
     PipelineContext,
+    PriceTable,
     RetrievalQuery,
     ToolCall,
     ToolDefinition,
@@ -71,6 +72,7 @@ from aptix_pipeline.validators import utf8_text
 
 from .records import quick_init
 from .trace import (
+    CallUsage,
     CheckRecord,
     FaultRecord,
     LLMCallRecord,
@@ -235,7 +237,9 @@ class ModelCallFinished(TurnEvent):
     ``replied`` says whether the model answered (a call can fail after its reply, when
     the step raises); ``reply`` is the model's reply only with content capture.
     ``exception`` is what the model port raised when the call failed for it (its
-    last attempt's exception; its message may quote user content).
+    last attempt's exception; its message may quote user content). ``usage`` is the
+    call's usage and cost when the model answered (``CallUsage``: unreported or
+    unpriced said so), priced by ``PipelineOptions.prices``.
     """
 
     trace_entry: ClassVar[str] = "call"
@@ -244,6 +248,7 @@ class ModelCallFinished(TurnEvent):
     replied: bool
     reply: LLMReply | None = None
     exception: BaseException | None = None
+    usage: CallUsage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -732,13 +737,17 @@ class _ModelCall:
             self.failure = type(raised or error).__name__
         record = self._record(reporter.capture_content)
         reply = self.reply
+        usage = None
+        if reply is not None:  # the llm_client transition after it takes it (take_usage)
+            model = record.request_model or reply.model
+            usage = reporter.last_usage = CallUsage.of(reply.usage, model, reporter.prices)
         keep = reporter.keep_model_call
         if keep is not None:
             keep(record)
         else:
             shown = reply if reporter.capture_content else None
             reporter.emit(
-                ModelCallFinished(reporter.run_id, record, reply is not None, shown, raised)
+                ModelCallFinished(reporter.run_id, record, reply is not None, shown, raised, usage)
             )
         # A retry library may keep the observation in a reference cycle until the
         # garbage collector runs: let it not keep the turn and its events with it.
@@ -934,8 +943,10 @@ class StepReporter:
         "emit_text",
         "identified_wanted",
         "keep_model_call",
+        "last_usage",
         "model_call_started",
         "org",
+        "prices",
         "rounds",
         "run_id",
         "user",
@@ -953,8 +964,13 @@ class StepReporter:
         user: str = "",
         identified: bool = True,
         keep_model_call: EntrySink | None = None,
+        prices: PriceTable | None = None,
     ) -> None:
         self.emit, self.run_id, self.capture_content = emit, run_id, capture_content
+        self.prices = prices
+        """The price table each call's cost comes from (``PipelineOptions.prices``)."""
+        self.last_usage: CallUsage | None = None
+        """The usage of the last call that got a reply, until ``take_usage``."""
         self.keep_model_call = keep_model_call
         """Where a model call's record goes when only the trace reads ``ModelCallFinished``
         (``TurnEvents.entry_keeper``); ``None``: the event is made and emitted."""
@@ -977,6 +993,11 @@ class StepReporter:
         ``streamed`` when the model is asked to stream."""
         self.rounds += 1
         return _ModelCall(self, request, self.rounds, streamed)
+
+    def take_usage(self) -> CallUsage | None:
+        """The last answered call's usage, once: its ``llm_client`` transition keeps it."""
+        usage, self.last_usage = self.last_usage, None
+        return usage
 
     def retrieval(self, collection: str, query: RetrievalQuery) -> _Retrieval:
         """One retrieval: ``RetrievalStarted``, then ``RetrievalFinished`` however it ends."""

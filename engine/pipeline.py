@@ -693,6 +693,7 @@ class Pipeline:
             user=scope.caller.user,
             identified=events.wants(TurnIdentified),
             keep_model_call=events.entry_keeper(ModelCallFinished),
+            prices=scope.options.prices,
         )
         run = TurnRun(
             scope=scope,

@@ -38,7 +38,13 @@ from typing import Any, Literal, Protocol
 
 from statemachine import State, StateChart
 
-from aptix_pipeline.contracts import AptixPipelineError, ErrorCode, InvokeError, scrubbed_logger
+from aptix_pipeline.contracts import (
+    AptixPipelineError,
+    ErrorCode,
+    InvokeError,
+    PipelineStep,
+    scrubbed_logger,
+)
 from aptix_pipeline.steps import (
     PROPAGATED,
     ErrorDetail,
@@ -51,7 +57,7 @@ from aptix_pipeline.steps import (
 )
 from aptix_pipeline.validators import TURN_CANCELLED, TURN_DEADLINE
 
-from .events import StepEnded, StepStarted, TransitionTaken, TurnFaulted
+from .events import StepEnded, StepReporter, StepStarted, TransitionTaken, TurnFaulted
 from .machine import FAULT, UNINTERRUPTED, TurnMachine, TurnRun
 from .records import quick_init
 from .trace import FaultRecord, TransitionRecord
@@ -117,10 +123,13 @@ class CompiledTransition:
     """``work`` as (a function of the model, whether it is a coroutine function)."""
     after_move: tuple[tuple[Callable[[TurnRun], Any], bool], ...] = ()
     """``after`` the same way."""
+    keeps_usage: bool = False
+    """Whether its record carries the model call's usage (``llm_client``, one call a round)."""
 
     def __post_init__(self) -> None:
         work = self.validators + self.actions
         object.__setattr__(self, "work", work)
+        object.__setattr__(self, "keeps_usage", self.event == _LLM_CLIENT)
         object.__setattr__(self, "before_move", tuple(self._bound(c) for c in work))
         object.__setattr__(self, "after_move", tuple(self._bound(c) for c in self.after))
 
@@ -271,6 +280,18 @@ def compile_machine(machine: type[StateChart[Any]] = TurnMachine) -> CompiledMac
 
 # --- cursors: one turn's position, on either runtime -------------------------------------
 
+_LLM_CLIENT = str(PipelineStep.LLM_CLIENT)
+
+
+def _with_usage(record: TransitionRecord, model: TurnRun) -> TransitionRecord:
+    """An ``llm_client`` transition's record with its model call's usage (``CallUsage``),
+    which the turn's ``StepReporter`` kept when the call ended; as it was without one."""
+    observer = model.scope.observer
+    usage = observer.take_usage() if isinstance(observer, StepReporter) else None
+    if usage is None:
+        return record
+    return TransitionRecord(record.event, record.source, record.target, usage)
+
 
 class _Cursor(Protocol):
     @property
@@ -301,6 +322,8 @@ class CompiledCursor:
             if result is not None and (is_async or inspect.isawaitable(result)):
                 await result
         record = transition.record
+        if transition.keeps_usage:
+            record = _with_usage(record, model)
         self.state = record.target
         keep = model.keep_transition
         if keep is None:
@@ -327,6 +350,8 @@ class _TransitionListener:
         if source is None or str(event) == "__initial__":
             return
         model, record = self.model, TransitionRecord(str(event), source.id, target.id)
+        if record.event == _LLM_CLIENT:
+            record = _with_usage(record, model)
         if model.keep_transition is None:
             model.emit(TransitionTaken(model.run_id, record))
         else:

@@ -7,13 +7,20 @@ steps do into spans that follow the OpenTelemetry GenAI semantic conventions
 
 - ``invoke_agent {agent name}`` (INTERNAL): the turn — ``gen_ai.operation.name``,
   ``gen_ai.provider.name``, ``gen_ai.agent.name``/``id``, ``gen_ai.conversation.id``
-  (the SessionId), ``gen_ai.request.model``, the usage totals; status ERROR and
+  (the SessionId), ``gen_ai.request.model``, the usage totals of its model calls
+  (tokens, cached and reasoning tokens, cost) with ``aptix.usage.unreported_calls``
+  and ``aptix.usage.unpriced_calls``, the calls those sums leave out; status ERROR and
   ``error.type`` (the first error code) when the turn fails.
 - ``step {step}`` (INTERNAL), a child per transition: the step, from/to state,
   context type, mode, the rule ids its guard and exit hook checked and their
   outcome; an ``aptix.rule.failed`` event per failed rule.
 - ``chat {model}`` (CLIENT), per model call: request/response model, response id,
-  finish reasons, ``gen_ai.usage.input_tokens``/``output_tokens``; an
+  finish reasons, ``gen_ai.usage.input_tokens``/``output_tokens`` and, when the
+  model reports them, ``gen_ai.usage.cache_read.input_tokens`` and
+  ``gen_ai.usage.reasoning.output_tokens``; ``aptix.usage.reported`` (false when the
+  model reported no usage: then no token count at all, never 0), ``aptix.usage.priced``
+  and, for a priced call, ``aptix.usage.cost`` (exact decimal text) and
+  ``aptix.usage.currency`` (``PipelineOptions.prices``, issue 31); an
   ``aptix.llm.retry`` event per retry. A call answered as a stream (AGN-034 §4.7)
   also has ``gen_ai.request.stream`` (true) and
   ``gen_ai.response.time_to_first_chunk``: the seconds from the call's start to its
@@ -78,6 +85,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
@@ -129,7 +137,7 @@ from .events import (
     WarningRaised,
 )
 from .machine import FAULT
-from .trace import CheckRecord
+from .trace import CallUsage, CheckRecord
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -381,6 +389,70 @@ class Telemetry:
 
 # --- attribute names (GenAI conventions, and ours under aptix.*) ----------------------
 
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+CACHED_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+"""The conventions' name (semantic-conventions' ``GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS``)."""
+REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
+"""The conventions' name (``GEN_AI_USAGE_REASONING_OUTPUT_TOKENS``)."""
+USAGE_REPORTED = "aptix.usage.reported"
+USAGE_PRICED = "aptix.usage.priced"
+USAGE_COST = "aptix.usage.cost"
+USAGE_CURRENCY = "aptix.usage.currency"
+UNREPORTED_CALLS = "aptix.usage.unreported_calls"
+UNPRICED_CALLS = "aptix.usage.unpriced_calls"
+
+
+def _call_usage(usage: CallUsage, attributes: dict[str, Any]) -> None:
+    """One model call's usage on its ``chat`` span: tokens only when the model reported
+    them (never 0 for unknown), its cost only when it is priced (issue 31)."""
+    attributes[USAGE_REPORTED] = usage.reported
+    attributes[USAGE_PRICED] = usage.priced
+    if usage.reported:
+        attributes[INPUT_TOKENS] = usage.input_tokens
+        attributes[OUTPUT_TOKENS] = usage.output_tokens
+        if usage.cached_input_tokens is not None:
+            attributes[CACHED_INPUT_TOKENS] = usage.cached_input_tokens
+        if usage.reasoning_tokens is not None:
+            attributes[REASONING_TOKENS] = usage.reasoning_tokens
+    if usage.cost is not None:
+        attributes[USAGE_COST] = format(usage.cost, "f")
+        attributes[USAGE_CURRENCY] = usage.currency
+
+
+def _usage_totals(calls: Sequence[CallUsage], attributes: dict[str, Any]) -> None:
+    """The turn's model calls summed on ``invoke_agent``: the reported calls' tokens, the
+    cost of the priced ones, and how many calls each sum leaves out.
+
+    Cached and reasoning tokens are summed over the calls that report them, and left
+    off when none does. Calls priced in different currencies are not added up:
+    ``aptix.usage.cost`` is then a list of ``"<amount> <currency>"``, one per currency.
+    """
+    reported = [call for call in calls if call.reported]
+    unpriced = sum(1 for call in calls if not call.priced)
+    attributes[UNREPORTED_CALLS] = len(calls) - len(reported)
+    attributes[UNPRICED_CALLS] = unpriced
+    if reported:
+        attributes[INPUT_TOKENS] = sum(call.input_tokens or 0 for call in reported)
+        attributes[OUTPUT_TOKENS] = sum(call.output_tokens or 0 for call in reported)
+        cached = [c.cached_input_tokens for c in reported if c.cached_input_tokens is not None]
+        if cached:
+            attributes[CACHED_INPUT_TOKENS] = sum(cached)
+        reasoning = [c.reasoning_tokens for c in reported if c.reasoning_tokens is not None]
+        if reasoning:
+            attributes[REASONING_TOKENS] = sum(reasoning)
+    costs: dict[str, Decimal] = {}
+    for call in calls:
+        if call.cost is not None and call.currency is not None:
+            costs[call.currency] = costs.get(call.currency, Decimal(0)) + call.cost
+    if len(costs) == 1:
+        ((currency, cost),) = costs.items()
+        attributes[USAGE_COST] = format(cost, "f")
+        attributes[USAGE_CURRENCY] = currency
+    elif costs:
+        attributes[USAGE_COST] = [f"{format(cost, 'f')} {c}" for c, cost in sorted(costs.items())]
+
+
 OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
 ERROR_TYPE = "error.type"
@@ -558,7 +630,7 @@ class SpanBuilder:
         # What a step learns while it runs goes on its span in one call when it ends:
         # the SDK's per-call cost, not the attributes, dominated.
         self._step_attributes: dict[str, Any] = {}
-        self._usage: list[tuple[int, int]] = []
+        self._usage: list[CallUsage] = []  # the answered model calls' usage, in order
         # Content capture: each message is serialized once per turn, not once per round.
         self._messages: dict[int, tuple[ChatMessage, str]] = {}
         self._tool_definitions: tuple[tuple[int, ...], str] | None = None
@@ -666,8 +738,7 @@ class SpanBuilder:
             if event.context is not None:
                 _turn_content(event.context, attributes)
         if self._usage:
-            attributes["gen_ai.usage.input_tokens"] = sum(used for used, _ in self._usage)
-            attributes["gen_ai.usage.output_tokens"] = sum(made for _, made in self._usage)
+            _usage_totals(self._usage, attributes)
         usage = event.usage
         if usage is not None:
             attributes["aptix.turn.usage.input_tokens"] = usage.input_tokens
@@ -817,9 +888,9 @@ class SpanBuilder:
         )
 
     def _chat_finished(self, event: ModelCallFinished) -> None:
-        call = event.call
-        if call.input_tokens is not None or call.output_tokens is not None:
-            self._usage.append((call.input_tokens or 0, call.output_tokens or 0))
+        call, usage = event.call, event.usage
+        if usage is not None:
+            self._usage.append(usage)
         opened = self._chat
         if opened is None:
             return
@@ -833,9 +904,8 @@ class SpanBuilder:
                 attributes["gen_ai.response.id"] = call.response_id
             if call.finish_reason:
                 attributes["gen_ai.response.finish_reasons"] = [call.finish_reason]
-            if call.input_tokens is not None or call.output_tokens is not None:
-                attributes["gen_ai.usage.input_tokens"] = call.input_tokens
-                attributes["gen_ai.usage.output_tokens"] = call.output_tokens
+            if usage is not None:
+                _call_usage(usage, attributes)
             if event.reply is not None:
                 attributes["gen_ai.output.messages"] = _output_json(event.reply)
             span.set_attributes(attributes)

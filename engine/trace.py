@@ -23,15 +23,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
-from aptix_pipeline.contracts import InvokeWarning
+from aptix_pipeline.contracts import InvokeWarning, PriceTable, Usage
 from aptix_pipeline.steps import ModeChange, ToolCallFate, ToolCallRecord, ToolCallSide
 
 from .records import quick_init
 
 __all__ = [
     "TRACE_FORMAT",
+    "CallUsage",
     "CheckRecord",
     "FaultRecord",
     "LLMCallRecord",
@@ -47,13 +49,95 @@ TRACE_FORMAT = "aptix.state-trace/1"
 """The version of the JSON form; a reader refuses any other."""
 
 
+@quick_init
+@dataclass(frozen=True, slots=True)
+class CallUsage:
+    """One model call's usage and cost, as its ``llm_client`` transition and its ``chat``
+    span keep them (issue 31).
+
+    ``reported`` is ``False`` when the model reported no usage: its tokens are unknown
+    (``None``), never 0. ``cached_input_tokens`` (part of ``input_tokens``) and
+    ``reasoning_tokens`` (part of ``output_tokens``) are ``None`` when the model does
+    not report them. ``priced`` says whether the price table has a price for the
+    model; ``cost`` (exact, in ``currency``) is there when it has one and the model
+    reported its usage.
+    """
+
+    reported: bool
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    priced: bool = False
+    cost: Decimal | None = None
+    currency: str | None = None
+
+    @staticmethod
+    def of(usage: Usage | None, model: str | None, prices: PriceTable | None) -> CallUsage:
+        """The usage a model reported (``None``: none) on ``model``, priced by ``prices``
+        (``None``: no price table, every call unpriced)."""
+        price = prices.price(model) if prices is not None else None
+        if usage is None:
+            return CallUsage(False, priced=price is not None)
+        return CallUsage(
+            True,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_input_tokens,
+            usage.reasoning_tokens,
+            price is not None,
+            price.cost(usage) if price is not None else None,
+            price.currency if price is not None else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: the counts known, or ``unreported``; the cost as exact decimal
+        text and its currency, or ``unpriced``."""
+        data: dict[str, Any] = {}
+        if self.reported:
+            data["input_tokens"] = self.input_tokens
+            data["output_tokens"] = self.output_tokens
+            if self.cached_input_tokens is not None:
+                data["cached_input_tokens"] = self.cached_input_tokens
+            if self.reasoning_tokens is not None:
+                data["reasoning_tokens"] = self.reasoning_tokens
+        else:
+            data["unreported"] = True
+        if not self.priced:
+            data["unpriced"] = True
+        elif self.cost is not None:
+            data["cost"] = format(self.cost, "f")
+            data["currency"] = self.currency
+        return data
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> CallUsage:
+        """The usage ``to_dict`` wrote."""
+        cost = data.get("cost")
+        return CallUsage(
+            not data.get("unreported", False),
+            data.get("input_tokens"),
+            data.get("output_tokens"),
+            data.get("cached_input_tokens"),
+            data.get("reasoning_tokens"),
+            not data.get("unpriced", False),
+            None if cost is None else Decimal(cost),
+            data.get("currency"),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class TransitionRecord:
-    """One transition the turn took: the event (a step name), from and to."""
+    """One transition the turn took: the event (a step name), from and to.
+
+    ``usage``: an ``llm_client`` transition's model call's usage and cost (one call a
+    round); ``None`` on every other transition.
+    """
 
     event: str
     source: str
     target: str
+    usage: CallUsage | None = None
 
 
 @quick_init
@@ -153,7 +237,15 @@ TraceEntry = (
 def entry_to_dict(entry: TraceEntry) -> dict[str, Any]:
     """One entry as JSON: a ``kind`` and its fields."""
     if isinstance(entry, TransitionRecord):
-        return {"kind": "transition", "step": entry.event, "from": entry.source, "to": entry.target}
+        transition: dict[str, Any] = {
+            "kind": "transition",
+            "step": entry.event,
+            "from": entry.source,
+            "to": entry.target,
+        }
+        if entry.usage is not None:
+            transition["usage"] = entry.usage.to_dict()
+        return transition
     if isinstance(entry, CheckRecord):
         return {
             "kind": "guard" if entry.phase == "PRE" else "exit_hook",
@@ -232,7 +324,13 @@ def entry_from_dict(data: Mapping[str, Any]) -> TraceEntry:
         raise ValueError(f"a trace entry is an object, not {type(data).__name__}")
     kind = data.get("kind")
     if kind == "transition":
-        return TransitionRecord(data["step"], data["from"], data["to"])
+        usage = data.get("usage")
+        return TransitionRecord(
+            data["step"],
+            data["from"],
+            data["to"],
+            None if usage is None else CallUsage.from_dict(usage),
+        )
     if kind in ("guard", "exit_hook"):
         return CheckRecord(
             data["step"],

@@ -164,6 +164,7 @@ if TYPE_CHECKING:
     )
     from .engine import (
         PROGRESS_EVENTS,
+        CallUsage,
         CheckRan,
         CheckRecord,
         DiagramError,
@@ -358,7 +359,7 @@ _GROUPS: dict[str, dict[str, str]] = {
             "RetrievalStarted RetrievalFinished ModelCallRetried ModelCallFinished "
             "ToolCallHandled ToolExecutionStarted ToolExecuted ModeChanged "
             "WarningRaised TurnFaulted TurnFinished StateTrace TransitionRecord "
-            "CheckRecord FaultRecord LLMCallRecord RetrievalRecord"
+            "CheckRecord FaultRecord LLMCallRecord RetrievalRecord CallUsage"
         ),
     },
     "Recording and replay (docs/RECORDING.md)": {
@@ -431,6 +432,7 @@ __all__ = [
     "BudgetScope",
     "BudgetWindow",
     "BufferedTransaction",
+    "CallUsage",
     "Caller",
     "Charge",
     "ChatMessage",

@@ -358,11 +358,20 @@ def _add_usage(scope: TurnScope, usage: Usage | None) -> None:
     if usage is None:
         return
     total = scope.usage or Usage()
+    # Cached and reasoning tokens sum the calls that reported them; ``None`` while none
+    # has: unknown, never 0 (issue 31).
+    cached, reasoning = total.cached_input_tokens, total.reasoning_tokens
+    if usage.cached_input_tokens is not None:
+        cached = (cached or 0) + usage.cached_input_tokens
+    if usage.reasoning_tokens is not None:
+        reasoning = (reasoning or 0) + usage.reasoning_tokens
     scope.usage = Usage(
         input_tokens=total.input_tokens + usage.input_tokens,
         output_tokens=total.output_tokens + usage.output_tokens,
         total_tokens=total.total_tokens
         + (usage.total_tokens or usage.input_tokens + usage.output_tokens),
+        cached_input_tokens=cached,
+        reasoning_tokens=reasoning,
     )
 
 

@@ -40,6 +40,14 @@ D259), which the engine retries only while no text has reached the client.
 Chunks with no choices and no usage are skipped; chunks of the wrong shape are
 reported, naming the chunk and the field (D258).
 
+Usage: a reply's ``usage`` becomes ``LLMReply.usage``, with the cached input tokens
+(``usage.prompt_tokens_details.cached_tokens``) and reasoning tokens
+(``usage.completion_tokens_details.reasoning_tokens``) when the server reports them,
+streamed (the ``include_usage`` chunk) or not. A detail the server leaves out stays
+``None`` (unknown, never 0); a reply with no usage gives ``usage=None`` (unreported).
+A count that is not a whole number >= 0 makes the reply malformed.
+``LLMRequest.max_output_tokens`` is sent as ``max_completion_tokens``.
+
 Images: a user message with image parts (``ChatMessage.parts``) is sent as a list
 of content parts, its text parts as ``text`` and its images as ``image_url`` parts
 whose URL is a ``data:`` URI holding the bytes (``ImagePart.data_url``), in
@@ -369,8 +377,31 @@ def _count(value: object, where: str) -> int:
     return value
 
 
+def _detail(raw: object, details: str, name: str) -> int | None:
+    """``usage.<details>.<name>`` (``cached_tokens``, ``reasoning_tokens``): ``None`` when
+    the server leaves it out, as it does when it does not count them (unknown, not 0)."""
+    where = f"usage.{details}"
+    value: object = getattr(raw, details, None)
+    if value is None:
+        return None
+    if isinstance(value, Mapping):  # a field the SDK did not parse into its model
+        count = value.get(name)
+    elif isinstance(value, openai.BaseModel):
+        count = getattr(value, name, None)
+    else:
+        raise _MalformedReplyError(f"{where} is {type(value).__name__}, not an object")
+    if count is None:
+        return None
+    return _count(count, f"{where}.{name}")
+
+
 def _usage(raw: object) -> Usage | None:
-    """A completion's or a chunk's ``usage`` as ``Usage`` (``None`` when it has none)."""
+    """A completion's or a chunk's ``usage`` as ``Usage`` (``None`` when it has none).
+
+    Cached input tokens come from ``usage.prompt_tokens_details.cached_tokens`` and
+    reasoning tokens from ``usage.completion_tokens_details.reasoning_tokens``; a
+    server that leaves them out leaves them unknown (``None``).
+    """
     if raw is None:
         return None
     prompt = _count(getattr(raw, "prompt_tokens", None), "usage.prompt_tokens")
@@ -380,6 +411,8 @@ def _usage(raw: object) -> Usage | None:
         input_tokens=prompt,
         output_tokens=output,
         total_tokens=prompt + output if total is None else _count(total, "usage.total_tokens"),
+        cached_input_tokens=_detail(raw, "prompt_tokens_details", "cached_tokens"),
+        reasoning_tokens=_detail(raw, "completion_tokens_details", "reasoning_tokens"),
     )
 
 
@@ -558,6 +591,7 @@ class _Call:
     model: str
     messages: list[ChatCompletionMessageParam]
     tools: list[ChatCompletionToolParam] | openai.Omit
+    max_completion_tokens: int | openai.Omit
 
 
 @dataclass(frozen=True, slots=True)
@@ -772,6 +806,11 @@ class OpenAICompatibleLLM:
             messages=[_message_param(m, i) for i, m in enumerate(request.messages)],
             # An empty "tools" list is refused by OpenAI: the field is left out instead.
             tools=[_tool_param(tool) for tool in request.tools] or openai.omit,
+            # The output cap under its current name (``max_tokens`` is deprecated and
+            # refused by OpenAI's reasoning models); llama-server, vLLM take it too.
+            max_completion_tokens=openai.omit
+            if request.max_output_tokens is None
+            else request.max_output_tokens,
         )
 
     async def _create(self, call: _Call, timeout: float) -> ChatCompletion:
@@ -779,6 +818,7 @@ class OpenAICompatibleLLM:
             model=call.model,
             messages=call.messages,
             tools=call.tools,
+            max_completion_tokens=call.max_completion_tokens,
             extra_body=self._extra_body,
             timeout=timeout,
         )
@@ -789,6 +829,7 @@ class OpenAICompatibleLLM:
             model=call.model,
             messages=call.messages,
             tools=call.tools,
+            max_completion_tokens=call.max_completion_tokens,
             stream=True,
             stream_options={"include_usage": True},
             extra_body=self._extra_body,

@@ -10,6 +10,8 @@ list of replies, or an object ``{"replies": [...]}``; each reply is
   script can show how the engine answers a model's bad call,
 
 and may add ``"usage": {"input_tokens": 10, "output_tokens": 5}`` and ``"model"``.
+A script's usage may also give ``cached_input_tokens`` and ``reasoning_tokens``; left
+out, they are unknown (``None``), as from a model that does not report them.
 Replies are played in order, one per model call, across turns; a call after the
 last reply fails with ``ScriptExhaustedError``. ``requests`` keeps every request the
 script answered, so tests can check what the model was shown.
@@ -72,26 +74,42 @@ _REPLY_KEYS = {"text", "tool_calls", "usage", "model"}
 _SCRIPT_KEYS = frozenset({"replies", "chunk_size", "chunk_delay_seconds"})
 _TURN_SCRIPT_KEYS = frozenset({"turns", "chunk_size", "chunk_delay_seconds"})
 _CALL_KEYS = {"id", "name", "arguments"}
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "cached_input_tokens",
+    "reasoning_tokens",
+)
+
+
+def _whole(value: object, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ScriptError(f"{where} must be a whole number, 0 or more")
+    return value
 
 
 def _usage(data: object, where: str) -> Usage:
     if not isinstance(data, Mapping):
         raise ScriptError(f"{where}.usage must be an object")
-    unknown = set(data) - {"input_tokens", "output_tokens", "total_tokens"}
+    unknown = set(data) - set(_USAGE_KEYS)
     if unknown:
         raise ScriptError(f"{where}.usage has unknown keys {sorted(unknown)}")
-    counts = {key: data.get(key, 0) for key in ("input_tokens", "output_tokens")}
-    for key, value in counts.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ScriptError(f"{where}.usage.{key} must be a whole number, 0 or more")
-    total = data.get("total_tokens", counts["input_tokens"] + counts["output_tokens"])
-    if not isinstance(total, int) or isinstance(total, bool) or total < 0:
-        raise ScriptError(f"{where}.usage.total_tokens must be a whole number, 0 or more")
+    given = _usage_counts(data, where)
+    counts = {key: given.get(key) or 0 for key in ("input_tokens", "output_tokens")}
+    total = given.get("total_tokens")
     return Usage(
         input_tokens=counts["input_tokens"],
         output_tokens=counts["output_tokens"],
-        total_tokens=total,
+        total_tokens=counts["input_tokens"] + counts["output_tokens"] if total is None else total,
+        cached_input_tokens=given.get("cached_input_tokens"),
+        reasoning_tokens=given.get("reasoning_tokens"),
     )
+
+
+def _usage_counts(data: Mapping[str, object], where: str) -> dict[str, int]:
+    """The counts a script's usage gives, each checked; the ones it leaves out are absent."""
+    return {key: _whole(data[key], f"{where}.usage.{key}") for key in _USAGE_KEYS if key in data}
 
 
 def _tool_call(data: object, where: str) -> ToolCall:

@@ -67,6 +67,7 @@ from aptix_pipeline.engine.pipeline import Pipeline
 from aptix_pipeline.engine.report import TurnReport
 from aptix_pipeline.engine.runner import TurnStop
 from aptix_pipeline.engine.telemetry import Telemetry
+from aptix_pipeline.engine.trace import StateTrace, TransitionRecord
 from aptix_pipeline.steps import StepFaultError, StepFunction
 from aptix_pipeline.validators import HostRule, HostRules, utf8_text
 
@@ -811,6 +812,9 @@ def _compared(recording: TurnRecording, report: TurnReport) -> Divergence | None
         redactor = Redactor.of(recording.calls)
         actual_trace, actual_result = redactor.value(actual_trace), redactor.value(actual_result)
     expected_trace = recording.trace.to_dict()
+    if not _traces_usage(recording.trace):
+        # Recorded before transitions carried usage (issue 31): that is not a divergence.
+        actual_trace = {**actual_trace, "entries": [_no_usage(e) for e in actual_trace["entries"]]}
     difference = first_difference(expected_trace, actual_trace)
     if difference is not None:
         where, left, right = difference
@@ -824,6 +828,18 @@ def _compared(recording: TurnRecording, report: TurnReport) -> Divergence | None
         where, left, right = difference
         return Divergence("result", None, None, None, where, left, right)
     return None
+
+
+def _traces_usage(trace: StateTrace) -> bool:
+    """Whether a recorded trace keeps its calls' usage on their ``llm_client`` transitions."""
+    return any(isinstance(e, TransitionRecord) and e.usage is not None for e in trace.entries)
+
+
+def _no_usage(entry: Any) -> Any:
+    """A trace entry's JSON form without the usage a transition carries."""
+    if isinstance(entry, dict) and "usage" in entry and entry.get("kind") == "transition":
+        return {key: value for key, value in entry.items() if key != "usage"}
+    return entry
 
 
 def _refuse_redacted(recording: TurnRecording, live: LivePorts) -> None:

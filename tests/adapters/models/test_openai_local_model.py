@@ -76,8 +76,9 @@ def assembled(chunks: list[ReplyChunk]) -> LLMReply:
 
 
 def without_id(reply: LLMReply) -> dict[str, Any]:
-    """A reply's fields but its response id (each response has its own)."""
-    return reply.model_dump(exclude={"response_id"})
+    """A reply's fields but its response id (each response has its own) and its cached
+    input tokens (the server's prompt cache holds more of a prompt asked again)."""
+    return reply.model_dump(exclude={"response_id": True, "usage": {"cached_input_tokens"}})
 
 
 # --- a plain turn and a streamed turn, with usage -------------------------------------
