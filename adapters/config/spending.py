@@ -19,6 +19,7 @@ not the price that was written. Every mistake names its key (``[prices].unknown`
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final, Literal
 
@@ -35,6 +36,8 @@ __all__ = [
     "prices_of",
 ]
 
+_CURRENCY = re.compile(r"[A-Z]{3}")
+
 EXACT_TABLES: Final = ("prices", "budgets")
 """The tables whose TOML floats are read as exact ``Decimal``s."""
 
@@ -47,13 +50,13 @@ class _Entry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-_Amount = str | int | Decimal | float
+_Amount = Any  # checked by exact_amount, which names what it wants
 
 
 class _Price(_Entry):
     input: _Amount
     output: _Amount
-    cached_input: _Amount | None = None
+    cached_input: _Amount = None
     currency: str = "USD"
 
 
@@ -158,6 +161,10 @@ def budgets_of(data: object) -> tuple[Budget, ...]:
             raise SpendingError(
                 f"{where}.rolling_seconds: "
                 + ("a rolling window needs it" if rolling else "only a rolling window has it")
+            )
+        if entry.currency is not None and not _CURRENCY.fullmatch(entry.currency):
+            raise SpendingError(
+                f"{where}.currency: {entry.currency!r} is not a three-letter ISO 4217 code"
             )
         if entry.metric != "cost":
             if entry.currency is not None:
