@@ -287,7 +287,7 @@ def test_report_moments_are_iso_dates_in_utc_unless_they_say() -> None:
     assert report_moment("2026-11-01", "since") == datetime(2026, 11, 1, tzinfo=UTC)
     offset = report_moment("2026-11-01T12:00:00+02:00", "until")
     assert offset == datetime(2026, 11, 1, 10, tzinfo=UTC)
-    with pytest.raises(ValueError, match="^since: 'yesterday' is not an ISO 8601"):
+    with pytest.raises(ValueError, match=r"^since: 'yesterday' is not an ISO 8601"):
         report_moment("yesterday", "since")
-    with pytest.raises(ValueError, match="^window: 'week' is none of"):
+    with pytest.raises(ValueError, match=r"^window: 'week' is none of"):
         report_window("week", NOW)

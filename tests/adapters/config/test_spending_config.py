@@ -196,7 +196,10 @@ _BUDGET = {"id": "b", "metric": "tokens", "limit": "10", "window": "day"}
             {"prices": {"models": {"m": {"input": 2.5, "output": 2}}}},
             r'\[prices\.models\."m"\]\.input: 2\.5 is a binary float.*"2\.5"',
         ),
-        ({"prices": {"models": {"m": {"input": True, "output": 2}}}}, r'\[prices\.models\."m"\]\.input: give an amount'),
+        (
+            {"prices": {"models": {"m": {"input": True, "output": 2}}}},
+            r'\[prices\.models\."m"\]\.input: give an amount',
+        ),
         ({"budgets": {"id": "b"}}, r"budgets must be an array of tables"),
         ({"budgets": [_BUDGET, {**_BUDGET, "window": "week"}]}, r"budgets\[1\]\.window: "),
         ({"budgets": [{**_BUDGET, "metric": "money"}]}, r"budgets\[0\]\.metric: "),
@@ -207,7 +210,10 @@ _BUDGET = {"id": "b", "metric": "tokens", "limit": "10", "window": "day"}
         ({"budgets": [{**_BUDGET, "id": "a b"}]}, r"budgets\[0\]\.id: "),
         ({"budgets": [{**_BUDGET, "window": "rolling"}]}, r"budgets\[0\]\.rolling_seconds: a"),
         ({"budgets": [{**_BUDGET, "rolling_seconds": 60}]}, r"budgets\[0\]\.rolling_seconds: o"),
-        ({"budgets": [{**_BUDGET, "rolling_seconds": 0, "window": "rolling"}]}, r"budgets\[0\]\.rolling_s"),
+        (
+            {"budgets": [{**_BUDGET, "rolling_seconds": 0, "window": "rolling"}]},
+            r"budgets\[0\]\.rolling_s",
+        ),
         ({"budgets": [{**_BUDGET, "currency": "USD"}]}, r"budgets\[0\]\.currency: only a cost"),
         (
             {"budgets": [{**_BUDGET, "metric": "cost", "currency": "usd"}]},
@@ -222,7 +228,9 @@ _BUDGET = {"id": "b", "metric": "tokens", "limit": "10", "window": "day"}
         ({"engine": {"usage_ledger": "yes"}}, r"\[engine\]\.usage_ledger: "),
     ],
 )
-def test_each_bad_value_is_a_config_error_naming_its_key(data: dict[str, object], where: str) -> None:
+def test_each_bad_value_is_a_config_error_naming_its_key(
+    data: dict[str, object], where: str
+) -> None:
     with pytest.raises(ConfigError, match=r"^configuration: " + where):
         parse_service_config({"store": {"url": "memory"}, **data}, env={})
 
@@ -233,7 +241,8 @@ def test_a_toml_float_given_as_python_data_is_refused_but_strings_are_exact() ->
         {"prices": {"default": {"input": "0.1", "output": Decimal("0.3")}}}, env={}
     ).options.prices
 
-    assert exact is not None and exact.default is not None
+    assert exact is not None
+    assert exact.default is not None
     assert exact.default.input_per_million * 3 == exact.default.output_per_million
     with pytest.raises(ConfigError, match="binary float"):
         parse_service_config({"prices": {"default": {"input": 0.1, "output": 1}}}, env={})
