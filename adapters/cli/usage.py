@@ -17,6 +17,7 @@ or keeps no usage).
 from __future__ import annotations
 
 import asyncio
+import sys
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Annotated
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from aptix_pipeline.engine import UsageReport, UsageTotals
 
 __all__ = ["usage"]
+
+_PIPED_WIDTH = 200
+"""The table's width when stdout is no terminal."""
 
 
 def _query(
@@ -85,7 +89,8 @@ def _print(report: UsageReport) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(soft_wrap=True)
+    # piped, the table keeps every column whole (rich would fit 80 columns)
+    console = Console(width=None if sys.stdout.isatty() else _PIPED_WIDTH)
     query = report.query
     bounds = f"since {query.since or 'the first call'}" + (
         f", until {query.until}" if query.until else ""
