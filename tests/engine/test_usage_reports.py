@@ -16,8 +16,12 @@ from aptix_pipeline import (
     BudgetWindow,
     Caller,
     MemoryStore,
+    Pipeline,
     PipelineOptions,
+    Price,
+    PriceTable,
     ScriptedLLM,
+    UnpricedPolicy,
     UsageCall,
     UsageGroupBy,
     UsageQuery,
@@ -236,6 +240,8 @@ async def test_a_per_user_budget_stands_for_the_user_the_query_names() -> None:
 
 
 @pytest.mark.decision("D589")
+@pytest.mark.rule("DESIGN/budget/within", "holds")
+@pytest.mark.rule("DESIGN/budget/within", "broken")
 async def test_what_remains_is_what_the_next_reservation_is_refused_by() -> None:
     store = MemoryStore()
     budget = Budget(
@@ -263,6 +269,32 @@ async def test_what_remains_is_what_the_next_reservation_is_refused_by() -> None
     assert report.total.unpriced_calls == 3  # no prices: never counted as free
     assert refused.errors[0].budget is not None
     assert refused.errors[0].budget.remaining == standing.remaining
+
+
+@pytest.mark.decision("D589")
+@pytest.mark.rule("DESIGN/budget/unpriced", "holds")
+@pytest.mark.rule("DESIGN/budget/unpriced", "broken")
+async def test_a_model_without_a_price_is_refused_and_reported_nowhere() -> None:
+    store = MemoryStore()
+    reply = {"text": "ok", "usage": {"input_tokens": 5, "output_tokens": 5}}
+    ana = Caller(org="acme", user="ana")
+
+    def pipeline_pricing(model: str) -> Pipeline:
+        price = Price(model=model, input_per_million=Decimal(1), output_per_million=Decimal(2))
+        prices = PriceTable(prices=(price,), unknown=UnpricedPolicy.REFUSE)
+        llm = ScriptedLLM([reply])
+        return embedded_pipeline(llm=llm, store=store, options=PipelineOptions(prices=prices))
+
+    # the built-in catalog's agent names its model "scripted"
+    priced = await pipeline_pricing("scripted").execute({"Instruction": "go"}, ana)
+    unpriced = await pipeline_pricing("gpt-x").execute({"Instruction": "go"}, ana)
+
+    assert priced.successful
+    (error,) = unpriced.errors
+    assert (error.code, error.rule_id) == ("budget_exceeded", "DESIGN/budget/unpriced")
+    report = await usage_report(store, UsageQuery(org="acme"))
+    assert report.total.calls == 1  # the refused call was never made, nor kept
+    assert report.total.cost == {"USD": Decimal("0.000015")}
 
 
 @pytest.mark.decision("D590")
