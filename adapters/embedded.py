@@ -262,7 +262,6 @@ def build_pipeline(
     ``ConfigError`` when there is no model at all, or the store cannot be opened.
     """
     from .config import ConfigError, build_llm, default_store_url, open_retriever
-    from .models import TurnScript
 
     if llm is None:
         if config.model is None:
@@ -283,6 +282,30 @@ def build_pipeline(
             ) from None
     if retriever is None and config.retrieval is not None:
         retriever = open_retriever(config)
+    try:
+        return _configured_pipeline(
+            config, llm, store, retriever, tools, clock, ids, telemetry, listeners
+        )
+    except ConfigError:
+        raise
+    except ValueError as error:  # budgets on a store that keeps no usage (docs/BUDGETS.md)
+        raise ConfigError(f"{config.source}: {error}") from None
+
+
+def _configured_pipeline(
+    config: ServiceConfig,
+    llm: LLM,
+    store: SessionStore,
+    retriever: Retriever | None,
+    tools: Mapping[str, ToolExecutor] | None,
+    clock: Clock | None,
+    ids: IdSource | None,
+    telemetry: Telemetry | None,
+    listeners: Sequence[Listener],
+) -> Pipeline:
+    """``build_pipeline``'s pipeline once its model, store and retriever are open."""
+    from .models import TurnScript
+
     host = config.host
     return embedded_pipeline(
         interceptors=(llm,) if isinstance(llm, TurnScript) else (),  # it places each turn

@@ -81,6 +81,16 @@ from .trace import (
     StateTrace,
     TransitionRecord,
 )
+from .usage_reports import (
+    BudgetStanding,
+    UsageGroup,
+    UsageGroupBy,
+    UsageReport,
+    UsageTotals,
+    report_moment,
+    report_window,
+    usage_report,
+)
 
 if TYPE_CHECKING:
     from .diagram import (
@@ -110,6 +120,7 @@ __all__ = [
     "FAULT_RECORD",
     "PROGRESS_EVENTS",
     "RUNTIMES",
+    "BudgetStanding",
     "CallUsage",
     "CheckRan",
     "CheckRecord",
@@ -161,6 +172,10 @@ __all__ = [
     "TurnReport",
     "TurnStarted",
     "TurnStream",
+    "UsageGroup",
+    "UsageGroupBy",
+    "UsageReport",
+    "UsageTotals",
     "WarningRaised",
     "WhileReplayingQuiet",
     "answered_report",
@@ -171,5 +186,8 @@ __all__ = [
     "format_for",
     "pipeline_diagram",
     "progress_json",
+    "report_moment",
+    "report_window",
     "request_keys",
+    "usage_report",
 ]

@@ -164,6 +164,7 @@ if TYPE_CHECKING:
     )
     from .engine import (
         PROGRESS_EVENTS,
+        BudgetStanding,
         CallUsage,
         CheckRan,
         CheckRecord,
@@ -210,10 +211,15 @@ if TYPE_CHECKING:
         TurnReport,
         TurnStarted,
         TurnStream,
+        UsageGroup,
+        UsageGroupBy,
+        UsageReport,
+        UsageTotals,
         WarningRaised,
         diagram_text,
         pipeline_diagram,
         progress_json,
+        usage_report,
     )
     from .engine.replay import (
         RECORDING_FORMAT,
@@ -297,6 +303,7 @@ _GROUPS: dict[str, dict[str, str]] = {
             "UnpricedPolicy UsageLedger UsageCall UsageQuery Charge BudgetCheck ReserveOutcome"
         ),
         "steps": "estimate_prompt_tokens",
+        "engine": "usage_report UsageReport UsageGroup UsageGroupBy UsageTotals BudgetStanding",
     },
     "What a turn did, in its TurnReport": {
         "steps": "ModeChange ToolCallRecord ToolCallFate ToolCallSide RejectionKind",
@@ -430,6 +437,7 @@ __all__ = [
     "BudgetMetric",
     "BudgetRefusal",
     "BudgetScope",
+    "BudgetStanding",
     "BudgetWindow",
     "BufferedTransaction",
     "CallUsage",
@@ -610,8 +618,12 @@ __all__ = [
     "UnpricedPolicy",
     "Usage",
     "UsageCall",
+    "UsageGroup",
+    "UsageGroupBy",
     "UsageLedger",
     "UsageQuery",
+    "UsageReport",
+    "UsageTotals",
     "WarningRaised",
     "WorkspaceHints",
     "all_rules",
@@ -635,6 +647,7 @@ __all__ = [
     "run_ledgered",
     "split_reply",
     "tool_call_key",
+    "usage_report",
     "validate_core",
     "validate_post_step",
     "validate_pre_step",

@@ -56,6 +56,10 @@
 - ``aptix sessions list|show`` prints the sessions a store holds, scoped to
   ``--org``/``--user`` (``cli/sessions.py``); ``aptix ui`` serves the turn browser
   page on loopback (``cli/ui.py``, docs/UI.md).
+- ``aptix usage [--config FILE] [--org ORG] [--by user,mode] [--window day] [--json]``
+  prints an org's model calls, tokens, cost (with the calls it leaves out) and what
+  its budgets have left, from the store's usage ledger (``cli/usage.py``,
+  docs/BUDGETS.md). Exit codes: 0 shown, 2 usage error.
 - ``aptix index --config FILE`` builds or refreshes the retrieval index of the
   configuration's ``[retrieval]`` folder (``cli/index.py``,
   docs/RETRIEVAL.md), progress on stderr. Exit codes: 0 indexed, 2 usage error.
@@ -64,7 +68,7 @@ Start-up: this module imports only the standard library at import time. Typer
 and the Typer ``app`` (``commands.py``) are built on first use (``main()``, or
 ``cli.app``). Each command lives in its own module of this folder (``init``,
 ``validate``, ``run``, ``chat``, ``serve`` (and ``worker``), ``diagram``,
-``replay``, ``index``, ``sessions``, ``ui``) and imports what it needs when it runs:
+``replay``, ``index``, ``usage``, ``sessions``, ``ui``) and imports what it needs when it runs:
 ``aptix --version`` answers before anything else is imported, and no command loads
 FastAPI, the OpenAI SDK, psycopg or the OpenTelemetry SDK unless it uses them
 (tests/adapters/cli/test_startup.py). Typer renders help text as rich

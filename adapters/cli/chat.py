@@ -47,6 +47,7 @@ from .run import (
     StoreOption,
     UserOption,
     VerboseOption,
+    budget_refusal_line,
 )
 
 if TYPE_CHECKING:
@@ -220,7 +221,10 @@ class _Chat:
             answer = report.result.result
             if answer is None:
                 failures = "; ".join(
-                    f"{e.rule_id or e.code}: {e.message}" for e in report.result.errors
+                    f"{e.rule_id}: {budget_refusal_line(e)}"
+                    if e.code == "budget_exceeded"
+                    else f"{e.rule_id or e.code}: {e.message}"
+                    for e in report.result.errors
                 )
                 err.write(f"aptix chat: the turn failed: {failures}\n")
                 return

@@ -3,7 +3,7 @@
 ``cli/__init__.py`` builds it on first use. Each command lives in its own module
 (``cli_init``, ``cli_validate``, ``cli_run``, ``cli_chat``, ``cli_serve`` (with
 ``aptix worker``), ``cli_diagram``, ``cli_replay``, ``cli_sessions``, ``cli_ui``,
-``cli_index``),
+``cli_index``, ``cli_usage``),
 which imports Typer and the standard library only: building the app (``aptix
 --help``) loads no engine, and each command imports what it uses when it runs.
 """
@@ -25,6 +25,7 @@ from .run import run
 from .serve import serve, worker
 from .sessions import sessions_app
 from .ui import ui
+from .usage import usage
 from .validate import validate
 
 __all__ = ["build_app"]
@@ -54,7 +55,7 @@ def build_app() -> typer.Typer:
         add_completion=False,
     )
     built.callback()(_root)
-    for command in (init, validate, run, chat, serve, worker, diagram, replay, index):
+    for command in (init, validate, run, chat, serve, worker, diagram, replay, index, usage):
         built.command()(command)
     built.add_typer(sessions_app)
     built.command()(ui)

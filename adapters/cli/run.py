@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
     from aptix_pipeline.adapters.config import ServiceConfig
-    from aptix_pipeline.contracts import LLM, Caller, SessionStore
+    from aptix_pipeline.contracts import LLM, Caller, InvokeError, SessionStore
     from aptix_pipeline.engine import DiagramFormat, Pipeline, TurnReport
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "StoreOption",
     "UserOption",
     "VerboseOption",
+    "budget_refusal_line",
     "build_run_pipeline",
     "caller_of",
     "check_output_file",
@@ -551,7 +552,7 @@ def build_run_pipeline(
             ),
             mcp=service.mcp if service else None,
         )
-    except (CatalogError, OSError) as error:
+    except (CatalogError, OSError, ValueError) as error:  # ValueError: budgets with no ledger
         raise usage_error(str(error)) from None
 
 
@@ -656,6 +657,16 @@ def report_summary(outcome: TurnReport, *, content: bool, full: bool = False) ->
     return summary
 
 
+def budget_refusal_line(error: InvokeError) -> str:
+    """A ``budget_exceeded`` error in one line: which budget, what remains, and when to
+    try again (docs/BUDGETS.md)."""
+    budget = error.budget
+    retry = ""
+    if budget is not None and budget.retry_after_seconds is not None:
+        retry = f"; try again in {budget.retry_after_seconds} s"
+    return f"budget exceeded, the model was not called: {error.message}{retry}"
+
+
 def _print_outcome(
     outcome: TurnReport,
     pipeline: Pipeline,
@@ -675,6 +686,8 @@ def _print_outcome(
         if error.code is ErrorCode.PORT_FAILED:
             first = error.message.strip().splitlines()[0] if error.message.strip() else ""
             typer.echo(f"aptix {COMMAND_NAME.get()}: {first} (--verbose: the traceback)", err=True)
+        elif error.code is ErrorCode.BUDGET_EXCEEDED:  # the model call was not made
+            typer.echo(f"aptix {COMMAND_NAME.get()}: {budget_refusal_line(error)}", err=True)
     if trace and outcome.trace is not None:
         typer.echo("\n".join(outcome.trace.describe()), err=True)
     if report is not None:

@@ -30,9 +30,11 @@ its own, each optional:
   and ``idempotency_ttl_seconds``, how long a committed turn's answer is kept for
   retries (0 keeps it for good); ``tool_ledger``, ``tool_ledger_ttl_seconds`` (0
   keeps entries for good) and ``possibly_executed_policy`` (server-tool calls
-  through the store's tool ledger, docs/TOOLS.md).
-  ``max_tool_results``), and ``idempotency_ttl_seconds``, how long a committed turn's
-  answer is kept for retries (0 keeps it for good).
+  through the store's tool ledger, docs/TOOLS.md); ``usage_ledger``,
+  ``max_output_tokens`` and ``output_tokens_estimate`` (each model call's usage kept
+  and reserved against budgets, docs/BUDGETS.md).
+- ``[prices]`` and ``[[budgets]]`` — the ``PriceTable`` and the ``Budget``s of
+  ``PipelineOptions`` (``config/spending.py``, docs/BUDGETS.md), amounts exact.
 - ``[host]`` — ``extension``, ``module:attribute`` naming a ``HostExtension``: the
   host's rules, hooks, listeners and server tools, for every command and the
   service (``config/host.py``, docs/EXTENDING.md "Your code in the service").
@@ -92,6 +94,7 @@ import re
 import tomllib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
@@ -123,6 +126,7 @@ from aptix_pipeline.steps import (
 
 from .catalog import CatalogError, ConfigCatalog
 from .host import EXTENSION_PATTERN, HostExtension, load_extension
+from .spending import EXACT_TABLES, SpendingError, budgets_of, inexact, prices_of
 
 if TYPE_CHECKING:
     from aptix_pipeline.adapters.retrieval import FtsRetriever
@@ -165,6 +169,8 @@ _SERVICE_TABLES = (
     "mcp_servers",
     "telemetry",
     "temporal",
+    "prices",
+    "budgets",
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -268,6 +274,10 @@ class _Engine(_Table):
         default=604_800.0, ge=0, le=MAX_IDEMPOTENCY_TTL_SECONDS, allow_inf_nan=False
     )
     possibly_executed_policy: PossiblyExecutedPolicy = "fail"
+    # Usage, cost and budgets (docs/BUDGETS.md); prices and budgets are tables of their own.
+    usage_ledger: bool = True
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    output_tokens_estimate: int = Field(default=4096, ge=0)
 
     def options(self) -> PipelineOptions:
         """The ``PipelineOptions`` these keys give (0 seconds is ``None``: no limit)."""
@@ -810,6 +820,13 @@ def _with_catalog(
         options = engine.options()
     except ValueError as error:
         raise ConfigError(f"{source}: {error}") from None
+    try:  # [prices] and [[budgets]] (config/spending.py)
+        if "prices" in data:
+            options = replace(options, prices=prices_of(data["prices"]))
+        if "budgets" in data:
+            options = replace(options, budgets=budgets_of(data["budgets"]))
+    except SpendingError as error:
+        raise ConfigError(f"{source}: {error}") from None
     if "retrieval" in data:
         found = _table(_Retrieval, data["retrieval"], "retrieval", source)
         folder = base / Path(found.folder).expanduser()
@@ -892,7 +909,9 @@ def load_service_config(
     the tables ``secrets_for`` names (``parse_service_config``)."""
     file = Path(path)
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
+        # Floats read exactly, then as floats but in [prices] and [[budgets]] (config/spending.py)
+        exact = tomllib.loads(file.read_text(encoding="utf-8"), parse_float=Decimal)
+        data = {k: v if k in EXACT_TABLES else inexact(v) for k, v in exact.items()}
     except OSError as error:
         raise ConfigError(f"{file}: cannot read: {error.strerror or error}") from None
     except UnicodeDecodeError as error:

@@ -15,6 +15,8 @@
   ``[server] sse_keepalive_seconds`` of silence, and a client that leaves cancels
   the turn (``http/sse.py``, AGN-034 §4.7).
 - ``GET /healthz`` — ``{"status": "ok"}`` once the store is open.
+- ``GET /v1/usage`` — the caller's org's usage, cost and budgets (``http/usage.py``,
+  docs/BUDGETS.md); a turn a budget refuses is a 429 with ``Retry-After``.
 - ``GET /openapi.json`` — the OpenAPI document, with the request and
   ``InvokeResult`` JSON Schemas of ``contracts/schemas.py``.
 - ``/ui/…`` — with ``[ui] enabled = true``, the turn browser page behind the same

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, cast
 
 from fastapi.responses import Response
 
-from aptix_pipeline.contracts import Caller, PipelineStep
+from aptix_pipeline.contracts import Caller
 from aptix_pipeline.engine import StreamDelta, StreamResult, TurnReport, TurnStream
 
 from .sse import EventStreamResponse, hold_until_begun
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = ["stream_durably"]
 
-_MODEL_CALL = PipelineStep.LLM_CLIENT.value
-
 
 def _begins(item: DurableProgress | StreamDelta | StreamResult) -> bool:
     """Whether ``item`` is the first the client may see: the model call has begun."""
@@ -45,8 +43,7 @@ def _begins(item: DurableProgress | StreamDelta | StreamResult) -> bool:
         return True
     if isinstance(item, StreamResult):
         return False
-    data = item.data
-    return data.get("event") == "StepStarted" and data.get("step") == _MODEL_CALL
+    return item.data.get("event") == "ModelCallStarted"
 
 
 async def stream_durably(

@@ -47,6 +47,7 @@ ERROR_CODES: Mapping[int, ErrorCode] = {
     410: ErrorCode.EXPIRED,
     413: ErrorCode.BODY_TOO_LARGE,
     415: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    429: ErrorCode.BUDGET_EXCEEDED,
     422: ErrorCode.INVALID_REQUEST,
     500: ErrorCode.INTERNAL,
     502: ErrorCode.PORT_FAILED,

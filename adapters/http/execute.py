@@ -17,6 +17,12 @@ body declared as something other than JSON (415 ``unsupported_media_type``; no
 ``Content-Type`` is taken as JSON), a body over the limit (413 ``body_too_large``,
 refused from ``Content-Length`` before any of it is read, and counted while it
 streams), an app not yet started (503 ``unavailable``).
+
+A turn whose model call a budget refused ends with ``budget_exceeded``: 429, with
+``Retry-After`` for a day, month or rolling window (docs/BUDGETS.md). Streamed, the
+refusal of the turn's first model call comes before the events begin, so it is the
+same 429 JSON answer; a later call's (after a server-tool round) is the ``result``
+event of a 200 stream.
 """
 
 from __future__ import annotations
@@ -48,11 +54,13 @@ __all__ = [
     "EXECUTE_PATH",
     "IDEMPOTENCY_KEY_HEADER",
     "REPLAYED_HEADER",
+    "RETRY_AFTER_HEADER",
     "ServiceState",
     "answer",
     "http_status",
     "problem",
     "replayed_header",
+    "retry_after_header",
     "run_turn",
 ]
 
@@ -61,6 +69,9 @@ IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 """The request header naming a retryable request (Stripe's), scoped to the caller."""
 REPLAYED_HEADER = "Idempotent-Replayed"
 """The response header (``true``) of an answer stored by an earlier copy of the request."""
+RETRY_AFTER_HEADER = "Retry-After"
+"""The response header of a 429 ``budget_exceeded``: seconds until the budget's window
+has room again (docs/BUDGETS.md)."""
 
 _STATUS: Mapping[str, int] = {  # a host code (host.<name>) answers 500
     ErrorCode.INVALID_REQUEST: 400,
@@ -70,6 +81,7 @@ _STATUS: Mapping[str, int] = {  # a host code (host.<name>) answers 500
     ErrorCode.PORT_FAILED: 502,
     ErrorCode.DEADLINE_EXCEEDED: 504,
     ErrorCode.CANCELLED: 499,
+    ErrorCode.BUDGET_EXCEEDED: 429,
 }
 
 
@@ -81,7 +93,8 @@ def http_status(
     200 when Successful; otherwise by the first error's code: ``invalid_request``
     and ``tool_call_manifest_invalid`` 400, ``not_found`` 404, ``conflict`` 409,
     ``port_failed`` (the model or store failed) 502, ``deadline_exceeded`` (the turn
-    ran past ``turn_deadline_seconds``) 504, ``cancelled`` 499, a host rule's code
+    ran past ``turn_deadline_seconds``) 504, ``cancelled`` 499, ``budget_exceeded``
+    (a model call would exceed a budget, docs/BUDGETS.md) 429, a host rule's code
     the ``http_status`` its ``HostRule`` gives (``host_statuses``), anything else
     500. The body is the ``InvokeResult`` either way.
     """
@@ -175,14 +188,31 @@ def replayed_header(report: TurnReport | None) -> dict[str, str] | None:
     return {REPLAYED_HEADER: "true"} if report is not None and report.replayed else None
 
 
+def retry_after_header(result: InvokeResult[AgentExecuteResponse]) -> dict[str, str] | None:
+    """The ``Retry-After`` header (seconds) of a turn a windowed budget refused: when the
+    window has room again (``BudgetRefusal.retry_after_seconds``); ``None`` otherwise,
+    a per-turn budget's refusal included (its window never refills)."""
+    if result.successful or not result.errors:
+        return None
+    budget = result.errors[0].budget
+    if budget is None or budget.retry_after_seconds is None:
+        return None
+    return {RETRY_AFTER_HEADER: str(budget.retry_after_seconds)}
+
+
 def answer(report: TurnReport, pipeline: Pipeline) -> Response:
-    """The turn's ``InvokeResult`` as the response, its status by ``http_status``."""
+    """The turn's ``InvokeResult`` as the response, its status by ``http_status``; a
+    budget's refusal with ``Retry-After`` (``retry_after_header``)."""
     result = report.result
+    headers = replayed_header(report)
+    retry = retry_after_header(result)
+    if retry is not None:
+        headers = {**(headers or {}), **retry}
     return Response(
         result.to_json(),
         status_code=http_status(result, pipeline.rules.http_statuses),
         media_type="application/json",
-        headers=replayed_header(report),
+        headers=headers,
     )
 
 

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from aptix_pipeline.contracts import AgentExecuteRequest, AgentExecuteResponse, InvokeResult
+from aptix_pipeline.engine import UsageReport
 
 from .auth import API_KEY_HEADER
 from .execute import IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER
@@ -151,7 +152,8 @@ EXECUTE_OPERATION: dict[str, Any] = {
     "description": (
         "The body is an AgentExecuteRequest (AGN-034). The answer is its InvokeResult "
         "(AGN-033 §2.1): 200 when Successful; 400 invalid_request or "
-        "tool_call_manifest_invalid, 404 not_found, 409 conflict, 502 port_failed, "
+        "tool_call_manifest_invalid, 404 not_found, 409 conflict, 429 budget_exceeded "
+        "(with Retry-After for a windowed budget), 502 port_failed, "
         "504 deadline_exceeded, 500 otherwise — the InvokeResult body names the rule ids "
         "either way. A retry is answered from the answer its first copy stored: send an "
         "Idempotency-Key with an Initial or FollowOn; a continuation needs none.\n\n"
@@ -206,6 +208,19 @@ EXECUTE_OPERATION: dict[str, Any] = {
             "(unsupported_media_type)",
             **_PROBLEM,
         },
+        429: {
+            "description": "A model call would exceed a budget (budget_exceeded): it was "
+            "not made and nothing was stored; the error's Budget names the budget, its "
+            "window and what remains (docs/BUDGETS.md)",
+            "headers": {
+                "Retry-After": {
+                    "description": "Seconds until the budget's window has room again; "
+                    "absent for a per-turn budget",
+                    "schema": {"type": "integer", "minimum": 1},
+                }
+            },
+            **_RESULT,
+        },
         500: {"description": "An engine rule or internal failure", **_RESULT},
         502: {"description": "The model or store failed", **_RESULT},
         503: {"description": "The service is starting or stopping (unavailable)", **_PROBLEM},
@@ -227,6 +242,12 @@ def _schemas() -> dict[str, Any]:
         schema = model.model_json_schema(by_alias=True, mode="validation", ref_template=template)
         components.update(schema.pop("$defs", {}))
         components[name] = schema
+    # GET /v1/usage's answer, as it is sent: amounts as exact decimal strings
+    schema = UsageReport.model_json_schema(
+        by_alias=True, mode="serialization", ref_template=template
+    )
+    components.update(schema.pop("$defs", {}))
+    components["UsageReport"] = schema
     return components
 
 

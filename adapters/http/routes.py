@@ -6,6 +6,7 @@
 - ``GET /healthz`` — ``{"status": "ok"}`` once the store is open, else 503
   ``unavailable`` in the errors' envelope (``http/errors.py``).
 - ``GET /v1/files/{hash}`` — a file a turn made, by its signed URL (``http/files.py``).
+- ``GET /v1/usage`` — the caller's org's usage report (``http/usage.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .errors import error_response
 from .execute import EXECUTE_PATH, ServiceState, run_turn
 from .files import add_file_route
 from .openapi import EXECUTE_OPERATION
+from .usage import add_usage_route
 
 __all__ = ["HEALTH_PATH", "add_routes"]
 
@@ -28,10 +30,11 @@ HEALTH_PATH = "/healthz"
 
 
 def add_routes(app: FastAPI, service: ServiceState) -> None:
-    """Declare the execute, health and file routes on ``app``, in that order."""
+    """Declare the execute, health, file and usage routes on ``app``, in that order."""
     _add_execute(app, service)
     _add_health(app, service)
     add_file_route(app, service)
+    add_usage_route(app, service)
 
 
 def _add_execute(app: FastAPI, service: ServiceState) -> None:

@@ -12,13 +12,14 @@
   written together. While nothing else is sent for ``[server]
   sse_keepalive_seconds``, a ``: keep-alive`` comment is.
 - **The status.** The status line goes out before the first event, so the items
-  are held until the turn reaches its model call (the ``llm_client`` step starts):
-  a request refused before that — not JSON, breaking AGN-034, a bad
-  ``Idempotency-Key``, an unknown session or turn, tool results that do not match
-  — or answered from a stored refusal gets the same JSON answer and status as
-  without streaming. From the model call on, the status is 200 and the ``result``
-  event says how the turn ended. A stored successful answer (a retry) is streamed:
-  its one event is the ``result``.
+  are held until the turn's model call begins (``ModelCallStarted``: past the
+  ``llm_client`` guard, whose budget check may refuse the call): a request refused
+  before that — not JSON, breaking AGN-034, a bad ``Idempotency-Key``, an unknown
+  session or turn, tool results that do not match, a budget the call would exceed
+  (429, ``Retry-After``) — or answered from a stored refusal gets the same JSON
+  answer and status as without streaming. From the model call on, the status is
+  200 and the ``result`` event says how the turn ended. A stored successful answer
+  (a retry) is streamed: its one event is the ``result``.
 - **A client that leaves.** The response closes its ``TurnStream`` however it ends,
   shielded from the cancellation that ends it: a turn still running is cancelled
   (``DESIGN/streaming/consumer-gone``) and stores nothing.
@@ -37,9 +38,8 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from aptix_pipeline.contracts import PipelineStep
 from aptix_pipeline.engine import (
-    StepStarted,
+    ModelCallStarted,
     StreamDelta,
     StreamItem,
     StreamProgress,
@@ -65,7 +65,6 @@ KEEP_ALIVE = b": keep-alive\n\n"
 """The comment sent while a streamed answer has nothing else to say."""
 _HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 """No cache keeps a copy, no proxy (nginx's ``X-Accel-Buffering``) holds events back."""
-_MODEL_CALL = PipelineStep.LLM_CLIENT.value
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
@@ -98,10 +97,10 @@ _Given = TypeVar("_Given", covariant=True)
 
 
 def _begins(item: StreamItem) -> bool:
-    """Whether ``item`` is the first the client may see: the model call has begun."""
+    """Whether ``item`` is the first the client may see: the model call has begun (its
+    guard, the budgets' check among its rules, passed)."""
     if isinstance(item, StreamProgress):
-        event = item.event
-        return isinstance(event, StepStarted) and event.step == _MODEL_CALL
+        return isinstance(item.event, ModelCallStarted)
     return isinstance(item, StreamDelta)
 
 

@@ -28,7 +28,7 @@ from aptix_pipeline.adapters.stores import PostgresStore
 APTIX = Path(sys.executable).parent / "aptix"
 KITS = Path(__file__).resolve().parents[2] / "kits"
 TURNS = 50
-LIMIT = 20_000
+LIMIT = 6_000
 CAP = 50
 
 
@@ -45,7 +45,7 @@ def _config(folder: Path, url: str) -> Path:
         f'limit = {LIMIT}\nwindow = "day"\n',
         encoding="utf-8",
     )
-    (folder / "script.json").write_text("[]", encoding="utf-8")
+    (folder / "script.json").write_text('[{"text": "unused: the hook answers"}]', encoding="utf-8")
     return path
 
 
