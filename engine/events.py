@@ -739,7 +739,7 @@ class _ModelCall:
         reply = self.reply
         usage = None
         if reply is not None:  # the llm_client transition after it takes it (take_usage)
-            model = record.request_model or reply.model
+            model = reply.model or record.request_model  # the model that answered (D586)
             usage = reporter.last_usage = CallUsage.of(reply.usage, model, reporter.prices)
         keep = reporter.keep_model_call
         if keep is not None:

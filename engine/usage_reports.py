@@ -28,8 +28,9 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
+from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, field_serializer
 
 from aptix_pipeline.contracts import (
     Budget,
@@ -135,6 +136,14 @@ class UsageReport(_Value):
     groups: tuple[UsageGroup, ...] = ()
     total: UsageTotals
     budgets: tuple[BudgetStanding, ...] = ()
+
+    @field_serializer("query", mode="wrap")
+    def _query_as_given(
+        self, query: UsageQuery, handler: SerializerFunctionWrapHandler
+    ) -> dict[str, Any]:
+        # The query is a dataclass: its fields left open are absent, as a wire model's.
+        data: dict[str, Any] = handler(query)
+        return {key: value for key, value in data.items() if value is not None}
 
 
 def _key_value(call: UsageCall, by: UsageGroupBy) -> str | None:

@@ -348,7 +348,7 @@ def _actual(
     call: UsageCall, reply: LLMReply, prices: PriceTable | None, round_needed: bool
 ) -> UsageCall:
     usage = reply.usage
-    model = call.model or reply.model  # priced as asked for, as the spans price it (D586)
+    model = reply.model or call.model  # the model that answered, as the spans price it (D586)
     tool_calls = len(reply.tool_calls)
     rounds = 1 if round_needed else 0
     if usage is None:  # unreported: its estimate's tokens stand, its cost is unknown

@@ -24,7 +24,7 @@ from typing import Annotated
 
 import typer
 
-from .listen import listen
+from .serve import listen
 
 __all__ = ["DEFAULT_UI_PORT", "ui"]
 

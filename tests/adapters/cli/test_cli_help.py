@@ -99,4 +99,5 @@ def test_the_root_help_lists_every_command() -> None:
         "sessions",
         "ui",
         "index",
+        "usage",
     }
