@@ -24,6 +24,9 @@ Sections, in order (``--only`` picks some, comma-separated):
   (``bench/tool_files.py``);
 - ``ledger`` — an in-process turn with one server tool, the tool ledger on against
   off, on the memory store and a SQLite file (``bench/ledger.py``; target ≤ 5 %);
+- ``budgets`` — an in-process turn with two model calls, the usage ledger off, on,
+  and on with three budgets and a price table, on the memory store
+  (``bench/budgets.py``; target ≤ 5 %), and the ledger's store calls per model call;
 - ``retrieval`` — a turn's cost with an SQLite FTS5 retrieval over 200 documents
   beside the same turn without, and the time to index them (``bench/retrieval.py``);
 - ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
@@ -50,6 +53,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "kits"))
 
+from budgets import TARGET as BUDGETS_TARGET
+from budgets import budget_rows
 from builders import PATHS, context_after, context_before, request_data
 from durable import durable_figures, print_durable_figures
 from http_load import http_figures, print_http_figures
@@ -86,6 +91,7 @@ SECTIONS = (
     "streaming",
     "files",
     "ledger",
+    "budgets",
     "retrieval",
     "concurrency",
     "transcript",
@@ -392,6 +398,29 @@ def ledger() -> dict[str, Any]:
     return figures
 
 
+def budgets() -> dict[str, Any]:
+    """Usage and budgets' cost per turn, beside their ≤ 5 % target."""
+    print(
+        "a turn with two model calls, usage ledger off / on / on with three budgets, "
+        "memory store, tracing off (µs per turn, min / median of interleaved rounds; "
+        "x = to usage off)"
+    )
+    figures = budget_rows()
+    for setting in ("usage off", "usage on", "budgets on"):
+        row = figures[setting]
+        ok = row["ratio_median"] <= BUDGETS_TARGET
+        print(
+            f"{setting:<11} {row['min_us']:>7.0f} / {row['median_us']:<7.0f}"
+            f" x {row['ratio_min']:.3f} / {row['ratio_median']:.3f}"
+            + (f"   target ≤ {BUDGETS_TARGET:.2f}  {_mark(ok)}" if setting != "usage off" else "")
+        )
+    print(
+        "usage ledger calls per model call (reserve + settle): "
+        f"{figures['store_calls_per_model_call']:.2f}"
+    )
+    return figures
+
+
 def concurrency() -> dict[str, Any]:
     """1,000 concurrent turns with a 50 ms model, per store."""
     rows = concurrency_rows()
@@ -505,6 +534,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "streaming": streaming,
     "files": files,
     "ledger": ledger,
+    "budgets": budgets,
     "retrieval": retrieval,
     "concurrency": concurrency,
     "transcript": transcript,
