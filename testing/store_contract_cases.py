@@ -16,7 +16,10 @@ of every kind comes back exactly (D221); a session of three turns runs through
 the engine on the store; and a store that is a ``ToolLedger`` (contracts/ledger.py)
 keeps reserve → done per org and user, each write committed at once, with exactly
 one of racing reservations winning, and purges the entries reserved before a time
-(the ledger cases skip a store that is not one).
+(the ledger cases skip a store that is not one); a store that is a ``UsageLedger``
+(contracts/usage.py) answers a reservation whose call id it holds already as reserved,
+storing it once and applying the settlements it carries (D595; skipped for a store
+that is not one).
 
 A refusal raises ``LookupError`` when the caller has no such session or turn, and
 ``ValueError`` when a write contradicts what is stored (docs/STORES.md).
@@ -53,10 +56,16 @@ from aptix_pipeline.contracts import (
     StoredOutcome,
     TextPart,
     ToolCall,
+    BudgetCheck,
+    BudgetMetric,
+    Charge,
     ToolLedger,
     Transcript,
     Turn,
     TurnStatus,
+    UsageCall,
+    UsageLedger,
+    UsageQuery,
 )
 
 __all__ = [
@@ -1367,6 +1376,62 @@ class StoreContract:
         kept = await ledger.reserve_tool_call(_ORG, _USER, "tk1-new", _T0 + 3 * hour)
         assert kept is not None
         assert kept.reserved_at == _T0 + 2 * hour
+
+
+    # --- the usage ledger (a store that is a UsageLedger) ----------------------------------
+
+    @_case()
+    async def test_a_usage_ledger_reservation_run_again_is_reserved_once_and_settles_its_calls(
+        self, store: SessionStore
+    ) -> None:
+        """A durable turn's reservation activity retried after its answer was lost (D595)."""
+        usage = _usage_of(store)
+
+        def model_call(number: int, tokens: int, *, settled: bool = False) -> UsageCall:
+            return UsageCall(
+                id=f"turn-1/corr-1/{number}",
+                org=_ORG,
+                user=_USER,
+                session_id="session-1",
+                turn_id="turn-1",
+                mode="general",
+                at=_T0 + timedelta(seconds=number),
+                round=number,
+                settled=settled,
+                charge=Charge(tokens=tokens, model_calls=1),
+            )
+
+        def within(limit: int, amount: int) -> list[BudgetCheck]:
+            check = BudgetCheck(
+                budget_id="b1",
+                metric=BudgetMetric.TOKENS,
+                limit=limit,
+                amount=amount,
+                org=_ORG,
+            )
+            return [check]
+
+        first = model_call(1, 100)
+        assert (await usage.reserve_usage(first, within(250, 100))).reserved
+        second = model_call(2, 100)
+        settled_first = model_call(1, 40, settled=True)
+        assert (await usage.reserve_usage(second, within(250, 100), [settled_first])).reserved
+        # Run again: the same call, the same settlement. Counted anew it would not fit.
+        again = await usage.reserve_usage(second, within(150, 100), [settled_first])
+
+        assert again.reserved
+        held = await usage.usage_calls(UsageQuery(org=_ORG))
+        assert [(c.id, c.settled, c.charge.tokens) for c in held] == [
+            ("turn-1/corr-1/1", True, 40),
+            ("turn-1/corr-1/2", False, 100),
+        ]
+
+
+def _usage_of(store: SessionStore) -> UsageLedger:
+    """The store as a ``UsageLedger``; the case is skipped for a store that is not one."""
+    if not isinstance(store, UsageLedger):
+        pytest.skip(f"{type(store).__name__} is not a UsageLedger")
+    return store
 
 
 def _ledger_of(store: SessionStore) -> ToolLedger:

@@ -39,7 +39,8 @@ pytest_plugins = ["pytester"]
 
 CASES = sorted(name for name in dir(StoreContract) if name.startswith("test_"))
 LEDGER_CASES = [name for name in CASES if "ledger" in name]
-"""Skipped for a store that is not a ``ToolLedger`` (none of this module's host stores is)."""
+"""Skipped for a store that is not a ``ToolLedger`` (or, for the usage ledger case, a
+``UsageLedger``): none of this module's host stores is."""
 RACES = [
     "test_a_conflicting_turn_succeeds_when_retried_in_a_new_transaction",
     "test_of_many_concurrent_turns_on_one_session_exactly_one_commits",
