@@ -164,8 +164,12 @@ class MemoryStore:
         checks: Sequence[BudgetCheck],
         settle: Sequence[UsageCall] = (),
     ) -> ReserveOutcome:
-        """See ``UsageLedger``."""
+        """See ``UsageLedger``. A call whose id is stored already (a reservation run
+        again, its first answer lost: a durable turn's retried activity) is answered as
+        reserved and not stored twice; the settlements are applied all the same (D595)."""
         self._settle(settle)
+        if call.id in self._usage_index:
+            return ReserveOutcome(reserved=True)
         calls = self._usage.get(call.org, [])
         used: dict[str, Decimal] = {}
         oldest: dict[str, datetime | None] = {}
