@@ -43,7 +43,10 @@ from aptix_pipeline.adapters import (
     embedded_pipeline,
 )
 from aptix_pipeline.contracts import (
+    BudgetCheck,
+    BudgetMetric,
     Caller,
+    Charge,
     ChatMessage,
     ChatRole,
     ImagePart,
@@ -56,9 +59,6 @@ from aptix_pipeline.contracts import (
     StoredOutcome,
     TextPart,
     ToolCall,
-    BudgetCheck,
-    BudgetMetric,
-    Charge,
     ToolLedger,
     Transcript,
     Turn,
@@ -1376,7 +1376,6 @@ class StoreContract:
         kept = await ledger.reserve_tool_call(_ORG, _USER, "tk1-new", _T0 + 3 * hour)
         assert kept is not None
         assert kept.reserved_at == _T0 + 2 * hour
-
 
     # --- the usage ledger (a store that is a UsageLedger) ----------------------------------
 

@@ -412,6 +412,7 @@ _MEDIA_TYPES = frozenset(
 )
 """IANA's top-level media types: a file's type keeps one of these, never its subtype."""
 
+
 class _Estimate(_Rule):
     """A figure of a model call's usage estimate (``steps/budget.py``): the prompt's
     characters, counted. A number becomes ``0``, a decimal's text ``"0"`` (D594)."""

@@ -68,7 +68,8 @@ async def test_a_turn_with_budgets_records_its_usage_calls_and_replays_them() ->
 
     assert report.successful
     recording = report.recording
-    assert recording is not None and recording.usage_ledger
+    assert recording is not None
+    assert recording.usage_ledger
     usage = [c for c in recording.calls if c.port == "UsageLedger"]
     assert [c.call for c in usage] == ["reserve_usage"] * 3 + ["settle_usage"]
     assert all(c.step == "llm_client" for c in usage[:3])
@@ -98,7 +99,8 @@ async def test_a_refused_turn_records_and_replays_to_the_same_refusal() -> None:
     assert not report.successful
     [error] = report.result.errors
     assert (error.code, error.rule_id) == (ErrorCode.BUDGET_EXCEEDED, "DESIGN/budget/within")
-    assert error.budget is not None and error.budget.budget_id == "turn-tokens"
+    assert error.budget is not None
+    assert error.budget.budget_id == "turn-tokens"
     recording = report.recording
     assert recording is not None
     reserve = next(c for c in recording.calls if c.name == "UsageLedger.reserve_usage")
@@ -110,7 +112,8 @@ async def test_a_refused_turn_records_and_replays_to_the_same_refusal() -> None:
         outcome = await replay(replayed)
         exactly(replayed, outcome)
         refused = outcome.report.result.errors[0].budget
-        assert refused is not None and refused.budget_id == "turn-tokens"
+        assert refused is not None
+        assert refused.budget_id == "turn-tokens"
         if not replayed.redacted:  # redacted, the estimate is of the placeholder prompt
             assert refused == error.budget
 
@@ -162,7 +165,8 @@ async def test_a_streamed_turn_a_budget_refuses_ends_before_any_text() -> None:
             items.append(item)
 
     report = stream.report
-    assert report is not None and not report.successful
+    assert report is not None
+    assert not report.successful
     assert report.result.errors[0].code is ErrorCode.BUDGET_EXCEEDED
     assert report.result.errors[0].budget is not None
     assert not any(
@@ -186,7 +190,8 @@ async def test_a_streamed_turn_within_its_budget_streams_and_settles_its_usage()
 
     assert report.successful
     [held] = await store.usage_calls(UsageQuery(org="acme"))
-    assert held.settled and held.charge.model_calls == 1
+    assert held.settled
+    assert held.charge.model_calls == 1
     assert report.recording is not None
     assert [c.call for c in report.recording.calls if c.port == "LLM"] == ["stream"]
     exactly(report.recording, await replay(report.recording))
