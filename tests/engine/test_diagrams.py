@@ -163,6 +163,7 @@ def test_a_step_edge_shows_its_condition_guard_and_exit_hook(
         [event]
         + [f"[{', '.join(cond)}]"] * bool(cond)
         + [f"PRE {section}"] * bool(pre)
+        + ["+ budget"] * (event == "llm_client")  # the model call's budget check (D597)
         + [f"/ POST {section}"] * bool(post)
     )
 

@@ -26,6 +26,7 @@ from aptix_pipeline.contracts import (
     ErrorCode,
     Price,
     PriceTable,
+    UnpricedPolicy,
     UsageQuery,
 )
 from aptix_pipeline.engine import ModelTextDelta, StreamProgress
@@ -59,6 +60,7 @@ def exactly(recording: TurnRecording, outcome: ReplayOutcome) -> None:
 
 
 @pytest.mark.decision("D594")
+@pytest.mark.rule("DESIGN/budget/within", "holds")
 async def test_a_turn_with_budgets_records_its_usage_calls_and_replays_them() -> None:
     store = MemoryStore()
     replies = [calls(call("x1", "Math")), calls(call("a1", "Add", {"a": 1, "b": 2})), text("3")]
@@ -90,6 +92,7 @@ async def test_a_turn_with_budgets_records_its_usage_calls_and_replays_them() ->
 
 
 @pytest.mark.decision("D594")
+@pytest.mark.rule("DESIGN/budget/within", "broken")
 async def test_a_refused_turn_records_and_replays_to_the_same_refusal() -> None:
     store = MemoryStore()
     pipeline = recording_pipeline(store, [text("never")], options=options(TIGHT))
@@ -154,6 +157,7 @@ def test_a_recordings_usage_ledger_flag_must_be_a_boolean() -> None:
 
 
 @pytest.mark.decision("D598")
+@pytest.mark.rule("DESIGN/budget/within", "broken")
 async def test_a_streamed_turn_a_budget_refuses_ends_before_any_text() -> None:
     store = MemoryStore()
     pipeline = recording_pipeline(store, [text("never said")], options=options(TIGHT))
@@ -195,3 +199,24 @@ async def test_a_streamed_turn_within_its_budget_streams_and_settles_its_usage()
     assert report.recording is not None
     assert [c.call for c in report.recording.calls if c.port == "LLM"] == ["stream"]
     exactly(report.recording, await replay(report.recording))
+
+
+@pytest.mark.decision("D594")
+@pytest.mark.rule("DESIGN/budget/unpriced", "holds")
+@pytest.mark.rule("DESIGN/budget/unpriced", "broken")
+async def test_a_model_without_a_price_is_refused_when_prices_say_so_and_replays_so() -> None:
+    refusing = PriceTable(prices=(), unknown=UnpricedPolicy.REFUSE)
+    priced = PRICES.model_copy(update={"unknown": UnpricedPolicy.REFUSE})
+    for table, kept in ((refusing, False), (priced, True)):
+        opts = PipelineOptions(retry_wait_seconds=0, retry_max_wait_seconds=0, prices=table)
+        pipeline = recording_pipeline(MemoryStore(), [text("ok")], options=opts)
+
+        report = await pipeline.run({"Instruction": "hi"}, CALLER)
+
+        assert report.successful is kept
+        if not kept:
+            assert report.result.errors[0].rule_id == "DESIGN/budget/unpriced"
+            assert report.result.errors[0].code is ErrorCode.BUDGET_EXCEEDED
+            assert report.llm_calls == 0
+        assert report.recording is not None
+        exactly(report.recording, await replay(report.recording))
