@@ -42,7 +42,8 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Final, Protocol, runtime_checkable
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_pascal
 
 from .response import Usage
 from .wire import FrozenWireModel
@@ -65,6 +66,15 @@ __all__ = [
 ]
 
 MILLION: Final = Decimal(1_000_000)
+
+_AS_WIRE = ConfigDict(
+    alias_generator=to_pascal,
+    validate_by_alias=True,
+    validate_by_name=True,
+    serialize_by_alias=True,
+)
+"""How pydantic reads and writes the usage dataclasses: in the wire models' PascalCase,
+so a recording holds them as it holds every other port value."""
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _BUDGET_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -303,6 +313,8 @@ class Budget(FrozenWireModel):
 class Charge:
     """What one model call counts against budgets, metric by metric."""
 
+    __pydantic_config__ = _AS_WIRE
+
     tokens: int = 0
     cost: Decimal = Decimal(0)
     model_calls: int = 0
@@ -326,6 +338,8 @@ class UsageCall:
     ``False``) and for a reservation. ``round`` is the call's number within its
     request (1 for the first model call); ``step`` the pipeline step that made it.
     """
+
+    __pydantic_config__ = _AS_WIRE
 
     id: str
     org: str
@@ -364,6 +378,8 @@ class BudgetCheck:
     ``since`` when set, and, for a cost budget, priced in ``currency``. It holds when
     their charges of ``metric`` plus ``amount`` stay within ``limit``.
     """
+
+    __pydantic_config__ = _AS_WIRE
 
     budget_id: str
     metric: BudgetMetric
@@ -405,6 +421,8 @@ class ReserveOutcome:
     a rolling window: when room begins to come back).
     """
 
+    __pydantic_config__ = _AS_WIRE
+
     reserved: bool
     used: Mapping[str, Decimal] = field(default_factory=dict)
     refused_by: str | None = None
@@ -414,6 +432,8 @@ class ReserveOutcome:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UsageQuery:
     """Which calls a usage report reads: always one org's, and within it as narrowed."""
+
+    __pydantic_config__ = _AS_WIRE
 
     org: str
     user: str | None = None
@@ -469,3 +489,17 @@ class UsageLedger(Protocol):
     async def usage_calls(self, query: UsageQuery) -> list[UsageCall]:
         """The calls ``query`` reads, oldest first."""
         ...
+
+
+def _as_wire_when_jsonable() -> None:
+    """Give each usage dataclass the serializer of its wire form, so that pydantic writes
+    it in PascalCase wherever it meets one (``to_jsonable_python`` in a recording, a
+    durable turn's payloads), as it writes the wire models beside it."""
+    from pydantic import TypeAdapter
+
+    kinds: tuple[type, ...] = (Charge, UsageCall, BudgetCheck, ReserveOutcome, UsageQuery)
+    for kind in kinds:
+        setattr(kind, "__pydantic_serializer__", TypeAdapter(kind).serializer)  # noqa: B010
+
+
+_as_wire_when_jsonable()

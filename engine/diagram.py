@@ -14,6 +14,9 @@ A host's own guard rules (``HostRules``, ``Pipeline.rules``) are drawn with
 ``rules=``: each joins its step's guard in the label after the section
 (``llm_client PRE §4.9 + host/no-weekend / POST §4.9``) and in the tooltip's
 ``PRE:`` line, after the DDR ids. Without them the picture is the engine's alone.
+The budget check that guards each model call (``within_budget``, issue 31) joins
+``llm_client``'s guard last: ``+ budget`` in the label, ``DESIGN/budget/within`` and
+``DESIGN/budget/unpriced`` in the tooltip.
 
 Four formats (``DiagramFormat``):
 
@@ -59,9 +62,17 @@ from statemachine.contrib.diagram.model import (
 from statemachine.contrib.diagram.renderers.mermaid import MermaidRenderer, MermaidRendererConfig
 
 from aptix_pipeline.contracts import AptixPipelineError, PipelineStep
-from aptix_pipeline.validators import ROUND_LIMIT, HostRule, HostRules, Phase, step_rule_ids
+from aptix_pipeline.validators import (
+    BUDGET_UNPRICED,
+    BUDGET_WITHIN,
+    ROUND_LIMIT,
+    HostRule,
+    HostRules,
+    Phase,
+    step_rule_ids,
+)
 
-from .machine import COMPLETE, FAULT, SERVER_TOOL_ROUND, TurnMachine
+from .machine import COMPLETE, FAULT, SERVER_TOOL_ROUND, TurnMachine, within_budget
 from .trace import StateTrace
 
 __all__ = [
@@ -133,6 +144,10 @@ _STEP_SECTIONS: Mapping[str, str] = {
 }
 """AGN-036 §4.1 to §4.10: ``PipelineStep`` lists the steps in section order."""
 
+_BUDGET_GUARD = within_budget.__name__
+"""The guard of ``llm_client`` that reserves the model call against the budgets."""
+_BUDGET_IDS = (BUDGET_WITHIN.id, BUDGET_UNPRICED.id)
+
 _EdgeKey = tuple[str, str, str]
 """(source, event, target): one transition of the machine."""
 
@@ -190,11 +205,14 @@ def _edge(
         posts = [name for name in afters if name.startswith(f"post_{event}")]
         post_ids = step_rule_ids(step, Phase.POST) if posts else ()
         host_ids = host.get(event, ()) if f"pre_{event}" in validators else ()
-        guard_ids = (*pre_ids, *host_ids)
+        # The model call's budget check guards it beside its PRE set (D597).
+        budget_ids = _BUDGET_IDS if _BUDGET_GUARD in validators else ()
+        guard_ids = (*pre_ids, *host_ids, *budget_ids)
         lines = [f"{event}: AGN-036 {section}"]
         lines += [f"PRE: {', '.join(guard_ids)}"] if guard_ids else ["PRE: N/A"]
         lines += [f"POST: {', '.join(post_ids)}"] if post_ids else ["POST: N/A"]
-        pre = " + ".join([*([section] if pre_ids else []), *host_ids]) or None
+        budget = ["budget"] if budget_ids else []
+        pre = " + ".join([*([section] if pre_ids else []), *host_ids, *budget]) or None
         return _Edge(
             source,
             event,

@@ -20,7 +20,9 @@ one of racing reservations winning, and purges the entries reserved before a tim
 ``UsageLedger`` (contracts/usage.py) reserves a model call only when every budget
 check holds, stores settlements either way, counts each check's calls alone (its
 org, user, mode, turn, window and currency) in exact decimals, and reads calls back
-per org, narrowed, oldest first (the usage cases skip a store that is not one).
+per org, narrowed, oldest first, and answers a reservation whose call id it holds
+already as reserved, storing it once and applying the settlements it carries (D595;
+the usage cases skip a store that is not one).
 
 A refusal raises ``LookupError`` when the caller has no such session or turn, and
 ``ValueError`` when a write contradicts what is stored (docs/STORES.md).
@@ -1716,6 +1718,54 @@ class StoreContract:
         assert [outcome.reserved for outcome in outcomes].count(True) == 7
         stored = await ledger.usage_calls(UsageQuery(org=_ORG))
         assert sum(call.charge.tokens for call in stored) == 70
+
+    # --- the usage ledger (a store that is a UsageLedger) ----------------------------------
+
+    @_case()
+    async def test_a_usage_ledger_reservation_run_again_is_reserved_once_and_settles_its_calls(
+        self, store: SessionStore
+    ) -> None:
+        """A durable turn's reservation activity retried after its answer was lost (D595)."""
+        usage = _usage_of(store)
+
+        def model_call(number: int, tokens: int, *, settled: bool = False) -> UsageCall:
+            return UsageCall(
+                id=f"turn-1/corr-1/{number}",
+                org=_ORG,
+                user=_USER,
+                session_id="session-1",
+                turn_id="turn-1",
+                mode="general",
+                at=_T0 + timedelta(seconds=number),
+                round=number,
+                settled=settled,
+                charge=Charge(tokens=tokens, model_calls=1),
+            )
+
+        def within(limit: int, amount: int) -> list[BudgetCheck]:
+            check = BudgetCheck(
+                budget_id="b1",
+                metric=BudgetMetric.TOKENS,
+                limit=Decimal(limit),
+                amount=Decimal(amount),
+                org=_ORG,
+            )
+            return [check]
+
+        first = model_call(1, 100)
+        assert (await usage.reserve_usage(first, within(250, 100))).reserved
+        second = model_call(2, 100)
+        settled_first = model_call(1, 40, settled=True)
+        assert (await usage.reserve_usage(second, within(250, 100), [settled_first])).reserved
+        # Run again: the same call, the same settlement. Counted anew it would not fit.
+        again = await usage.reserve_usage(second, within(150, 100), [settled_first])
+
+        assert again.reserved
+        held = await usage.usage_calls(UsageQuery(org=_ORG))
+        assert [(c.id, c.settled, c.charge.tokens) for c in held] == [
+            ("turn-1/corr-1/1", True, 40),
+            ("turn-1/corr-1/2", False, 100),
+        ]
 
 
 def _ledger_of(store: SessionStore) -> ToolLedger:

@@ -170,8 +170,9 @@ class MemoryStore:
         checks: Sequence[BudgetCheck],
         settle: Sequence[UsageCall] = (),
     ) -> ReserveOutcome:
-        """See ``UsageLedger``. A call whose id is already kept was reserved by an
-        earlier try of the same reservation: it stands, and nothing is added."""
+        """See ``UsageLedger``. A call whose id is stored already (a reservation run
+        again, its first answer lost: a durable turn's retried activity) is answered as
+        reserved and not stored twice; the settlements are applied all the same (D595)."""
         self._settle(settle)
         if call.id in self._usage_index:
             return ReserveOutcome(reserved=True)

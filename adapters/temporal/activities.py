@@ -19,6 +19,11 @@ caller what it would tell in process (``steps/exception_text.py``):
 
 Model calls, server tools and the commit heartbeat while they run, so a killed
 worker is noticed after the heartbeat timeout, not the whole call's (D547).
+
+The usage ledger's ``reserve_usage`` and ``settle_usage`` (issue 31) are activities
+too: they write, outside the turn's commit, and must outlive a crash. A reservation
+Temporal runs again (its first answer lost) is answered by the ledger as reserved
+already: its call id is the turn's, the correlation's and the round's (D595).
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ from temporalio.exceptions import ApplicationError
 from aptix_pipeline.adapters.stores import StoreBackend, TurnWrites
 from aptix_pipeline.contracts import (
     AgentContext,
+    BudgetCheck,
     ChatMessage,
     ConversationContext,
     LLMRequest,
     ModeSpec,
     Passage,
     PermanentPortError,
+    ReserveOutcome,
     RetrievalQuery,
     Session,
     StoreConflictError,
@@ -50,6 +57,8 @@ from aptix_pipeline.contracts import (
     ToolOutput,
     ToolPause,
     Turn,
+    UsageCall,
+    UsageLedger,
     scrubbed_logger,
 )
 from aptix_pipeline.engine import Pipeline
@@ -294,6 +303,30 @@ class TurnActivities:
         async with _as_temporal_errors():
             return await files.put(file.tool_file())
 
+    # --- the usage ledger ------------------------------------------------------------
+
+    def _usage(self) -> UsageLedger:
+        usage = self._ports.usage
+        if usage is None:
+            raise ApplicationError("this worker keeps no usage ledger", non_retryable=True)
+        return usage
+
+    @activity.defn(name="aptix.usage.reserve")
+    async def reserve_usage(
+        self, call: UsageCall, checks: list[BudgetCheck], settle: list[UsageCall]
+    ) -> ReserveOutcome:
+        """``UsageLedger.reserve_usage``; run again, the ledger answers by the call's id."""
+        usage = self._usage()
+        async with _as_temporal_errors():
+            return await usage.reserve_usage(call, checks, settle)
+
+    @activity.defn(name="aptix.usage.settle")
+    async def settle_usage(self, calls: list[UsageCall]) -> None:
+        """``UsageLedger.settle_usage`` (settling a call twice stores it once)."""
+        usage = self._usage()
+        async with _as_temporal_errors():
+            await usage.settle_usage(calls)
+
     @activity.defn(name="aptix.recording.save")
     async def save_recording(self, recording: dict[str, Any]) -> None:
         """Deliver a durable turn's recording as the host's ``Recorder`` would."""
@@ -324,6 +357,8 @@ ACTIVITY_NAMES: Mapping[str, str] = {
     "aptix.tool.call": "call_tool",
     "aptix.retriever.retrieve": "retrieve",
     "aptix.files.put": "put_file",
+    "aptix.usage.reserve": "reserve_usage",
+    "aptix.usage.settle": "settle_usage",
     "aptix.recording.save": "save_recording",
 }
 """Each activity's name on the wire, and the ``TurnActivities`` method that runs it."""

@@ -298,6 +298,7 @@ def _host_of(pipeline: Pipeline, settings: DurableSettings) -> _Host:
         config_digest=_digest(pipeline) if recording is not None else None,
         tool_names=tuple(ports.tools),
         has_files=ports.files is not None,
+        has_usage=ports.usage is not None,
     )
 
 

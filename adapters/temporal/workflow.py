@@ -14,6 +14,9 @@ an answer that may change is an activity (``activities.py``):
   still records; a turn reads each catalog entry once (D560). A crash re-runs a
   read that had not answered, which changes nothing;
   the model call and the commit are never local, because a crash would run them again;
+- the usage ledger's reservations and settlements (issue 31) are activities: they
+  write, and a reservation Temporal runs again is answered by its call's id (D595);
+  the turn's prices and budgets are the worker's pipeline options;
 - the clock and the ids are the workflow's (``workflow.now()``, ``workflow.uuid4()``),
   deterministic on replay;
 - the store's writes are buffered in the workflow by ``BufferedTransaction`` and
@@ -44,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from aptix_pipeline.adapters.stores import BufferedTransaction, TurnWrites
     from aptix_pipeline.contracts import (
         AgentContext,
+        BudgetCheck,
         ChatMessage,
         ConversationContext,
         LLMReply,
@@ -51,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         ModeSpec,
         Passage,
         PermanentPortError,
+        ReserveOutcome,
         RetrievalQuery,
         Session,
         StoreConflictError,
@@ -61,6 +66,8 @@ with workflow.unsafe.imports_passed_through():
         ToolOutput,
         ToolPause,
         Turn,
+        UsageCall,
+        UsageQuery,
     )
     from aptix_pipeline.engine import (
         PROGRESS_EVENTS,
@@ -128,6 +135,8 @@ class _Host:
     config_digest: str | None
     tool_names: tuple[str, ...]
     has_files: bool
+    has_usage: bool = False
+    """The worker's pipeline keeps a usage ledger (``Ports.usage``)."""
 
 
 _HOSTS: dict[str, _Host] = {}
@@ -461,6 +470,44 @@ class _WorkflowFiles:
         )
 
 
+class _WorkflowUsage:
+    """The usage ledger: a reservation and a settlement are each an activity (they write
+    and must outlive a crash; D595), retried as the commit is."""
+
+    def __init__(self, calls: _Calls) -> None:
+        self._calls = calls
+
+    async def reserve_usage(
+        self,
+        call: UsageCall,
+        checks: Sequence[BudgetCheck],
+        settle: Sequence[UsageCall] = (),
+    ) -> ReserveOutcome:
+        calls = self._calls
+        return await calls.call(  # type: ignore[no-any-return]
+            "aptix.usage.reserve",
+            call,
+            list(checks),
+            list(settle),
+            result_type=ReserveOutcome,
+            timeout=calls.read_timeout,
+            retry=calls.commit_retry,
+        )
+
+    async def settle_usage(self, settled: Sequence[UsageCall]) -> None:
+        calls = self._calls
+        await calls.call(
+            "aptix.usage.settle",
+            list(settled),
+            result_type=type(None),
+            timeout=calls.read_timeout,
+            retry=calls.commit_retry,
+        )
+
+    async def usage_calls(self, query: UsageQuery) -> list[UsageCall]:
+        raise NotImplementedError("a durable turn reports no usage; read the store's ledger")
+
+
 def _proxy_ports(host: _Host, calls: _Calls) -> Ports:
     catalog = _WorkflowCatalog(calls)
     provider = getattr(host.pipeline.ports.llm, "provider_name", None)
@@ -476,6 +523,7 @@ def _proxy_ports(host: _Host, calls: _Calls) -> Ports:
         retriever=None
         if host.retriever_collection is None
         else _WorkflowRetriever(calls, host.retriever_collection),
+        usage=_WorkflowUsage(calls) if host.has_usage else None,
     )
 
 

@@ -2,7 +2,7 @@
 
 ``tap_ports(tap, ports)`` wraps each port of a turn (the store and its
 transaction, both catalogs, the LLM, every server tool, the file store, the
-retriever, the clock and the id source) so that each call reaches ``tap`` as
+retriever, the usage ledger, the clock and the id source) so that each call reaches ``tap`` as
 *(port, call, arguments)* before
 anything else happens. A ``RecordingTap`` (``recorder.py``) passes the
 call on to the real port and writes down its answer; a ``ReplayTap``
@@ -25,6 +25,11 @@ A server tool's ``ToolOutput`` travels as its JSON, which holds each file's name
 MIME type, size and hash but never its bytes (``contracts/files.py``): a replay
 hands the engine the same files without their bytes, and answers the file
 store's ``put`` as recorded, so no bytes are needed.
+
+The usage ledger (``UsageLedger``, issue 31) is tapped like the store: each
+``reserve_usage`` (the call, the budget checks, the settlements it carries) and
+each ``settle_usage`` is a port call whose answer (the ``ReserveOutcome``) a
+replay gives back, so a budget's verdict replays as it was made (D594).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from aptix_pipeline.contracts import (
     AgentContext,
+    BudgetCheck,
     ChatMessage,
     ConversationContext,
     LLMReply,
@@ -45,6 +51,7 @@ from aptix_pipeline.contracts import (
     ModeSpec,
     Passage,
     ReplyChunk,
+    ReserveOutcome,
     RetrievalQuery,
     Retriever,
     Session,
@@ -57,6 +64,8 @@ from aptix_pipeline.contracts import (
     ToolOutput,
     ToolPause,
     Turn,
+    UsageCall,
+    UsageQuery,
 )
 from aptix_pipeline.engine.events import TurnFaulted
 from aptix_pipeline.engine.telemetry import provider_name_of
@@ -77,6 +86,7 @@ __all__ = [
     "TappedStreamingLLM",
     "TappedTool",
     "TappedTransaction",
+    "TappedUsageLedger",
     "decode_answer",
     "tap_ports",
 ]
@@ -88,6 +98,7 @@ MODES, AGENTS = "ModeCatalog", "AgentCatalog"
 LLM_PORT, TOOLS, CLOCK, IDS = "LLM", "ToolExecutor", "Clock", "IdSource"
 FILES = "FileStore"
 RETRIEVER = "Retriever"
+USAGE = "UsageLedger"
 STREAM = "stream"
 """The call name of a streamed model call (``LLM.stream``)."""
 
@@ -109,6 +120,8 @@ _TOOL_ANSWER: TypeAdapter[str | ToolOutput | ToolPause] = TypeAdapter(str | Tool
 _STORED_FILE: TypeAdapter[StoredFile] = TypeAdapter(StoredFile)
 _PASSAGES: TypeAdapter[list[Passage]] = TypeAdapter(list[Passage])
 _TIME: TypeAdapter[datetime] = TypeAdapter(datetime)
+_RESERVED: TypeAdapter[ReserveOutcome] = TypeAdapter(ReserveOutcome)
+_USAGE_CALLS: TypeAdapter[list[UsageCall]] = TypeAdapter(list[UsageCall])
 
 
 def decode_answer(adapter: TypeAdapter[T], data: Any) -> T:
@@ -433,6 +446,42 @@ class TappedRetriever:
         )
 
 
+class TappedUsageLedger:
+    """A ``UsageLedger`` whose calls go through the tap (module docstring).
+
+    A reservation is recorded with its settlements and checks as lists, whatever
+    sequence the engine passed, so the recorded arguments are JSON arrays.
+    """
+
+    def __init__(self, tap: PortTap, target: Any) -> None:
+        self._tap, self._target = tap, target
+
+    async def reserve_usage(
+        self,
+        call: UsageCall,
+        checks: Sequence[BudgetCheck],
+        settle: Sequence[UsageCall] = (),
+    ) -> ReserveOutcome:
+        """See ``UsageLedger``."""
+        return await self._tap.acall(
+            self._target,
+            USAGE,
+            "reserve_usage",
+            _RESERVED,
+            {"call": call, "checks": list(checks), "settle": list(settle)},
+        )
+
+    async def settle_usage(self, calls: Sequence[UsageCall]) -> None:
+        """See ``UsageLedger``."""
+        await self._tap.acall(self._target, USAGE, "settle_usage", _NOTHING, {"calls": list(calls)})
+
+    async def usage_calls(self, query: UsageQuery) -> list[UsageCall]:
+        """See ``UsageLedger`` (a turn never reads reports; a host's code may)."""
+        return await self._tap.acall(
+            self._target, USAGE, "usage_calls", _USAGE_CALLS, {"query": query}
+        )
+
+
 class TappedClock:
     """A ``Clock`` whose readings go through the tap."""
 
@@ -465,6 +514,7 @@ def tap_ports(
     streaming: bool = False,
     live: LivePorts | None = None,
     retriever: str | None = None,
+    usage: bool = False,
 ) -> Ports:
     """Ports for one turn whose every call goes through ``tap``.
 
@@ -476,7 +526,8 @@ def tap_ports(
     recorded model streamed — a live model that cannot stream is then asked to
     ``complete``, which the replay names as another call; ``retriever`` is the
     collection of the recorded retriever (``None``: the turn had none), run live when
-    ``live`` has one.
+    ``live`` has one; ``usage`` whether the turn had a usage ledger
+    (``TurnRecording.usage_ledger``), answered from the recording.
     """
     tools: Mapping[str, ToolExecutor | None]
     if ports is None:
@@ -493,6 +544,7 @@ def tap_ports(
         files = None if ports.files is None else TappedFileStore(tap, ports.files)
         streaming = isinstance(llm, StreamingLLM)
         retriever = None if ports.retriever is None else collection_of(ports.retriever)
+        usage = ports.usage is not None
     target = ports.retriever if ports is not None else (live.retriever if live else None)
     tapped_llm = (TappedStreamingLLM if streaming else TappedLLM)(tap, llm, provider_name)
     return Ports(
@@ -505,4 +557,5 @@ def tap_ports(
         tools={name: TappedTool(tap, name, executor) for name, executor in tools.items()},
         files=files,
         retriever=None if retriever is None else TappedRetriever(tap, target, retriever),
+        usage=TappedUsageLedger(tap, ports.usage if ports is not None else None) if usage else None,
     )

@@ -96,6 +96,7 @@ def config_digest(ports: Ports, options: PipelineOptions) -> str:
                 ("clock", ports.clock),
                 ("ids", ports.ids),
                 *((("files", ports.files),) if ports.files is not None else ()),
+                *((("usage", ports.usage),) if ports.usage is not None else ()),
             )
         },
         "catalogs": [
@@ -331,8 +332,10 @@ class RecordingTap:
         server_tools: Sequence[str],
         trace_content: bool,
         idempotency_key: str | None = None,
+        usage_ledger: bool = False,
     ) -> TurnRecording:
-        """The turn's recording, from what was logged and how the turn ended."""
+        """The turn's recording, from what was logged and how the turn ended;
+        ``usage_ledger`` whether the turn had one (``Ports.usage``)."""
         return TurnRecording(
             engine_version=__version__,
             request=request_record(request),
@@ -349,6 +352,7 @@ class RecordingTap:
             idempotency_key=idempotency_key,
             stopped_after_call=self.stopped_after,
             host_rules=host_rules_ran(trace),
+            usage_ledger=usage_ledger,
         )
 
 
@@ -460,6 +464,7 @@ class Recorder:
                 server_tools=list(call.ports.tools),
                 trace_content=bool(call.telemetry.capture_content),
                 idempotency_key=call.idempotency_key,
+                usage_ledger=call.ports.usage is not None,
             )
             if self.options.redact:
                 recording = recording.redact()

@@ -161,7 +161,10 @@ class TurnRecording:
     when it was stopped from outside (its stream's consumer left,
     ``DESIGN/streaming/consumer-gone``), so a replay stops it at the same point;
     ``host_rules`` the ids of the host rules (``HostRule``) the turn's guards ran, in
-    the order they ran, so a replay given other rules says so (``replayer.py``).
+    the order they ran, so a replay given other rules says so (``replayer.py``);
+    ``usage_ledger`` whether the turn kept its model calls' usage in a ledger
+    (``Ports.usage``, issue 31): its replay has one, answered from the recording,
+    exactly then. A recording without the key was made without one (D594).
     """
 
     engine_version: str
@@ -180,6 +183,7 @@ class TurnRecording:
     idempotency_key: str | None = None
     stopped_after_call: int | None = None
     host_rules: tuple[str, ...] = ()
+    usage_ledger: bool = False
     durable: Mapping[str, Any] | None = None
     """How a durable turn ran (docs/DURABLE.md): its Temporal ``workflow_id``, ``run_id``,
     ``task_queue``, and the ``workers`` whose activities ran it; ``None`` in process."""
@@ -266,6 +270,7 @@ class TurnRecording:
                 else {}
             ),
             **({"durable": dict(self.durable)} if self.durable is not None else {}),
+            **({"usage_ledger": True} if self.usage_ledger else {}),
             "request": self.request,
             "calls": [call.to_dict() for call in self.calls],
             "trace": self.trace.to_dict(),
@@ -329,6 +334,7 @@ class TurnRecording:
                 redacted=bool(data.get("redacted", False)),
                 idempotency_key=data.get("idempotency_key"),
                 stopped_after_call=_count(data.get("stopped_after_call")),
+                usage_ledger=_flag(data.get("usage_ledger", False)),
                 durable=_durable(data.get("durable")),
                 # Recorded before the key was written: the trace's guards name them too.
                 host_rules=tuple(data["host_rules"])
@@ -383,6 +389,13 @@ def _durable(value: object) -> Mapping[str, Any] | None:
     if not isinstance(value, Mapping):
         raise ValueError(f"durable must be a JSON object, not {type(value).__name__}")
     return dict(value)
+
+
+def _flag(value: Any) -> bool:
+    """``usage_ledger``: ``true`` or ``false`` (absent: ``false``)."""
+    if not isinstance(value, bool):
+        raise TypeError("'usage_ledger' (true or false)")
+    return value
 
 
 def _count(value: Any) -> int | None:

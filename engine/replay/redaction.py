@@ -34,6 +34,9 @@ is still refused by the same rule):
   numbers become ``0`` (``0.0`` for a float; a schema's ``minimum`` and ``maximum``
   are respected), booleans and nulls stay; text that is not JSON is redacted
   whole and so stays invalid;
+- a usage ledger call's ``Charge`` (its ``Tokens`` and ``Cost``), a budget check's
+  ``Amount`` and a budget refusal's ``Requested`` become ``0``: a reservation's
+  estimate counts the prompt's characters, which a redacted prompt does not have;
 - error and warning messages are redacted: they may quote the client's values
   (a path, a MIME type); their code, rule id and field stay;
 - a file a server tool made (a ``ToolOutput``'s, ``FileStore.put``'s, a
@@ -409,7 +412,25 @@ _MEDIA_TYPES = frozenset(
 )
 """IANA's top-level media types: a file's type keeps one of these, never its subtype."""
 
+
+class _Estimate(_Rule):
+    """A figure of a model call's usage estimate (``steps/budget.py``): the prompt's
+    characters, counted. A number becomes ``0``, a decimal's text ``"0"`` (D594)."""
+
+    def leaf(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return "0"
+        return _zero(value) if _is_number(value) else value
+
+
+_ESTIMATE = _Estimate()
+
 _SHAPED: dict[str, _Rule] = {
+    # a usage ledger call's charge, a budget check's amount, a refusal's requested
+    # amount: each holds the estimate of a prompt, whose size is the user's (D594)
+    "Charge": _Fields({"Tokens": _ESTIMATE, "Cost": _ESTIMATE}, _Rule()),
+    "Amount": _ESTIMATE,
+    "Requested": _ESTIMATE,
     "MimeType": _Leaf(_redacted_mime),
     "RelativePath": _Leaf(_redacted_path),
     "Language": _TEXT,

@@ -79,6 +79,7 @@ from .port_tap import (
     STORE,
     STREAM,
     TRANSACTION,
+    USAGE,
     decode_answer,
     tap_ports,
 )
@@ -106,6 +107,9 @@ T = TypeVar("T")
 _SHOWN = 240  # characters of a value a divergence message shows
 _ROLLBACK = "rollback"
 _CALL_KEYS = ("n", "step", "port", "call", "args")
+_UNDONE_QUIETLY = frozenset({(TRANSACTION, _ROLLBACK), (USAGE, "settle_usage")})
+"""What a stopping, diverged turn still calls: the rollback and the settlement of its
+last model call (``steps/budget.py``), answered with nothing."""
 
 logger = scrubbed_logger(__name__)
 
@@ -435,13 +439,19 @@ class ReplayTap:
         A live port (``target``, ``live.py``) answers itself, and its answer or
         exception must be the recorded one (``answer`` divergence). Once the replay
         has diverged, the rollback of the stopping turn is answered quietly: a replay
-        has no transaction to undo, and the divergence is what it reports.
+        has no transaction to undo, and the divergence is what it reports; so is the
+        settlement of its last model call, for no ledger.
         """
-        if self.divergence is not None and (port, call) == (TRANSACTION, _ROLLBACK):
+        if self.divergence is not None and (port, call) in _UNDONE_QUIETLY:
             return cast(T, None)
         await self._halt_if_stopping()
         live = target is not None
-        expected = self._expect(port, call, args, live=live)
+        try:
+            expected = self._expect(port, call, args, live=live)
+        except _DivergedError:
+            if (port, call) in _UNDONE_QUIETLY:  # named: the turn is over, nothing raises
+                return cast(T, None)
+            raise
         if expected.cancelled:
             self._check_cut(expected)
             await self._cut_short()
@@ -928,6 +938,9 @@ async def replay(
         streaming=streamed,
         live=ports,
         retriever=retriever,
+        # A usage ledger exactly when the recorded turn had one (D594): a recording made
+        # before ledgers existed replays without one, as it ran.
+        usage=recording.usage_ledger,
     )
     pipeline = Pipeline(tapped, options, steps=steps, telemetry=telemetry, rules=host_rules)
     request = recording.request_input()

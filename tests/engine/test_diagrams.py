@@ -163,6 +163,7 @@ def test_a_step_edge_shows_its_condition_guard_and_exit_hook(
         [event]
         + [f"[{', '.join(cond)}]"] * bool(cond)
         + [f"PRE {section}"] * bool(pre)
+        + ["+ budget"] * (event == "llm_client")  # the model call's budget check (D597)
         + [f"/ POST {section}"] * bool(post)
     )
 
@@ -611,3 +612,15 @@ def test_cli_without_dot_exits_2_with_the_install_hint(tmp_path: Path) -> None:
     assert b"apt-get install graphviz" in run.stderr
     assert not (tmp_path / "pipeline.svg").exists()
     assert aptix("diagram", "--format", "dot", env=env).returncode == 0
+
+
+@pytest.mark.decision("D597")
+def test_the_model_calls_guard_shows_the_budget_check_with_its_rule_ids() -> None:
+    dot = diagram_text("dot")
+    [edge] = [line for line in dot.splitlines() if "reasoning -> llm_answered" in line]
+    assert 'label="llm_client PRE §4.9 + budget / POST §4.9"' in edge
+    pre = edge.split("\\nPRE: ")[1].split("\\n")[0]
+    assert pre.endswith("DESIGN/budget/within, DESIGN/budget/unpriced")
+    assert "+ budget" in diagram_text("mermaid")
+    # no other step's guard shows it
+    assert dot.count("DESIGN/budget/within") == 1

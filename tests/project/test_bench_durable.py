@@ -53,14 +53,24 @@ async def test_the_breakdown_names_each_task_and_activity_of_a_durable_turn(
     assert [what for what, _ in spans] == [
         "workflow task 1: scheduled → started",
         f"workflow task 1: started → completed (local: {reads}, modes.list_modes)",
-        "activity llm.complete: scheduled → started",
-        "activity llm.complete: started → completed",
+        # the memory store is a usage ledger: the model call is reserved first (D595)
+        "activity usage.reserve: scheduled → started",
+        "activity usage.reserve: started → completed",
         "workflow task 2: scheduled → started",
         "workflow task 2: started → completed",
-        "activity store.apply: scheduled → started",
-        "activity store.apply: started → completed",
+        "activity llm.complete: scheduled → started",
+        "activity llm.complete: started → completed",
         "workflow task 3: scheduled → started",
         "workflow task 3: started → completed",
+        "activity store.apply: scheduled → started",
+        "activity store.apply: started → completed",
+        "workflow task 4: scheduled → started",
+        "workflow task 4: started → completed",
+        # and settled once the turn has ended
+        "activity usage.settle: scheduled → started",
+        "activity usage.settle: started → completed",
+        "workflow task 5: scheduled → started",
+        "workflow task 5: started → completed",
         "workflow: started → completed",
     ]
     # The parts are in order and within the whole.

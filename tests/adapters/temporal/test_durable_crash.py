@@ -112,11 +112,25 @@ async def _history(rig: Rig, workflow_id: str) -> Any:
     return await rig.durable.client.get_workflow_handle(workflow_id).fetch_history()
 
 
+def _workers_keep_usage(rig: Rig) -> bool:
+    """Whether the workers' store is a ``UsageLedger``: their turns' histories then hold
+    its activities, and the replayer's pipeline (on a memory store, which is one) keeps
+    usage exactly then (D595)."""
+    from aptix_pipeline.adapters.stores import PostgresStore, SQLiteStore
+    from aptix_pipeline.contracts import UsageLedger
+
+    kind = SQLiteStore if rig.store_url.startswith("sqlite:") else PostgresStore
+    return issubclass(kind, UsageLedger)
+
+
 async def _replays_on_todays_code(rig: Rig, histories: list[Any]) -> None:
     """Temporal's replayer runs the histories on today's workflow code: it raises on
     any command the code would give that the history does not hold."""
-    store = open_store("memory")
-    pipeline = crash_pipeline(store, rig.model.base_url)
+    pipeline = crash_pipeline(
+        open_store("memory"),
+        rig.model.base_url,
+        options=dataclasses.replace(crash_options(), usage_ledger=_workers_keep_usage(rig)),
+    )
     failures = []
     with replaying(pipeline) as checker:
         for history in histories:
@@ -290,7 +304,9 @@ async def test_the_replayer_fails_a_history_that_todays_code_would_not_repeat(
     changed = crash_pipeline(
         open_store("memory"),
         rig.model.base_url,
-        options=dataclasses.replace(crash_options(), turn_deadline_seconds=None),
+        options=dataclasses.replace(
+            crash_options(), turn_deadline_seconds=None, usage_ledger=_workers_keep_usage(rig)
+        ),
     )
     with replaying(changed) as checker:
         result = await checker.replay_workflow(history, raise_on_replay_failure=False)

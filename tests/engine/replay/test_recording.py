@@ -252,10 +252,12 @@ async def test_calls_are_numbered_in_order_and_named_by_the_step_that_made_them(
     ]
     assert recording.calls[1].args == {"kind": "correlation"}
     assert recording.calls[2].args == {"org": "acme", "user": "ana"}
-    assert [(c.step, c.name) for c in recording.calls[-3:]] == [
+    assert [(c.step, c.name) for c in recording.calls[-4:]] == [
         ("complete", "SessionTransaction.complete_turn"),
         ("complete", "SessionTransaction.append_transcript"),
         ("complete", "SessionTransaction.commit"),
+        # the last model call's usage, settled once the machine has stopped (D594)
+        (None, "UsageLedger.settle_usage"),
     ]
     steps = [c.step for c in recording.calls]
     machine_order = [
@@ -266,6 +268,7 @@ async def test_calls_are_numbered_in_order_and_named_by_the_step_that_made_them(
         "llm_client",
         "response_builder",
         "complete",
+        None,  # after the machine stopped: the settlement of the last model call
     ]
     assert list(dict.fromkeys(steps)) == machine_order
     # The server tool's run: its arguments and its result, timed by the clock.
@@ -734,6 +737,7 @@ async def test_the_json_form_is_versioned_with_keys_in_a_fixed_order() -> None:
         "provider_name",
         "server_tools",
         "trace_content",
+        "usage_ledger",
         "request",
         "calls",
         "trace",

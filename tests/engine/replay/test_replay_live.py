@@ -222,8 +222,10 @@ async def test_the_request_a_live_model_is_sent_is_checked_before_it_is_asked(
     )
 
     divergence = diverged(outcome)
-    assert (divergence.kind, divergence.port_call) == ("arguments", "LLM.complete")
-    assert divergence.where.startswith("request.Messages[")
+    # The longer prompt is reserved at a larger estimate first (D594): the reservation
+    # diverges, before the model call.
+    assert (divergence.kind, divergence.port_call) == ("arguments", "UsageLedger.reserve_usage")
+    assert divergence.where == "call.Charge.Tokens"
     assert model.requests == []  # never asked what the recorded model was not
 
 

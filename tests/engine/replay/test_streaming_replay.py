@@ -493,7 +493,10 @@ async def test_a_turn_whose_consumer_left_mid_stream_is_recorded_and_replays_to_
         {"Text": "Hello there,", "ToolCalls": []},
     )
     assert recording.stopped_after_call == cut.n
-    assert [c.name for c in recording.calls[cut.n :]] == ["SessionTransaction.rollback"]
+    assert [c.name for c in recording.calls[cut.n :]] == [
+        "UsageLedger.settle_usage",  # the cut call, settled as failed (D594)
+        "SessionTransaction.rollback",
+    ]
     assert [e["RuleId"] for e in recording.result["Errors"]] == [CONSUMER_GONE]
     assert recording.trace.faulted_step == "llm_client"
     for replayed in (recording, through_json(recording), recording.redact()):
@@ -522,7 +525,8 @@ async def test_a_turn_whose_consumer_left_before_its_commit_replays_to_the_same_
     assert recording.stopped_after_call is not None
     before_stop = recording.calls[: recording.stopped_after_call]
     assert [c.name for c in recording.calls[recording.stopped_after_call :]] == [
-        "SessionTransaction.rollback"
+        "UsageLedger.settle_usage",  # the model call's usage, settled as the walk ends (D594)
+        "SessionTransaction.rollback",
     ]
     assert "LLM.stream" in [c.name for c in before_stop]
     assert recording.trace.faulted_step == "complete"
