@@ -11,6 +11,9 @@ The features, each a boolean of a row:
 - retries and records: ``ledger`` (the store's tool ledger on, a server tool of
   the host's in a round of its own: each server-tool call of the turn is recorded
   done under its key; off, ``[engine] tool_ledger = false``: no entry),
+  ``budgets`` (a price table and an org's daily token budget: each model call of
+  the turn is reserved, checked and settled in the SQLite file's usage ledger,
+  priced, for the caller; off, ``[engine] usage_ledger = false``: no call kept),
   ``idempotency`` (the request sent twice with one key),
   ``recording`` (a redacted recording), ``replay`` (the recording replayed) and
   ``live_replay`` (replayed with ``LivePorts.of_pipeline``: the model and tools
@@ -80,6 +83,7 @@ FEATURES = (
     "retrieval",
     "mcp",
     "ledger",
+    "budgets",
     "idempotency",
     "recording",
     "replay",
@@ -160,6 +164,7 @@ url = "sqlite:{tmp / "aptix.db"}"
 [engine]
 llm_attempts = 1
 tool_ledger = {"true" if row["ledger"] else "false"}
+usage_ledger = {"true" if row["budgets"] else "false"}
 {KEYS}
 [[modes]]
 name = "general"
@@ -186,6 +191,18 @@ description = "Export the table as CSV."
 directory = "files"
 url_base = "{URL_BASE}"
 signing_key_env = "{FILES_ENV}"
+"""
+    if row["budgets"]:
+        text += """
+[prices.default]
+input = "1.00"
+output = "2.00"
+
+[[budgets]]
+id = "matrix-daily"
+metric = "tokens"
+limit = 100000000
+window = "day"
 """
     if row["ledger"]:
         text += """
@@ -543,6 +560,30 @@ def check_ledger(s: Scenario) -> None:
     assert decode_ledger_result(results["l1"]) == STAMP
 
 
+def check_budgets(s: Scenario) -> None:
+    """Each model call of the first turn was reserved against the budget and settled,
+    priced, for the caller; the retry and the replays add none. Off: nothing kept."""
+    with closing(sqlite3.connect(s.tmp / "aptix.db")) as db:
+        calls = db.execute(
+            "SELECT org, user, turn_id, settled, failed, charge_model_calls, reported, priced, "
+            "currency, charge_tokens "
+            "FROM usage_calls ORDER BY at_us"
+        ).fetchall()
+    if not s.row["budgets"]:
+        assert calls == []
+        return
+    turn_id = s.response["TurnId"]
+    first_turn = [call for call in calls if call[2] == turn_id]
+    assert len(first_turn) == len(model_script(s.row))
+    assert {call[:2] for call in calls} == {("acme", "ana")}
+    assert [call[3:6] for call in first_turn] == [(1, 0, 1)] * len(first_turn)
+    for *_, reported, priced, currency, tokens in first_turn:
+        # a call that reported its usage is priced at the default price; one that did not
+        # is charged its estimate, never zero
+        assert (priced, currency) == ((1, "USD") if reported else (0, None))
+        assert tokens > 0
+
+
 def check_idempotency(s: Scenario) -> None:
     if not s.row["idempotency"]:
         assert s.retry is None
@@ -616,6 +657,7 @@ CHECKS = (
     check_live_replay,
     check_refusal,
     check_ledger,  # last: nothing after the first turn adds an entry
+    check_budgets,
 )
 
 
@@ -641,7 +683,7 @@ def test_the_generator_finds_a_missing_pair_and_honours_exclusions() -> None:
         all_pairs(("a", "a"))
 
 
-@pytest.mark.decision("D440", "D441", "D567")  # D441: the CLI rows run [host] extension
+@pytest.mark.decision("D440", "D441", "D567", "D596")  # D441: CLI rows run [host] extension
 @pytest.mark.parametrize("row", ROWS, ids=row_id)
 def test_every_feature_keeps_its_promise_beside_the_others(
     row: dict[str, bool], tmp_path: Path, environment: dict[str, str]

@@ -23,8 +23,9 @@ invariant it broke, if any (``Outcome``):
 - the result serializes: ``to_json()``, UTF-8 encodable, and ``json.dumps`` of
   ``to_wire()`` as strict JSON (``unserializable``);
 - a refused request changes nothing stored: a canonical dump of the store (the
-  memory store's values, the SQLite file's ``iterdump``) is the same before and
-  after (``stored_by_refused``); a successful one stores its turn;
+  memory store's values, the SQLite file's ``iterdump`` but its usage ledger, which
+  keeps the calls a refused turn made, D601) is the same before and after
+  (``stored_by_refused``); a successful one stores its turn;
 - the turn's recording, when one was delivered, serializes as ``write_recording``
   writes it (``recording_unserializable``), and holds none of the distinctive
   idempotency keys a case may carry (``recording_holds_key``: a redacted
@@ -1048,7 +1049,11 @@ class FuzzWorld:
     def dump(self) -> str:
         """A canonical dump of everything stored."""
         if self._reader is not None:
-            return "\n".join(self._reader.iterdump())
+            # The usage ledger keeps the model calls a refused turn made: they were spent
+            # (D601). Everything else a refused turn must leave as it was.
+            return "\n".join(
+                line for line in self._reader.iterdump() if '"usage_calls"' not in line
+            )
         store = self.store
         assert isinstance(store, MemoryStore)
         parts = [
