@@ -79,7 +79,13 @@ from .session_browser import (
 )
 from .transcript_cache import DEFAULT_BUDGET, TranscriptCache
 from .unit_of_work import BufferedTransaction, SessionWrite, TurnWrites, session_from_row
-from .usage_ledger import USAGE_FIELDS, check_reservation, usage_call_from_row, usage_row
+from .usage_ledger import (
+    USAGE_FIELDS,
+    check_reservation,
+    usage_call_from_row,
+    usage_filters,
+    usage_row,
+)
 
 __all__ = [
     "OUTCOME_SWEEP",
@@ -553,17 +559,7 @@ class PostgresStore:
 
     async def usage_calls(self, query: UsageQuery) -> list[UsageCall]:
         """See ``UsageLedger``: oldest first (calls made at one instant: as stored)."""
-        where, params = ["org = %s"], [query.org]
-        for column, value in (
-            ("user_name", query.user),
-            ("mode", query.mode),
-            ("model", query.model),
-            ("session_id", query.session_id),
-            ("turn_id", query.turn_id),
-        ):
-            if value is not None:
-                where.append(f"{column} = %s")
-                params.append(value)
+        where, params = usage_filters(query, "user_name", "%s")
         moments: list[datetime] = []
         if query.since is not None:
             where.append("at >= %s")

@@ -92,7 +92,13 @@ from .session_browser import (
 )
 from .transcript_cache import DEFAULT_BUDGET, TranscriptCache
 from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable, session_from_row
-from .usage_ledger import USAGE_FIELDS, check_reservation, usage_call_from_row, usage_row
+from .usage_ledger import (
+    USAGE_FIELDS,
+    check_reservation,
+    usage_call_from_row,
+    usage_filters,
+    usage_row,
+)
 
 __all__ = [
     "CHECKPOINT_EVERY",
@@ -816,18 +822,7 @@ class SQLiteStore:
             await self._run(lambda: self._settle_usage(calls))
 
     def _usage_calls(self, query: UsageQuery) -> list[UsageCall]:
-        where: list[str] = ["org = ?"]
-        params: list[object] = [query.org]
-        for column, value in (
-            ("user", query.user),
-            ("mode", query.mode),
-            ("model", query.model),
-            ("session_id", query.session_id),
-            ("turn_id", query.turn_id),
-        ):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
+        where, params = usage_filters(query, "user", "?")
         if query.since is not None:
             where.append("at_us >= ?")
             params.append(_instant_us(query.since))

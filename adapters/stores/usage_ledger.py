@@ -16,9 +16,15 @@ from typing import Any, Final
 
 from pydantic import TypeAdapter
 
-from aptix_pipeline.contracts import BudgetCheck, ReserveOutcome, UsageCall
+from aptix_pipeline.contracts import BudgetCheck, ReserveOutcome, UsageCall, UsageQuery
 
-__all__ = ["USAGE_FIELDS", "check_reservation", "usage_call_from_row", "usage_row"]
+__all__ = [
+    "USAGE_FIELDS",
+    "check_reservation",
+    "usage_call_from_row",
+    "usage_filters",
+    "usage_row",
+]
 
 USAGE_FIELDS: Final = (
     "id",
@@ -70,6 +76,27 @@ def check_reservation(
                 oldest=oldest.get(check.budget_id),
             )
     return ReserveOutcome(reserved=True, used=dict(used))
+
+
+def usage_filters(
+    query: UsageQuery, user_column: str, placeholder: str
+) -> tuple[list[str], list[object]]:
+    """The conditions of ``query`` but its times, as a SQL store writes them: the org,
+    then each field it narrows to (``user_column`` names the user's column,
+    ``placeholder`` is the driver's parameter mark), with their parameters."""
+    where: list[str] = [f"org = {placeholder}"]
+    params: list[object] = [query.org]
+    for column, value in (
+        (user_column, query.user),
+        ("mode", query.mode),
+        ("model", query.model),
+        ("session_id", query.session_id),
+        ("turn_id", query.turn_id),
+    ):
+        if value is not None:
+            where.append(f"{column} = {placeholder}")
+            params.append(value)
+    return where, params
 
 
 def usage_row(call: UsageCall) -> tuple[Any, ...]:
