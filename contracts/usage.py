@@ -155,6 +155,11 @@ class PriceTable(FrozenWireModel):
             seen.add(price.model)
         return self
 
+    @property
+    def refuses_unpriced(self) -> bool:
+        """Whether a call of a model without a price is refused (``unknown = "refuse"``)."""
+        return self.unknown is UnpricedPolicy.REFUSE
+
     def price(self, model: str | None) -> Price | None:
         """The price of ``model``: exact, else the longest ``prefix*``, else ``default``."""
         if model is not None:

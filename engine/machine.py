@@ -60,7 +60,6 @@ from aptix_pipeline.contracts import (
     ContextType,
     InvokeError,
     PipelineStep,
-    UnpricedPolicy,
     scrubbed_logger,
 )
 from aptix_pipeline.steps import (
@@ -405,9 +404,7 @@ async def _reserve(model: TurnRun) -> None:
     scope.next_request = None if scope.resumed else request  # resumed calls add messages
     options = scope.options
     prices = options.prices
-    checked = bool(options.budgets) or (
-        prices is not None and prices.unknown is UnpricedPolicy.REFUSE
-    )
+    checked = bool(options.budgets) or (prices is not None and prices.refuses_unpriced)
     try:
         await reserve_call(scope, request)
     except StepFaultError as fault:

@@ -45,7 +45,6 @@ from aptix_pipeline.contracts import (
     PipelineContext,
     PipelineStep,
     ToolLedger,
-    UnpricedPolicy,
     UsageLedger,
     scrubbed_logger,
 )
@@ -150,7 +149,7 @@ def _usage_kept(ports: Ports, options: PipelineOptions) -> Ports:
     if not options.usage_ledger:
         usage = None
     prices = options.prices
-    refuses = prices is not None and prices.unknown is UnpricedPolicy.REFUSE
+    refuses = prices is not None and prices.refuses_unpriced
     if usage is None and (options.budgets or refuses):
         what = "budgets" if options.budgets else 'prices with unknown = "refuse"'
         raise ValueError(

@@ -48,7 +48,6 @@ from aptix_pipeline.contracts import (
     LLMRequest,
     PriceTable,
     ToolDefinition,
-    UnpricedPolicy,
     UsageCall,
     scrubbed_logger,
 )
@@ -283,7 +282,7 @@ async def reserve_call(scope: TurnScope, request: LLMRequest) -> None:
     options = scope.options
     call = _call_request(scope, request)
     prices = options.prices
-    if call.currency is None and prices is not None and prices.unknown is UnpricedPolicy.REFUSE:
+    if call.currency is None and prices is not None and prices.refuses_unpriced:
         await _flush(scope)
         raise StepFaultError(
             [
