@@ -1,6 +1,13 @@
 """The service's two processes: ``aptix serve`` and ``aptix worker``.
 
 ``aptix serve --config FILE``: the HTTP service (``http/app.py``) under uvicorn.
+With ``--detach`` it starts the same command as a process of its own (its own
+session, its output to ``--log``, default ``serve-PORT.log`` in the data folder) and
+returns once ``GET /healthz`` answers 200, printing the URL and the ``kill`` that
+stops it, so the next line of a pasted script finds the service up (D640). A server
+that exits or does not answer within a minute is a failure (exit 1, one line naming
+its log's last line); a refusal found before it starts is exit 2, as in the
+foreground.
 
 Every worker process builds its own app from the same file (``create_app()`` reads
 the path from ``$APTIX_CONFIG``). ``--host``, ``--port``, ``--workers`` and
@@ -34,7 +41,9 @@ import errno
 import os
 import signal
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -72,10 +81,39 @@ def serve(
             help="Log a line per request (uvicorn); default \\[server].access_log, off.",
         ),
     ] = None,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach",
+            help="Start in the background and return once GET /healthz answers; "
+            "prints the URL and how to stop it.",
+        ),
+    ] = False,
+    log: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --detach: the file the server's output goes to; default "
+            "serve-PORT.log in the data folder.",
+        ),
+    ] = None,
 ) -> None:
     """Serve POST /v1/agent/execute over HTTP (uvicorn) with the configuration's model and store."""
     _need_http_extra()
+    if log is not None and not detach:
+        raise _refuse("--log is for --detach: in the foreground the output is this terminal's")
     service = _servable_config(config)
+    if detach:
+        raise typer.Exit(
+            _detach(
+                config,
+                service,
+                host=host,
+                port=port,
+                workers=workers,
+                access_log=access_log,
+                log=log,
+            )
+        )
     _run_uvicorn(config, service, host=host, port=port, workers=workers, access_log=access_log)
 
 
@@ -122,6 +160,115 @@ def _servable_config(config: Path) -> ServiceConfig:
     if isinstance(service.model, OpenAIModelConfig) and find_spec("openai") is None:
         raise _refuse(f"{config}: [model] kind = 'openai' needs openai: {_EXTRA.format('openai')}")
     return service
+
+
+_READY_SECONDS = 60.0
+"""How long ``--detach`` waits for the server's first 200 from ``GET /healthz``."""
+
+_CHILD = "import sys; sys.argv[0] = 'aptix'; from aptix_pipeline.adapters.cli import main; main()"
+"""The detached server: this same command, run by this interpreter (no module added)."""
+
+
+def _detach(
+    config: Path,
+    service: ServiceConfig,
+    *,
+    host: str | None,
+    port: int | None,
+    workers: int | None,
+    access_log: bool | None,
+    log: Path | None,
+) -> int:
+    """Start ``aptix serve`` as a process of its own and wait until it is healthy (D640);
+    the exit code. Everything the foreground command would refuse is refused here first,
+    the port and the log file included, so a refusal leaves no process behind."""
+    from aptix_pipeline.adapters.config import default_store_path
+
+    host = host or service.server.host
+    port = service.server.port if port is None else port
+    try:
+        check_free(host, port)
+    except OSError as error:
+        raise _refuse(f"--host {host} --port {port}: {error.strerror}") from None
+    path = (log or default_store_path().parent / f"serve-{port}.log").expanduser().absolute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        out = path.open("ab")
+    except OSError as error:
+        raise _refuse(f"--log {path}: {error.strerror or error}") from None
+    argv = [sys.executable, "-c", _CHILD, "serve", "--config", str(config.absolute())]
+    argv += ["--host", host, "--port", str(port)]
+    if workers is not None:
+        argv += ["--workers", str(workers)]
+    if access_log is not None:
+        argv.append("--access-log" if access_log else "--no-access-log")
+    with out:
+        start = out.tell()
+        child = subprocess.Popen(  # its own session: it outlives this command and its terminal
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://{_connect_host(host)}:{port}"
+    deadline = time.monotonic() + _READY_SECONDS
+    while not _healthy(url):
+        code = child.poll()
+        if code is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            continue
+        if code is None:  # up but never healthy: stopped, not left behind
+            child.terminate()
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            why = f"did not answer GET /healthz within {_READY_SECONDS:g} s and was stopped"
+        else:
+            why = f"exited ({code}) before it answered"
+        last = _last_line(path, start)
+        typer.echo(f"aptix serve: the server {why}: {last} (its log: {path})", err=True)
+        return 1
+    typer.echo(
+        f"aptix serve: serving {url} (pid {child.pid}, log {path}); stop it: kill {child.pid}"
+    )
+    return 0
+
+
+def _connect_host(host: str) -> str:
+    """Where a client on this machine reaches a server bound to ``host``."""
+    bare = host.strip("[]")
+    if bare in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if bare == "::":
+        return "[::1]"
+    return f"[{bare}]" if ":" in bare else bare
+
+
+def _healthy(url: str) -> bool:
+    """Whether ``GET url/healthz`` answers 200 now (no proxy: the server is local)."""
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"{url}/healthz", timeout=1) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _last_line(path: Path, start: int) -> str:
+    """The last non-blank line the server wrote to its log since ``start``."""
+    try:
+        with path.open("rb") as written:
+            written.seek(start)
+            text = written.read().decode("utf-8", "replace")
+    except OSError:
+        return "(its log cannot be read)"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "(it wrote nothing)"
 
 
 def _run_uvicorn(

@@ -2,11 +2,15 @@
 
 ``serving(argv, env)`` starts the command, waits until ``GET /healthz`` answers 200,
 yields the base URL and the path of its log (stdout and stderr), and stops it when
-the block ends. ``free_port()`` finds a port to give it.
+the block ends. ``free_port()`` finds a port to give it. ``stop_detached(printed)``
+stops the servers an ``aptix serve --detach`` started, with the ``kill PID`` it printed.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import socket
 import subprocess
 import time
@@ -16,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["Served", "free_port", "serving"]
+__all__ = ["Served", "free_port", "serving", "stop_detached"]
 
 WAIT = 30.0
 """How long a test waits for the server to come up or go down: generous, never asserted."""
@@ -78,3 +82,34 @@ def serving(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
+
+
+DETACHED = re.compile(r"stop it: kill (\d+)")
+"""The end of the line ``aptix serve --detach`` prints once its server answers."""
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` ended (a zombie no one reaps yet counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+def stop_detached(printed: str) -> list[int]:
+    """Stop each server whose ``kill PID`` is in ``printed``, as its line says, and wait
+    until it has ended; their pids."""
+    pids = [int(pid) for pid in DETACHED.findall(printed)]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+    deadline = time.monotonic() + WAIT
+    for pid in pids:
+        while not _gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not _gone(pid):
+            os.kill(pid, signal.SIGKILL)
+    return pids

@@ -5,9 +5,13 @@ Each block runs in order, in a fresh temporary folder holding a copy of
 never in the clone. A line is one of:
 
 - ``aptix …`` — run with this environment's ``aptix``; it must exit 0;
+- ``aptix serve … --detach`` — a server the command itself waits for (D640): the
+  line returns once it answers, and the next line runs at once, with no polling
+  here; it is stopped when the block ends, with the ``kill PID`` the line printed;
 - ``aptix … &`` — a server, started as a shell starts it, with no wait: the next
-  line runs at once, as when the block is pasted (D395); it is stopped when the
-  block ends; it is given ``--port`` of a free port, and the block's URLs on
+  line runs at once, as when the block is pasted (D395), so a line after it that
+  does not wait itself fails; it is stopped when the block ends;
+- a server of either kind is given ``--port`` of a free port, and the block's URLs on
   ``127.0.0.1:8080`` are pointed there (the one change to what is written);
 - ``curl …`` — run by bash as written (variables and quoting as a shell reads them);
   it must exit 0 and print an ``InvokeResult`` with ``"Successful": true``;
@@ -35,7 +39,7 @@ from pathlib import Path
 
 import pytest
 from repo import ROOT
-from serve_process import free_port, serving
+from serve_process import free_port, serving, stop_detached
 
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
@@ -66,7 +70,7 @@ def test_the_readme_shows_aptix_commands_a_server_and_a_curl() -> None:
     lines = [line for block in sh_blocks() for line in commands(block)]
 
     assert any(line.startswith("aptix run ") for line in lines)
-    assert any(line.startswith("aptix serve ") and line.endswith("&") for line in lines)
+    assert any(line.startswith("aptix serve ") and "--detach" in line for line in lines)
     assert any(line.startswith("curl ") for line in lines)
 
 
@@ -92,14 +96,19 @@ def _run_block(block: str, folder: Path, stack: ExitStack) -> list[str]:
             # no wait for the server here (the README's own lines must wait, D395)
             stack.enter_context(serving(argv, env, port=port, cwd=folder, log=log, wait=False))
         elif command.startswith("aptix "):
+            argv = _without_comment(command)
+            if argv[:2] == ["aptix", "serve"]:
+                port = free_port()
+                argv += ["--port", str(port)]
             ran = subprocess.run(
-                _without_comment(command),
+                argv,
                 cwd=folder,
                 env=env,
                 capture_output=True,
                 text=True,
                 timeout=120,
             )
+            stack.callback(stop_detached, ran.stdout)
             assert ran.returncode == 0, f"{command}\n{ran.stderr}"
             printed.append(ran.stdout)
         elif command.startswith("curl "):
@@ -121,7 +130,7 @@ def _run_block(block: str, folder: Path, stack: ExitStack) -> list[str]:
     return printed
 
 
-@pytest.mark.decision("D387", "D395")
+@pytest.mark.decision("D387", "D395", "D640")
 @pytest.mark.parametrize("number", range(len(sh_blocks())), ids=lambda n: f"block{n + 1}")
 def test_each_sh_block_of_the_readme_runs_as_written(number: int, tmp_path: Path) -> None:
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
@@ -135,13 +144,13 @@ def test_each_sh_block_of_the_readme_runs_as_written(number: int, tmp_path: Path
     )
 
 
-@pytest.mark.decision("D387", "D395")
+@pytest.mark.decision("D387", "D395", "D640")
 def test_the_quick_start_curl_gets_a_tool_call_from_the_scripted_model(tmp_path: Path) -> None:
     (block,) = [b for b in sh_blocks() if "curl " in b]
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
 
     with ExitStack() as stack:
-        (answer,) = _run_block(block, tmp_path, stack)
+        *_, answer = _run_block(block, tmp_path, stack)
 
     result = json.loads(answer)["Result"]
     assert result["Kind"] == "client_tool_continuation"
