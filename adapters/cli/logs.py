@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 
-__all__ = ["show_logs"]
+__all__ = ["show_logs", "shows_verbose"]
 
 _PACKAGE = "aptix_pipeline"
 _RETRIES = "aptix_pipeline.retries"
@@ -61,3 +61,10 @@ def show_logs(verbose: bool) -> None:
     for old in [h for h in logger.handlers if isinstance(h, _Terminal)]:
         logger.removeHandler(old)
     logger.addHandler(_Terminal(verbose, FAULT_RECORD))
+
+
+def shows_verbose() -> bool:
+    """Whether ``show_logs`` was told ``verbose`` (``--verbose``): what else a command
+    shows whole, the retries of a model call (D641) among them."""
+    handlers = logging.getLogger(_PACKAGE).handlers
+    return any(isinstance(h, _Terminal) and h.verbose for h in handlers)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 import typer
 
-from .logs import show_logs
+from .logs import show_logs, shows_verbose
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -548,7 +548,9 @@ def build_run_pipeline(
             recording=recording,
             listeners=(
                 *host.listeners,
-                stderr_retry_notices(service.options if service else None),
+                stderr_retry_notices(
+                    service.options if service else None, quiet=not shows_verbose()
+                ),
             ),
             mcp=service.mcp if service else None,
         )

@@ -14,18 +14,30 @@ characters.
 
 Where the lines go is the host's choice, as with any logger. The commands choose:
 ``aptix run`` (and every command that runs turns in the terminal) writes them to
-stderr as ``aptix: model call failed …`` (``stderr_retry_notices``); ``aptix
-serve`` writes them to its log, next to uvicorn's lines (``log_retry_notices``).
+stderr as ``aptix: model call failed …`` (``stderr_retry_notices``) with
+``--verbose``; without it (``quiet``) a failure is one line when the turn ends
+(D641), so a retry is shown only on a terminal, as a status line that the next
+retry replaces and that is wiped when the call settles (its reply, its first
+chunk, its failure), and not at all in a pipe or a file. ``aptix serve`` writes
+them to its log, next to uvicorn's lines (``log_retry_notices``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Callable
 from typing import ClassVar, TextIO
 
 from aptix_pipeline.contracts import scrubbed_logger
-from aptix_pipeline.engine import ModelCallRetried, TurnEvent
+from aptix_pipeline.engine import (
+    ModelCallFinished,
+    ModelCallRetried,
+    ModelFirstChunk,
+    TurnEvent,
+    TurnFinished,
+)
 from aptix_pipeline.steps import PipelineOptions
 
 __all__ = [
@@ -73,18 +85,26 @@ class RetryNotices:
     """A listener: each ``ModelCallRetried`` of a turn as one line on the retries logger.
 
     ``attempts`` is the engine's ``PipelineOptions.llm_attempts``, the most it tries.
+    ``settled``, when given, is called when a model call settles (it answered, its
+    stream began, it failed) and when the turn ends: a terminal's status line is
+    wiped then (``stderr_retry_notices``).
     """
 
-    event_types: ClassVar[frozenset[type[TurnEvent]]] = frozenset({ModelCallRetried})
+    event_types: ClassVar[frozenset[type[TurnEvent]]] = frozenset(
+        {ModelCallRetried, ModelCallFinished, ModelFirstChunk, TurnFinished}
+    )
 
-    def __init__(self, attempts: int) -> None:
+    def __init__(self, attempts: int, settled: Callable[[], None] | None = None) -> None:
         self.attempts = attempts
+        self.settled = settled
 
     def __call__(self, event: TurnEvent) -> None:
-        """Tell a retry; every other event is not this listener's."""
+        """Tell a retry; say when a call settled."""
         if isinstance(event, ModelCallRetried):
             failure = failure_text(event.error_type, event.exception)
             notice(retry_line(failure, event.attempt, self.attempts, event.wait_seconds))
+        elif self.settled is not None:
+            self.settled()
 
 
 class _Stderr(logging.Handler):
@@ -97,6 +117,35 @@ class _Stderr(logging.Handler):
             sys.stderr.flush()
         except Exception:
             self.handleError(record)
+
+
+_WIPE = "\r\x1b[K"
+"""Back to the start of the terminal's line, and clear it."""
+
+
+class _StatusLine(logging.Handler):
+    """On a terminal: each line replaces the one before, on one line with no newline,
+    until ``wipe`` clears it (D641)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record's line over the last one."""
+        try:
+            sys.stderr.write(_WIPE + self.format(record))
+            sys.stderr.flush()
+            self.shown = True
+        except Exception:
+            self.handleError(record)
+
+    def wipe(self) -> None:
+        """Clear the status line, if one is shown."""
+        if self.shown:
+            self.shown = False
+            sys.stderr.write(_WIPE)
+            sys.stderr.flush()
 
 
 def _install(handler: logging.Handler) -> None:
@@ -112,11 +161,25 @@ def _listener(options: PipelineOptions | None) -> RetryNotices:
 
 
 def stderr_retry_notices(
-    options: PipelineOptions | None, *, stream: TextIO | None = None
+    options: PipelineOptions | None, *, stream: TextIO | None = None, quiet: bool = False
 ) -> RetryNotices:
     """Retry lines on stderr (or ``stream``) as ``aptix: …``; the listener to add to the
-    pipeline (with these ``options``) of a command that runs turns in the terminal."""
-    handler = _Stderr() if stream is None else logging.StreamHandler(stream)
+    pipeline (with these ``options``) of a command that runs turns in the terminal.
+
+    ``quiet`` (a command without ``--verbose``, D641): on a terminal (not
+    ``TERM=dumb``), one status line that each retry replaces and that is wiped when the
+    call settles; elsewhere none.
+    """
+    handler: logging.Handler
+    if not quiet:
+        handler = _Stderr() if stream is None else logging.StreamHandler(stream)
+    elif stream is None and sys.stderr.isatty() and os.environ.get("TERM") != "dumb":
+        status = _StatusLine()
+        status.setFormatter(logging.Formatter("aptix: %(message)s"))
+        _install(status)
+        return RetryNotices(_listener(options).attempts, settled=status.wipe)
+    else:
+        handler = logging.NullHandler()
     handler.setFormatter(logging.Formatter("aptix: %(message)s"))
     _install(handler)
     return _listener(options)

@@ -298,7 +298,7 @@ def _unreachable_model(tmp: Path) -> Path:
     return config
 
 
-@pytest.mark.decision("D394")
+@pytest.mark.decision("D394", "D641")
 def test_a_model_that_cannot_be_reached_is_one_line_naming_its_url_without_secrets(
     tmp_path: Path,
 ) -> None:
@@ -323,16 +323,77 @@ def test_a_model_that_cannot_be_reached_is_one_line_naming_its_url_without_secre
     )
 
     assert quiet.returncode == 1
-    lines = quiet.stderr.splitlines()
-    assert len(lines) == 2  # one retry line (max_attempts = 2), then the failure
-    assert lines[0].startswith("aptix: model call failed (APIConnectionError: ")
-    assert lines[1].startswith("aptix run: the LLM failed after ")
-    assert "could not reach the model server at http://***@127.0.0.1:" in lines[1]
+    (line,) = quiet.stderr.splitlines()  # the retry (max_attempts = 2) only with --verbose
+    assert line.startswith("aptix run: the LLM failed after ")
+    assert "could not reach the model server at http://***@127.0.0.1:" in line
+    assert "(gave up after 2 attempt(s))" in line
     for shown in (quiet.stderr, quiet.stdout, verbose.stderr):
         assert "pa55word" not in shown
         assert "sk-very-secret" not in shown
     assert "Traceback" not in quiet.stderr
     assert "Traceback" in verbose.stderr
+    assert "aptix: model call failed (APIConnectionError: " in verbose.stderr
+
+
+def _screen(written: bytes) -> list[str]:
+    """The lines a terminal shows after ``written``: ``\\r`` goes back to the start of the
+    line, ``ESC [K`` clears the rest of it."""
+    lines = [""]
+    column = 0
+    text = written.decode("utf-8", "replace").replace("\r\n", "\n")
+    index = 0
+    while index < len(text):
+        if text.startswith("\x1b[K", index):
+            lines[-1] = lines[-1][:column]
+            index += 3
+            continue
+        char = text[index]
+        if char == "\n":
+            lines.append("")
+            column = 0
+        elif char == "\r":
+            column = 0
+        else:
+            lines[-1] = lines[-1][:column] + char + lines[-1][column + 1 :]
+            column += 1
+        index += 1
+    return [line for line in lines if line]
+
+
+@pytest.mark.decision("D394", "D641")
+def test_on_a_terminal_a_retry_is_a_status_line_wiped_before_the_one_failure_line(
+    tmp_path: Path,
+) -> None:
+    import pty
+
+    config = _unreachable_model(tmp_path)
+    main, terminal = pty.openpty()
+    with os.fdopen(main, "rb", buffering=0) as screen:
+        ran = subprocess.Popen(
+            [str(APTIX), "run", "request.json", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=terminal,
+            cwd=tmp_path,
+            env={**os.environ, "MODEL_KEY": "sk-very-secret"},
+        )
+        os.close(terminal)
+        written = b""
+        while True:
+            try:
+                chunk = screen.read(4096)
+            except OSError:  # EIO: the command closed the terminal
+                break
+            if not chunk:
+                break
+            written += chunk
+        code = ran.wait(timeout=120)
+
+    assert code == 1
+    assert b"\raptix: " not in written  # every status line starts by wiping the line
+    assert b"\r\x1b[Kaptix: model call failed (APIConnectionError: " in written  # shown
+    (line,) = _screen(written)  # then wiped: the screen keeps the one failure line
+    assert line.startswith("aptix run: the LLM failed after ")
+    assert b"sk-very-secret" not in written
 
 
 FILES_TABLE = """

@@ -1,5 +1,6 @@
-"""A model call being retried is told, one line per retry: on stderr for ``aptix run``, in
-the service's log for ``aptix serve`` (``adapters/models/retry_notices.py``).
+"""A model call being retried is told, one line per retry: on stderr for ``aptix run
+--verbose`` (D641: without it, one line when the turn ends), in the service's log for
+``aptix serve`` (``adapters/models/retry_notices.py``).
 
 Real processes of the installed ``aptix`` against the fake OpenAI server of
 ``testing/openai_server.py`` (failing, or not there at all: a port nothing listens
@@ -42,7 +43,7 @@ def _config(folder: Path, base_url: str, *, max_attempts: int, more: str = "") -
 def _run(folder: Path, config: Path) -> subprocess.CompletedProcess[str]:
     (folder / "request.json").write_text('{"Instruction": "hi"}', encoding="utf-8")
     return subprocess.run(
-        [APTIX, "run", "request.json", "--config", config, "--store", "memory"],
+        [APTIX, "run", "request.json", "--config", config, "--store", "memory", "--verbose"],
         cwd=folder,
         capture_output=True,
         text=True,
