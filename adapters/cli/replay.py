@@ -35,7 +35,6 @@ def replay(
         Path | None,
         typer.Option(
             "--diagram",
-            dir_okay=False,
             help="Draw the path the recorded turn took (one recording); "
             "format from the suffix (.mmd, .dot, .svg, .png).",
         ),
@@ -91,9 +90,11 @@ def _recordings(
     files: list[Path], diagram_out: Path | None
 ) -> tuple[list[Path], list[TurnRecording], DiagramFormat | None]:
     """The recordings the files and folders hold, loaded, and the format ``--diagram``'s
-    suffix names; refused when there are none, or more than one to draw."""
-    from aptix_pipeline.engine import format_for
+    suffix names; refused when there are none, or more than one to draw, or a diagram
+    that cannot be drawn or written (checked before anything replays, D391)."""
     from aptix_pipeline.engine.replay import TurnRecording, recordings_in
+
+    from .run import diagram_format
 
     paths = recordings_in(*files)
     if not paths:
@@ -102,7 +103,7 @@ def _recordings(
         raise _refuse(f"--diagram draws one turn; {len(paths)} recordings given")
     try:
         recordings = [TurnRecording.load(path) for path in paths]
-        fmt = format_for(diagram_out) if diagram_out is not None else None
+        fmt = diagram_format(diagram_out, _refuse) if diagram_out is not None else None
     except ValueError as error:
         raise _refuse(str(error)) from None
     return paths, recordings, fmt

@@ -329,6 +329,30 @@ def test_run_diagram_with_an_unknown_suffix_is_refused_before_the_turn(tmp_path:
     assert not (tmp_path / "x.db").exists()
 
 
+@pytest.mark.decision("D391")
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("missing/path.mmd", "the folder {tmp}/missing does not exist"),
+        ("a-folder.mmd", "is a folder, not a file"),
+        ("path.txt", "cannot tell the diagram format"),
+    ],
+)
+def test_replay_diagram_that_cannot_be_written_is_refused_before_anything_replays(
+    tmp_path: Path, name: str, says: str
+) -> None:
+    (tmp_path / "a-folder.mmd").mkdir()
+    recording = ROOT / "examples" / "recordings" / "01-initial.json"
+
+    run = _aptix(tmp_path, "replay", str(recording), "--diagram", str(tmp_path / name))
+
+    assert run.returncode == 2
+    assert run.stdout == ""  # no recording was replayed
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("aptix replay: --diagram")
+    assert says.format(tmp=tmp_path) in line
+
+
 @pytest.mark.decision("D369")
 def test_a_faulted_recordings_replay_says_where_it_faulted_also_quiet(tmp_path: Path) -> None:
     recording = ROOT / "examples" / "recordings" / "02-faulted-unknown-tool-call-id.json"
