@@ -161,6 +161,35 @@ def test_the_quick_start_service_answers_any_number_of_sessions(tmp_path: Path) 
     assert answers == [(200, "client_tool_continuation", 200)] * 3
 
 
+@pytest.mark.decision("D393")
+def test_five_new_sessions_then_a_continuation_and_a_follow_on_over_http(tmp_path: Path) -> None:
+    headers = {"Authorization": "Bearer quickstart-key"}
+    shutil.copytree(QUICKSTART.parent, tmp_path / "quickstart")
+    config = tmp_path / "quickstart" / "aptix.toml"
+    env = {"APTIX_KEY_ANA": "quickstart-key"}
+    with aptix_serve(config, env) as (base, _log), httpx.Client(base_url=base) as client:
+
+        def post(body: dict[str, Any]) -> httpx.Response:
+            return client.post("/v1/agent/execute", json=body, headers=headers)
+
+        # five new sessions before any goes on: one queue would give the second the
+        # first's answer, and run out at the fourth request
+        firsts = [post({"Instruction": "Review app.py"}) for _ in range(5)]
+        ids = [{k: r.json()["Result"][k] for k in ("SessionId", "TurnId")} for r in firsts]
+        continued = post({**ids[2], "ToolResults": _results()})
+        after = {k: continued.json()["Result"][k] for k in ("SessionId", "TurnId")}
+        follow_on = post({**after, "Instruction": "Anything else?"})
+
+    assert [(r.status_code, r.json()["Result"]["Kind"]) for r in firsts] == [
+        (200, "client_tool_continuation")
+    ] * 5
+    assert len({i["SessionId"] for i in ids}) == 5
+    assert continued.status_code == 200, continued.text
+    assert continued.json()["Result"]["PrimaryOutputText"].startswith("app.py opens a file")
+    assert follow_on.status_code == 200, follow_on.text
+    assert follow_on.json()["Result"]["PrimaryOutputText"].startswith("The same file has no test")
+
+
 @pytest.mark.decision("D555")
 @pytest.mark.parametrize(
     ("roles", "expected"),
