@@ -26,9 +26,15 @@ $(PY):
 	@$(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install --quiet --upgrade pip > $(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG); exit 1; }
 
+# The README's quick start (`pip install '.[http]'` in the same .venv) replaces the
+# editable install with a copy: seen here (the package imported from outside build/),
+# the editable one is made again, so tests and the demo run this clone's files.
+EDITABLE_CHECK := import aptix_pipeline, sys; sys.exit('__editable__' not in aptix_pipeline.__file__)
+
 install: $(PY)
 	@find $(PACKAGE_DIRS) -type f \( -name '*.py' -o -name 'py.typed' -o -name '*.toml' -o -path '*/ui/static/*' \) | sort > $(MODULES).want
 	@md5sum pyproject.toml >> $(MODULES).want
+	@if ! $(PY) -c "$(EDITABLE_CHECK)" >/dev/null 2>&1; then rm -f $(MODULES); fi
 	@if ! cmp -s $(MODULES).want $(MODULES); then \
 		echo "installing aptix-pipeline (strict editable) into $(VENV) (log: $(INSTALL_LOG))"; \
 		mkdir -p build; \

@@ -187,6 +187,39 @@ def test_a_plain_install_runs_a_turn_with_the_aptix_command(
     assert '"Successful": true' in ran.stdout
 
 
+def _makefile_value(name: str) -> str:
+    """A variable of the repository's Makefile, as make expands it."""
+    shown = subprocess.run(
+        [
+            "make",
+            "-s",
+            "--no-print-directory",
+            "-C",
+            str(ROOT),
+            "--eval",
+            f'show-value: ; @echo "$({name})"',
+            "show-value",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return shown.stdout.strip()
+
+
+@pytest.mark.decision("D642")
+def test_make_install_tells_a_copy_installed_over_the_editable_one(plain_install: Path) -> None:
+    check = _makefile_value("EDITABLE_CHECK")
+
+    copy = subprocess.run([plain_install / "python", "-c", check], capture_output=True)
+    editable = subprocess.run([sys.executable, "-c", check], capture_output=True)
+
+    # `pip install '.[http]'` (the README's quick start) leaves a copy like the wheel's:
+    # make install then installs the editable tree again; the suite's own is editable
+    assert copy.returncode == 1, copy.stderr
+    assert editable.returncode == 0, editable.stderr
+
+
 @pytest.mark.decision("D380")
 def test_a_plain_install_holds_no_framework_the_command_does_not_need(
     plain_install: Path, tmp_path: Path
