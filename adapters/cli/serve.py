@@ -212,21 +212,18 @@ def _detach(
             start_new_session=True,
         )
     url = f"http://{_connect_host(host)}:{port}"
-    deadline = time.monotonic() + _READY_SECONDS
-    while not _healthy(url):
-        code = child.poll()
-        if code is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-            continue
-        if code is None:  # up but never healthy: stopped, not left behind
-            child.terminate()
-            try:
-                child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-            why = f"did not answer GET /healthz within {_READY_SECONDS:g} s and was stopped"
-        else:
-            why = f"exited ({code}) before it answered"
+    try:
+        code = _wait_healthy(child, url)
+    except KeyboardInterrupt:  # Ctrl-C while it starts: nothing is left running
+        _stop(child)
+        typer.echo("aptix serve: stopped before it was ready (Ctrl-C)", err=True)
+        return 130
+    if code is not None:
+        why = (
+            f"did not answer GET /healthz within {_READY_SECONDS:g} s and was stopped"
+            if code == _NOT_READY
+            else f"exited ({code}) before it answered"
+        )
         last = _last_line(path, start)
         typer.echo(f"aptix serve: the server {why}: {last} (its log: {path})", err=True)
         return 1
@@ -234,6 +231,35 @@ def _detach(
         f"aptix serve: serving {url} (pid {child.pid}, log {path}); stop it: kill {child.pid}"
     )
     return 0
+
+
+_NOT_READY = -1000
+"""``_wait_healthy``'s answer for a server that is up but never answered in time."""
+
+
+def _wait_healthy(child: subprocess.Popen[bytes], url: str) -> int | None:
+    """Wait until ``url`` is healthy (``None``), ``child`` exits (its code), or the time is
+    up (``_NOT_READY``, the child stopped)."""
+    deadline = time.monotonic() + _READY_SECONDS
+    while not _healthy(url):
+        code = child.poll()
+        if code is not None:
+            return code
+        if time.monotonic() >= deadline:
+            _stop(child)
+            return _NOT_READY
+        time.sleep(0.1)
+    return None
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    """Stop ``child``: SIGTERM, then SIGKILL when it lingers."""
+    child.terminate()
+    try:
+        child.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def _connect_host(host: str) -> str:
