@@ -46,8 +46,11 @@ from aptix_pipeline.contracts import (
     InvokeResult,
     PipelineContext,
     PipelineStep,
+    Clock,
+    IdSource,
     Session,
     SessionForks,
+    SessionStore,
     StoreConflictError,
     ToolLedger,
     UsageLedger,
@@ -108,7 +111,7 @@ from .telemetry import (
 from .tool_routing import check_tool_routing_now, verify_tool_routing
 from .trace import CheckRecord, StateTrace, TransitionRecord
 
-__all__ = ["Pipeline", "caller_key"]
+__all__ = ["Pipeline", "caller_key", "fork_session"]
 
 logger = scrubbed_logger(__name__)
 
@@ -142,6 +145,57 @@ _FORK_REFUSALS: Mapping[ForkRefusal, tuple[ErrorCode, str]] = {
 
 def _fork_refused(code: ErrorCode, field: str, message: str) -> InvokeResult[Session]:
     return InvokeResult[Session].failure([InvokeError(code=code, field=field, message=message)])
+
+
+async def fork_session(
+    store: SessionStore,
+    ids: IdSource,
+    clock: Clock,
+    session_id: str,
+    turn_id: str,
+    caller: Caller | Mapping[str, Any],
+    *,
+    detail: ErrorDetail = "short",
+) -> InvokeResult[Session]:
+    """``Pipeline.fork`` on these ports: what ``aptix fork`` runs without a pipeline.
+
+    The new session's id comes from ``ids``, its time from ``clock``; a store that
+    raises is told per ``detail`` (``PipelineOptions.error_detail``).
+    """
+    who = _caller(caller)
+    for field, value in (("Org", who.org), ("User", who.user)):
+        if not isinstance(value, str) or not value:
+            return _fork_refused(ErrorCode.INVALID_REQUEST, field, f"{field} is required")
+    for field, value in (("SessionId", session_id), ("TurnId", turn_id)):
+        if not isinstance(value, str) or not value.strip():
+            return _fork_refused(
+                ErrorCode.INVALID_REQUEST, field, f"{field} must be a non-empty string"
+            )
+    if not isinstance(store, SessionForks):
+        return _fork_refused(
+            ErrorCode.INVALID_REQUEST,
+            "SessionStore",
+            f"this session store ({type(store).__name__}) cannot fork sessions: it is "
+            "no SessionForks (docs/FORKS.md)",
+        )
+    try:
+        new_id = ids.new_id("session")
+        fork = await store.fork_session(
+            who.org, who.user, session_id, turn_id, new_id, clock.now()
+        )
+    except ForkRefusedError as refused:
+        code, field = _FORK_REFUSALS[refused.reason]
+        return _fork_refused(code, field, str(refused))
+    except StoreConflictError as error:
+        return _fork_refused(ErrorCode.CONFLICT, "SessionId", str(error))
+    except PROPAGATED:
+        raise
+    except Exception as error:
+        described = error_text(error, detail)
+        return _fork_refused(
+            ErrorCode.PORT_FAILED, "SessionStore", f"SessionStore.fork_session failed: {described}"
+        )
+    return InvokeResult[Session].success(fork)
 
 
 def _ledgered(ports: Ports, options: PipelineOptions) -> Ports:
@@ -410,41 +464,16 @@ class Pipeline:
         ``SessionStore``: a store that cannot fork, no ``SessionForks``), or
         ``port_failed`` (the store raised).
         """
-        who = _caller(caller)
-        for field, value in (("Org", who.org), ("User", who.user)):
-            if not isinstance(value, str) or not value:
-                return _fork_refused(ErrorCode.INVALID_REQUEST, field, f"{field} is required")
-        for field, value in (("SessionId", session_id), ("TurnId", turn_id)):
-            if not isinstance(value, str) or not value.strip():
-                return _fork_refused(
-                    ErrorCode.INVALID_REQUEST, field, f"{field} must be a non-empty string"
-                )
-        store = self.ports.store
-        if not isinstance(store, SessionForks):
-            return _fork_refused(
-                ErrorCode.INVALID_REQUEST,
-                "SessionStore",
-                f"this session store ({type(store).__name__}) cannot fork sessions: it is "
-                "no SessionForks (docs/FORKS.md)",
-            )
-        try:
-            new_id = self.ports.ids.new_id("session")
-            fork = await store.fork_session(
-                who.org, who.user, session_id, turn_id, new_id, self.ports.clock.now()
-            )
-        except ForkRefusedError as refused:
-            code, field = _FORK_REFUSALS[refused.reason]
-            return _fork_refused(code, field, str(refused))
-        except StoreConflictError as error:
-            return _fork_refused(ErrorCode.CONFLICT, "SessionId", str(error))
-        except PROPAGATED:
-            raise
-        except Exception as error:
-            detail = error_text(error, self.options.error_detail)
-            return _fork_refused(
-                ErrorCode.PORT_FAILED, "SessionStore", f"SessionStore.fork_session failed: {detail}"
-            )
-        return InvokeResult[Session].success(fork)
+        ports = self.ports
+        return await fork_session(
+            ports.store,
+            ports.ids,
+            ports.clock,
+            session_id,
+            turn_id,
+            caller,
+            detail=self.options.error_detail,
+        )
 
     async def execute(
         self,
