@@ -38,16 +38,16 @@ from typing import Any
 from aptix_pipeline.contracts import (
     AgentExecuteResponse,
     Caller,
+    Clock,
     ContextType,
     ErrorCode,
     ForkRefusal,
     ForkRefusedError,
+    IdSource,
     InvokeError,
     InvokeResult,
     PipelineContext,
     PipelineStep,
-    Clock,
-    IdSource,
     Session,
     SessionForks,
     SessionStore,
@@ -67,9 +67,9 @@ from aptix_pipeline.steps import (
     StepFaultError,
     StepFunction,
     TurnScope,
+    error_text,
     hooked_ports,
     ledgered_tools,
-    error_text,
     port_failed,
     runtime_error_in,
 )
@@ -180,9 +180,7 @@ async def fork_session(
         )
     try:
         new_id = ids.new_id("session")
-        fork = await store.fork_session(
-            who.org, who.user, session_id, turn_id, new_id, clock.now()
-        )
+        fork = await store.fork_session(who.org, who.user, session_id, turn_id, new_id, clock.now())
     except ForkRefusedError as refused:
         code, field = _FORK_REFUSALS[refused.reason]
         return _fork_refused(code, field, str(refused))

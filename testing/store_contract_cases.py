@@ -1354,7 +1354,8 @@ class StoreContract:
         assert _said(before) == _qa(1, 2)
         assert _said(fork_transcript) == _qa(1, 2, 10, 11)
         assert _said(source_transcript) == _qa(1, 2, 3, 4, 5)
-        assert fork is not None and source is not None
+        assert fork is not None
+        assert source is not None
         assert (fork.mode, source.mode) == ("review", "general")
         assert [turn is not None for turn in fork_turns] == [True, False]
         assert [turn is not None for turn in source_turns] == [True, False]
@@ -1413,7 +1414,8 @@ class StoreContract:
             with pytest.raises(ForkRefusedError) as refused:
                 await forks.fork_session(_ORG, _USER, "s1", turn_id, "f1", _T0)
             assert refused.value.reason is ForkRefusal.TURN_PENDING
-            assert "still pending" in str(refused.value) and status in str(refused.value)
+            assert "still pending" in str(refused.value)
+            assert status in str(refused.value)
         assert await store_snapshot(store, "f1", []) == (None, [], [])
         assert await forks.forks_of(_ORG, _USER, "s1") == []
 
@@ -1461,7 +1463,8 @@ class StoreContract:
             await forks.fork_session(_ORG, _USER, "s1", turn_ids[1], "s2", _T0)
 
         session, _, transcript = await store_snapshot(store, "s2", [])
-        assert session is not None and session.forked_from is None
+        assert session is not None
+        assert session.forked_from is None
         assert _said(transcript) == _qa(1)
 
     @_case()
@@ -1485,19 +1488,22 @@ class StoreContract:
             if session_id is not None:
                 request |= {"SessionId": session_id, "TurnId": turns[-1]}
             done = await pipeline.execute(request, caller)
-            assert done.successful and done.result is not None, done.errors
+            assert done.successful, done.errors
+            assert done.result is not None
             session_id = done.result.session_id
             turns.append(done.result.turn_id)
         assert session_id is not None
 
         forked = await pipeline.fork(session_id, turns[1], caller)
-        assert forked.successful and forked.result is not None, forked.errors
+        assert forked.successful, forked.errors
+        assert forked.result is not None
         fork_id = forked.result.id
         went_on = await pipeline.execute(
             {"SessionId": fork_id, "TurnId": turns[1], "Instruction": "question 2b"}, caller
         )
 
-        assert went_on.successful and went_on.result is not None, went_on.errors
+        assert went_on.successful, went_on.errors
+        assert went_on.result is not None
         assert went_on.result.session_id == fork_id
         assert went_on.result.primary_output_text == "answer 5"
         assert llm.requests[-1].messages[-5:] == [
@@ -1509,7 +1515,8 @@ class StoreContract:
         ]
         assert "question 3" not in str(llm.requests[-1].messages)
         _, _, source = await store_snapshot(store, session_id, [])
-        assert len(source) == 8 and "question 2b" not in str(source)
+        assert len(source) == 8
+        assert "question 2b" not in str(source)
 
     # --- the tool ledger (a store that is a ToolLedger) --------------------------------------
 
@@ -2023,10 +2030,13 @@ async def _seed_turns(
         tx = store.begin(_ORG, _USER)
         turn = sample_turn(f"{session_id}-t{n}", session_id, status=TurnStatus.COMPLETED)
         await tx.open_turn(turn)
-        await tx.append_transcript(session_id, turn.id, [user_says(f"q{n}"), assistant_says(f"a{n}")])
+        await tx.append_transcript(
+            session_id, turn.id, [user_says(f"q{n}"), assistant_says(f"a{n}")]
+        )
         if modes and n in modes:
             current = await tx.load_session(session_id)
-            assert current is not None and current.mode is not None
+            assert current is not None
+            assert current.mode is not None
             entry = sample_entry(current.mode, modes[n], minute=n, turn_id=turn.id)
             await tx.set_session_mode(session_id, entry)
         await tx.commit()

@@ -33,9 +33,7 @@ __all__ = ["FORK_OPERATION", "FORK_PATH", "add_fork_route", "fork_status"]
 
 FORK_PATH = "/v1/sessions/{session_id}/fork"
 
-_RESULT = {
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ForkResult"}}}
-}
+_RESULT = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ForkResult"}}}}
 
 FORK_OPERATION: dict[str, Any] = {
     "summary": "Fork a session after one of its settled turns",
@@ -68,7 +66,7 @@ FORK_OPERATION: dict[str, Any] = {
         401: {"description": "No API key, or an unknown one (unauthorized)", **_RESULT},
         404: {"description": "No such session for this caller, or no such turn", **_RESULT},
         409: {"description": "The turn is still pending (conflict)", **_RESULT},
-        422: {"description": "The body is not {\"TurnId\": \"...\"}", **_RESULT},
+        422: {"description": 'The body is not {"TurnId": "..."}', **_RESULT},
         501: {"description": "The service's session store cannot fork", **_RESULT},
         502: {"description": "The store failed (port_failed)", **_RESULT},
         503: {"description": "The service is starting or stopping (unavailable)", **_RESULT},
@@ -124,7 +122,9 @@ def _turn_id(body: bytes) -> str | InvokeError:
 
 
 def _answer(result: InvokeResult[Session]) -> Response:
-    return Response(result.to_json(), status_code=fork_status(result), media_type="application/json")
+    return Response(
+        result.to_json(), status_code=fork_status(result), media_type="application/json"
+    )
 
 
 def add_fork_route(app: FastAPI, service: ServiceState) -> None:

@@ -81,6 +81,7 @@ def forked_session(
         if entry.turn_id is not None and entry.turn_id != turn_id and later(entry.turn_id):
             break
         kept.append(entry)
+    mode: str | None
     if kept:
         mode = kept[-1].new_mode
     elif source.mode_history:

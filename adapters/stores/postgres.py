@@ -705,14 +705,14 @@ class PostgresStore:
                 "WHERE u.session_id = %s AND u.id = ANY(%s)",
                 (session_id, session_id, entry_turns),
             )
-            last = {tid: seq for tid, seq in await cursor.fetchall()}
+            last: dict[str, int | None] = dict(await cursor.fetchall())
             cut = int(last.get(turn_id) or 0)
 
             def later(entry_turn: str) -> bool:
                 if entry_turn not in last:
                     return False
                 seq = last[entry_turn]
-                return seq is None or int(seq) > cut
+                return seq is None or seq > cut
 
             prefix = 0 if source.forked_from is None else source.forked_from.messages
             fork = forked_session(source, turn_id, new_session_id, created_at, prefix + cut, later)

@@ -893,18 +893,19 @@ class SQLiteStore:
             cut = self._last_seq(session_id, turn_id) or 0
 
             def later(entry_turn: str) -> bool:
-                if self._query_one(
-                    "SELECT 1 FROM turns WHERE session_id = ? AND id = ?",
-                    (session_id, entry_turn),
-                ) is None:
+                if (
+                    self._query_one(
+                        "SELECT 1 FROM turns WHERE session_id = ? AND id = ?",
+                        (session_id, entry_turn),
+                    )
+                    is None
+                ):
                     return False
                 last = self._last_seq(session_id, entry_turn)
                 return last is None or last > cut
 
             prefix = 0 if source.forked_from is None else source.forked_from.messages
-            fork = forked_session(
-                source, turn_id, new_session_id, created_at, prefix + cut, later
-            )
+            fork = forked_session(source, turn_id, new_session_id, created_at, prefix + cut, later)
             try:
                 db.execute(
                     "INSERT INTO sessions (id, org, user, mode, agent_context_id, "

@@ -82,7 +82,8 @@ def test_a_fork_from_turn_two_of_four_continues_as_its_own_session_over_the_cli(
         shown = aptix(tmp_path, "sessions", "show", source, *where)
         shown_json = aptix(tmp_path, "sessions", "show", fork_id, "--json", *where)
 
-    assert fork_id and fork_id != source
+    assert fork_id
+    assert fork_id != source
     assert went_on["SessionId"] == fork_id
     assert went_on["PrimaryOutputText"] == "answer 2b"
     assert said(model.requests[-1]) == [
@@ -129,7 +130,8 @@ def test_aptix_fork_refuses_with_the_reason_and_exit_1(tmp_path: Path) -> None:
         )
 
     assert other.returncode == 1
-    assert "not_found" in other.stderr and "another org or user" in other.stderr
+    assert "not_found" in other.stderr
+    assert "another org or user" in other.stderr
     assert no_turn.returncode == 1
     assert "no turn 'turn-x'" in no_turn.stderr
     assert as_json.returncode == 0, as_json.stderr
