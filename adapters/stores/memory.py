@@ -33,6 +33,7 @@ from aptix_pipeline.contracts import (
     TurnStatus,
     UsageCall,
     UsageQuery,
+    last_image_at,
 )
 
 from .forks import check_forkable, forked_session, no_session
@@ -110,18 +111,24 @@ class MemoryStore:
         if self._owned(org, user, session_id) is None:
             return Transcript()
         if session_id in self._cuts:  # a fork: its parent's prefix, then its own
-            return Transcript(self._messages(session_id, None))
+            return Transcript(*self._messages(session_id, None))
         messages = self._transcript.get(session_id, ())
         return Transcript(messages, self._last_image.get(session_id, -1))
 
-    def _messages(self, session_id: str, upto: int | None) -> list[ChatMessage]:
-        """The session's whole transcript, its own messages only up to ``upto``."""
+    def _messages(self, session_id: str, upto: int | None) -> tuple[list[ChatMessage], int]:
+        """The session's whole transcript, its own messages only up to ``upto``, and where
+        its newest image is (``Transcript.last_image``), known without looking."""
         own = self._transcript.get(session_id, [])
-        own = own if upto is None else own[:upto]
+        last = self._last_image.get(session_id, -1)
+        if upto is not None and upto < len(own):
+            own = own[:upto]
+            if last >= upto:  # the newest image is after the cut: look for one before it
+                last = last_image_at(own)
         cut = self._cuts.get(session_id)
         if cut is None:
-            return list(own)
-        return [*self._messages(*cut), *own]
+            return list(own), last
+        prefix, prefix_last = self._messages(*cut)
+        return [*prefix, *own], prefix_last if last < 0 else len(prefix) + last
 
     # --- SessionForks (contracts/ports.py, stores/forks.py): no await, so atomic ---------
 
