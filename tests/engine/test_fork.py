@@ -112,7 +112,7 @@ class _FailingForks(MemoryStore):
 
 @pytest.mark.decision("D609")
 async def test_a_store_that_cannot_fork_or_fails_is_named_and_nothing_raises() -> None:
-    old, _ = make_pipeline(_OnlyASessionStore(), replies())  # type: ignore[arg-type]
+    old, _ = make_pipeline(_OnlyASessionStore(), replies())
     failing, _ = make_pipeline(_FailingForks(), replies())
     old_session, old_turns = await four_turns(old)  # turns run on it as ever
     session_id, turns = await four_turns(failing)

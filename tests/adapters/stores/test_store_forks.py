@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from contextlib import closing
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -26,8 +27,7 @@ from aptix_pipeline.testing.store_contract_cases import (
     user_says,
 )
 
-T0 = sample_session().created_at
-assert T0 is not None
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 async def _two_turns(store: SessionStore) -> None:
