@@ -27,6 +27,9 @@ Sections, in order (``--only`` picks some, comma-separated):
 - ``budgets`` — an in-process turn with two model calls, the usage ledger off, on,
   and on with three budgets and a price table, on the memory store
   (``bench/budgets.py``; target ≤ 5 %), and the ledger's store calls per model call;
+- ``forks`` — forking after turn 2 of a session of 4 turns and of 400 (target: the
+  same cost, O(1) in prior turns), and reading a fork's 800 messages beside the same
+  transcript never forked, on the memory store and a SQLite file (``bench/forks.py``);
 - ``retrieval`` — a turn's cost with an SQLite FTS5 retrieval over 200 documents
   beside the same turn without, and the time to index them (``bench/retrieval.py``);
 - ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
@@ -57,6 +60,8 @@ from budgets import TARGET as BUDGETS_TARGET
 from budgets import budget_rows
 from builders import PATHS, context_after, context_before, request_data
 from durable import durable_figures, print_durable_figures
+from forks import TARGET as FORKS_TARGET
+from forks import fork_rows
 from http_load import http_figures, print_http_figures
 from images import IMAGE_BYTES, image_rows
 from ledger import TARGET as LEDGER_TARGET
@@ -92,6 +97,7 @@ SECTIONS = (
     "files",
     "ledger",
     "budgets",
+    "forks",
     "retrieval",
     "concurrency",
     "transcript",
@@ -421,6 +427,30 @@ def budgets() -> dict[str, Any]:
     return figures
 
 
+def forks() -> dict[str, Any]:
+    """A fork's cost by prior turns, and a fork's transcript read, per store."""
+    print(
+        "fork after turn 2 of a session of 4 / 400 turns; read 800 messages unforked, as a "
+        "fork, as a fork of a fork of a fork (SQLite: transcript cache off) (µs per call, "
+        "min / median of interleaved rounds; x = to the first row)"
+    )
+    figures = fork_rows()
+    for store, rows in figures.items():
+        for prior, row in rows["fork"].items():
+            ok = row["ratio_median"] <= FORKS_TARGET
+            print(
+                f"{store:<8} fork after {prior:>3} prior turns {row['min_us']:>7.0f} / "
+                f"{row['median_us']:<7.0f} x {row['ratio_min']:.2f} / {row['ratio_median']:.2f}"
+                + (f"   target ≤ {FORKS_TARGET:.2f}  {_mark(ok)}" if prior != "4" else "")
+            )
+        for name, row in rows["read 800 messages"].items():
+            print(
+                f"{store:<8} read {name:<25} {row['min_us']:>7.0f} / {row['median_us']:<7.0f}"
+                f" x {row['ratio_min']:.2f} / {row['ratio_median']:.2f}"
+            )
+    return figures
+
+
 def concurrency() -> dict[str, Any]:
     """1,000 concurrent turns with a 50 ms model, per store."""
     rows = concurrency_rows()
@@ -535,6 +565,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "files": files,
     "ledger": ledger,
     "budgets": budgets,
+    "forks": forks,
     "retrieval": retrieval,
     "concurrency": concurrency,
     "transcript": transcript,

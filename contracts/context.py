@@ -25,6 +25,7 @@ __all__ = [
     "ContextType",
     "ConversationContext",
     "Envelope",
+    "ForkPoint",
     "ModeHistoryEntry",
     "PipelineContext",
     "PipelineStep",
@@ -129,8 +130,25 @@ class ModeHistoryEntry(FrozenWireModel):
     turn_id: str | None = None
 
 
+class ForkPoint(FrozenWireModel):
+    """Where a forked session starts (``Pipeline.fork``, docs/FORKS.md).
+
+    ``session_id`` and ``turn_id`` name the parent session and the settled turn it
+    was forked after; ``messages`` is how many messages of the parent's transcript
+    the fork starts with (its shared prefix: the fork's own messages follow them).
+    """
+
+    session_id: str
+    turn_id: str
+    messages: int = Field(ge=0)
+
+
 class Session(FrozenWireModel):
-    """``AgentSession``: the authoritative store of the current mode (AGN-011 §3.2)."""
+    """``AgentSession``: the authoritative store of the current mode (AGN-011 §3.2).
+
+    ``forked_from`` is set on a session made by ``Pipeline.fork`` (docs/FORKS.md):
+    its transcript begins with its parent's first ``messages`` messages.
+    """
 
     id: str
     org: str
@@ -142,6 +160,7 @@ class Session(FrozenWireModel):
     solution_context_text: str | None = None
     created_at: datetime | None = None
     version: int = 0
+    forked_from: ForkPoint | None = None
 
 
 class Turn(FrozenWireModel):

@@ -18,6 +18,10 @@ implement them, and a host may bring its own.
   where the ``FileStore`` port that keeps them is).
 - ``ToolLedger`` (``contracts/ledger.py``) — reserve → done for server-tool calls,
   so a retried turn never runs a done call again.
+- ``SessionForks`` — optional: a store that can fork a session after one of its
+  settled turns, sharing the parent's transcript (docs/FORKS.md). The built-in
+  stores are; a host store that is only a ``SessionStore`` keeps working, and
+  ``Pipeline.fork`` refuses on it.
 - ``Clock`` and ``IdSource`` — time and ids, so runs are repeatable (STYLE.md
   "Determinism first").
 
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ConfigDict
@@ -58,9 +63,12 @@ __all__ = [
     "LLM",
     "AgentCatalog",
     "Clock",
+    "ForkRefusal",
+    "ForkRefusedError",
     "IdSource",
     "ModeCatalog",
     "PermanentPortError",
+    "SessionForks",
     "SessionStore",
     "SessionTransaction",
     "StoreConflictError",
@@ -174,6 +182,58 @@ class SessionStore(Protocol):
 
     def begin(self, org: str, user: str) -> SessionTransaction:
         """Start one turn's transaction for this caller."""
+        ...
+
+
+class ForkRefusal(StrEnum):
+    """Why a store refused to fork (``ForkRefusedError.reason``)."""
+
+    SESSION_NOT_FOUND = "session_not_found"
+    """No such session for the caller (another org's or user's reads the same)."""
+    TURN_NOT_FOUND = "turn_not_found"
+    """The session has no turn of that id."""
+    TURN_PENDING = "turn_pending"
+    """The turn is not settled: still open, or awaiting client tool results."""
+
+
+class ForkRefusedError(AptixPipelineError, LookupError):
+    """``SessionForks.fork_session`` refused: ``reason`` says why; nothing was written."""
+
+    def __init__(self, reason: ForkRefusal, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@runtime_checkable
+class SessionForks(Protocol):
+    """A store that forks sessions (docs/FORKS.md); optional beside ``SessionStore``.
+
+    A fork is a new session of the same caller whose transcript, mode and mode
+    history are the source's as they stood after one settled turn. The store
+    shares the source's transcript up to that turn's last message instead of
+    copying it, and records the parent on the fork (``Session.forked_from``).
+    Scoped like every read: another org's or user's session is not found.
+    """
+
+    async def fork_session(
+        self,
+        org: str,
+        user: str,
+        session_id: str,
+        turn_id: str,
+        new_session_id: str,
+        created_at: datetime,
+    ) -> Session:
+        """Make the fork ``new_session_id`` of ``session_id`` after ``turn_id``, atomically.
+
+        Returns the new session. Raises ``ForkRefusedError`` (unknown session or
+        turn, a turn not settled) and ``StoreConflictError`` (the new id is taken).
+        """
+        ...
+
+    async def forks_of(self, org: str, user: str, session_id: str) -> list[Session] | None:
+        """The caller's sessions forked from this one, oldest first; ``None`` when the
+        caller has no such session."""
         ...
 
 

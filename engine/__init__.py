@@ -51,7 +51,7 @@ from .events import (
 from .idempotency import request_keys
 from .interceptors import Proceed, TurnCall, TurnInterceptor
 from .machine import TurnMachine
-from .pipeline import Pipeline, caller_key
+from .pipeline import Pipeline, caller_key, fork_session
 from .report import RequestInput, ResponseResult, TurnReport, answered_report
 from .runner import FAULT_RECORD, RUNTIMES, Runtime
 from .streaming import (
@@ -183,6 +183,7 @@ __all__ = [
     "caller_key",
     "check_tool_routing",
     "diagram_text",
+    "fork_session",
     "format_for",
     "pipeline_diagram",
     "progress_json",

@@ -38,12 +38,20 @@ from typing import Any
 from aptix_pipeline.contracts import (
     AgentExecuteResponse,
     Caller,
+    Clock,
     ContextType,
     ErrorCode,
+    ForkRefusal,
+    ForkRefusedError,
+    IdSource,
     InvokeError,
     InvokeResult,
     PipelineContext,
     PipelineStep,
+    Session,
+    SessionForks,
+    SessionStore,
+    StoreConflictError,
     ToolLedger,
     UsageLedger,
     scrubbed_logger,
@@ -59,6 +67,7 @@ from aptix_pipeline.steps import (
     StepFaultError,
     StepFunction,
     TurnScope,
+    error_text,
     hooked_ports,
     ledgered_tools,
     port_failed,
@@ -102,7 +111,7 @@ from .telemetry import (
 from .tool_routing import check_tool_routing_now, verify_tool_routing
 from .trace import CheckRecord, StateTrace, TransitionRecord
 
-__all__ = ["Pipeline", "caller_key"]
+__all__ = ["Pipeline", "caller_key", "fork_session"]
 
 logger = scrubbed_logger(__name__)
 
@@ -124,6 +133,67 @@ def caller_key(caller: object) -> tuple[str, str]:
     workflow id), read as ``Pipeline.run`` reads its ``caller``."""
     who = _caller(caller)
     return str(who.org), str(who.user)
+
+
+_FORK_REFUSALS: Mapping[ForkRefusal, tuple[ErrorCode, str]] = {
+    ForkRefusal.SESSION_NOT_FOUND: (ErrorCode.NOT_FOUND, "SessionId"),
+    ForkRefusal.TURN_NOT_FOUND: (ErrorCode.NOT_FOUND, "TurnId"),
+    ForkRefusal.TURN_PENDING: (ErrorCode.CONFLICT, "TurnId"),
+}
+"""The error of each refusal of ``Pipeline.fork``: its code and the field at fault."""
+
+
+def _fork_refused(code: ErrorCode, field: str, message: str) -> InvokeResult[Session]:
+    return InvokeResult[Session].failure([InvokeError(code=code, field=field, message=message)])
+
+
+async def fork_session(
+    store: SessionStore,
+    ids: IdSource,
+    clock: Clock,
+    session_id: str,
+    turn_id: str,
+    caller: Caller | Mapping[str, Any],
+    *,
+    detail: ErrorDetail = "short",
+) -> InvokeResult[Session]:
+    """``Pipeline.fork`` on these ports: what ``aptix fork`` runs without a pipeline.
+
+    The new session's id comes from ``ids``, its time from ``clock``; a store that
+    raises is told per ``detail`` (``PipelineOptions.error_detail``).
+    """
+    who = _caller(caller)
+    for field, value in (("Org", who.org), ("User", who.user)):
+        if not isinstance(value, str) or not value:
+            return _fork_refused(ErrorCode.INVALID_REQUEST, field, f"{field} is required")
+    for field, value in (("SessionId", session_id), ("TurnId", turn_id)):
+        if not isinstance(value, str) or not value.strip():
+            return _fork_refused(
+                ErrorCode.INVALID_REQUEST, field, f"{field} must be a non-empty string"
+            )
+    if not isinstance(store, SessionForks):
+        return _fork_refused(
+            ErrorCode.INVALID_REQUEST,
+            "SessionStore",
+            f"this session store ({type(store).__name__}) cannot fork sessions: it is "
+            "no SessionForks (docs/FORKS.md)",
+        )
+    try:
+        new_id = ids.new_id("session")
+        fork = await store.fork_session(who.org, who.user, session_id, turn_id, new_id, clock.now())
+    except ForkRefusedError as refused:
+        code, field = _FORK_REFUSALS[refused.reason]
+        return _fork_refused(code, field, str(refused))
+    except StoreConflictError as error:
+        return _fork_refused(ErrorCode.CONFLICT, "SessionId", str(error))
+    except PROPAGATED:
+        raise
+    except Exception as error:
+        described = error_text(error, detail)
+        return _fork_refused(
+            ErrorCode.PORT_FAILED, "SessionStore", f"SessionStore.fork_session failed: {described}"
+        )
+    return InvokeResult[Session].success(fork)
 
 
 def _ledgered(ports: Ports, options: PipelineOptions) -> Ports:
@@ -375,6 +445,33 @@ class Pipeline:
         if ttl is None or not isinstance(store, ToolLedger):
             return 0
         return await store.purge_tool_calls(self.ports.clock.now() - timedelta(seconds=ttl))
+
+    async def fork(
+        self, session_id: str, turn_id: str, caller: Caller | Mapping[str, Any]
+    ) -> InvokeResult[Session]:
+        """Fork the caller's session after one of its settled turns (docs/FORKS.md).
+
+        The result holds the new session: a new id (the ``IdSource`` port's), created
+        now (the ``Clock``'s), its transcript, mode and mode history the source's as
+        they stood after ``turn_id``, its ``forked_from`` naming the source and turn.
+        The transcript is shared with the source, not copied. Never raises for bad
+        input or a failing store: an unsuccessful result names why — ``not_found``
+        (field ``SessionId``: no such session for this caller, another org's or user's
+        included; field ``TurnId``: no such turn), ``conflict`` (field ``TurnId``: the
+        turn is still pending), ``invalid_request`` (an empty id or caller; field
+        ``SessionStore``: a store that cannot fork, no ``SessionForks``), or
+        ``port_failed`` (the store raised).
+        """
+        ports = self.ports
+        return await fork_session(
+            ports.store,
+            ports.ids,
+            ports.clock,
+            session_id,
+            turn_id,
+            caller,
+            detail=self.options.error_detail,
+        )
 
     async def execute(
         self,

@@ -98,6 +98,9 @@ if TYPE_CHECKING:
         ErrorCode,
         FileRef,
         FileStore,
+        ForkPoint,
+        ForkRefusal,
+        ForkRefusedError,
         HostErrorCode,
         Idempotence,
         IdSource,
@@ -134,6 +137,7 @@ if TYPE_CHECKING:
         RetrievalQuery,
         Retriever,
         Session,
+        SessionForks,
         SessionStore,
         SessionTransaction,
         SourceType,
@@ -321,12 +325,12 @@ _GROUPS: dict[str, dict[str, str]] = {
         "contracts": (
             "Caller PipelineContext PipelineStep Envelope AgentContext "
             "ConversationContext Session Turn TurnStatus ModeHistoryEntry "
-            "StoredOutcome ResponsePayload DEFAULT_MODE"
+            "StoredOutcome ResponsePayload DEFAULT_MODE ForkPoint"
         ),
     },
     "The ports a host plugs in (docs/EXTENDING.md)": {
         "contracts": (
-            "SessionStore SessionTransaction LLM StreamingLLM ModeCatalog "
+            "SessionStore SessionTransaction SessionForks LLM StreamingLLM ModeCatalog "
             "AgentCatalog ToolExecutor FileStore Retriever Clock IdSource"
         ),
     },
@@ -348,7 +352,8 @@ _GROUPS: dict[str, dict[str, str]] = {
     },
     "Errors": {
         "contracts": (
-            "AptixPipelineError PermanentPortError StoreConflictError MalformedStreamError"
+            "AptixPipelineError PermanentPortError StoreConflictError MalformedStreamError "
+            "ForkRefusedError ForkRefusal"
         ),
         "engine": "ToolRoutingError",
     },
@@ -468,6 +473,9 @@ __all__ = [
     "FaultRecord",
     "FileRef",
     "FileStore",
+    "ForkPoint",
+    "ForkRefusal",
+    "ForkRefusedError",
     "FtsRetriever",
     "GraphvizMissingError",
     "Hooks",
@@ -550,6 +558,7 @@ __all__ = [
     "SequentialIds",
     "ServiceConfig",
     "Session",
+    "SessionForks",
     "SessionStore",
     "SessionTransaction",
     "SessionWrite",

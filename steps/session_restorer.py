@@ -6,7 +6,9 @@ the right state for the request (R10) — and a FollowOn is refused while *any*
 turn of the session awaits client tool results, whichever turn it names: the
 emitted call set must be answered first (AGN-033 §3.3). The turn's mode is
 normalized from the persisted session, never from the client (AGN-011 §3.3); a
-FollowOn's SolutionContextText replaces the session's (AGN-034 §4.5).
+FollowOn's SolutionContextText replaces the session's (AGN-034 §4.5). A forked
+session's first FollowOn names the turn it was forked after, which is its parent's
+(``Session.forked_from``, docs/FORKS.md): that turn is read from the parent.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ async def session_restorer(scope: TurnScope) -> None:
     if session is None:
         raise StepFaultError([SESSION_FOUND.error(shown(session_id), field="SessionId")])
     named = await tx.load_turn(session_id, turn_id)
+    fork = session.forked_from
+    if named is None and fork is not None and fork.turn_id == turn_id:
+        named = await tx.load_turn(fork.session_id, turn_id)  # the turn it was forked after
     if named is None:
         raise StepFaultError([TURN_FOUND.error(shown(turn_id), field="TurnId")])
     protocol = validate_turn_protocol(ctx.type, named)

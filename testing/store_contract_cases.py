@@ -22,7 +22,12 @@ check holds, stores settlements either way, counts each check's calls alone (its
 org, user, mode, turn, window and currency) in exact decimals, and reads calls back
 per org, narrowed, oldest first, and answers a reservation whose call id it holds
 already as reserved, storing it once and applying the settlements it carries (D595;
-the usage cases skip a store that is not one).
+the usage cases skip a store that is not one); and a store that is a
+``SessionForks`` (contracts/ports.py, docs/FORKS.md) forks a session after a
+settled turn with its transcript, mode and mode history as they stood then, later
+turns of the source left out, the fork and the source going on apart, forks of
+forks, and refuses a pending turn, an unknown turn and another caller's session
+(the fork cases skip a store that is not one).
 
 A refusal raises ``LookupError`` when the caller has no such session or turn, and
 ``ValueError`` when a write contradicts what is stored (docs/STORES.md).
@@ -54,10 +59,14 @@ from aptix_pipeline.contracts import (
     Charge,
     ChatMessage,
     ChatRole,
+    ForkPoint,
+    ForkRefusal,
+    ForkRefusedError,
     ImagePart,
     LedgerEntry,
     ModeHistoryEntry,
     Session,
+    SessionForks,
     SessionStore,
     SessionTransaction,
     StoreConflictError,
@@ -1284,6 +1293,231 @@ class StoreContract:
         assert transcript[-1] == assistant_says("you are welcome")
         assert await store_snapshot(store, session_id, [], org="globex") == (None, [], [])
 
+    # --- forks (a store that is a SessionForks) ---------------------------------------------
+
+    @_case()
+    async def test_a_fork_after_turn_two_holds_the_sources_transcript_mode_and_history_then(
+        self, store: SessionStore
+    ) -> None:
+        forks = _forks_of(store)
+        turn_ids = await _seed_turns(store, modes={1: "review", 3: "plan"})
+
+        fork = await forks.fork_session(_ORG, _USER, "s1", turn_ids[1], "f1", _T0)
+
+        assert fork.forked_from == ForkPoint(session_id="s1", turn_id="s1-t2", messages=4)
+        session, turns, transcript = await store_snapshot(store, "f1", turn_ids)
+        assert session is not None
+        assert session == fork.model_copy(update={"version": session.version})
+        assert session.mode == "review"
+        assert [(e.previous_mode, e.new_mode, e.turn_id) for e in session.mode_history] == [
+            ("general", "review", "s1-t1")
+        ]
+        source = (await store_snapshot(store, "s1", []))[0]
+        assert source is not None
+        assert session.agent_context_id == source.agent_context_id == "assistant"
+        assert session.conversation_context_id == source.conversation_context_id
+        assert session.solution_context_text == source.solution_context_text
+        assert (session.org, session.user, session.created_at) == (_ORG, _USER, _T0)
+        assert _said(transcript) == _qa(1, 2)
+        assert turns == [None] * 4  # the source's turns stay the source's
+        assert source.mode == "plan"
+        assert _said((await store_snapshot(store, "s1", []))[2]) == _qa(1, 2, 3, 4)
+
+    @_case()
+    async def test_a_fork_before_any_mode_change_starts_in_the_sources_first_mode(
+        self, store: SessionStore
+    ) -> None:
+        forks = _forks_of(store)
+        turn_ids = await _seed_turns(store, modes={2: "review"})
+
+        fork = await forks.fork_session(_ORG, _USER, "s1", turn_ids[0], "f1", _T0)
+
+        assert (fork.mode, fork.mode_history) == ("general", [])
+        assert _said((await store_snapshot(store, "f1", []))[2]) == _qa(1)
+
+    @_case()
+    async def test_a_fork_and_its_source_go_on_apart_and_never_mix(
+        self, store: SessionStore
+    ) -> None:
+        forks = _forks_of(store)
+        turn_ids = await _seed_turns(store)
+        await forks.fork_session(_ORG, _USER, "s1", turn_ids[1], "f1", _T0)
+        before = (await store_snapshot(store, "f1", []))[2]  # read once: a SQL store caches it
+
+        await _seed_turns(store, "f1", 2, first=10, modes={11: "review"})
+        await _seed_turns(store, "s1", 1, first=5)
+
+        fork, fork_turns, fork_transcript = await store_snapshot(store, "f1", ["f1-t10", "s1-t3"])
+        source, source_turns, source_transcript = await store_snapshot(
+            store, "s1", ["s1-t5", "f1-t10"]
+        )
+        assert _said(before) == _qa(1, 2)
+        assert _said(fork_transcript) == _qa(1, 2, 10, 11)
+        assert _said(source_transcript) == _qa(1, 2, 3, 4, 5)
+        assert fork is not None
+        assert source is not None
+        assert (fork.mode, source.mode) == ("review", "general")
+        assert [turn is not None for turn in fork_turns] == [True, False]
+        assert [turn is not None for turn in source_turns] == [True, False]
+
+    @_case()
+    async def test_a_fork_of_a_fork_reads_every_ancestors_prefix(self, store: SessionStore) -> None:
+        forks = _forks_of(store)
+        turn_ids = await _seed_turns(store, modes={1: "review"})
+        await forks.fork_session(_ORG, _USER, "s1", turn_ids[1], "f1", _T0)
+        fork_turns = await _seed_turns(store, "f1", 2, first=10, modes={10: "plan", 11: "debug"})
+
+        grandchild = await forks.fork_session(_ORG, _USER, "f1", fork_turns[0], "g1", _T0)
+        await _seed_turns(store, "g1", 1, first=20)
+
+        assert grandchild.forked_from == ForkPoint(session_id="f1", turn_id="f1-t10", messages=6)
+        session, _, transcript = await store_snapshot(store, "g1", [])
+        assert session is not None
+        assert _said(transcript) == _qa(1, 2, 10, 20)
+        assert [e.new_mode for e in session.mode_history] == ["review", "plan"]
+        assert session.mode == "plan"
+        assert _said((await store_snapshot(store, "f1", []))[2]) == _qa(1, 2, 10, 11)
+        assert _said((await store_snapshot(store, "s1", []))[2]) == _qa(1, 2, 3, 4)
+
+    @_case()
+    async def test_forks_of_lists_a_sessions_forks_for_its_caller_only(
+        self, store: SessionStore
+    ) -> None:
+        forks = _forks_of(store)
+        turn_ids = await _seed_turns(store)
+        await forks.fork_session(_ORG, _USER, "s1", turn_ids[0], "f1", _T0)
+        await forks.fork_session(_ORG, _USER, "s1", turn_ids[2], "f2", _T0 + timedelta(seconds=1))
+
+        listed = await forks.forks_of(_ORG, _USER, "s1")
+
+        assert listed is not None
+        assert [(f.id, f.forked_from) for f in listed] == [
+            ("f1", ForkPoint(session_id="s1", turn_id="s1-t1", messages=2)),
+            ("f2", ForkPoint(session_id="s1", turn_id="s1-t3", messages=6)),
+        ]
+        assert await forks.forks_of(_ORG, _USER, "f1") == []
+        for org, user in _OTHER_CALLERS:
+            assert await forks.forks_of(org, user, "s1") is None
+
+    @_case()
+    async def test_a_turn_still_pending_is_not_forked(self, store: SessionStore) -> None:
+        forks = _forks_of(store)
+        await _seed_turns(store, turns=1)
+        tx = store.begin(_ORG, _USER)
+        await tx.open_turn(sample_turn("s1-t2", "s1", pending=[_READ_FILE]))
+        waiting = sample_turn("s1-t3", "s1", status=TurnStatus.AWAITING_CLIENT_TOOLS)
+        await tx.open_turn(waiting.model_copy(update={"pending_tool_calls": [_READ_FILE]}))
+        await tx.append_transcript("s1", "s1-t3", [user_says("q3")])
+        await tx.commit()
+
+        for turn_id, status in (("s1-t2", "open"), ("s1-t3", "awaiting_client_tools")):
+            with pytest.raises(ForkRefusedError) as refused:
+                await forks.fork_session(_ORG, _USER, "s1", turn_id, "f1", _T0)
+            assert refused.value.reason is ForkRefusal.TURN_PENDING
+            assert "still pending" in str(refused.value)
+            assert status in str(refused.value)
+        assert await store_snapshot(store, "f1", []) == (None, [], [])
+        assert await forks.forks_of(_ORG, _USER, "s1") == []
+
+    @_case()
+    async def test_another_callers_session_is_not_found_to_fork(self, store: SessionStore) -> None:
+        forks = _forks_of(store)
+        turn_ids = await _seed_turns(store, turns=1)
+
+        for org, user in _OTHER_CALLERS:
+            with pytest.raises(ForkRefusedError) as refused:
+                await forks.fork_session(org, user, "s1", turn_ids[0], "f1", _T0)
+            assert refused.value.reason is ForkRefusal.SESSION_NOT_FOUND
+            assert "another org or user" in str(refused.value)
+            assert await store_snapshot(store, "f1", [], org=org, user=user) == (None, [], [])
+        assert await forks.forks_of(_ORG, _USER, "s1") == []
+
+    @_case()
+    async def test_an_unknown_session_or_turn_is_not_forked(self, store: SessionStore) -> None:
+        forks = _forks_of(store)
+        await _seed_turns(store, turns=1)
+        await _seed_turns(store, "s2", turns=1)
+
+        with pytest.raises(ForkRefusedError) as no_session:
+            await forks.fork_session(_ORG, _USER, "nope", "s1-t1", "f1", _T0)
+        with pytest.raises(ForkRefusedError) as no_turn:
+            await forks.fork_session(_ORG, _USER, "s1", "s1-t9", "f1", _T0)
+        with pytest.raises(ForkRefusedError) as other_sessions_turn:
+            await forks.fork_session(_ORG, _USER, "s1", "s2-t1", "f1", _T0)
+
+        assert no_session.value.reason is ForkRefusal.SESSION_NOT_FOUND
+        assert no_turn.value.reason is ForkRefusal.TURN_NOT_FOUND
+        assert "'s1-t9'" in str(no_turn.value)
+        assert other_sessions_turn.value.reason is ForkRefusal.TURN_NOT_FOUND
+        assert await store_snapshot(store, "f1", []) == (None, [], [])
+
+    @_case()
+    async def test_a_fork_into_a_taken_session_id_conflicts_and_changes_nothing(
+        self, store: SessionStore
+    ) -> None:
+        forks = _forks_of(store)
+        turn_ids = await _seed_turns(store)
+        await _seed_turns(store, "s2", turns=1)
+
+        with pytest.raises(StoreConflictError):
+            await forks.fork_session(_ORG, _USER, "s1", turn_ids[1], "s2", _T0)
+
+        session, _, transcript = await store_snapshot(store, "s2", [])
+        assert session is not None
+        assert session.forked_from is None
+        assert _said(transcript) == _qa(1)
+
+    @_case()
+    async def test_a_fork_from_turn_two_of_four_continues_through_the_engine(
+        self, store: SessionStore
+    ) -> None:
+        _forks_of(store)
+        llm = ScriptedLLM([{"text": f"answer {n}"} for n in range(1, 7)])
+        pipeline = embedded_pipeline(
+            llm=llm,
+            store=store,
+            catalog=ConfigCatalog.from_toml(_CATALOG),
+            clock=SteppingClock(),
+            ids=SequentialIds(),
+        )
+        caller = Caller(org=_ORG, user=_USER)
+        turns: list[str] = []
+        session_id: str | None = None
+        for n in range(1, 5):
+            request: dict[str, Any] = {"Instruction": f"question {n}"}
+            if session_id is not None:
+                request |= {"SessionId": session_id, "TurnId": turns[-1]}
+            done = await pipeline.execute(request, caller)
+            assert done.successful, done.errors
+            assert done.result is not None
+            session_id = done.result.session_id
+            turns.append(done.result.turn_id)
+        assert session_id is not None
+
+        forked = await pipeline.fork(session_id, turns[1], caller)
+        assert forked.successful, forked.errors
+        assert forked.result is not None
+        fork_id = forked.result.id
+        went_on = await pipeline.execute(
+            {"SessionId": fork_id, "TurnId": turns[1], "Instruction": "question 2b"}, caller
+        )
+
+        assert went_on.successful, went_on.errors
+        assert went_on.result is not None
+        assert went_on.result.session_id == fork_id
+        assert went_on.result.primary_output_text == "answer 5"
+        assert llm.requests[-1].messages[-5:] == [
+            user_says("question 1"),
+            assistant_says("answer 1"),
+            user_says("question 2"),
+            assistant_says("answer 2"),
+            user_says("question 2b"),
+        ]
+        assert "question 3" not in str(llm.requests[-1].messages)
+        _, _, source = await store_snapshot(store, session_id, [])
+        assert len(source) == 8
+        assert "question 2b" not in str(source)
+
     # --- the tool ledger (a store that is a ToolLedger) --------------------------------------
 
     @_case()
@@ -1766,6 +2000,56 @@ class StoreContract:
             ("turn-1/corr-1/1", True, 40),
             ("turn-1/corr-1/2", False, 100),
         ]
+
+
+def _forks_of(store: SessionStore) -> SessionForks:
+    """The store as a ``SessionForks``; the case is skipped for a store that is not one."""
+    if not isinstance(store, SessionForks):
+        pytest.skip(f"{type(store).__name__} is not a SessionForks")
+    return store
+
+
+async def _seed_turns(
+    store: SessionStore,
+    session_id: str = "s1",
+    turns: int = 4,
+    *,
+    modes: dict[int, str] | None = None,
+    first: int = 1,
+) -> list[str]:
+    """Commit ``turns`` settled turns of two messages each (``q<n>``, ``a<n>``) to the
+    caller's session ``session_id`` (made first when missing), turn ``n`` changing the
+    mode to ``modes[n]``; the turns' ids (``<session>-t<n>``)."""
+    check = store.begin(_ORG, _USER)
+    exists = await check.load_session(session_id) is not None
+    await check.rollback()
+    if not exists:
+        await seed_store(store, sample_session(session_id))
+    ids = []
+    for n in range(first, first + turns):
+        tx = store.begin(_ORG, _USER)
+        turn = sample_turn(f"{session_id}-t{n}", session_id, status=TurnStatus.COMPLETED)
+        await tx.open_turn(turn)
+        await tx.append_transcript(
+            session_id, turn.id, [user_says(f"q{n}"), assistant_says(f"a{n}")]
+        )
+        if modes and n in modes:
+            current = await tx.load_session(session_id)
+            assert current is not None
+            assert current.mode is not None
+            entry = sample_entry(current.mode, modes[n], minute=n, turn_id=turn.id)
+            await tx.set_session_mode(session_id, entry)
+        await tx.commit()
+        ids.append(turn.id)
+    return ids
+
+
+def _said(transcript: Sequence[ChatMessage]) -> list[str]:
+    return [str(message.content) for message in transcript]
+
+
+def _qa(*turns: int, prefix: str = "") -> list[str]:
+    return [text for n in turns for text in (f"{prefix}q{n}", f"{prefix}a{n}")]
 
 
 def _ledger_of(store: SessionStore) -> ToolLedger:

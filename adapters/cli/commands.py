@@ -23,7 +23,7 @@ from .init import init
 from .replay import replay
 from .run import run
 from .serve import serve, worker
-from .sessions import sessions_app
+from .sessions import fork, sessions_app
 from .ui import ui
 from .usage import usage
 from .validate import validate
@@ -58,5 +58,6 @@ def build_app() -> typer.Typer:
     for command in (init, validate, run, chat, serve, worker, diagram, replay, index, usage):
         built.command()(command)
     built.add_typer(sessions_app)
+    built.command()(fork)
     built.command()(ui)
     return built

@@ -10,10 +10,19 @@
   with the content of each message: the store is the operator's own. As for
   ``aptix run``, the caller is ``local``/``local`` unless given (D390).
 
+  A fork says which session and turn it was forked from; a session with forks lists
+  them (docs/FORKS.md).
+- ``aptix fork SESSION TURN [--store URL] [--config FILE] [--org ORG --user USER]``
+  forks the session after that settled turn (``engine.fork_session``, what
+  ``Pipeline.fork`` runs) and prints the new session's id; ``--json`` prints the
+  new session. The store is ``aptix run``'s (``--store``, else the configuration's
+  ``[store]``, else the data folder's file), and so is the caller (D390).
+
 ``--json`` prints the same as JSON. Reads are scoped to the org and user given,
-as a turn's are: another caller's session is not found. Exit codes: 0 shown, 1
-no such session, 2 a usage error (a store that is missing, unknown or
-unreachable; ``--org`` without ``--user``).
+as a turn's are: another caller's session is not found. Exit codes: 0 shown (or
+forked), 1 no such session (or a fork refused: the error's message on stderr), 2
+a usage error (a store that is missing, unknown or unreachable; ``--org`` without
+``--user``).
 """
 
 from __future__ import annotations
@@ -24,7 +33,17 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from .run import DEFAULT_ORG, DEFAULT_USER, OrgOption, UserOption
+from .run import (
+    DEFAULT_ORG,
+    DEFAULT_USER,
+    ConfigOption,
+    OrgOption,
+    StoreOption,
+    UserOption,
+    close_ports,
+    load_config,
+    open_session_store,
+)
 
 if TYPE_CHECKING:
     from aptix_pipeline.adapters.stores import (
@@ -34,7 +53,7 @@ if TYPE_CHECKING:
         SessionSummary,
     )
 
-__all__ = ["sessions_app"]
+__all__ = ["fork", "sessions_app"]
 
 T = TypeVar("T")
 
@@ -162,6 +181,17 @@ def _detail_text(detail: SessionDetail) -> list[str]:
         f"  mode {s.mode or '-'}  turns {s.turns}  created {_time(s.created_at)}  "
         f"last activity {_time(s.last_activity)}",
     ]
+    parent = detail.session.forked_from
+    if parent is not None:
+        lines.append(
+            f"  forked from {parent.session_id} after turn {parent.turn_id} "
+            f"({parent.messages} messages shared)"
+        )
+    lines.extend(
+        f"  fork {fork.id} after turn {fork.forked_from.turn_id}"
+        for fork in detail.forks
+        if fork.forked_from is not None
+    )
     for change in detail.session.mode_history:
         lines.append(
             f"  mode change {change.previous_mode} -> {change.new_mode} ({change.turn_id})"
@@ -214,3 +244,45 @@ def show_session(
         typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
         return
     typer.echo("\n".join(_detail_text(detail)))
+
+
+def fork(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION", help="The session to fork.")],
+    turn_id: Annotated[
+        str, typer.Argument(metavar="TURN", help="The settled turn to fork it after.")
+    ],
+    org: OrgOption = DEFAULT_ORG,
+    user: UserOption = DEFAULT_USER,
+    store: StoreOption = None,
+    config: ConfigOption = None,
+    as_json: _Json = False,
+) -> None:
+    """Fork a session after one of its settled turns; print the new session's id."""
+    import asyncio
+
+    from aptix_pipeline.adapters.system import RandomIds, SystemClock
+    from aptix_pipeline.engine import fork_session
+
+    service = load_config(config, model=False, store=store is None)
+    session_store = open_session_store(store, service)
+    try:
+        result = asyncio.run(
+            fork_session(
+                session_store,
+                RandomIds(),
+                SystemClock(),
+                session_id,
+                turn_id,
+                {"org": org, "user": user},
+            )
+        )
+    finally:
+        close_ports(session_store, None, service)
+    if result.result is None:
+        for error in result.errors:
+            typer.echo(f"aptix fork: {error.code}: {error.message}", err=True)
+        raise typer.Exit(1)
+    if as_json:
+        typer.echo(result.result.to_json(indent=2))
+        return
+    typer.echo(result.result.id)

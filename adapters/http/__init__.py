@@ -1,6 +1,7 @@
 """The HTTP service (``aptix serve``): the FastAPI app, API keys, the execute route
-and its Server-Sent Events, signed file downloads, OpenAPI, the errors' envelope,
-the read-timeout protocol, and the mount of the turn browser.
+and its Server-Sent Events, signed file downloads, the usage report, session forks,
+OpenAPI, the errors' envelope, the read-timeout protocol, and the mount of the turn
+browser.
 
 May import the port rooms, config, ui and ``embedded``; never cli.
 """

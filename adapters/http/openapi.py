@@ -21,7 +21,12 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from aptix_pipeline.contracts import AgentExecuteRequest, AgentExecuteResponse, InvokeResult
+from aptix_pipeline.contracts import (
+    AgentExecuteRequest,
+    AgentExecuteResponse,
+    InvokeResult,
+    Session,
+)
 from aptix_pipeline.engine import UsageReport
 
 from .auth import API_KEY_HEADER
@@ -238,6 +243,7 @@ def _schemas() -> dict[str, Any]:
     for name, model in (
         ("AgentExecuteRequest", AgentExecuteRequest),
         ("InvokeResult", InvokeResult[AgentExecuteResponse]),
+        ("ForkResult", InvokeResult[Session]),  # POST /v1/sessions/{id}/fork's answer
     ):
         schema = model.model_json_schema(by_alias=True, mode="validation", ref_template=template)
         components.update(schema.pop("$defs", {}))

@@ -7,6 +7,7 @@
   ``unavailable`` in the errors' envelope (``http/errors.py``).
 - ``GET /v1/files/{hash}`` — a file a turn made, by its signed URL (``http/files.py``).
 - ``GET /v1/usage`` — the caller's org's usage report (``http/usage.py``).
+- ``POST /v1/sessions/{id}/fork`` — fork a session after a settled turn (``http/forks.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from .errors import error_response
 from .execute import EXECUTE_PATH, ServiceState, run_turn
 from .files import add_file_route
+from .forks import add_fork_route
 from .openapi import EXECUTE_OPERATION
 from .usage import add_usage_route
 
@@ -30,11 +32,12 @@ HEALTH_PATH = "/healthz"
 
 
 def add_routes(app: FastAPI, service: ServiceState) -> None:
-    """Declare the execute, health, file and usage routes on ``app``, in that order."""
+    """Declare the execute, health, file, usage and fork routes on ``app``, in that order."""
     _add_execute(app, service)
     _add_health(app, service)
     add_file_route(app, service)
     add_usage_route(app, service)
+    add_fork_route(app, service)
 
 
 def _add_execute(app: FastAPI, service: ServiceState) -> None:

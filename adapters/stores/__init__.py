@@ -1,5 +1,6 @@
 """The session stores: memory, SQLite and PostgreSQL (with its migrations), the unit of
-work they share (``StoreBackend``, ``BufferedTransaction``), the browse reads of
+work they share (``StoreBackend``, ``BufferedTransaction``), what their forks share
+(``forks``), the browse reads of
 ``aptix sessions`` and the turn browser, and ``open_store`` for a store's URL.
 
 May import contracts, validators, steps and engine; never another room of adapters.

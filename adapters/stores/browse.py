@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from aptix_pipeline.contracts import AptixPipelineError, ChatMessage, Session, Turn
+from aptix_pipeline.contracts import AptixPipelineError, ChatMessage, Session, SessionForks, Turn
 
 from .session_browser import (
     MAX_PAGE,
@@ -111,6 +111,8 @@ class SessionDetail:
     summary: SessionSummary
     turns: tuple[Turn, ...]
     transcript: tuple[TranscriptEntry, ...]
+    forks: tuple[Session, ...] = ()
+    """The sessions forked from this one, oldest first (a store that forks, docs/FORKS.md)."""
 
 
 async def read_session_detail(
@@ -133,7 +135,8 @@ async def read_session_detail(
         if len(page_of_messages) < MAX_PAGE:
             break
     summary = SessionSummary.of_session(session, [turn.created_at for turn in turns])
-    return SessionDetail(session, summary, tuple(turns), tuple(transcript))
+    forks = await store.forks_of(org, user, session_id) if isinstance(store, SessionForks) else None
+    return SessionDetail(session, summary, tuple(turns), tuple(transcript), tuple(forks or ()))
 
 
 # --- the JSON forms ---------------------------------------------------------------------------
@@ -195,7 +198,28 @@ def entry_json(entry: TranscriptEntry) -> dict[str, Any]:
 
 
 def detail_json(detail: SessionDetail) -> dict[str, Any]:
-    """``aptix sessions show --json``: the session, its mode history, turns and transcript."""
+    """``aptix sessions show --json``: the session, its mode history, turns and transcript;
+    a fork's ``forked_from`` (session id, turn id, messages shared) and a forked
+    session's ``forks`` (each one's id and turn), each only when there is one."""
+    session = detail.session
+    parent: dict[str, Any] = (
+        {}
+        if session.forked_from is None
+        else {
+            "forked_from": {
+                "session_id": session.forked_from.session_id,
+                "turn_id": session.forked_from.turn_id,
+                "messages": session.forked_from.messages,
+            }
+        }
+    )
+    forks: dict[str, Any] = {
+        "forks": [
+            {"id": fork.id, "turn_id": fork.forked_from.turn_id}
+            for fork in detail.forks
+            if fork.forked_from is not None
+        ]
+    }
     return {
         "session": summary_json(detail.summary)
         | {
@@ -204,7 +228,9 @@ def detail_json(detail: SessionDetail) -> dict[str, Any]:
             ],
             "agent_context_id": detail.session.agent_context_id,
             "conversation_context_id": detail.session.conversation_context_id,
-        },
+        }
+        | parent
+        | (forks if detail.forks else {}),
         "turns": [turn_json(turn) for turn in detail.turns],
         "transcript": [entry_json(entry) for entry in detail.transcript],
     }

@@ -5,7 +5,9 @@ optimistic version checks — minus durability. ``apply`` runs without awaiting,
 so within one event loop it is atomic. It is a ``ToolLedger`` too
 (``contracts/ledger.py``), its entries as lasting as the store, and a
 ``UsageLedger`` (``contracts/usage.py``): each org's model calls in the order of
-their time, so a window's calls are found by bisection.
+their time, so a window's calls are found by bisection. It forks sessions
+(``SessionForks``, ``stores/forks.py``): a fork keeps its parent and cut, and its
+transcript is read through them, never copied.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from aptix_pipeline.contracts import (
     TurnStatus,
     UsageCall,
     UsageQuery,
+    last_image_at,
 )
 
+from .forks import check_forkable, forked_session, no_session
 from .session_browser import (
     DEFAULT_PAGE,
     OwnerSummary,
@@ -61,6 +65,12 @@ class MemoryStore:
         self._transcript: dict[str, list[ChatMessage]] = {}
         self._transcript_turns: dict[str, list[str]] = {}
         """The turn that appended each message of ``_transcript``, position for position."""
+        self._turn_last: dict[str, dict[str, int]] = {}
+        """Each session's turns by the seq (from 1) of the last message each appended."""
+        self._cuts: dict[str, tuple[str, int]] = {}
+        """Each fork's parent and how many of the parent's own messages it starts with."""
+        self._forks: dict[str, list[str]] = {}
+        """Each session's forks, oldest first."""
         self._last_image: dict[str, int] = {}
         """Each session's ``Transcript.last_image``: where its newest message with an image is."""
         self._outcomes: dict[tuple[str, str, str], StoredOutcome] = {}
@@ -100,8 +110,63 @@ class MemoryStore:
         """The session's messages, oldest first."""
         if self._owned(org, user, session_id) is None:
             return Transcript()
+        if session_id in self._cuts:  # a fork: its parent's prefix, then its own
+            return Transcript(*self._messages(session_id, None))
         messages = self._transcript.get(session_id, ())
         return Transcript(messages, self._last_image.get(session_id, -1))
+
+    def _messages(self, session_id: str, upto: int | None) -> tuple[list[ChatMessage], int]:
+        """The session's whole transcript, its own messages only up to ``upto``, and where
+        its newest image is (``Transcript.last_image``), known without looking."""
+        own = self._transcript.get(session_id, [])
+        last = self._last_image.get(session_id, -1)
+        if upto is not None and upto < len(own):
+            own = own[:upto]
+            if last >= upto:  # the newest image is after the cut: look for one before it
+                last = last_image_at(own)
+        cut = self._cuts.get(session_id)
+        if cut is None:
+            return list(own), last
+        prefix, prefix_last = self._messages(*cut)
+        return [*prefix, *own], prefix_last if last < 0 else len(prefix) + last
+
+    # --- SessionForks (contracts/ports.py, stores/forks.py): no await, so atomic ---------
+
+    async def fork_session(
+        self,
+        org: str,
+        user: str,
+        session_id: str,
+        turn_id: str,
+        new_session_id: str,
+        created_at: datetime,
+    ) -> Session:
+        """See ``SessionForks``."""
+        source = self._owned(org, user, session_id)
+        if source is None:
+            raise no_session(session_id)
+        turns = self._turns.get(session_id, {})
+        check_forkable(session_id, turn_id, turns.get(turn_id))
+        if new_session_id in self._sessions:
+            raise StoreConflictError(f"session {new_session_id!r} already exists")
+        last = self._turn_last.get(session_id, {})
+        cut = last.get(turn_id, 0)
+        prefix = 0 if source.forked_from is None else source.forked_from.messages
+
+        def later(entry_turn: str) -> bool:
+            return entry_turn in turns and last.get(entry_turn, cut + 1) > cut
+
+        fork = forked_session(source, turn_id, new_session_id, created_at, prefix + cut, later)
+        self._sessions[new_session_id] = fork
+        self._cuts[new_session_id] = (session_id, cut)
+        self._forks.setdefault(session_id, []).append(new_session_id)
+        return fork
+
+    async def forks_of(self, org: str, user: str, session_id: str) -> list[Session] | None:
+        """See ``SessionForks``."""
+        if self._owned(org, user, session_id) is None:
+            return None
+        return [self._sessions[fork] for fork in self._forks.get(session_id, ())]
 
     async def read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
         """The session's turn that awaits client tool results, if any."""
@@ -340,6 +405,7 @@ class MemoryStore:
                 self._last_image[session_id] = len(messages)
             messages.append(message)
             self._transcript_turns.setdefault(session_id, []).append(turn_id)
+            self._turn_last.setdefault(session_id, {})[turn_id] = len(messages)
         for outcome in writes.outcomes:
             self._outcomes[(writes.org, writes.user, outcome.key)] = outcome
 

@@ -31,6 +31,10 @@
   budget and reserves when every one holds, in one transaction; each statement in
   it reads a snapshot of its own, taken after the lock, so two processes' racing
   reservations of one org are counted one after the other. Costs are ``numeric``.
+- Forks (``SessionForks``, ``stores/forks.py``; schema version 6): a fork is one
+  ``aptix_sessions`` row naming its parent (a foreign key ``ON DELETE RESTRICT``), its
+  cut and its prefix length, plus its copied mode history, written in one
+  transaction; a transcript is read with one recursive query over the ancestors.
 - The URL's password never appears in an error message or a repr.
 """
 
@@ -68,6 +72,7 @@ from aptix_pipeline.contracts import (
     UsageQuery,
 )
 
+from .forks import check_forkable, forked_session, no_session
 from .postgres_migrations import SCHEMA_VERSION, SchemaVersionError, migrate, read_schema_version
 from .session_browser import (
     DEFAULT_PAGE,
@@ -108,6 +113,23 @@ _DELETE_EXPIRED: Final = (
 )
 """Delete at most ``LIMIT`` outcomes expired by the time given, skipping rows other
 transactions hold (they are being replaced)."""
+_TRANSCRIPT_AFTER: Final = (
+    "WITH RECURSIVE chain (id, upto, off) AS ("
+    "SELECT id, -1, prefix_len FROM aptix_sessions WHERE id = %s AND org = %s "
+    "AND user_name = %s UNION ALL SELECT s.parent_id, s.parent_seq, s.prefix_len - s.parent_seq "
+    "FROM chain c JOIN aptix_sessions s ON s.id = c.id WHERE s.parent_id IS NOT NULL) "
+    "SELECT c.off + t.seq, t.message FROM chain c JOIN aptix_transcript t "
+    "ON t.session_id = c.id WHERE t.seq > %s - c.off AND (c.upto < 0 OR t.seq <= c.upto) "
+    "ORDER BY c.off + t.seq"
+)
+"""A session's messages after a place in its whole transcript (``stores/forks.py``)."""
+_SESSION_SELECT: Final = (
+    "SELECT s.id, s.org, s.user_name, s.mode, s.agent_context_id, "
+    "s.conversation_context_id, s.solution_context_text, s.created_at, s.version, "
+    "ARRAY(SELECT h.entry FROM aptix_mode_history h WHERE h.session_id = s.id "
+    "ORDER BY h.seq), s.solution_context_json, s.parent_id, s.parent_turn_id, s.prefix_len "
+    "FROM aptix_sessions s"
+)
 _USAGE_SELECT: Final = (
     "SELECT "
     + ", ".join("user_name" if field == "user" else field for field in USAGE_FIELDS)
@@ -141,6 +163,13 @@ def _nul_safe_columns(text: str | None) -> tuple[str | None, str | None]:
     if text is not None and "\x00" in text:
         return None, json.dumps(text)
     return text, None
+
+
+def _session(row: Sequence[Any]) -> Session:
+    """A session read by ``_SESSION_SELECT``."""
+    if row[10] is not None:  # a text holding NUL (_nul_safe_columns)
+        row = (*row[:6], json.loads(row[10]), *row[7:])
+    return session_from_row(row, row[9], row[11:14])
 
 
 def _outcome_from_row(row: Sequence[Any]) -> StoredOutcome:
@@ -402,18 +431,10 @@ class PostgresStore:
     async def read_session(self, org: str, user: str, session_id: str) -> Session | None:
         """The session, if it belongs to this org and user (one statement, one snapshot)."""
         row = await self._fetchone(
-            "SELECT s.id, s.org, s.user_name, s.mode, s.agent_context_id, "
-            "s.conversation_context_id, s.solution_context_text, s.created_at, s.version, "
-            "ARRAY(SELECT h.entry FROM aptix_mode_history h WHERE h.session_id = s.id "
-            "ORDER BY h.seq), s.solution_context_json FROM aptix_sessions s "
-            "WHERE s.id = %s AND s.org = %s AND s.user_name = %s",
+            f"{_SESSION_SELECT} WHERE s.id = %s AND s.org = %s AND s.user_name = %s",
             (session_id, org, user),
         )
-        if row is None:
-            return None
-        if row[10] is not None:  # a text holding NUL (_nul_safe_columns)
-            row = (*row[:6], json.loads(row[10]), *row[7:])
-        return session_from_row(row, row[9])
+        return None if row is None else _session(row)
 
     async def read_turn(self, org: str, user: str, session_id: str, turn_id: str) -> Turn | None:
         """The turn of the caller's session, or ``None``."""
@@ -432,13 +453,7 @@ class PostgresStore:
         """
         key = (org, user, session_id)
         held, last_seq = self._transcripts.start(key)
-        rows = await self._fetchall(
-            "SELECT t.seq, t.message FROM aptix_transcript t "
-            "JOIN aptix_sessions s ON s.id = t.session_id "
-            "WHERE t.session_id = %s AND s.org = %s AND s.user_name = %s AND t.seq > %s "
-            "ORDER BY t.seq",
-            (session_id, org, user, last_seq),
-        )
+        rows = await self._fetchall(_TRANSCRIPT_AFTER, (session_id, org, user, last_seq))
         return self._transcripts.finish(key, held, last_seq, rows)
 
     async def read_pending_turn(self, org: str, user: str, session_id: str) -> Turn | None:
@@ -650,6 +665,106 @@ class PostgresStore:
             TranscriptEntry(int(seq), turn_id, ChatMessage.model_validate_json(text))
             for seq, turn_id, text in rows
         ]
+
+    # --- SessionForks (contracts/ports.py, stores/forks.py) ------------------------------
+
+    async def fork_session(
+        self,
+        org: str,
+        user: str,
+        session_id: str,
+        turn_id: str,
+        new_session_id: str,
+        created_at: datetime,
+    ) -> Session:
+        """See ``SessionForks``: one transaction, O(1) in prior turns."""
+        pool = await self._ready()
+        async with pool.connection() as connection, connection.transaction():
+            cursor = await connection.execute(
+                f"{_SESSION_SELECT} WHERE s.id = %s AND s.org = %s AND s.user_name = %s",
+                (session_id, org, user),
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                raise no_session(session_id)
+            source = _session(row)
+            cursor = await connection.execute(
+                "SELECT data FROM aptix_turns WHERE session_id = %s AND id = %s",
+                (session_id, turn_id),
+            )
+            found = await cursor.fetchone()
+            turn = None if found is None else Turn.model_validate_json(found[0])
+            check_forkable(session_id, turn_id, turn)
+            # Each mode-history entry's turn: whether it is the session's, and its last message.
+            entry_turns = sorted(
+                {e.turn_id for e in source.mode_history if e.turn_id is not None} | {turn_id}
+            )
+            cursor = await connection.execute(
+                "SELECT u.id, (SELECT MAX(t.seq) FROM aptix_transcript t "
+                "WHERE t.session_id = %s AND t.turn_id = u.id) FROM aptix_turns u "
+                "WHERE u.session_id = %s AND u.id = ANY(%s)",
+                (session_id, session_id, entry_turns),
+            )
+            last: dict[str, int | None] = dict(await cursor.fetchall())
+            cut = int(last.get(turn_id) or 0)
+
+            def later(entry_turn: str) -> bool:
+                if entry_turn not in last:
+                    return False
+                seq = last[entry_turn]
+                return seq is None or seq > cut
+
+            prefix = 0 if source.forked_from is None else source.forked_from.messages
+            fork = forked_session(source, turn_id, new_session_id, created_at, prefix + cut, later)
+            cursor = await connection.execute(
+                "INSERT INTO aptix_sessions (id, org, user_name, mode, agent_context_id, "
+                "conversation_context_id, solution_context_text, solution_context_json, "
+                "created_at, version, parent_id, parent_turn_id, parent_seq, prefix_len) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 1, %s, %s, %s, %s) "
+                "ON CONFLICT (id) DO NOTHING",
+                (
+                    fork.id,
+                    org,
+                    user,
+                    fork.mode,
+                    fork.agent_context_id,
+                    fork.conversation_context_id,
+                    *_nul_safe_columns(fork.solution_context_text),
+                    created_at,
+                    session_id,
+                    turn_id,
+                    cut,
+                    prefix + cut,
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise StoreConflictError(f"session {new_session_id!r} already exists")
+            if fork.mode_history:
+                await cursor.executemany(
+                    "INSERT INTO aptix_mode_history (session_id, seq, entry) VALUES (%s, %s, %s)",
+                    [
+                        (fork.id, seq, entry.model_dump_json())
+                        for seq, entry in enumerate(fork.mode_history, 1)
+                    ],
+                )
+        return fork
+
+    async def forks_of(self, org: str, user: str, session_id: str) -> list[Session] | None:
+        """See ``SessionForks``."""
+        pool = await self._ready()
+        async with pool.connection() as connection:
+            cursor = await connection.execute(
+                "SELECT 1 FROM aptix_sessions WHERE id = %s AND org = %s AND user_name = %s",
+                (session_id, org, user),
+            )
+            if await cursor.fetchone() is None:
+                return None
+            cursor = await connection.execute(
+                f"{_SESSION_SELECT} WHERE s.parent_id = %s AND s.org = %s AND s.user_name = %s "
+                "ORDER BY s.created_at, s.id",
+                (session_id, org, user),
+            )
+            return [_session(row) for row in await cursor.fetchall()]
 
     async def purge_outcomes(self, now: datetime) -> int:
         """Delete every outcome expired by ``now``; how many there were.

@@ -285,6 +285,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             $body$""",
         ),
     ),
+    Migration(
+        6,
+        "forks: a session's parent, its cut and its prefix length",
+        # A fork shares its parent's transcript up to parent_seq (stores/forks.py);
+        # RESTRICT: a session with forks cannot be deleted from under them.
+        (
+            "ALTER TABLE aptix_sessions "
+            "ADD COLUMN parent_id text REFERENCES aptix_sessions (id) ON DELETE RESTRICT, "
+            "ADD COLUMN parent_turn_id text, ADD COLUMN parent_seq integer, "
+            "ADD COLUMN prefix_len integer NOT NULL DEFAULT 0",
+            "CREATE INDEX aptix_sessions_parent ON aptix_sessions (parent_id)",
+            "CREATE INDEX aptix_transcript_turn ON aptix_transcript (session_id, turn_id, seq)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

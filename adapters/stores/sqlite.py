@@ -11,8 +11,8 @@
   nothing and a concurrent one loses cleanly (``StoreConflictError``).
 - A versioned schema (``PRAGMA user_version``): a new file is created at the
   current version, an older one is migrated in place (version 2 added stored
-  outcomes, version 3 the tool ledger, version 4 the usage ledger), and a file
-  written by a newer version is refused.
+  outcomes, version 3 the tool ledger, version 4 the usage ledger, version 5
+  forks), and a file written by a newer version is refused.
 - Stored outcomes (``StoredOutcome``, docs/CONFORMANCE.md D181) are written in
   the turn's transaction; a key holding an unexpired one makes the whole commit a
   conflict. Each commit that stores outcomes also deletes up to
@@ -34,6 +34,12 @@
   reservation when every budget holds — so it is atomic across processes sharing
   the file. Costs are kept as decimal text and summed with ``Decimal`` inside that
   transaction (exact; SQLite's own ``SUM`` would go through REAL).
+- Forks (``SessionForks``, ``stores/forks.py``; schema version 5): a fork is one
+  ``sessions`` row naming its parent (``parent_id``, a foreign key, so a parent
+  with forks cannot be deleted from under them), its cut (``parent_seq``) and its
+  ``prefix_len``, plus its copied mode history; a transcript is read with one
+  recursive query over the session's ancestors. ``transcript_turn`` finds a turn's
+  last message without scanning the session's.
 
 Durability (``synchronous``, docs/STORES.md "SQLite durability"): ``"normal"`` (the default)
 is WAL with ``PRAGMA synchronous = NORMAL``: a commit writes the turn to the WAL
@@ -82,6 +88,7 @@ from aptix_pipeline.contracts import (
     scrubbed_logger,
 )
 
+from .forks import check_forkable, forked_session, no_session
 from .session_browser import (
     DEFAULT_PAGE,
     OwnerSummary,
@@ -110,7 +117,7 @@ __all__ = [
     "synchronous_mode",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 T = TypeVar("T")
 logger = scrubbed_logger(__name__)
 
@@ -140,6 +147,21 @@ _DELETE_EXPIRED: Final = (
     "WHERE expires_at_us <= ? LIMIT ?)"
 )
 """Delete at most ``LIMIT`` outcomes expired by the instant given (in microseconds)."""
+_TRANSCRIPT_AFTER: Final = (
+    "WITH RECURSIVE chain (id, upto, off) AS ("
+    "SELECT id, -1, prefix_len FROM sessions WHERE id = ? AND org = ? AND user = ? "
+    "UNION ALL SELECT s.parent_id, s.parent_seq, s.prefix_len - s.parent_seq "
+    "FROM chain c JOIN sessions s ON s.id = c.id WHERE s.parent_id IS NOT NULL) "
+    "SELECT c.off + t.seq, t.message FROM chain c JOIN transcript t ON t.session_id = c.id "
+    "WHERE t.seq > ? - c.off AND (c.upto < 0 OR t.seq <= c.upto) ORDER BY c.off + t.seq"
+)
+"""A session's messages after a place in its whole transcript: its ancestors' up to
+each cut, then its own, each numbered by its place (``prefix_len + seq``)."""
+_SESSION_SELECT: Final = (
+    "SELECT id, org, user, mode, agent_context_id, conversation_context_id, "
+    "solution_context_text, created_at, version, parent_id, parent_turn_id, prefix_len "
+    "FROM sessions"
+)
 
 
 def synchronous_mode(value: str, *, option: str = "synchronous") -> Synchronous:
@@ -334,7 +356,18 @@ _SCHEMA_4 = (
     "CREATE INDEX usage_calls_time ON usage_calls (org, at_us)",
     "CREATE INDEX usage_calls_turn ON usage_calls (org, turn_id)",
 )
-_MIGRATIONS = (_SCHEMA, _SCHEMA_2, _SCHEMA_3, _SCHEMA_4)
+# Version 5: forks. prefix_len is how many messages of its ancestors come before a
+# session's own (0 for a session that is no fork); parent_seq the parent's own last
+# message the fork shares.
+_SCHEMA_5 = (
+    "ALTER TABLE sessions ADD COLUMN parent_id TEXT REFERENCES sessions (id)",
+    "ALTER TABLE sessions ADD COLUMN parent_turn_id TEXT",
+    "ALTER TABLE sessions ADD COLUMN parent_seq INTEGER",
+    "ALTER TABLE sessions ADD COLUMN prefix_len INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX sessions_parent ON sessions (parent_id)",
+    "CREATE INDEX transcript_turn ON transcript (session_id, turn_id, seq)",
+)
+_MIGRATIONS = (_SCHEMA, _SCHEMA_2, _SCHEMA_3, _SCHEMA_4, _SCHEMA_5)
 """``_MIGRATIONS[n]`` takes a file from schema version ``n`` to ``n + 1``."""
 
 
@@ -521,17 +554,14 @@ class SQLiteStore:
     def _read_session(self, org: str, user: str, session_id: str) -> Session | None:
         db = self._db()
         row = db.execute(
-            "SELECT id, org, user, mode, agent_context_id, conversation_context_id, "
-            "solution_context_text, created_at, version FROM sessions "
-            "WHERE id = ? AND org = ? AND user = ?",
-            (session_id, org, user),
+            f"{_SESSION_SELECT} WHERE id = ? AND org = ? AND user = ?", (session_id, org, user)
         ).fetchone()
         if row is None:
             return None
         history = db.execute(
             "SELECT entry FROM mode_history WHERE session_id = ? ORDER BY seq", (session_id,)
         )
-        return session_from_row(row, (entry for (entry,) in history))
+        return session_from_row(row, (entry for (entry,) in history), row[9:])
 
     async def read_session(self, org: str, user: str, session_id: str) -> Session | None:
         """The session, if it belongs to this org and user."""
@@ -557,11 +587,7 @@ class SQLiteStore:
         # Only the rows after those decoded before (transcript_cache): rows are only appended.
         key = (org, user, session_id)
         held, last_seq = self._transcripts.start(key)
-        rows = self._db().execute(
-            "SELECT t.seq, t.message FROM transcript t JOIN sessions s ON s.id = t.session_id "
-            "WHERE t.session_id = ? AND s.org = ? AND s.user = ? AND t.seq > ? ORDER BY t.seq",
-            (session_id, org, user, last_seq),
-        )
+        rows = self._db().execute(_TRANSCRIPT_AFTER, (session_id, org, user, last_seq))
         return self._transcripts.finish(key, held, last_seq, rows)
 
     async def read_transcript(self, org: str, user: str, session_id: str) -> Transcript:
@@ -837,6 +863,114 @@ class SQLiteStore:
     async def usage_calls(self, query: UsageQuery) -> list[UsageCall]:
         """See ``UsageLedger``: oldest first (calls made at one instant: as stored)."""
         return await self._run(lambda: self._usage_calls(query))
+
+    # --- SessionForks (contracts/ports.py, stores/forks.py) ------------------------------
+
+    def _last_seq(self, session_id: str, turn_id: str) -> int | None:
+        """The seq of the last message ``turn_id`` appended to the session's own, if any."""
+        row = self._query_one(
+            "SELECT MAX(seq) FROM transcript WHERE session_id = ? AND turn_id = ?",
+            (session_id, turn_id),
+        )
+        return None if row is None or row[0] is None else int(row[0])
+
+    def _fork(
+        self,
+        org: str,
+        user: str,
+        session_id: str,
+        turn_id: str,
+        new_session_id: str,
+        created_at: datetime,
+    ) -> Session:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            source = self._read_session(org, user, session_id)
+            if source is None:
+                raise no_session(session_id)
+            check_forkable(session_id, turn_id, self._read_turn(org, user, session_id, turn_id))
+            cut = self._last_seq(session_id, turn_id) or 0
+
+            def later(entry_turn: str) -> bool:
+                if (
+                    self._query_one(
+                        "SELECT 1 FROM turns WHERE session_id = ? AND id = ?",
+                        (session_id, entry_turn),
+                    )
+                    is None
+                ):
+                    return False
+                last = self._last_seq(session_id, entry_turn)
+                return last is None or last > cut
+
+            prefix = 0 if source.forked_from is None else source.forked_from.messages
+            fork = forked_session(source, turn_id, new_session_id, created_at, prefix + cut, later)
+            try:
+                db.execute(
+                    "INSERT INTO sessions (id, org, user, mode, agent_context_id, "
+                    "conversation_context_id, solution_context_text, created_at, version, "
+                    "parent_id, parent_turn_id, parent_seq, prefix_len) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
+                    (
+                        fork.id,
+                        org,
+                        user,
+                        fork.mode,
+                        fork.agent_context_id,
+                        fork.conversation_context_id,
+                        fork.solution_context_text,
+                        created_at.isoformat(),
+                        session_id,
+                        turn_id,
+                        cut,
+                        prefix + cut,
+                    ),
+                )
+            except sqlite3.IntegrityError as error:
+                raise StoreConflictError(f"session {new_session_id!r} already exists") from error
+            db.executemany(
+                "INSERT INTO mode_history (session_id, seq, entry) VALUES (?, ?, ?)",
+                [
+                    (fork.id, seq, entry.model_dump_json())
+                    for seq, entry in enumerate(fork.mode_history, 1)
+                ],
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self._after_commit()
+        return fork
+
+    async def fork_session(
+        self,
+        org: str,
+        user: str,
+        session_id: str,
+        turn_id: str,
+        new_session_id: str,
+        created_at: datetime,
+    ) -> Session:
+        """See ``SessionForks``: one ``BEGIN IMMEDIATE`` transaction, O(1) in prior turns."""
+        return await self._run(
+            partial(self._fork, org, user, session_id, turn_id, new_session_id, created_at)
+        )
+
+    def _forks_of(self, org: str, user: str, session_id: str) -> list[Session] | None:
+        if not self._owns(org, user, session_id):
+            return None
+        rows = self._db().execute(
+            "SELECT id FROM sessions WHERE parent_id = ? AND org = ? AND user = ? "
+            "ORDER BY created_at, id",
+            (session_id, org, user),
+        )
+        found = (self._read_session(org, user, fork_id) for (fork_id,) in rows.fetchall())
+        return [fork for fork in found if fork is not None]
+
+    async def forks_of(self, org: str, user: str, session_id: str) -> list[Session] | None:
+        """See ``SessionForks``."""
+        return await self._run(lambda: self._forks_of(org, user, session_id))
 
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 

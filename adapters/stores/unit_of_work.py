@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from aptix_pipeline.contracts import (
     ChatMessage,
+    ForkPoint,
     ModeHistoryEntry,
     Session,
     StoredOutcome,
@@ -46,10 +47,15 @@ __all__ = [
 ]
 
 
-def session_from_row(row: Sequence[Any], history: Iterable[str]) -> Session:
+def session_from_row(
+    row: Sequence[Any], history: Iterable[str], fork: Sequence[Any] = (None, None, 0)
+) -> Session:
     """A session read by a SQL store: its columns in the order id, org, user, mode,
     agent context id, conversation context id, solution context text, created at,
-    version; ``history`` its ModeHistory entries as JSON text, oldest first."""
+    version; ``history`` its ModeHistory entries as JSON text, oldest first; ``fork``
+    its parent's id, the turn it was forked after and its prefix length (``forks``),
+    the id ``None`` when it is no fork."""
+    parent, turn_id, messages = fork
     return Session(
         id=row[0],
         org=row[1],
@@ -61,6 +67,9 @@ def session_from_row(row: Sequence[Any], history: Iterable[str]) -> Session:
         created_at=row[7],
         version=row[8],
         mode_history=[ModeHistoryEntry.model_validate_json(entry) for entry in history],
+        forked_from=None
+        if parent is None
+        else ForkPoint(session_id=parent, turn_id=turn_id, messages=messages),
     )
 
 

@@ -18,6 +18,9 @@ The features, each a boolean of a row:
   ``recording`` (a redacted recording), ``replay`` (the recording replayed) and
   ``live_replay`` (replayed with ``LivePorts.of_pipeline``: the model and tools
   live when the recording is not redacted, the catalogs and rules when it is);
+- the session: ``fork`` (the turn runs on a session forked, at the row's front door,
+  after the second of three settled turns of another session: the model is sent that
+  session's first two turns and not its third, D613);
 - the front door: ``http`` (a real uvicorn server) or ``cli`` (``aptix run`` in a
   subprocess); neither is the pipeline in process.
 
@@ -58,11 +61,17 @@ from server_thread import server_thread
 
 from aptix_pipeline import (
     Caller,
+    ChatMessage,
+    ChatRole,
     LivePorts,
     Pipeline,
+    Session,
+    SQLiteStore,
     StreamDelta,
     StreamResult,
+    Turn,
     TurnRecording,
+    TurnStatus,
     create_app,
     replay_sync,
     tool_call_key,
@@ -90,6 +99,7 @@ FEATURES = (
     "live_replay",
     "http",
     "cli",
+    "fork",  # last: the greedy generator then keeps to 12 rows
 )
 
 
@@ -106,6 +116,12 @@ PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(60)).decode("ascii")
 URL_BASE = "https://files.matrix.example"
 KEY_ENV, FILES_ENV = "APTIX_MATRIX_OPENAI_KEY", "APTIX_MATRIX_FILES_KEY"
 IDEMPOTENCY_KEY = "matrix-retry-1"
+ANA_FLAGS = ("--org", "acme", "--user", "ana")
+SOURCE = "matrix-source"
+"""The session a ``fork`` row forks: three settled turns of acme/ana (``SOURCE_TURNS``)."""
+SOURCE_TURNS = [
+    (f"{SOURCE}-t{n}", f"earlier question {n}", f"earlier answer {n}") for n in (1, 2, 3)
+]
 
 
 def row_id(row: Mapping[str, bool]) -> str:
@@ -235,8 +251,39 @@ modes = ["general"]
     return config
 
 
-def request_of(row: Mapping[str, bool]) -> dict[str, Any]:
+def seed_source(db: Path) -> None:
+    """``SOURCE`` in the row's SQLite file, written through the store's own port."""
+    store = SQLiteStore(db)
+    try:
+        asyncio.run(_seed(store))
+    finally:
+        store.close()
+
+
+async def _seed(store: SQLiteStore) -> None:
+    tx = store.begin("acme", "ana")
+    await tx.create_session(Session(id=SOURCE, org="acme", user="ana", mode="general"))
+    await tx.commit()
+    for turn_id, question, answer in SOURCE_TURNS:
+        tx = store.begin("acme", "ana")
+        await tx.open_turn(
+            Turn(id=turn_id, session_id=SOURCE, mode="general", status=TurnStatus.COMPLETED)
+        )
+        await tx.append_transcript(
+            SOURCE,
+            turn_id,
+            [
+                ChatMessage(role=ChatRole.USER, content=question),
+                ChatMessage(role=ChatRole.ASSISTANT, content=answer),
+            ],
+        )
+        await tx.commit()
+
+
+def request_of(row: Mapping[str, bool], fork: str | None = None) -> dict[str, Any]:
     request: dict[str, Any] = {"Instruction": INSTRUCTION}
+    if fork is not None:  # the turn after the one the fork was made after
+        request |= {"SessionId": fork, "TurnId": SOURCE_TURNS[1][0]}
     if row["streaming"]:
         request["Stream"] = True
     if row["images"]:
@@ -266,6 +313,11 @@ class InProcess:
     def send(self, request: dict[str, Any], key: str | None = None) -> Answer:
         return self.runner.run(self._send(request, key))
 
+    def fork(self, session_id: str, turn_id: str) -> str:
+        forked = self.runner.run(self.pipeline.fork(session_id, turn_id, ANA_CALLER))
+        assert forked.result is not None, forked.errors
+        return forked.result.id
+
     async def _send(self, request: dict[str, Any], key: str | None) -> Answer:
         if not request.get("Stream"):
             result = await self.pipeline.execute(request, ANA_CALLER, idempotency_key=key)
@@ -285,8 +337,16 @@ class OverHttp:
 
     def __init__(self, config: Path, stack: ExitStack) -> None:
         port = stack.enter_context(server_thread(create_app(config)))
-        self.url = f"http://127.0.0.1:{port}/v1/agent/execute"
+        self.base = f"http://127.0.0.1:{port}"
+        self.url = f"{self.base}/v1/agent/execute"
         self.client = stack.enter_context(httpx.Client(timeout=30))
+
+    def fork(self, session_id: str, turn_id: str) -> str:
+        url = f"{self.base}/v1/sessions/{session_id}/fork"
+        response = self.client.post(url, json={"TurnId": turn_id}, headers=ANA)
+        assert response.status_code == 201, response.text
+        fork_id: str = response.json()["Result"]["Id"]
+        return fork_id
 
     def send(self, request: dict[str, Any], key: str | None = None) -> Answer:
         headers = {**ANA, **({"Idempotency-Key": key} if key else {})}
@@ -308,6 +368,18 @@ class OnTheCommandLine:
 
     def __init__(self, config: Path, env: Mapping[str, str]) -> None:
         self.config, self.env = config, {**os.environ, **env}
+
+    def fork(self, session_id: str, turn_id: str) -> str:
+        run = subprocess.run(
+            [str(APTIX), "fork", session_id, turn_id, "--config", str(self.config), *ANA_FLAGS],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=self.config.parent,
+            env=self.env,
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
 
     def send(self, request: dict[str, Any], key: str | None = None) -> Answer:
         folder = self.config.parent
@@ -343,6 +415,7 @@ class Scenario:
     recordings: list[Path]
     stack: ExitStack
     retry: Answer | None = None
+    fork: str | None = None
     model_calls_after_retry: int = 0
     checked: list[str] = field(default_factory=list)
 
@@ -378,6 +451,8 @@ def run_row(row: Mapping[str, bool], tmp: Path, env: dict[str, str], stack: Exit
     os.environ[HOST_ENV] = env[HOST_ENV]  # the monkeypatch of ``environment`` restores it
     server = stack.enter_context(fake_openai_server(model_script(row)))
     config = write_config(tmp, row, server.base_url)
+    if row["fork"]:
+        seed_source(tmp / "aptix.db")
     door: InProcess | OverHttp | OnTheCommandLine
     if row["http"]:
         door = OverHttp(config, stack)
@@ -386,7 +461,8 @@ def run_row(row: Mapping[str, bool], tmp: Path, env: dict[str, str], stack: Exit
     else:
         door = InProcess(config, stack)
     key = IDEMPOTENCY_KEY if row["idempotency"] else None
-    first = door.send(request_of(row), key)
+    fork = door.fork(SOURCE, SOURCE_TURNS[1][0]) if row["fork"] else None
+    first = door.send(request_of(row, fork), key)
     scenario = Scenario(
         row=row,
         tmp=tmp,
@@ -397,9 +473,10 @@ def run_row(row: Mapping[str, bool], tmp: Path, env: dict[str, str], stack: Exit
         log=read_log(tmp / "host.jsonl"),
         recordings=sorted((tmp / "recordings").glob("*.json")),
         stack=stack,
+        fork=fork,
     )
     if row["idempotency"]:
-        scenario.retry = door.send(request_of(row), key)
+        scenario.retry = door.send(request_of(row, fork), key)
         scenario.model_calls_after_retry = len(server.completions())
     return scenario
 
@@ -642,7 +719,32 @@ def check_live_replay(s: Scenario) -> None:
             assert s.server.completions()[-1].body["messages"][-1]["content"] == NOTE.content
 
 
+def check_fork(s: Scenario) -> None:
+    """On a fork: the turn is the fork's, and every model request holds the source's first
+    two turns and not its third; the source keeps its three. Off: no source at all."""
+    earlier = [text for body in s.model_bodies for text in messages_text(body) if "earlier" in text]
+    if not s.row["fork"]:
+        assert s.fork is None
+        assert earlier == []
+        return
+    assert s.response["SessionId"] == s.fork != SOURCE
+    shared = [text for _, question, answer in SOURCE_TURNS[:2] for text in (question, answer)]
+    for body in s.model_bodies:
+        said = [text for text in messages_text(body) if "earlier" in text]
+        assert said == shared  # in order, the third turn left out
+    with closing(sqlite3.connect(s.tmp / "aptix.db")) as db:
+        kept = db.execute(
+            "SELECT count(*) FROM transcript WHERE session_id = ?", (SOURCE,)
+        ).fetchone()[0]
+        parent = db.execute(
+            "SELECT parent_id, parent_turn_id FROM sessions WHERE id = ?", (s.fork,)
+        ).fetchone()
+    assert kept == 2 * len(SOURCE_TURNS)
+    assert parent == (SOURCE, SOURCE_TURNS[1][0])
+
+
 CHECKS = (
+    check_fork,
     check_rules,
     check_hooks,
     check_listeners,
@@ -668,7 +770,7 @@ CHECKS = (
 def test_the_rows_cover_every_pair_of_features() -> None:
     assert uncovered(ROWS, FEATURES, allowed) == []
     assert all(allowed(row) for row in ROWS)
-    assert len(ROWS) <= 12  # pairwise, not all 2**15 combinations
+    assert len(ROWS) <= 12  # pairwise, not all 2**16 combinations
     doors = {"http" if r["http"] else "cli" if r["cli"] else "in-process" for r in ROWS}
     assert doors == {"http", "cli", "in-process"}
 
@@ -683,7 +785,7 @@ def test_the_generator_finds_a_missing_pair_and_honours_exclusions() -> None:
         all_pairs(("a", "a"))
 
 
-@pytest.mark.decision("D440", "D441", "D567", "D596")  # D441: CLI rows run [host] extension
+@pytest.mark.decision("D440", "D441", "D567", "D596", "D613")  # D441: CLI rows run [host]
 @pytest.mark.parametrize("row", ROWS, ids=row_id)
 def test_every_feature_keeps_its_promise_beside_the_others(
     row: dict[str, bool], tmp_path: Path, environment: dict[str, str]

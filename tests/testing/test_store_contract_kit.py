@@ -38,9 +38,9 @@ from aptix_pipeline import (
 pytest_plugins = ["pytester"]
 
 CASES = sorted(name for name in dir(StoreContract) if name.startswith("test_"))
-LEDGER_CASES = [name for name in CASES if "ledger" in name or "usage" in name]
-"""Skipped for a store that is not a ``ToolLedger`` or a ``UsageLedger`` (none of this
-module's host stores is)."""
+LEDGER_CASES = [name for name in CASES if "ledger" in name or "usage" in name or "fork" in name]
+"""Skipped for a store that is not a ``ToolLedger``, a ``UsageLedger`` or a ``SessionForks``
+(none of this module's host stores is)."""
 RACES = [
     "test_a_conflicting_turn_succeeds_when_retried_in_a_new_transaction",
     "test_of_many_concurrent_turns_on_one_session_exactly_one_commits",

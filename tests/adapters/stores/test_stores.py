@@ -121,6 +121,48 @@ class OurStoreContract(StoreContract):
     def test_every_stored_text_field_round_trips_exactly(self) -> None:
         super().test_every_stored_text_field_round_trips_exactly()
 
+    @pytest.mark.decision("D607")
+    def test_a_fork_after_turn_two_holds_the_sources_transcript_mode_and_history_then(
+        self,
+    ) -> None:
+        super().test_a_fork_after_turn_two_holds_the_sources_transcript_mode_and_history_then()
+
+    @pytest.mark.decision("D607")
+    def test_a_fork_before_any_mode_change_starts_in_the_sources_first_mode(self) -> None:
+        super().test_a_fork_before_any_mode_change_starts_in_the_sources_first_mode()
+
+    @pytest.mark.decision("D607")
+    def test_a_fork_and_its_source_go_on_apart_and_never_mix(self) -> None:
+        super().test_a_fork_and_its_source_go_on_apart_and_never_mix()
+
+    @pytest.mark.decision("D607")
+    def test_a_fork_of_a_fork_reads_every_ancestors_prefix(self) -> None:
+        super().test_a_fork_of_a_fork_reads_every_ancestors_prefix()
+
+    @pytest.mark.decision("D607")
+    def test_forks_of_lists_a_sessions_forks_for_its_caller_only(self) -> None:
+        super().test_forks_of_lists_a_sessions_forks_for_its_caller_only()
+
+    @pytest.mark.decision("D608")
+    def test_a_turn_still_pending_is_not_forked(self) -> None:
+        super().test_a_turn_still_pending_is_not_forked()
+
+    @pytest.mark.decision("D608")
+    def test_another_callers_session_is_not_found_to_fork(self) -> None:
+        super().test_another_callers_session_is_not_found_to_fork()
+
+    @pytest.mark.decision("D608")
+    def test_an_unknown_session_or_turn_is_not_forked(self) -> None:
+        super().test_an_unknown_session_or_turn_is_not_forked()
+
+    @pytest.mark.decision("D608")
+    def test_a_fork_into_a_taken_session_id_conflicts_and_changes_nothing(self) -> None:
+        super().test_a_fork_into_a_taken_session_id_conflicts_and_changes_nothing()
+
+    @pytest.mark.decision("D609")
+    def test_a_fork_from_turn_two_of_four_continues_through_the_engine(self) -> None:
+        super().test_a_fork_from_turn_two_of_four_continues_through_the_engine()
+
     @pytest.mark.decision("D521")
     def test_a_ledger_reservation_is_taken_once_and_reads_back_done_with_its_result(self) -> None:
         super().test_a_ledger_reservation_is_taken_once_and_reads_back_done_with_its_result()
@@ -420,14 +462,14 @@ async def test_sqlite_data_survives_close_and_reopen(tmp_path: Path) -> None:
 
 
 @pytest.mark.decision("D577")
-def test_sqlite_file_is_in_wal_mode_at_schema_version_4(tmp_path: Path) -> None:
+def test_sqlite_file_is_in_wal_mode_at_schema_version_5(tmp_path: Path) -> None:
     path = tmp_path / "aptix.db"
 
     with SQLiteStore(path) as store:
-        assert store.schema_version == 4 == SCHEMA_VERSION
+        assert store.schema_version == 5 == SCHEMA_VERSION
         with sqlite3.connect(path) as raw:
             assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            assert raw.execute("PRAGMA user_version").fetchone()[0] == 4
+            assert raw.execute("PRAGMA user_version").fetchone()[0] == 5
             kinds = {row[1]: row[2] for row in raw.execute("PRAGMA table_info(usage_calls)")}
             assert (kinds["cost"], kinds["charge_cost"]) == ("TEXT", "TEXT")  # exact, never REAL
 
