@@ -20,7 +20,7 @@ from .chat import chat
 from .diagram import diagram
 from .index import index
 from .init import init
-from .replay import replay
+from .replay import eval_app, replay
 from .run import run
 from .serve import serve, worker
 from .sessions import sessions_app
@@ -57,6 +57,7 @@ def build_app() -> typer.Typer:
     built.callback()(_root)
     for command in (init, validate, run, chat, serve, worker, diagram, replay, index, usage):
         built.command()(command)
+    built.add_typer(eval_app)
     built.add_typer(sessions_app)
     built.command()(ui)
     return built
