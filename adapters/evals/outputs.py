@@ -228,7 +228,7 @@ def _side_section(name: str, side: SideResult) -> str:
         items = "".join(f"<li>{html.escape(failure)}</li>" for failure in side.failures)
         parts.append(f"<ul>{items}</ul>")
     if side.divergence is not None:
-        parts.append(f"<pre>{html.escape(side.divergence.describe())}</pre>")
+        parts.append(f"<pre class=\"divergence\">{html.escape(side.divergence.describe())}</pre>")
     if side.facts is not None:
         parts.append(_facts_html(side.facts))
     return "".join(parts)
