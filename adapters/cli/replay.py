@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -249,7 +248,7 @@ def _draw_path(recording: TurnRecording, fmt: DiagramFormat, out: Path) -> None:
 class _EvalGroup(TyperGroup):
     """``aptix eval CASES ...`` is ``aptix eval run CASES ...``; ``capture`` is a command."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
             args = ["run", *args]
         return super().parse_args(ctx, args)
@@ -342,9 +341,7 @@ def eval_run(
     bar = None if quiet or not sys.stderr.isatty() else _ProgressBar()
     try:
         report = asyncio.run(
-            run_evals(
-                loaded, candidate, baseline=other, jobs=jobs, timeout=timeout, progress=bar
-            )
+            run_evals(loaded, candidate, baseline=other, jobs=jobs, timeout=timeout, progress=bar)
         )
     finally:
         candidate.close()

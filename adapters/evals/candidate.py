@@ -18,6 +18,7 @@ from pathlib import Path
 
 from aptix_pipeline.adapters.config import (
     ConfigError,
+    SecretTable,
     ServiceConfig,
     build_llm,
     load_service_config,
@@ -47,7 +48,8 @@ class Candidate:
     def load(cls, path: str | Path, *, name: str | None = None) -> Candidate:
         """The candidate a configuration file describes; ``ConfigError`` naming the file
         when it does not load or has no ``[model]``."""
-        config = load_service_config(path, secrets_for=("model",))
+        only_model: tuple[SecretTable, ...] = ("model",)  # no store, no API keys (D623)
+        config = load_service_config(path, secrets_for=only_model)
         model_config = config.model
         if model_config is None:
             config.close()

@@ -117,11 +117,14 @@ def capture_cases(
         raise CaptureError(f"{source}: no recording of that session or window")
     out.mkdir(parents=True, exist_ok=True)
     base = source if source.is_dir() else source.parent
-    copied, lines = [], [
-        "# Expectations of each case, inferred from its recorded turn (docs/EVALS.md):",
-        "# edit them. A case without a table passes when it does what its recording did.",
-        "",
-    ]
+    copied, lines = (
+        [],
+        [
+            "# Expectations of each case, inferred from its recorded turn (docs/EVALS.md):",
+            "# edit them. A case without a table passes when it does what its recording did.",
+            "",
+        ],
+    )
     for path, recording in chosen:
         target = out / path.relative_to(base)
         target.parent.mkdir(parents=True, exist_ok=True)

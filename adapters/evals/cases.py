@@ -12,7 +12,7 @@ of the wrong kind: a ``ValueError`` naming the file, the case and the key
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
@@ -30,7 +30,7 @@ class EvalCase:
     name: str
     path: Path
     recording: TurnRecording
-    expectations: Expectations = Expectations()
+    expectations: Expectations = field(default_factory=Expectations)
 
 
 def case_name(folder: Path, path: Path) -> str:

@@ -203,9 +203,11 @@ def report_junit(report: EvalReport) -> str:
             )
             failure.text = _failure_text(result)
     ElementTree.indent(suite)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(
-        suite, encoding="unicode"
-    ) + "\n"
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        + ElementTree.tostring(suite, encoding="unicode")
+        + "\n"
+    )
 
 
 _STYLE = """
@@ -228,7 +230,7 @@ def _side_section(name: str, side: SideResult) -> str:
         items = "".join(f"<li>{html.escape(failure)}</li>" for failure in side.failures)
         parts.append(f"<ul>{items}</ul>")
     if side.divergence is not None:
-        parts.append(f"<pre class=\"divergence\">{html.escape(side.divergence.describe())}</pre>")
+        parts.append(f'<pre class="divergence">{html.escape(side.divergence.describe())}</pre>')
     if side.facts is not None:
         parts.append(_facts_html(side.facts))
     return "".join(parts)
@@ -283,7 +285,7 @@ def report_html(report: EvalReport, *, title: str | None = None) -> str:
         "<!doctype html>\n"
         f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(heading)}</title>'
         f"<style>{_STYLE}</style></head><body>"
-        f"<h1>{html.escape(heading)}</h1><p id=\"summary\">{summary}</p>"
+        f'<h1>{html.escape(heading)}</h1><p id="summary">{summary}</p>'
         f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
         f"{''.join(sections)}"
         "</body></html>\n"

@@ -124,7 +124,7 @@ async def _side(case: EvalCase, candidate: Candidate, timeout: float) -> SideRes
             )
     except TimeoutError:
         return SideResult(False, (f"timed out after {timeout:g} s",), None, None)
-    except Exception as error:  # noqa: BLE001 - a case that cannot run is that case's failure
+    except Exception as error:
         return SideResult(False, (f"could not run: {_first_line(error)}",), None, None)
     return _judged(case, evaluation, candidate.prices)
 
@@ -176,4 +176,8 @@ def money(amount: Decimal | None, currency: str | None) -> str | None:
     """An exact amount as text (``0.0125 USD``), ``None`` for none."""
     if amount is None:
         return None
-    return f"{format(amount.normalize(), 'f')} {currency}".rstrip() if currency else format(amount, "f")
+    return (
+        f"{format(amount.normalize(), 'f')} {currency}".rstrip()
+        if currency
+        else format(amount, "f")
+    )

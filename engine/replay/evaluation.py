@@ -2,7 +2,7 @@
 
 ``await evaluate(recording, live=..., scratch=...)`` is ``replay`` for a candidate
 that may answer otherwise and must still finish its turn (docs/EVALS.md,
-docs/CONFORMANCE.md D620–D623). The candidate's model, catalogs (its prompts and
+docs/CONFORMANCE.md D620-D623). The candidate's model, catalogs (its prompts and
 tool lists), server tools and retriever run live (``LivePorts``); the store, the
 clock and the id source answer from the recording, as in a replay. Each call is
 checked against the recording as a replay checks it (``EvalTap``), but the first
@@ -31,7 +31,8 @@ turn's tokens), the usage ledger's arguments not at all; the result without its
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -285,10 +286,8 @@ class EvalTap(ReplayTap):
     def begin(self, target: Any, org: str, user: str) -> Any:
         """The scratch store's transaction, which every store call of the turn reaches."""
         if self.divergence is None:
-            try:
+            with suppress(_DivergedError):  # noted: the scratch store answers from here on
                 super().begin(target, org, user)
-            except _DivergedError:
-                pass
         return self._scratch.begin(org, user)
 
     async def acall(
@@ -306,7 +305,9 @@ class EvalTap(ReplayTap):
             return await self._store_call(target, call, answer, args)
         if self.divergence is None:
             try:
-                return await super().acall(None if port == USAGE else target, port, call, answer, args, method=method)
+                return await super().acall(
+                    None if port == USAGE else target, port, call, answer, args, method=method
+                )
             except _DivergedError:
                 pass  # found before any live port ran: answered below
         return await self._after(target, port, call, answer, args, method)
@@ -320,10 +321,10 @@ class EvalTap(ReplayTap):
             except _DivergedError:
                 pass
             else:
-                try:  # the scratch store follows the recorded turn
+                # The scratch store follows the recorded turn; what it says is the
+                # recording's to say.
+                with suppress(Exception):
                     await getattr(target, call)(*args.values())
-                except Exception:  # noqa: BLE001 - what it says is the recording's to say
-                    pass
                 return value
         return cast(T, await getattr(target, call)(*args.values()))
 
@@ -342,9 +343,7 @@ class EvalTap(ReplayTap):
             return cast(T, _GRANTED if call == "reserve_usage" else None)
         return self._borrow(port, call, answer, args)
 
-    def _borrow(
-        self, port: str, call: str, answer: TypeAdapter[T], args: Mapping[str, Any]
-    ) -> T:
+    def _borrow(self, port: str, call: str, answer: TypeAdapter[T], args: Mapping[str, Any]) -> T:
         """The recorded answer of an equal call, each recorded call lent once; else a
         failure naming the port (nothing live stands behind it)."""
         actual = {name: encode_value(value) for name, value in args.items()}
@@ -391,7 +390,7 @@ class EvalTap(ReplayTap):
         """A streamed model call: as a replay streams it, or the live stream after the
         divergence."""
         if self.divergence is None:
-            checked = super().stream(target, port, call, args)
+            checked = cast(AsyncGenerator[Any], super().stream(target, port, call, args))
             started = False
             try:
                 async for chunk in checked:
@@ -558,4 +557,3 @@ def usage_of(
         cost = None
     currency = next(iter(currencies)) if cost is not None and currencies else None
     return tokens, cost, currency
-

@@ -104,9 +104,7 @@ class TurnFacts:
         else:
             kind = str(response.get("Kind", "final"))
             text = str(
-                response.get("PrimaryOutputText")
-                or response.get("ToolContinuationMessage")
-                or ""
+                response.get("PrimaryOutputText") or response.get("ToolContinuationMessage") or ""
             )
         calls: list[ToolCallSeen] = []
         for answer in answers:
@@ -117,9 +115,7 @@ class TurnFacts:
                 except ValueError:
                     arguments = raw
                 calls.append(ToolCallSeen(str(call.get("Name")), arguments))
-        return cls(
-            kind, text, tuple(calls), tokens, cost, currency, latency_ms, len(answers)
-        )
+        return cls(kind, text, tuple(calls), tokens, cost, currency, latency_ms, len(answers))
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,12 +134,9 @@ class ArgumentMatcher:
         """Why ``arguments`` fail this check, or ``None``."""
         value: Any = arguments
         for step in self.steps:
-            if isinstance(step, int) and isinstance(value, list) and step < len(value):
-                value = value[step]
-            elif isinstance(step, str) and isinstance(value, Mapping) and step in value:
-                value = value[step]
-            else:
+            if not _has(value, step):
                 return f"{self.path} is absent"
+            value = value[step]
         if self.equals is not _UNSET and not _equal(value, self.equals):
             return f"{self.path} is {_shown(value)}, not {_shown(self.equals)}"
         if self.contains is not _UNSET:
@@ -172,7 +165,8 @@ class ToolExpectation:
         return [
             call
             for call in calls
-            if call.name == self.tool and all(m.failure(call.arguments) is None for m in self.arguments)
+            if call.name == self.tool
+            and all(m.failure(call.arguments) is None for m in self.arguments)
         ]
 
     def describe(self) -> str:
@@ -307,10 +301,15 @@ class Expectations:
             if facts.latency_ms is None:
                 failed.append(f"max_latency_ms {self.max_latency_ms:g}: not timed")
             elif facts.latency_ms > self.max_latency_ms:
-                failed.append(
-                    f"max_latency_ms {self.max_latency_ms:g}: {facts.latency_ms:.1f} ms"
-                )
+                failed.append(f"max_latency_ms {self.max_latency_ms:g}: {facts.latency_ms:.1f} ms")
         return failed
+
+
+def _has(value: Any, step: str | int) -> bool:
+    """Whether a JSON value has this key (an object) or index (a list)."""
+    if isinstance(step, int):
+        return isinstance(value, list) and step < len(value)
+    return isinstance(value, Mapping) and step in value
 
 
 def _shown(value: Any) -> str:
@@ -359,11 +358,11 @@ def _amount(value: object, where: str) -> Decimal | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int | float | Decimal):
-        raise ValueError(f"{where}: an amount (\"0.05\"), not {value!r}")
+        raise ValueError(f'{where}: an amount ("0.05"), not {value!r}')
     try:
         amount = Decimal(str(value))
     except InvalidOperation:
-        raise ValueError(f"{where}: an amount (\"0.05\"), not {value!r}") from None
+        raise ValueError(f'{where}: an amount ("0.05"), not {value!r}') from None
     if not amount.is_finite() or amount < 0:
         raise ValueError(f"{where}: an amount, 0 or more, not {value!r}")
     return amount
@@ -435,7 +434,11 @@ def _matcher(data: object, where: str) -> ArgumentMatcher:
 def _plain(value: Any) -> Any:
     """A TOML value as the JSON value it stands for (an exact decimal as a number)."""
     if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() and "." not in str(value) else float(value)
+        return (
+            int(value)
+            if value == value.to_integral_value() and "." not in str(value)
+            else float(value)
+        )
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

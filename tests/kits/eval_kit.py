@@ -15,9 +15,11 @@ from typing import Any
 
 from repo import ROOT
 
-from aptix_pipeline.adapters.config import load_service_config
+from aptix_pipeline.adapters.config import SecretTable, load_service_config
 from aptix_pipeline.adapters.evals import Candidate
 from aptix_pipeline.contracts import LLM
+
+MODEL_ONLY: tuple[SecretTable, ...] = ("model",)
 
 RECORDINGS = ROOT / "examples" / "recordings"
 CANDIDATE = ROOT / "examples" / "evals" / "candidate.toml"
@@ -64,5 +66,5 @@ def candidate_config(
 
 def candidate_with(model: Callable[[], LLM], *, name: str = "own model") -> Candidate:
     """The example candidate's catalog and prices with a model of the test's own."""
-    config = load_service_config(CANDIDATE, secrets_for=("model",))
+    config = load_service_config(CANDIDATE, secrets_for=MODEL_ONLY)
     return Candidate(name=name, model=model, config=config, prices=config.options.prices)

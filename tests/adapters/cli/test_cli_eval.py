@@ -86,7 +86,9 @@ def test_the_example_recordings_report_exactly_the_case_the_candidate_answers_ot
 
     suite = ElementTree.parse(junit).getroot()
     assert (suite.tag, suite.get("tests"), suite.get("failures")) == ("testsuite", "5", "1")
-    failed = [case.get("name") for case in suite.iter("testcase") if case.find("failure") is not None]
+    failed = [
+        case.get("name") for case in suite.iter("testcase") if case.find("failure") is not None
+    ]
     assert failed == [DIFFERENT]
     failure = suite.find(f"testcase[@name='{DIFFERENT}']/failure")
     assert failure is not None
@@ -175,7 +177,9 @@ def test_the_progress_bar_is_drawn_on_a_terminal_and_not_with_quiet(tmp_path: Pa
 def test_capture_makes_a_case_folder_that_aptix_eval_runs(tmp_path: Path) -> None:
     out = tmp_path / "cases"
 
-    captured = _eval("capture", str(RECORDINGS), "--out", str(out), "--until", "2026-01-01T00:00:00.006Z")
+    captured = _eval(
+        "capture", str(RECORDINGS), "--out", str(out), "--until", "2026-01-01T00:00:00.006Z"
+    )
     run = _eval(str(out), "--config", str(CANDIDATE), "--json")
     again = _eval("capture", str(RECORDINGS), "--out", str(out), "--session", "session-1")
 

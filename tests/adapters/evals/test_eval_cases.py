@@ -45,7 +45,7 @@ def test_a_bad_expectations_file_is_refused_naming_file_case_and_key(
     folder = case_folder(tmp_path, "01-initial")
     (folder / "expectations.toml").write_text(text, encoding="utf-8")
 
-    with pytest.raises(ValueError) as raised:
+    with pytest.raises(ValueError, match=r"expectations\.toml") as raised:
         load_cases(folder)
 
     assert str(folder / "expectations.toml") in str(raised.value)

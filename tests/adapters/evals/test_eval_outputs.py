@@ -56,7 +56,8 @@ def test_every_form_names_the_regressing_case_and_its_divergence(tmp_path: Path)
         "turn": data["cases"][0]["candidate"]["turn"],
     }
     failure = suite.find("testcase[@name='04-follow-on']/failure")
-    assert failure is not None and failure.get("type") == "regression"
+    assert failure is not None
+    assert failure.get("type") == "regression"
     assert "baseline: pass" in (failure.text or "")
     assert suite.find("testcase[@name='03-continuation']/failure") is None
     assert "Looks &lt;fine&gt; &amp; done." in page

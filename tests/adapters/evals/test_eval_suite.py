@@ -115,7 +115,9 @@ def test_a_model_that_cannot_be_reached_is_a_failed_case(tmp_path: Path) -> None
 
 @pytest.mark.decision("D623")
 def test_a_case_regresses_only_where_the_baseline_passes(tmp_path: Path) -> None:
-    cases = load_cases(case_folder(tmp_path, "03-continuation", "04-follow-on", "05-streamed-initial"))
+    cases = load_cases(
+        case_folder(tmp_path, "03-continuation", "04-follow-on", "05-streamed-initial")
+    )
     changed = copy.deepcopy(TURNS)
     changed["turns"][1][1]["text"] = "Looks fine to me."
     candidate = Candidate.load(candidate_config(tmp_path, changed, name="candidate.toml"))
@@ -140,9 +142,7 @@ def test_a_case_regresses_only_where_the_baseline_passes(tmp_path: Path) -> None
 def test_cost_is_priced_by_the_candidates_prices_and_unpriced_without(tmp_path: Path) -> None:
     cases = load_cases(case_folder(tmp_path, "04-follow-on"))
     priced = Candidate.load(candidate_config(tmp_path, TURNS, name="priced.toml"))
-    unpriced = Candidate.load(
-        candidate_config(tmp_path, TURNS, name="unpriced.toml", prices="")
-    )
+    unpriced = Candidate.load(candidate_config(tmp_path, TURNS, name="unpriced.toml", prices=""))
 
     (with_prices,) = asyncio.run(run_evals(cases, priced)).results
     (without,) = asyncio.run(run_evals(cases, unpriced)).results

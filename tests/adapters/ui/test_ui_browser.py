@@ -167,9 +167,7 @@ def test_the_mounted_page_takes_a_key_and_watches_a_turn_stream(
 
 
 @pytest.mark.decision("D625")
-def test_eval_reports_are_listed_and_the_failing_case_is_shown(
-    tmp_path: Path, tab: Page
-) -> None:
+def test_eval_reports_are_listed_and_the_failing_case_is_shown(tmp_path: Path, tab: Page) -> None:
     import subprocess
 
     from cli_kit import APTIX

@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 from eval_kit import CANDIDATE, RECORDINGS, TURNS
 
-from aptix_pipeline.adapters.config import load_service_config
+from aptix_pipeline.adapters.config import SecretTable, load_service_config
 from aptix_pipeline.adapters.evals import RecordedStore
 from aptix_pipeline.adapters.models import TurnScript
 from aptix_pipeline.engine.replay import Evaluation, LivePorts, TurnRecording, evaluate
 
-CONFIG = load_service_config(CANDIDATE, secrets_for=("model",))
+MODEL_ONLY: tuple[SecretTable, ...] = ("model",)
+
+CONFIG = load_service_config(CANDIDATE, secrets_for=MODEL_ONLY)
 
 
 def _evaluated(name: str, script: Any) -> Evaluation:
