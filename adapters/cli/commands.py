@@ -2,8 +2,8 @@
 
 ``cli/__init__.py`` builds it on first use. Each command lives in its own module
 (``cli_init``, ``cli_validate``, ``cli_run``, ``cli_chat``, ``cli_serve`` (with
-``aptix worker``), ``cli_diagram``, ``cli_replay`` (with ``aptix eval``), ``cli_sessions``, ``cli_ui``,
-``cli_index``, ``cli_usage``),
+``aptix worker``), ``cli_diagram``, ``cli_replay`` (with ``aptix eval``),
+``cli_sessions``, ``cli_ui``, ``cli_index``, ``cli_usage``),
 which imports Typer and the standard library only: building the app (``aptix
 --help``) loads no engine, and each command imports what it uses when it runs.
 """
