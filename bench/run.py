@@ -57,6 +57,7 @@ from budgets import TARGET as BUDGETS_TARGET
 from budgets import budget_rows
 from builders import PATHS, context_after, context_before, request_data
 from durable import durable_figures, print_durable_figures
+from evals import eval_figures, print_eval_figures
 from http_load import http_figures, print_http_figures
 from images import IMAGE_BYTES, image_rows
 from ledger import TARGET as LEDGER_TARGET
@@ -96,6 +97,7 @@ SECTIONS = (
     "concurrency",
     "transcript",
     "replay",
+    "evals",
     "cli",
     "durable",
 )
@@ -502,6 +504,13 @@ def replay() -> dict[str, float]:
     return rates
 
 
+def evals() -> dict[str, Any]:
+    """An eval case's cost against a replay of the same recording (bench/evals.py)."""
+    figures = eval_figures()
+    print_eval_figures(figures)
+    return figures
+
+
 def cli() -> dict[str, Any]:
     """Start-up cost of the command line."""
     costs = cli_costs()
@@ -539,6 +548,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "concurrency": concurrency,
     "transcript": transcript,
     "replay": replay,
+    "evals": evals,
     "cli": cli,
     "durable": durable,
 }
