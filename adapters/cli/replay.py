@@ -282,7 +282,8 @@ def eval_run(
             "--config",
             exists=True,
             dir_okay=False,
-            help="The candidate: its \\[model], catalog, tools and \\[prices] run live.",
+            help="The candidate: its \\[model], catalog and tools run live, its \\[prices] "
+            "price the calls.",
         ),
     ],
     baseline: Annotated[

@@ -126,3 +126,36 @@ def test_a_redacted_recording_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="the recording is redacted"):
         asyncio.run(evaluate(recording, live=live, scratch=RecordedStore(recording)))
+
+
+@pytest.mark.decision("D621")
+def test_a_streamed_reply_is_compared_on_its_text_and_tool_calls_only() -> None:
+    usage = {"input_tokens": 11, "output_tokens": 5}
+    streamed = [
+        {"tool_calls": [{"id": "call_math", "name": "Math", "arguments": {}}]},
+        {
+            "text": "Adding them on the server. ",
+            "tool_calls": [{"id": "call_add", "name": "Add", "arguments": {"a": 2, "b": 3}}],
+        },
+        {"text": "2 + 3 = 5, as the server's Add tool computed."},
+    ]
+    same = {"turns": [streamed]}
+    priced = {"turns": [[{**reply, "usage": usage, "model": "other"} for reply in streamed]]}
+    worded = copy.deepcopy(same)
+    worded["turns"][0][2]["text"] = "It is 5."
+
+    as_recorded = _evaluated("05-streamed-initial", same)
+    other_model = _evaluated("05-streamed-initial", priced)
+    other_words = _evaluated("05-streamed-initial", worded)
+
+    assert as_recorded.divergence is None
+    assert other_model.divergence is None
+    assert [call.answer["Model"] for call in other_model.model_calls if call.answer] == [
+        "other"
+    ] * 3
+    assert other_words.divergence is not None
+    assert (other_words.divergence.port_call, other_words.divergence.where) == (
+        "LLM.stream",
+        "answer.Text",
+    )
+    assert other_words.result["Result"]["PrimaryOutputText"] == "It is 5."
