@@ -5,6 +5,7 @@
 - ``embedded.py``, the composition root: ``embedded_pipeline``, ``build_pipeline``,
   and for durable turns ``durable_pipeline``, ``durable_worker``;
 - ``config/``: the service's TOML file, the catalog, the data folder;
+- ``evals/``: evals from recordings (``aptix eval``, docs/EVALS.md);
 - ``temporal/``: durable turns on Temporal (the ``temporal`` extra);
 - the ports' rooms: ``stores/``, ``models/``, ``retrieval/``, ``files/``, ``tools/``,
   ``system/`` (clock, ids, tracing).
@@ -39,6 +40,19 @@ if TYPE_CHECKING:
         durable_worker,
         embedded_pipeline,
         open_store,
+    )
+    from .evals import (
+        Candidate,
+        CaptureError,
+        EvalReport,
+        RecordedStore,
+        capture_cases,
+        load_cases,
+        report_html,
+        report_json,
+        report_junit,
+        report_table,
+        run_evals,
     )
     from .files import LocalFileStore
     from .http import ApiKeyAuthenticator, Authenticator, create_app
@@ -137,6 +151,17 @@ _EXPORTS: dict[str, str] = {
     "DurableSettings": "temporal",
     "DurableStream": "temporal",
     "DurableWorker": "temporal",
+    "Candidate": "evals",
+    "CaptureError": "evals",
+    "EvalReport": "evals",
+    "RecordedStore": "evals",
+    "capture_cases": "evals",
+    "load_cases": "evals",
+    "report_html": "evals",
+    "report_json": "evals",
+    "report_junit": "evals",
+    "report_table": "evals",
+    "run_evals": "evals",
 }
 """Each public name and the module it comes from."""
 
@@ -147,6 +172,8 @@ __all__ = [
     "Authenticator",
     "BlobStore",
     "BufferedTransaction",
+    "Candidate",
+    "CaptureError",
     "CatalogError",
     "ConfigCatalog",
     "ConfigError",
@@ -156,6 +183,7 @@ __all__ = [
     "DurableSettings",
     "DurableStream",
     "DurableWorker",
+    "EvalReport",
     "FtsRetriever",
     "HostExtension",
     "HttpServer",
@@ -166,6 +194,7 @@ __all__ = [
     "PostgresStore",
     "PostgresStoreError",
     "RandomIds",
+    "RecordedStore",
     "RetrievalIndexError",
     "SQLiteStore",
     "SchemaVersionError",
@@ -187,13 +216,20 @@ __all__ = [
     "TurnWrites",
     "build_index",
     "build_pipeline",
+    "capture_cases",
     "configure_tracing",
     "create_app",
     "durable_pipeline",
     "durable_worker",
     "embedded_pipeline",
+    "load_cases",
     "open_store",
     "outcome_replaceable",
+    "report_html",
+    "report_json",
+    "report_junit",
+    "report_table",
+    "run_evals",
 ]
 
 

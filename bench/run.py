@@ -34,6 +34,8 @@ Sections, in order (``--only`` picks some, comma-separated):
   beside the same turn without, and the time to index them (``bench/retrieval.py``);
 - ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
   work, beside their targets (``bench/scale.py``);
+- ``evals`` — an eval case beside a replay of the same recording, and ``run_evals``
+  per case (``bench/evals.py``);
 - ``durable`` — a durable turn on a local Temporal dev server beside the same turn in
   process: added latency, the worker's CPU, where the time goes (from the workflow
   history), throughput with one and two workers and the server's CPU
@@ -60,6 +62,7 @@ from budgets import TARGET as BUDGETS_TARGET
 from budgets import budget_rows
 from builders import PATHS, context_after, context_before, request_data
 from durable import durable_figures, print_durable_figures
+from evals import eval_figures, print_eval_figures
 from forks import TARGET as FORKS_TARGET
 from forks import fork_rows
 from http_load import http_figures, print_http_figures
@@ -102,6 +105,7 @@ SECTIONS = (
     "concurrency",
     "transcript",
     "replay",
+    "evals",
     "cli",
     "durable",
 )
@@ -532,6 +536,13 @@ def replay() -> dict[str, float]:
     return rates
 
 
+def evals() -> dict[str, Any]:
+    """An eval case's cost against a replay of the same recording (bench/evals.py)."""
+    figures = eval_figures()
+    print_eval_figures(figures)
+    return figures
+
+
 def cli() -> dict[str, Any]:
     """Start-up cost of the command line."""
     costs = cli_costs()
@@ -570,6 +581,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "concurrency": concurrency,
     "transcript": transcript,
     "replay": replay,
+    "evals": evals,
     "cli": cli,
     "durable": durable,
 }

@@ -53,6 +53,11 @@
   configuration's catalog, server tools (and model) live. ``--diagram`` draws the
   recorded turn's path. Exit codes: 0 every recording replays, 1 one diverges, 2
   usage error.
+- ``aptix eval CASES --config CANDIDATE`` runs a folder of recordings on a candidate
+  configuration's live model, prompts and tools and reports each case (a table,
+  ``--json``, ``--junit FILE``, ``--html FILE``; ``--baseline`` side by side);
+  ``aptix eval capture`` makes a case folder (``cli/replay.py``, ``adapters/evals``,
+  docs/EVALS.md). Exit codes: 0 no case regresses, 1 one does, 2 usage error.
 - ``aptix sessions list|show`` prints the sessions a store holds, scoped to
   ``--org``/``--user`` (``cli/sessions.py``); ``aptix ui`` serves the turn browser
   page on loopback (``cli/ui.py``, docs/UI.md).

@@ -2,8 +2,8 @@
 
 ``cli/__init__.py`` builds it on first use. Each command lives in its own module
 (``cli_init``, ``cli_validate``, ``cli_run``, ``cli_chat``, ``cli_serve`` (with
-``aptix worker``), ``cli_diagram``, ``cli_replay``, ``cli_sessions``, ``cli_ui``,
-``cli_index``, ``cli_usage``),
+``aptix worker``), ``cli_diagram``, ``cli_replay`` (with ``aptix eval``),
+``cli_sessions``, ``cli_ui``, ``cli_index``, ``cli_usage``),
 which imports Typer and the standard library only: building the app (``aptix
 --help``) loads no engine, and each command imports what it uses when it runs.
 """
@@ -20,7 +20,7 @@ from .chat import chat
 from .diagram import diagram
 from .index import index
 from .init import init
-from .replay import replay
+from .replay import eval_app, replay
 from .run import run
 from .serve import serve, worker
 from .sessions import fork, sessions_app
@@ -57,6 +57,7 @@ def build_app() -> typer.Typer:
     built.callback()(_root)
     for command in (init, validate, run, chat, serve, worker, diagram, replay, index, usage):
         built.command()(command)
+    built.add_typer(eval_app)
     built.add_typer(sessions_app)
     built.command()(fork)
     built.command()(ui)

@@ -7,15 +7,21 @@ runs that configuration's catalog, server tools and retrieval index live instead
 against your own code"), so a change of prompt, mode, tool or model shows as an
 ``answer`` divergence. ``--diagram`` draws the recorded turn's path. Exit codes: 0
 every recording replays, 1 one diverges, 2 for a usage error.
+
+``aptix eval CASES --config CANDIDATE`` (and ``aptix eval capture``) runs a folder of
+recordings on a candidate configuration (``adapters/evals``, docs/EVALS.md): replay's
+sibling for a candidate that may answer otherwise. Exit codes: 0 no case regresses, 1
+one does, 2 for a usage error.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -23,7 +29,7 @@ if TYPE_CHECKING:
     from aptix_pipeline.engine import DiagramFormat, Telemetry
     from aptix_pipeline.engine.replay import LivePorts, TurnRecording
 
-__all__ = ["replay"]
+__all__ = ["eval_app", "replay"]
 
 
 def replay(
@@ -235,3 +241,182 @@ def _draw_path(recording: TurnRecording, fmt: DiagramFormat, out: Path) -> None:
     except OSError as error:
         raise _refuse(f"cannot write {out}: {error.strerror or error}") from None
     typer.echo(f"path diagram: {out}")
+
+
+# --- aptix eval (docs/EVALS.md) -----------------------------------------------------------
+
+
+class _EvalGroup(TyperGroup):
+    """``aptix eval CASES ...`` is ``aptix eval run CASES ...``; ``capture`` is a command."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+eval_app = typer.Typer(
+    name="eval",
+    cls=_EvalGroup,
+    help="Run recorded turns on a candidate configuration and report each case "
+    "(aptix eval CASES --config candidate.toml); make a case folder (aptix eval capture).",
+    no_args_is_help=True,
+)
+
+
+def _eval_refuse(message: str) -> typer.Exit:
+    typer.echo(f"aptix eval: {message}", err=True)
+    return typer.Exit(2)
+
+
+@eval_app.command("run")
+def eval_run(
+    cases: Annotated[
+        Path,
+        typer.Argument(
+            exists=True, file_okay=False, help="A folder of recordings (and expectations.toml)."
+        ),
+    ],
+    config: Annotated[
+        Path,
+        typer.Option(
+            "--config",
+            exists=True,
+            dir_okay=False,
+            help="The candidate: its \\[model], catalog and tools run live, its \\[prices] "
+            "price the calls.",
+        ),
+    ],
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline", exists=True, dir_okay=False, help="A second candidate, side by side."
+        ),
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Cases run at once.")] = 4,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.001, help="Seconds a case may take.")
+    ] = 300.0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON (aptix.eval-report/1).")
+    ] = False,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", dir_okay=False, help="Write JUnit XML here.")
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option("--html", dir_okay=False, help="Write the HTML report here.")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+) -> None:
+    """Evaluate each recorded turn of CASES on the candidate's live model, prompts and tools.
+
+    The store, clock and ids answer from each recording. Each case passes or fails by
+    its expectations (without any: when it does what its recording did), names its
+    first divergence, and shows tokens, cost and model time against the recording's.
+    Exit codes: 0 no case regresses, 1 one does, 2 for a usage error.
+    """
+    import asyncio
+    import json
+    import sys
+
+    from aptix_pipeline.adapters.config import ConfigError
+    from aptix_pipeline.adapters.evals import (
+        Candidate,
+        load_cases,
+        report_html,
+        report_json,
+        report_junit,
+        report_table,
+        run_evals,
+    )
+
+    try:
+        loaded = load_cases(cases)
+        candidate = Candidate.load(config)
+    except (ConfigError, ValueError) as error:
+        raise _eval_refuse(str(error)) from None
+    try:
+        other = Candidate.load(baseline) if baseline is not None else None
+    except (ConfigError, ValueError) as error:
+        candidate.close()
+        raise _eval_refuse(str(error)) from None
+    bar = None if quiet or not sys.stderr.isatty() else _ProgressBar()
+    try:
+        report = asyncio.run(
+            run_evals(loaded, candidate, baseline=other, jobs=jobs, timeout=timeout, progress=bar)
+        )
+    finally:
+        candidate.close()
+        if other is not None:
+            other.close()
+        if bar is not None:
+            bar.done()
+    try:
+        if junit is not None:
+            junit.write_text(report_junit(report), encoding="utf-8")
+        if html is not None:
+            html.write_text(report_html(report), encoding="utf-8")
+    except OSError as error:
+        raise _eval_refuse(f"cannot write {error.filename}: {error.strerror or error}") from None
+    if as_json:
+        typer.echo(json.dumps(report_json(report), indent=2, ensure_ascii=False))
+    else:
+        typer.echo(report_table(report))
+    raise typer.Exit(1 if report.regressions else 0)
+
+
+class _ProgressBar:
+    """``[#####.....] 3/10 cases`` on stderr, redrawn in place."""
+
+    def __call__(self, done: int, total: int) -> None:
+        import sys
+
+        filled = 30 * done // max(total, 1)
+        sys.stderr.write(f"\raptix eval [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        import sys
+
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+@eval_app.command("capture")
+def eval_capture(
+    source: Annotated[
+        Path, typer.Argument(exists=True, help="A recordings folder (or a recording).")
+    ],
+    out: Annotated[Path, typer.Option("--out", file_okay=False, help="The new case folder.")],
+    session: Annotated[
+        str | None, typer.Option("--session", help="The session whose turns to take.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Turns begun at or after (ISO 8601, with zone).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Turns begun before (ISO 8601, with zone).")
+    ] = None,
+) -> None:
+    """Copy the recordings of a session or a time window into a new case folder.
+
+    Beside them, expectations.toml holds what each recorded turn did (its final
+    kind, the tools it called), for you to edit. Exit codes: 0 captured, 2 usage
+    error.
+    """
+    from datetime import datetime
+
+    from aptix_pipeline.adapters.evals import CaptureError, capture_cases
+
+    try:
+        window = [
+            None if text is None else datetime.fromisoformat(text.replace("Z", "+00:00"))
+            for text in (since, until)
+        ]
+    except ValueError as error:
+        raise _eval_refuse(f"--since/--until: not an ISO 8601 time: {error}") from None
+    try:
+        copied = capture_cases(source, out, session=session, since=window[0], until=window[1])
+    except CaptureError as error:
+        raise _eval_refuse(str(error)) from None
+    typer.echo(f"{len(copied)} cases in {out} (expectations: {out / 'expectations.toml'})")

@@ -1,8 +1,9 @@
-"""``aptix ui [--store URL] [--recordings DIR] [--host 127.0.0.1] [--port N] [--allow-host NAME]``:
-the turn browser.
+"""``aptix ui [--store URL] [--recordings DIR] [--evals DIR] [--host 127.0.0.1] [--port N]
+[--allow-host NAME]``: the turn browser.
 
 Serves the page of ``ui/app.py`` (docs/UI.md) under uvicorn for the operator of a
-store: every org and user's sessions, and the recordings of a folder. It asks for
+store: every org and user's sessions, the recordings of a folder, and the eval
+reports of a folder (``aptix eval --html``, at ``/evals``). It asks for
 no key, so it listens on loopback only: a ``--host`` that is not a loopback
 address is refused unless ``--allow-remote`` says so. Each start makes a token
 (``ui/guard.py``, D416): the URL it prints carries it (``/?token=…``), and the page
@@ -60,6 +61,12 @@ def ui(
         Path | None,
         typer.Option(file_okay=False, help="A folder of turn recordings (aptix run --record)."),
     ] = None,
+    evals: Annotated[
+        Path | None,
+        typer.Option(
+            "--evals", file_okay=False, help="A folder of eval reports (aptix eval --html)."
+        ),
+    ] = None,
     host: Annotated[str, typer.Option(help="Interface (loopback unless --allow-remote).")] = (
         "127.0.0.1"
     ),
@@ -102,6 +109,8 @@ def ui(
             raise _refuse(f"{option} {error}") from None
     if recordings is not None and not recordings.is_dir():
         raise _refuse(f"--recordings {recordings}: no such folder")
+    if evals is not None and not evals.is_dir():
+        raise _refuse(f"--evals {evals}: no such folder")
     try:
         import uvicorn
 
@@ -118,8 +127,8 @@ def ui(
     spec = store
     if spec is None and default_store_path().is_file():  # where aptix run keeps sessions
         spec = f"sqlite:{default_store_path()}"
-    if spec is None and recordings is None:
-        raise _refuse("nothing to show: give --store and/or --recordings")
+    if spec is None and recordings is None and evals is None:
+        raise _refuse("nothing to show: give --store, --recordings and/or --evals")
     opened = None
     if spec is not None:
         try:
@@ -138,6 +147,7 @@ def ui(
         store_name=scrub_urls(spec) if spec is not None else None,
         guard=guard,
         close_store=close,
+        evals=evals,
     )
     try:
         sock = listen(host, port)

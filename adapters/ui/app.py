@@ -286,8 +286,12 @@ def create_ui_app(
     access: UIAccess | None = None,
     guard: UIGuard | None = None,
     close_store: Callable[[], Awaitable[None]] | None = None,
+    evals: str | Path | None = None,
 ) -> Starlette:
     """The turn browser app (module docstring).
+
+    ``evals`` is a folder of eval reports (``aptix eval --html FILE``): ``/evals`` lists
+    its ``*.html`` files, ``/evals/{name}`` serves one as it was written (D625).
 
     ``store`` is a store (or a function giving the store when asked: the service's,
     once it is open), or ``None`` for recordings only; ``recordings`` the folder of
@@ -384,6 +388,35 @@ def create_ui_app(
         body = html("<h1>Replay of {name}</h1>{fragment}", name=entry.name, fragment=fragment)
         return ui.page(request, f"replay {entry.name}", body)
 
+    reports = Path(evals) if evals is not None else None
+
+    def _reports() -> list[Path]:
+        if reports is None or not reports.is_dir():
+            return []
+        return sorted(reports.glob("*.html"), key=lambda p: (-p.stat().st_mtime, p.name))
+
+    async def eval_reports(request: Request, caller: Caller | None) -> Response:
+        if reports is None:
+            return ui.not_found(request, "no eval reports: aptix ui --evals DIR")
+        base = _base(request)
+        items = join(
+            html("<li><a href='{base}/evals/{name}'>{name}</a></li>", base=base, name=p.name)
+            for p in _reports()
+        )
+        body = html(
+            "<h1>Eval reports</h1><p>{folder}</p><ul id='eval-reports'>{items}</ul>",
+            folder=str(reports),
+            items=items or html("<li>none yet (aptix eval … --html FILE)</li>"),
+        )
+        return ui.page(request, "eval reports", body)
+
+    async def eval_report(request: Request, caller: Caller | None) -> Response:
+        name = request.path_params["name"]
+        found = next((p for p in _reports() if p.name == name), None)
+        if found is None:
+            return ui.not_found(request, f"no eval report {name}")
+        return _html(found.read_text(encoding="utf-8"))
+
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
         if name == "ui.css":
@@ -398,6 +431,8 @@ def create_ui_app(
         Route("/turn", _guarded(ui, turn)),
         Route("/recording", _guarded(ui, recording)),
         Route("/recording/replay", _guarded(ui, replay), methods=["POST"]),
+        Route("/evals", _guarded(ui, eval_reports)),
+        Route("/evals/{name}", _guarded(ui, eval_report)),
         Route("/static/{name}", static),
     ]
     if access is not None:

@@ -10,7 +10,9 @@ It builds on the engine's runtime and the runtime never imports it (DESIGN.md
 - ``depth_cut.py``: a request nested past the depth limit, cut to what the engine read;
 - ``recorder.py``: the ``Recorder`` interceptor that records a pipeline's turns;
 - ``replayer.py``: ``replay``, which re-runs a recording and names the first divergence;
-- ``live.py``: ``LivePorts``, the host's own ports a replay runs live.
+- ``live.py``: ``LivePorts``, the host's own ports a replay runs live;
+- ``evaluation.py``: ``evaluate``, a recorded request run on a candidate's live ports;
+- ``expectations.py``: ``Expectations``, what an eval case expects of a turn.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import TYPE_CHECKING
 from aptix_pipeline.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .evaluation import Evaluation, ModelCallSeen, evaluate, usage_of
+    from .expectations import Expectations, ToolCallSeen, TurnFacts
     from .live import LivePorts
     from .recorder import Recorder, RecordingOptions, config_digest
     from .recording import RECORDING_FORMAT, TurnRecording, write_recording
@@ -36,6 +40,13 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS: dict[str, str] = {
+    "Evaluation": "evaluation",
+    "ModelCallSeen": "evaluation",
+    "evaluate": "evaluation",
+    "usage_of": "evaluation",
+    "Expectations": "expectations",
+    "ToolCallSeen": "expectations",
+    "TurnFacts": "expectations",
     "LivePorts": "live",
     "Recorder": "recorder",
     "RecordingOptions": "recorder",
@@ -60,7 +71,10 @@ records nothing, and ``aptix run`` without ``--record``, load none of them."""
 __all__ = [
     "RECORDING_FORMAT",
     "Divergence",
+    "Evaluation",
+    "Expectations",
     "LivePorts",
+    "ModelCallSeen",
     "PortCall",
     "RecordedError",
     "Recorder",
@@ -68,12 +82,16 @@ __all__ = [
     "Redactor",
     "ReplayDivergenceError",
     "ReplayOutcome",
+    "ToolCallSeen",
+    "TurnFacts",
     "TurnRecording",
     "assert_replays",
     "config_digest",
+    "evaluate",
     "recordings_in",
     "replay",
     "replay_sync",
+    "usage_of",
     "write_recording",
 ]
 

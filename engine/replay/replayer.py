@@ -152,6 +152,20 @@ class Divergence:
     expected: Any
     actual: Any
 
+    def to_dict(self) -> dict[str, Any]:
+        """The divergence as JSON: its fields, the values shown as ``describe`` shows them
+        (JSON text, clipped; ``<absent>`` for a missing one), and ``describe``'s text."""
+        return {
+            "kind": self.kind,
+            "step": self.step,
+            "call_number": self.call_number,
+            "port_call": self.port_call,
+            "where": self.where,
+            "expected": _shown(self.expected),
+            "actual": _shown(self.actual),
+            "description": self.describe(),
+        }
+
     def describe(self) -> str:
         """The divergence for people: what, where, expected and actual."""
         if self.kind == "rules":

@@ -96,6 +96,7 @@ def test_the_root_help_lists_every_command() -> None:
         "worker",
         "diagram",
         "replay",
+        "eval",
         "sessions",
         "ui",
         "index",

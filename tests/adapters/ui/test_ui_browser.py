@@ -164,3 +164,46 @@ def test_the_mounted_page_takes_a_key_and_watches_a_turn_stream(
     assert names.count("result") == 1
     assert names.count("progress") >= 5
     assert "2 + 3 = 5" in result
+
+
+@pytest.mark.decision("D625")
+def test_eval_reports_are_listed_and_the_failing_case_is_shown(tmp_path: Path, tab: Page) -> None:
+    import subprocess
+
+    from cli_kit import APTIX
+
+    reports = tmp_path / "evals"
+    reports.mkdir()
+    made = subprocess.run(
+        [
+            str(APTIX),
+            "eval",
+            str(ROOT / "examples" / "recordings"),
+            "--config",
+            str(ROOT / "examples" / "evals" / "candidate.toml"),
+            "--html",
+            str(reports / "candidate.html"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert made.returncode == 1, made.stderr
+
+    with running_ui("--evals", str(reports), cwd=tmp_path) as running:
+        tab.goto(running.url)
+        tab.goto(f"{running.base}/evals")
+        listed = tab.locator("#eval-reports li").all_inner_texts()
+        tab.click("#eval-reports a")
+        summary = tab.locator("#summary").inner_text()
+        failing = tab.locator("tbody tr:has(td.fail)").evaluate_all(
+            "rows => rows.map(row => row.id)"
+        )
+        divergence = tab.locator("#case-05-streamed-initial pre.divergence").inner_text()
+
+    assert listed == ["candidate.html"]
+    assert summary == "5 cases: 4 pass, 1 fail, 1 regress"
+    assert failing == ["row-05-streamed-initial"]
+    assert "LLM.stream" in divergence
+    assert _screenshot(tab, "eval-report.png").stat().st_size > 0
