@@ -97,6 +97,7 @@ def test_the_root_help_lists_every_command() -> None:
         "diagram",
         "replay",
         "eval",
+        "fork",
         "sessions",
         "ui",
         "index",
