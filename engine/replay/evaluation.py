@@ -54,24 +54,20 @@ from aptix_pipeline.contracts import (
     close_stream,
 )
 from aptix_pipeline.engine.deep_json import encode_value
-from aptix_pipeline.engine.idempotency import RequestKeys, request_keys
-from aptix_pipeline.engine.pipeline import Pipeline
 from aptix_pipeline.engine.report import TurnReport
 from aptix_pipeline.engine.telemetry import Telemetry
 from aptix_pipeline.validators import HostRules
 
 from .live import LivePorts
-from .port_tap import CLOCK, IDS, LLM_PORT, RETRIEVER, STREAM, TRANSACTION, USAGE, decode_answer
-from .port_tap import tap_ports as _tap_ports
-from .recorder import StepFollower
+from .port_tap import CLOCK, IDS, LLM_PORT, TRANSACTION, USAGE, decode_answer
 from .recording import TurnRecording
 from .records import PortCall
 from .replayer import (
     Divergence,
     ReplayTap,
-    StreamFollower,
     _DivergedError,
     first_difference,
+    run_recorded,
 )
 from .streams import StreamLog
 
@@ -468,50 +464,10 @@ async def evaluate(
             "made without redact"
         )
     meter = _Meter()
-    options = replace(
-        recording.pipeline_options(),
-        retry_wait_seconds=0.0,
-        retry_max_wait_seconds=0.0,
-        turn_deadline_seconds=None,
-    )
-    telemetry = replace(telemetry or Telemetry.off(), capture_content=recording.trace_content)
-    host_rules = HostRules(ports.rules)
-    ports = replace(ports, llm=_metered(ports.llm, meter)).hooked(options.error_detail)
     tap = EvalTap(recording, scratch)
-    streamed = any(call.port == LLM_PORT and call.call == STREAM for call in recording.calls)
-    retriever = next(
-        (str(call.args["collection"]) for call in recording.calls if call.port == RETRIEVER),
-        None,
-    )
-    tapped = _tap_ports(
-        tap,
-        None,
-        server_tools=recording.server_tools,
-        file_store=any(call.port == "FileStore" for call in recording.calls),
-        provider_name=recording.provider_name,
-        streaming=streamed,
-        live=ports,
-        retriever=retriever,
-        usage=recording.usage_ledger,
-    )
-    pipeline = Pipeline(tapped, options, telemetry=telemetry, rules=host_rules)
-    request = recording.request_input()
-    keys = request_keys(
-        request,
-        recording.caller["org"],
-        recording.caller["user"],
-        idempotency_key=recording.idempotency_key,
-        initial_mode=recording.initial_mode,
-        max_depth=options.max_json_depth,
-    )
-    report = await pipeline._turn(
-        request,
-        recording.caller,
-        initial_mode=recording.initial_mode,
-        listeners=[StreamFollower(tap) if streamed else StepFollower(tap)],
-        answer_keys=keys.answer_keys(options.idempotency_ttl_seconds)
-        if isinstance(keys, RequestKeys)
-        else None,
+    metered = replace(ports, llm=_metered(ports.llm, meter))
+    report = await run_recorded(
+        recording, tap, metered, HostRules(ports.rules), telemetry=telemetry
     )
     divergence = tap.divergence or tap.ended() or _result_divergence(recording, report)
     return Evaluation(recording, report, divergence, tuple(meter.calls), source)

@@ -888,44 +888,23 @@ def _rules_divergence(recorded: Sequence[str], ran: Sequence[str]) -> Divergence
     return Divergence("rules", None, None, None, "host_rules", list(recorded), list(ran))
 
 
-async def replay(
-    recording: TurnRecording | str | Path,
+async def run_recorded(
+    recording: TurnRecording,
+    tap: ReplayTap,
+    ports: LivePorts,
+    host_rules: HostRules,
     *,
     steps: Mapping[PipelineStep, StepFunction] | None = None,
     telemetry: Telemetry | None = None,
-    live: LivePorts | Mapping[str, Any] | None = None,
-    rules: Iterable[HostRule] | None = None,
-) -> ReplayOutcome:
-    """Re-run a recorded turn (a ``TurnRecording`` or a file) against today's code.
+    stop: TurnStop | None = None,
+) -> TurnReport:
+    """Run the recorded request once more, its ports answered through ``tap``.
 
-    ``steps`` replaces step functions, as for ``Pipeline``; ``telemetry`` turns
-    spans on (default: none). ``live`` runs the host's own model, server tools or
-    catalogs of today instead of answering them from the recording
-    (``LivePorts``, or ``{"llm": ..., "tools": {...}, "catalog": ...}``): their
-    calls are checked as any, and what they answer must be what was recorded
-    (an ``answer`` divergence). The recorded options apply, without the waits
-    between LLM retries (they change nothing a replay compares). Raises
-    ``ValueError`` for a file that is not a recording, and for a live model or
-    tool with a redacted recording; ``TypeError`` or ``ValueError`` for a ``live``
-    that is not one (naming the key). A divergence is in the outcome, and logged
-    (INFO, the call and the path, no values).
-
-    ``rules`` are the host rules the turn runs in its guards (default: ``live``'s,
-    which ``LivePorts.of_pipeline`` takes from the pipeline). The recording names
-    the host rules its turn ran (``TurnRecording.host_rules``): a replay not given
-    one of them, or running one the turn did not, is a ``rules`` divergence, told
-    in one line. A rule runs on the replayed context: on a redacted recording it
-    sees placeholders where the user's content was.
+    What ``replay`` and ``evaluate`` (evaluation.py) share: the recorded options
+    without waits or a turn deadline, the trace's content as recorded, ``ports``
+    (the live ones) with their hooks, the recorded turn's server tools, file store,
+    retriever and usage ledger, and the answer keys it was recorded with.
     """
-    ports = LivePorts.of(live)
-    host_rules = HostRules(ports.rules if rules is None else rules)
-    source = None if isinstance(recording, TurnRecording) else Path(recording)
-    if not isinstance(recording, TurnRecording):
-        recording = TurnRecording.load(recording)
-    _refuse_redacted(recording, ports)
-    # A turn its consumer stopped is stopped again, at the same point (ReplayTap).
-    stop = TurnStop() if recording.stopped_after_call is not None else None
-    tap = ReplayTap(recording, stop)
     streamed = any(call.port == LLM_PORT and call.call == STREAM for call in recording.calls)
     # A turn that asked a retriever names its collection in the call (``TappedRetriever``).
     retriever = next(
@@ -968,7 +947,7 @@ async def replay(
         initial_mode=recording.initial_mode,
         max_depth=options.max_json_depth,
     )
-    report = await pipeline._turn(
+    return await pipeline._turn(
         request,
         recording.caller,
         initial_mode=recording.initial_mode,
@@ -977,6 +956,49 @@ async def replay(
         if isinstance(keys, RequestKeys)
         else None,
         stop=stop,
+    )
+
+
+async def replay(
+    recording: TurnRecording | str | Path,
+    *,
+    steps: Mapping[PipelineStep, StepFunction] | None = None,
+    telemetry: Telemetry | None = None,
+    live: LivePorts | Mapping[str, Any] | None = None,
+    rules: Iterable[HostRule] | None = None,
+) -> ReplayOutcome:
+    """Re-run a recorded turn (a ``TurnRecording`` or a file) against today's code.
+
+    ``steps`` replaces step functions, as for ``Pipeline``; ``telemetry`` turns
+    spans on (default: none). ``live`` runs the host's own model, server tools or
+    catalogs of today instead of answering them from the recording
+    (``LivePorts``, or ``{"llm": ..., "tools": {...}, "catalog": ...}``): their
+    calls are checked as any, and what they answer must be what was recorded
+    (an ``answer`` divergence). The recorded options apply, without the waits
+    between LLM retries (they change nothing a replay compares). Raises
+    ``ValueError`` for a file that is not a recording, and for a live model or
+    tool with a redacted recording; ``TypeError`` or ``ValueError`` for a ``live``
+    that is not one (naming the key). A divergence is in the outcome, and logged
+    (INFO, the call and the path, no values).
+
+    ``rules`` are the host rules the turn runs in its guards (default: ``live``'s,
+    which ``LivePorts.of_pipeline`` takes from the pipeline). The recording names
+    the host rules its turn ran (``TurnRecording.host_rules``): a replay not given
+    one of them, or running one the turn did not, is a ``rules`` divergence, told
+    in one line. A rule runs on the replayed context: on a redacted recording it
+    sees placeholders where the user's content was.
+    """
+    ports = LivePorts.of(live)
+    host_rules = HostRules(ports.rules if rules is None else rules)
+    source = None if isinstance(recording, TurnRecording) else Path(recording)
+    if not isinstance(recording, TurnRecording):
+        recording = TurnRecording.load(recording)
+    _refuse_redacted(recording, ports)
+    # A turn its consumer stopped is stopped again, at the same point (ReplayTap).
+    stop = TurnStop() if recording.stopped_after_call is not None else None
+    tap = ReplayTap(recording, stop)
+    report = await run_recorded(
+        recording, tap, ports, host_rules, steps=steps, telemetry=telemetry, stop=stop
     )
     given = [rule.id for rule in host_rules]
     missing = [rule for rule in recording.host_rules if rule not in given]
