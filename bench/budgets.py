@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from decimal import Decimal
 from typing import Any
+
+from rounds import rounds_of
 
 from aptix_pipeline.adapters.config.catalog import ConfigCatalog
 from aptix_pipeline.adapters.stores.memory import MemoryStore
@@ -155,13 +156,7 @@ async def _measure(number: int, rounds: int) -> dict[str, Any]:
         report = await pipeline.run({"Instruction": "send"}, CALLER)
         assert report.successful, report.result.rule_ids
         work[setting] = _turn(pipeline)
-    times: dict[str, list[float]] = {name: [] for name in work}
-    for _ in range(rounds):
-        for name, run in work.items():
-            started = time.perf_counter()
-            for _ in range(number):
-                await run()
-            times[name].append((time.perf_counter() - started) / number * 1e6)
+    times = await rounds_of(work, number, rounds)
     turns = 1 + number * rounds
     base = times["usage off"]
     figures: dict[str, Any] = {

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from rounds import rounds_of
 
 from aptix_pipeline import Candidate, RecordedStore, TurnRecording, evaluate, load_cases, replay
 from aptix_pipeline import run_evals as run_cases
@@ -35,19 +36,6 @@ RECORDINGS = ROOT / "examples" / "recordings"
 CANDIDATE = ROOT / "examples" / "evals" / "candidate.toml"
 
 __all__ = ["eval_figures", "print_eval_figures"]
-
-
-async def _rounds(
-    work: dict[str, Callable[[], Awaitable[object]]], number: int, rounds: int
-) -> dict[str, list[float]]:
-    runs: dict[str, list[float]] = {name: [] for name in work}
-    for _ in range(rounds):
-        for name, run in work.items():
-            started = time.perf_counter()
-            for _ in range(number):
-                await run()
-            runs[name].append((time.perf_counter() - started) / number * 1e6)
-    return runs
 
 
 async def _measure(number: int, rounds: int) -> dict[str, Any]:
@@ -70,7 +58,7 @@ async def _measure(number: int, rounds: int) -> dict[str, Any]:
         "evaluate, diverging": lambda: evaluated(other),
         "run_evals, 5 cases": suite,
     }
-    runs = await _rounds(work, number, rounds)
+    runs = await rounds_of(work, number, rounds)
     runs["run_evals, 5 cases"] = [value / len(cases) for value in runs["run_evals, 5 cases"]]
     candidate.close()
     figures: dict[str, Any] = {}

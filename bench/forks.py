@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import statistics
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from itertools import count
 from pathlib import Path
 from typing import Any
+
+from rounds import rounds_of
 
 from aptix_pipeline.adapters.stores.memory import MemoryStore
 from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
@@ -82,19 +83,6 @@ def _read(store: Store, session_id: str) -> Callable[[], Awaitable[object]]:
     return run
 
 
-async def _rounds(
-    work: dict[str, Callable[[], Awaitable[object]]], number: int, rounds: int
-) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in work}
-    for _ in range(rounds):
-        for name, run in work.items():
-            started = time.perf_counter()
-            for _ in range(number):
-                await run()
-            times[name].append((time.perf_counter() - started) / number * 1e6)
-    return times
-
-
 def _row(times: list[float], base: list[float]) -> dict[str, float]:
     return {
         "min_us": min(times),
@@ -113,8 +101,8 @@ async def _measure(store: Store, number: int, rounds: int) -> dict[str, Any]:
         await tx.open_turn(Turn(id=f"d{level}-t", session_id=deep.id, status=TurnStatus.COMPLETED))
         await tx.commit()
         deep = await store.fork_session(ORG, USER, deep.id, f"d{level}-t", f"d{level}", NOW)
-    forks = await _rounds({"4": _fork(store, "s4"), "400": _fork(store, "s400")}, number, rounds)
-    reads = await _rounds(
+    forks = await rounds_of({"4": _fork(store, "s4"), "400": _fork(store, "s400")}, number, rounds)
+    reads = await rounds_of(
         {
             "unforked": _read(store, "s400"),
             "fork": _read(store, "d1"),

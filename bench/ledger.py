@@ -14,10 +14,11 @@ import asyncio
 import json
 import statistics
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from rounds import rounds_of
 
 from aptix_pipeline.adapters.config.catalog import ConfigCatalog
 from aptix_pipeline.adapters.stores.memory import MemoryStore
@@ -82,19 +83,6 @@ def _turn(pipeline: Pipeline) -> Callable[[], Awaitable[object]]:
     return lambda: pipeline.run({"Instruction": "send"}, CALLER)
 
 
-async def _rounds(
-    work: dict[str, Callable[[], Awaitable[object]]], number: int, rounds: int
-) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in work}
-    for _ in range(rounds):
-        for name, run in work.items():
-            started = time.perf_counter()
-            for _ in range(number):
-                await run()
-            times[name].append((time.perf_counter() - started) / number * 1e6)
-    return times
-
-
 async def _measure(folder: Path, number: int, rounds: int) -> dict[str, Any]:
     stores: dict[str, SessionStore] = {
         "memory": MemoryStore(),
@@ -108,7 +96,7 @@ async def _measure(folder: Path, number: int, rounds: int) -> dict[str, Any]:
                 report = await pipeline.run({"Instruction": "send"}, CALLER)
                 assert report.successful, report.result.rule_ids
                 work[f"{store_name}, ledger {'on' if ledger else 'off'}"] = _turn(pipeline)
-        times = await _rounds(work, number, rounds)
+        times = await rounds_of(work, number, rounds)
     finally:
         sqlite = stores["sqlite"]
         assert isinstance(sqlite, SQLiteStore)
