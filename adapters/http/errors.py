@@ -34,7 +34,13 @@ from starlette.exceptions import HTTPException
 
 from aptix_pipeline.contracts import AgentExecuteResponse, ErrorCode, InvokeError, InvokeResult
 
-__all__ = ["ERROR_CODES", "error_code", "error_response", "install_error_handlers"]
+__all__ = [
+    "ERROR_CODES",
+    "error_code",
+    "error_response",
+    "install_error_handlers",
+    "missing_key_response",
+]
 
 ERROR_CODES: Mapping[int, ErrorCode] = {
     400: ErrorCode.INVALID_REQUEST,
@@ -84,6 +90,16 @@ def error_response(
     ``message`` and, where one field is at fault, ``field``."""
     error = InvokeError(code=code or error_code(status), message=message, field=field)
     return _json(status, [error], headers)
+
+
+def missing_key_response() -> Response:
+    """The 401 a request without a valid API key gets (docs/HTTP.md "API keys")."""
+    return error_response(
+        401,
+        "send an API key: Authorization: Bearer KEY or X-API-Key: KEY",
+        field="Authorization",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
 def _json(status: int, errors: list[InvokeError], headers: Mapping[str, str] | None) -> Response:

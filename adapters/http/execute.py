@@ -39,7 +39,7 @@ from aptix_pipeline.contracts import AgentExecuteResponse, Caller, ErrorCode, In
 from aptix_pipeline.engine import Pipeline, TurnReport, asks_to_stream
 
 from .auth import Authenticator, authenticated_caller
-from .errors import error_code, error_response
+from .errors import error_code, error_response, missing_key_response
 from .sse import (
     DEFAULT_SSE_KEEPALIVE_SECONDS,
     EventStreamResponse,
@@ -267,12 +267,7 @@ async def run_turn(service: ServiceState, request: Request) -> Response:
     """``POST /v1/agent/execute``: authenticate, read the body, run the turn, answer."""
     caller = await authenticated_caller(service.authenticator, request.headers)
     if caller is None:
-        return error_response(
-            401,
-            "send an API key: Authorization: Bearer KEY or X-API-Key: KEY",
-            field="Authorization",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        return missing_key_response()
     content_type = request.headers.get("content-type")
     if not _is_json(content_type):
         return error_response(

@@ -25,7 +25,7 @@ from fastapi.responses import Response
 from aptix_pipeline.contracts import ErrorCode, InvokeError, InvokeResult, Session
 
 from .auth import authenticated_caller
-from .errors import error_response
+from .errors import error_response, missing_key_response
 from .execute import ServiceState
 from .openapi import SECURITY
 
@@ -134,12 +134,7 @@ def add_fork_route(app: FastAPI, service: ServiceState) -> None:
     async def fork(session_id: str, request: Request) -> Response:
         caller = await authenticated_caller(service.authenticator, request.headers)
         if caller is None:
-            return error_response(
-                401,
-                "send an API key: Authorization: Bearer KEY or X-API-Key: KEY",
-                field="Authorization",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+            return missing_key_response()
         pipeline = service.pipeline
         if pipeline is None:
             return error_response(503, "the service is starting or stopping")

@@ -33,7 +33,7 @@ from aptix_pipeline.engine import (
 )
 
 from .auth import authenticated_caller
-from .errors import error_response
+from .errors import error_response, missing_key_response
 from .execute import ServiceState
 from .openapi import SECURITY
 
@@ -151,12 +151,7 @@ def add_usage_route(app: FastAPI, service: ServiceState) -> None:
     async def usage(request: Request) -> Response:
         caller = await authenticated_caller(service.authenticator, request.headers)
         if caller is None:
-            return error_response(
-                401,
-                "send an API key: Authorization: Bearer KEY or X-API-Key: KEY",
-                field="Authorization",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+            return missing_key_response()
         pipeline = service.pipeline
         if pipeline is None:
             return error_response(503, "the service is starting or stopping")
