@@ -102,4 +102,5 @@ def test_the_root_help_lists_every_command() -> None:
         "ui",
         "index",
         "usage",
+        "fork",
     }
