@@ -102,5 +102,4 @@ def test_the_root_help_lists_every_command() -> None:
         "ui",
         "index",
         "usage",
-        "fork",
     }
