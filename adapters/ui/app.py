@@ -4,6 +4,8 @@
 
 - ``/`` — the sessions of the store (org, user, mode, turns, last activity) and the
   recordings of the folder;
+- ``/sessions?org=&user=&session=&turn=&mode=&status=&since=&until=&page=`` — the
+  sessions of the store, searched and a page at a time (``ui/search.py``);
 - ``/session?org=&user=&id=`` — a session: its turns and transcript;
 - ``/turn?org=&user=&session=&id=`` — a stored turn: what the store holds, and the
   view of its recordings (``ui/recordings.py`` says which are its);
@@ -55,6 +57,11 @@ from aptix_pipeline.adapters.stores import (
     SessionSummary,
     read_session_detail,
 )
+from aptix_pipeline.adapters.stores.session_search import (
+    SessionFilter,
+    SessionRow,
+    search_sessions,
+)
 from aptix_pipeline.contracts import Caller
 
 from .guard import LOOPBACK_NAMES, TOKEN_PARAM, UIGuard, host_of
@@ -68,6 +75,7 @@ from .pages import (
     watch_body,
 )
 from .recordings import RecordingEntry, RecordingShelf
+from .search import PAGE_ROWS, SearchQuery, search_body, search_query
 from .turn import replay_outcome
 
 __all__ = ["KEY_COOKIE", "TOKEN_COOKIE", "UIAccess", "create_ui_app"]
@@ -329,6 +337,40 @@ def create_ui_app(
         body = index_body(_base(request), owners, name, entries, folder, more_owners=more_owners)
         return ui.page(request, "sessions and recordings", body)
 
+    async def sessions(request: Request, caller: Caller | None) -> Response:
+        params = dict(request.query_params)
+        params.pop(TOKEN_PARAM, None)
+        if caller is not None:  # mounted: the caller's own sessions only
+            params |= {"org": caller.org, "user": caller.user}
+        try:
+            asked = search_query(params)
+        except ValueError as error:
+            body = search_body(
+                _base(request),
+                SearchQuery(SessionFilter()),
+                [],
+                more=False,
+                store_name=ui.store_name,
+                problem=str(error),
+                fixed_owner=caller is not None,
+            )
+            return ui.page(request, "sessions", body, status=400)
+        opened = ui.store()
+        rows: list[SessionRow] = []
+        if opened is not None:
+            rows = await search_sessions(
+                opened, asked.where, limit=PAGE_ROWS + 1, offset=asked.offset
+            )
+        body = search_body(
+            _base(request),
+            asked,
+            rows[:PAGE_ROWS],
+            more=len(rows) > PAGE_ROWS,
+            store_name=ui.store_name if opened is not None else None,
+            fixed_owner=caller is not None,
+        )
+        return ui.page(request, "sessions", body)
+
     async def _detail(org: str, user: str, session_id: str) -> SessionDetail | None:
         opened = ui.store()
         return None if opened is None else await read_session_detail(opened, org, user, session_id)
@@ -428,6 +470,7 @@ def create_ui_app(
     routes = [
         Route("/", _guarded(ui, index)),
         Route("/session", _guarded(ui, session)),
+        Route("/sessions", _guarded(ui, sessions)),
         Route("/turn", _guarded(ui, turn)),
         Route("/recording", _guarded(ui, recording)),
         Route("/recording/replay", _guarded(ui, replay), methods=["POST"]),

@@ -142,9 +142,11 @@ def index_body(
     else:
         recordings = recordings_table(base, entries)
     return html(
-        "<h1>Sessions</h1><p class='muted'>store: {store}</p>{sessions}"
+        "<h1>Sessions</h1><p class='muted'>store: {store} · "
+        "<a id='search-sessions' href='{base}/sessions'>search all sessions</a></p>{sessions}"
         "<h1>Recordings</h1><p class='muted'>folder: {folder}</p>{recordings}",
         store=store_name or "-",
+        base=base,
         sessions=sessions,
         folder=folder or "-",
         recordings=recordings,
