@@ -28,7 +28,7 @@ from typing import Final, Protocol, runtime_checkable
 
 from aptix_pipeline.contracts import Turn, TurnStatus
 
-from .session_browser import MAX_PAGE, SessionBrowser, SessionSummary, check_page
+from .session_browser import MAX_PAGE, SessionBrowser, SessionSummary, check_page, message_text
 
 __all__ = [
     "NO_TURNS",
@@ -131,8 +131,6 @@ async def search_sessions(
     check_page(limit, offset)
     if isinstance(store, SessionSearch):
         return await store.search_sessions(where, limit=limit, offset=offset)
-    from .browse import message_text
-
     rows: list[SessionRow] = []
     owners_read = 0
     while owners := await store.list_owners(limit=MAX_PAGE, offset=owners_read):

@@ -96,6 +96,7 @@ from .session_browser import (
     SessionSummary,
     TranscriptEntry,
     check_page,
+    message_text,
     turn_order,
 )
 from .session_search import NO_TURNS, SessionFilter, SessionRow, preview_of
@@ -1082,8 +1083,6 @@ class SQLiteStore:
     # --- SessionSearch (stores/session_search.py) ---------------------------------------------
 
     def _search_sessions(self, where: SessionFilter, limit: int, offset: int) -> list[SessionRow]:
-        from .browse import message_text
-
         clauses: list[str] = []
         params: list[Any] = []
         for column, value in (("s.org", where.org), ("s.user", where.user), ("s.mode", where.mode)):

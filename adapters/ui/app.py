@@ -54,12 +54,10 @@ from aptix_pipeline.adapters.stores import (
     BrowsableStore,
     OwnerSummary,
     SessionDetail,
-    SessionSummary,
-    read_session_detail,
-)
-from aptix_pipeline.adapters.stores.session_search import (
     SessionFilter,
     SessionRow,
+    SessionSummary,
+    read_session_detail,
     search_sessions,
 )
 from aptix_pipeline.contracts import Caller

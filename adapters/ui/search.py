@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Final
 
-from aptix_pipeline.adapters.stores.session_search import NO_TURNS, SessionFilter, SessionRow
+from aptix_pipeline.adapters.stores import SessionFilter, SessionRow
 from aptix_pipeline.contracts import TurnStatus
 
 from .html import Markup, html, join
@@ -25,7 +25,9 @@ __all__ = ["PAGE_ROWS", "SearchQuery", "search_body", "search_query"]
 PAGE_ROWS: Final = 50
 """Sessions one page of the list shows."""
 _TEXT_FIELDS: Final = ("org", "user", "session", "turn", "mode")
-_STATUSES: Final = (*(s.value for s in TurnStatus), NO_TURNS)
+_NONE: Final = "none"
+"""The status of a session without turns (``session_search.NO_TURNS``)."""
+_STATUSES: Final = (*(s.value for s in TurnStatus), _NONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,7 @@ def _rows(base: str, rows: Sequence[SessionRow]) -> Markup:
             org=r.summary.org,
             user=r.summary.user,
             mode=r.summary.mode or "-",
-            status=r.status or NO_TURNS,
+            status=r.status or _NONE,
             preview=r.preview or "",
             turns=r.summary.turns,
             tokens=r.tokens,
