@@ -60,7 +60,7 @@ from aptix_pipeline.adapters.stores import (
     read_session_detail,
     search_sessions,
 )
-from aptix_pipeline.contracts import Caller
+from aptix_pipeline.contracts import Caller, UsageCall, UsageLedger, UsageQuery
 
 from .guard import LOOPBACK_NAMES, TOKEN_PARAM, UIGuard, host_of
 from .html import Markup, html, join, page, stylesheet
@@ -74,6 +74,7 @@ from .pages import (
 )
 from .recordings import RecordingEntry, RecordingShelf
 from .search import PAGE_ROWS, SearchQuery, search_body, search_query
+from .session_extras import lineage, usage_table
 from .turn import replay_outcome
 
 __all__ = ["KEY_COOKIE", "TOKEN_COOKIE", "UIAccess", "create_ui_app"]
@@ -382,7 +383,18 @@ def create_ui_app(
         if detail is None:
             return ui.not_found(request, f"no session {session_id} of {org} / {user}")
         recorded = {t.id: ui.shelf.for_turn(org, user, session_id, t.id) for t in detail.turns}
-        body = session_body(_base(request), detail, recorded)
+        opened = ui.store()
+        calls: list[UsageCall] = (
+            await opened.usage_calls(UsageQuery(org=org, user=user, session_id=session_id))
+            if isinstance(opened, UsageLedger)
+            else []
+        )
+        extras = html(
+            "{lineage}{usage}",
+            lineage=lineage(_base(request), detail),
+            usage=usage_table(detail, calls),
+        )
+        body = session_body(_base(request), detail, recorded, extras=extras)
         return ui.page(request, f"session {session_id}", body)
 
     async def turn(request: Request, caller: Caller | None) -> Response:
