@@ -315,6 +315,13 @@ def create_ui_app(
     shelf = RecordingShelf(Path(recordings) if recordings is not None else None)
     ui = _UI(source, store_name, shelf, access, guard)
 
+    reports = Path(evals) if evals is not None else None
+
+    def _reports() -> list[Path]:
+        if reports is None or not reports.is_dir():
+            return []
+        return sorted(reports.glob("*.html"), key=lambda p: (-p.stat().st_mtime, p.name))
+
     async def index(request: Request, caller: Caller | None) -> Response:
         opened = ui.store()
         owners: list[tuple[OwnerSummary, list[SessionSummary]]] = []
@@ -334,6 +341,15 @@ def create_ui_app(
         folder = str(ui.shelf.folder) if ui.shelf.folder is not None else None
         name = ui.store_name if opened is not None else None
         body = index_body(_base(request), owners, name, entries, folder, more_owners=more_owners)
+        if reports is not None:
+            body = html(
+                "{body}<h1>Eval reports</h1><p id='eval-link'><a href='{base}/evals'>"
+                "{count} eval reports</a> in {folder}</p>",
+                body=body,
+                base=_base(request),
+                count=len(_reports()),
+                folder=str(reports),
+            )
         return ui.page(request, "sessions and recordings", body)
 
     async def sessions(request: Request, caller: Caller | None) -> Response:
@@ -439,13 +455,6 @@ def create_ui_app(
             return _html(fragment)
         body = html("<h1>Replay of {name}</h1>{fragment}", name=entry.name, fragment=fragment)
         return ui.page(request, f"replay {entry.name}", body)
-
-    reports = Path(evals) if evals is not None else None
-
-    def _reports() -> list[Path]:
-        if reports is None or not reports.is_dir():
-            return []
-        return sorted(reports.glob("*.html"), key=lambda p: (-p.stat().st_mtime, p.name))
 
     async def eval_reports(request: Request, caller: Caller | None) -> Response:
         if reports is None:

@@ -127,3 +127,26 @@ def test_the_session_page_shows_usage_and_cost_per_turn_and_in_total(page: httpx
         "<td>session</td><td>3</td><td>150</td><td>15</td><td>0.15 USD</td><td>1</td>"
     )
     assert "id='usage'" not in _session(page, "the-fork")
+
+
+@pytest.mark.decision("D674")
+def test_the_first_page_links_the_eval_reports_when_it_serves_them(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "nightly.html").write_text("<html>report</html>", encoding="utf-8")
+    guard = UIGuard.start()
+    with (
+        server_thread(create_ui_app(None, None, guard=guard, evals=reports)) as port,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
+    ):
+        first = with_token(client, guard.token).text
+        link = re.search(r"<p id='eval-link'><a href='([^']+)'>(.*?)</a>", first)
+        assert link is not None
+        assert link[2] == "1 eval reports"
+        assert "nightly.html" in client.get(link[1]).text
+    guard = UIGuard.start()
+    with (
+        server_thread(create_ui_app(None, None, guard=guard)) as port,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
+    ):
+        assert "eval-link" not in with_token(client, guard.token).text
