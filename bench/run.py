@@ -30,6 +30,10 @@ Sections, in order (``--only`` picks some, comma-separated):
 - ``forks`` — forking after turn 2 of a session of 4 turns and of 400 (target: the
   same cost, O(1) in prior turns), and reading a fork's 800 messages beside the same
   transcript never forked, on the memory store and a SQLite file (``bench/forks.py``);
+- ``sessions`` — the turn browser's session list: the first page of a SQLite store of
+  10,000 sessions (no filter, a status and time range, one org) and the whole
+  ``/sessions`` page, beside a store of 100, against the 200 ms target
+  (``bench/session_search.py``);
 - ``retrieval`` — a turn's cost with an SQLite FTS5 retrieval over 200 documents
   beside the same turn without, and the time to index them (``bench/retrieval.py``);
 - ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
@@ -74,6 +78,7 @@ from recording import recording_row
 from refused_http import print_figures, refused_figures
 from retrieval import DOCUMENTS, retrieval_row
 from scale import cli_costs, concurrency_rows, replay_rate, transcript_costs
+from session_search import SESSIONS, search_rows
 from streaming import first_delta_row, streaming_cpu_row
 from streaming_http import first_delta_over_http, server_cpu_per_turn
 from tool_files import file_rows
@@ -101,6 +106,7 @@ SECTIONS = (
     "ledger",
     "budgets",
     "forks",
+    "sessions",
     "retrieval",
     "concurrency",
     "transcript",
@@ -455,6 +461,23 @@ def forks() -> dict[str, Any]:
     return figures
 
 
+def sessions() -> dict[str, Any]:
+    """The session list's first page on 10,000 sessions, beside 100, against its target."""
+    print(
+        f"first page (50 rows) of the session list, SQLite, 100 vs {SESSIONS:,} sessions "
+        "(ms, min / median of interleaved rounds; x = big over small, medians)"
+    )
+    figures = search_rows()
+    for name, row in figures.items():
+        ok = row["big_median_ms"] <= row["target_ms"]
+        print(
+            f"{name:<20} 100: {row['small_min_ms']:>6.1f} / {row['small_median_ms']:<6.1f} "
+            f"{SESSIONS:,}: {row['big_min_ms']:>6.1f} / {row['big_median_ms']:<6.1f} "
+            f"x {row['ratio_median']:>5.1f}   target ≤ {row['target_ms']:.0f} ms  {_mark(ok)}"
+        )
+    return figures
+
+
 def concurrency() -> dict[str, Any]:
     """1,000 concurrent turns with a 50 ms model, per store."""
     rows = concurrency_rows()
@@ -577,6 +600,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "ledger": ledger,
     "budgets": budgets,
     "forks": forks,
+    "sessions": sessions,
     "retrieval": retrieval,
     "concurrency": concurrency,
     "transcript": transcript,

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .postgres import PostgresStore, PostgresStoreError
     from .postgres_migrations import SchemaVersionError
     from .session_browser import MAX_PAGE, OwnerSummary, SessionBrowser, SessionSummary
+    from .session_search import SessionFilter, SessionRow, SessionSearch, search_sessions
     from .sqlite import SQLiteStore, Synchronous, synchronous_mode
     from .unit_of_work import (
         BufferedTransaction,
@@ -57,6 +58,10 @@ _EXPORTS: dict[str, str] = {
     "OwnerSummary": "session_browser",
     "SessionBrowser": "session_browser",
     "SessionSummary": "session_browser",
+    "SessionFilter": "session_search",
+    "SessionRow": "session_search",
+    "SessionSearch": "session_search",
+    "search_sessions": "session_search",
     "SQLiteStore": "sqlite",
     "Synchronous": "sqlite",
     "synchronous_mode": "sqlite",
@@ -87,6 +92,9 @@ __all__ = [
     "SchemaVersionError",
     "SessionBrowser",
     "SessionDetail",
+    "SessionFilter",
+    "SessionRow",
+    "SessionSearch",
     "SessionSummary",
     "SessionWrite",
     "StoreBackend",
@@ -100,6 +108,7 @@ __all__ = [
     "open_store",
     "outcome_replaceable",
     "read_session_detail",
+    "search_sessions",
     "sqlite_target",
     "summary_json",
     "synchronous_mode",

@@ -16,7 +16,6 @@ through ``SessionBrowser`` (``stores/session_browser.py``), page by page; the JS
 from __future__ import annotations
 
 import inspect
-import json
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -24,13 +23,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from aptix_pipeline.contracts import AptixPipelineError, ChatMessage, Session, SessionForks, Turn
+from aptix_pipeline.contracts import AptixPipelineError, Session, SessionForks, Turn
 
 from .session_browser import (
     MAX_PAGE,
     SessionBrowser,
     SessionSummary,
     TranscriptEntry,
+    message_text,
 )
 
 __all__ = [
@@ -144,17 +144,6 @@ async def read_session_detail(
 
 def _time(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
-
-
-def message_text(message: ChatMessage) -> str:
-    """A message's content as text: the text itself, or the JSON of structured content."""
-    content: Any = message.content
-    if isinstance(content, str):
-        return content
-    return json.dumps(
-        [part.model_dump(mode="json") if hasattr(part, "model_dump") else part for part in content],
-        ensure_ascii=False,
-    )
 
 
 def summary_json(summary: SessionSummary) -> dict[str, Any]:

@@ -25,10 +25,11 @@ Lists are pages: ``limit`` items at most (1 to ``MAX_PAGE``) after ``offset``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from aptix_pipeline.contracts import ChatMessage, Session, Turn
 
@@ -40,6 +41,7 @@ __all__ = [
     "SessionSummary",
     "TranscriptEntry",
     "check_page",
+    "message_text",
     "turn_order",
 ]
 
@@ -56,6 +58,17 @@ def check_page(limit: int, offset: int) -> None:
         raise ValueError(f"limit must be between 1 and {MAX_PAGE}, not {limit}")
     if offset < 0:
         raise ValueError(f"offset must be 0 or more, not {offset}")
+
+
+def message_text(message: ChatMessage) -> str:
+    """A message's content as text: the text itself, or the JSON of structured content."""
+    content: Any = message.content
+    if isinstance(content, str):
+        return content
+    return json.dumps(
+        [part.model_dump(mode="json") if hasattr(part, "model_dump") else part for part in content],
+        ensure_ascii=False,
+    )
 
 
 def _aware(moment: datetime | None) -> datetime:

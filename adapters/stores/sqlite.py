@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import queue
 import sqlite3
 import threading
@@ -95,8 +96,10 @@ from .session_browser import (
     SessionSummary,
     TranscriptEntry,
     check_page,
+    message_text,
     turn_order,
 )
+from .session_search import NO_TURNS, SessionFilter, SessionRow, preview_of
 from .transcript_cache import DEFAULT_BUDGET, TranscriptCache
 from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable, session_from_row
 from .usage_ledger import (
@@ -130,6 +133,22 @@ OUTCOME_SWEEP: Final = 100
 """Expired outcomes a commit that stores outcomes deletes at most (module docstring)."""
 _PURGE_BATCH: Final = 1000
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_SEARCH: Final = (
+    "WITH l AS (SELECT session_id, MAX(julianday(json_extract(data, '$.CreatedAt'))), "
+    "json_extract(data, '$.CreatedAt') AS at, status, COUNT(*) AS n, "
+    "SUM(COALESCE(json_extract(data, '$.Usage.TotalTokens'), 0)) AS tokens "
+    "FROM turns GROUP BY session_id) "
+    "SELECT s.id, s.org, s.user, s.mode, s.created_at, l.at, l.status, COALESCE(l.n, 0), "
+    "COALESCE(l.tokens, 0) FROM sessions s LEFT JOIN l ON l.session_id = s.id WHERE {where} "
+    "ORDER BY julianday(COALESCE(l.at, s.created_at)) DESC, s.id LIMIT ? OFFSET ?"
+)
+"""The session search (``search_sessions``): each session with its latest turn (SQLite
+gives a bare column the values of the row ``MAX`` picked), newest activity first."""
+_SESSION_COST: Final = (
+    "SELECT u.currency, u.cost FROM turns t JOIN usage_calls u ON u.org = ? "
+    "AND u.turn_id = t.id AND u.session_id = t.session_id "
+    "WHERE t.session_id = ? AND u.settled = 1 AND u.priced = 1 AND u.cost IS NOT NULL"
+)
 _LEDGER_BATCH: Final = (
     "SELECT org, user, key, julianday(reserved_at) < julianday(?) FROM tool_ledger "
     "WHERE (org, user, key) > (?, ?, ?) ORDER BY org, user, key LIMIT ?"
@@ -1060,6 +1079,69 @@ class SQLiteStore:
         """The session's messages in order; ``None`` when the caller has no such session."""
         check_page(limit, offset)
         return await self._run(lambda: self._transcript_page(org, user, session_id, limit, offset))
+
+    # --- SessionSearch (stores/session_search.py) ---------------------------------------------
+
+    def _search_sessions(self, where: SessionFilter, limit: int, offset: int) -> list[SessionRow]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (("s.org", where.org), ("s.user", where.user), ("s.mode", where.mode)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if where.session is not None:
+            clauses.append("substr(s.id, 1, ?) = ?")
+            params.extend((len(where.session), where.session))
+        if where.turn is not None:
+            clauses.append("EXISTS (SELECT 1 FROM turns x WHERE x.session_id = s.id AND x.id = ?)")
+            params.append(where.turn)
+        if where.status == NO_TURNS:
+            clauses.append("l.session_id IS NULL")
+        elif where.status is not None:
+            clauses.append("l.status = ?")
+            params.append(where.status)
+        for bound, operator in ((where.since, ">="), (where.until, "<")):
+            if bound is not None:
+                clauses.append(f"julianday(COALESCE(l.at, s.created_at)) {operator} julianday(?)")
+                params.append(bound.isoformat())
+        db = self._db()
+        rows = db.execute(
+            _SEARCH.format(where=" AND ".join(clauses) or "1"), (*params, limit, offset)
+        ).fetchall()
+        found: list[SessionRow] = []
+        for session_id, org, user, mode, created, at, status, count, tokens in rows:
+            summary = SessionSummary(
+                session_id,
+                org,
+                user,
+                mode,
+                count,
+                None if created is None else datetime.fromisoformat(created),
+                datetime.fromisoformat(at) if at else None,
+            )
+            if summary.last_activity is None:
+                summary = dataclasses.replace(summary, last_activity=summary.created_at)
+            first = self._transcript_page(org, user, session_id, 1, 0)
+            costs: dict[str, Decimal] = {}
+            for currency, cost in db.execute(_SESSION_COST, (org, session_id)):
+                costs[currency] = costs.get(currency, Decimal(0)) + Decimal(cost)
+            found.append(
+                SessionRow(
+                    summary,
+                    status,
+                    preview_of(message_text(first[0].message)) if first else None,
+                    tokens,
+                    tuple(sorted(costs.items())),
+                )
+            )
+        return found
+
+    async def search_sessions(
+        self, where: SessionFilter, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[SessionRow]:
+        """The sessions ``where`` matches, most recent activity first (one query)."""
+        check_page(limit, offset)
+        return await self._run(lambda: self._search_sessions(where, limit, offset))
 
     def _apply(self, writes: TurnWrites) -> None:
         db = self._db()

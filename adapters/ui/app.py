@@ -4,6 +4,8 @@
 
 - ``/`` — the sessions of the store (org, user, mode, turns, last activity) and the
   recordings of the folder;
+- ``/sessions?org=&user=&session=&turn=&mode=&status=&since=&until=&page=`` — the
+  sessions of the store, searched and a page at a time (``ui/search.py``);
 - ``/session?org=&user=&id=`` — a session: its turns and transcript;
 - ``/turn?org=&user=&session=&id=`` — a stored turn: what the store holds, and the
   view of its recordings (``ui/recordings.py`` says which are its);
@@ -52,10 +54,13 @@ from aptix_pipeline.adapters.stores import (
     BrowsableStore,
     OwnerSummary,
     SessionDetail,
+    SessionFilter,
+    SessionRow,
     SessionSummary,
     read_session_detail,
+    search_sessions,
 )
-from aptix_pipeline.contracts import Caller
+from aptix_pipeline.contracts import Caller, UsageCall, UsageLedger, UsageQuery
 
 from .guard import LOOPBACK_NAMES, TOKEN_PARAM, UIGuard, host_of
 from .html import Markup, html, join, page, stylesheet
@@ -68,6 +73,8 @@ from .pages import (
     watch_body,
 )
 from .recordings import RecordingEntry, RecordingShelf
+from .search import PAGE_ROWS, SearchQuery, search_body, search_query
+from .session_extras import lineage, usage_table
 from .turn import replay_outcome
 
 __all__ = ["KEY_COOKIE", "TOKEN_COOKIE", "UIAccess", "create_ui_app"]
@@ -308,6 +315,13 @@ def create_ui_app(
     shelf = RecordingShelf(Path(recordings) if recordings is not None else None)
     ui = _UI(source, store_name, shelf, access, guard)
 
+    reports = Path(evals) if evals is not None else None
+
+    def _reports() -> list[Path]:
+        if reports is None or not reports.is_dir():
+            return []
+        return sorted(reports.glob("*.html"), key=lambda p: (-p.stat().st_mtime, p.name))
+
     async def index(request: Request, caller: Caller | None) -> Response:
         opened = ui.store()
         owners: list[tuple[OwnerSummary, list[SessionSummary]]] = []
@@ -327,7 +341,50 @@ def create_ui_app(
         folder = str(ui.shelf.folder) if ui.shelf.folder is not None else None
         name = ui.store_name if opened is not None else None
         body = index_body(_base(request), owners, name, entries, folder, more_owners=more_owners)
+        if reports is not None:
+            body = html(
+                "{body}<h1>Eval reports</h1><p id='eval-link'><a href='{base}/evals'>"
+                "{count} eval reports</a> in {folder}</p>",
+                body=body,
+                base=_base(request),
+                count=len(_reports()),
+                folder=str(reports),
+            )
         return ui.page(request, "sessions and recordings", body)
+
+    async def sessions(request: Request, caller: Caller | None) -> Response:
+        params = dict(request.query_params)
+        params.pop(TOKEN_PARAM, None)
+        if caller is not None:  # mounted: the caller's own sessions only
+            params |= {"org": caller.org, "user": caller.user}
+        try:
+            asked = search_query(params)
+        except ValueError as error:
+            body = search_body(
+                _base(request),
+                SearchQuery(SessionFilter()),
+                [],
+                more=False,
+                store_name=ui.store_name,
+                problem=str(error),
+                fixed_owner=caller is not None,
+            )
+            return ui.page(request, "sessions", body, status=400)
+        opened = ui.store()
+        rows: list[SessionRow] = []
+        if opened is not None:
+            rows = await search_sessions(
+                opened, asked.where, limit=PAGE_ROWS + 1, offset=asked.offset
+            )
+        body = search_body(
+            _base(request),
+            asked,
+            rows[:PAGE_ROWS],
+            more=len(rows) > PAGE_ROWS,
+            store_name=ui.store_name if opened is not None else None,
+            fixed_owner=caller is not None,
+        )
+        return ui.page(request, "sessions", body)
 
     async def _detail(org: str, user: str, session_id: str) -> SessionDetail | None:
         opened = ui.store()
@@ -342,7 +399,18 @@ def create_ui_app(
         if detail is None:
             return ui.not_found(request, f"no session {session_id} of {org} / {user}")
         recorded = {t.id: ui.shelf.for_turn(org, user, session_id, t.id) for t in detail.turns}
-        body = session_body(_base(request), detail, recorded)
+        opened = ui.store()
+        calls: list[UsageCall] = (
+            await opened.usage_calls(UsageQuery(org=org, user=user, session_id=session_id))
+            if isinstance(opened, UsageLedger)
+            else []
+        )
+        extras = html(
+            "{lineage}{usage}",
+            lineage=lineage(_base(request), detail),
+            usage=usage_table(detail, calls),
+        )
+        body = session_body(_base(request), detail, recorded, extras=extras)
         return ui.page(request, f"session {session_id}", body)
 
     async def turn(request: Request, caller: Caller | None) -> Response:
@@ -388,13 +456,6 @@ def create_ui_app(
         body = html("<h1>Replay of {name}</h1>{fragment}", name=entry.name, fragment=fragment)
         return ui.page(request, f"replay {entry.name}", body)
 
-    reports = Path(evals) if evals is not None else None
-
-    def _reports() -> list[Path]:
-        if reports is None or not reports.is_dir():
-            return []
-        return sorted(reports.glob("*.html"), key=lambda p: (-p.stat().st_mtime, p.name))
-
     async def eval_reports(request: Request, caller: Caller | None) -> Response:
         if reports is None:
             return ui.not_found(request, "no eval reports: aptix ui --evals DIR")
@@ -428,6 +489,7 @@ def create_ui_app(
     routes = [
         Route("/", _guarded(ui, index)),
         Route("/session", _guarded(ui, session)),
+        Route("/sessions", _guarded(ui, sessions)),
         Route("/turn", _guarded(ui, turn)),
         Route("/recording", _guarded(ui, recording)),
         Route("/recording/replay", _guarded(ui, replay), methods=["POST"]),

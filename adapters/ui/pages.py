@@ -142,9 +142,11 @@ def index_body(
     else:
         recordings = recordings_table(base, entries)
     return html(
-        "<h1>Sessions</h1><p class='muted'>store: {store}</p>{sessions}"
+        "<h1>Sessions</h1><p class='muted'>store: {store} · "
+        "<a id='search-sessions' href='{base}/sessions'>search all sessions</a></p>{sessions}"
         "<h1>Recordings</h1><p class='muted'>folder: {folder}</p>{recordings}",
         store=store_name or "-",
+        base=base,
         sessions=sessions,
         folder=folder or "-",
         recordings=recordings,
@@ -172,9 +174,14 @@ def _usage(turn: Turn) -> str:
 
 
 def session_body(
-    base: str, detail: SessionDetail, recorded: dict[str, list[RecordingEntry]]
+    base: str,
+    detail: SessionDetail,
+    recorded: dict[str, list[RecordingEntry]],
+    *,
+    extras: Markup | None = None,
 ) -> Markup:
-    """A session: its summary, its turns (each linked) and its transcript."""
+    """A session: its summary, ``extras`` (``ui/session_extras.py``), its turns (each
+    linked) and its transcript."""
     s = detail.summary
     turns = join(
         html(
@@ -221,7 +228,7 @@ def session_body(
     return html(
         "<h1>session <code id='session-id'>{id}</code></h1>"
         "<p>org <strong>{org}</strong>, user <strong>{user}</strong>, mode <code>{mode}</code>, "
-        "{count} turns, created {created}, last activity {last}</p>{history}"
+        "{count} turns, created {created}, last activity {last}</p>{extras}{history}"
         "<h2>Turns</h2><table id='turns'><thead><tr><th>turn</th><th>mode</th><th>status</th>"
         "<th>tokens</th><th>created</th><th>server tool results</th><th>recordings</th></tr>"
         "</thead><tbody>{turns}</tbody></table>"
@@ -234,6 +241,7 @@ def session_body(
         count=s.turns,
         created=_time(s.created_at),
         last=_time(s.last_activity),
+        extras=extras or "",
         history=html("<h2>Mode history</h2><ul>{h}</ul>", h=history) if history else "",
         turns=turns,
         transcript=transcript,

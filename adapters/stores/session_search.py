@@ -1,0 +1,174 @@
+"""Searching a store's sessions: ``SessionFilter``, ``SessionRow`` and ``SessionSearch``.
+
+The turn browser's session list (``aptix ui``, docs/UI.md "Searching sessions") is one
+read across every org and user: the sessions a ``SessionFilter`` matches, most recent
+activity first (ties by id), a page at a time (``limit`` 1 to ``MAX_PAGE`` after
+``offset``), each as a ``SessionRow``: its summary, the status of its latest turn, a
+preview (its first message, cut to ``PREVIEW_CHARS``), its tokens (the sum of its
+turns' ``usage.total_tokens``) and its cost (the usage ledger's priced calls of the
+session, by currency, where the store keeps one).
+
+A filter's fields are all optional and all must hold: ``org`` and ``user`` exactly,
+``session`` a prefix of the session id, ``turn`` a turn id the session holds, ``mode``
+the session's mode, ``status`` its latest turn's status (``none`` for a session
+without turns), ``since`` and ``until`` bound its last activity (``since`` included,
+``until`` excluded).
+
+A store answers fast by implementing ``SessionSearch`` itself (the SQLite store does,
+with one query); ``search_sessions`` answers for any ``SessionBrowser`` by reading
+every owner's sessions (correct, and slow on a big store).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Final, Protocol, runtime_checkable
+
+from aptix_pipeline.contracts import Turn, TurnStatus
+
+from .session_browser import MAX_PAGE, SessionBrowser, SessionSummary, check_page, message_text
+
+__all__ = [
+    "NO_TURNS",
+    "PREVIEW_CHARS",
+    "SessionFilter",
+    "SessionRow",
+    "SessionSearch",
+    "preview_of",
+    "search_sessions",
+]
+
+PREVIEW_CHARS: Final = 120
+"""The most characters of a session's first message its row shows."""
+NO_TURNS: Final = "none"
+"""The ``status`` filter value matching sessions without turns."""
+_STATUSES: Final = frozenset({*(s.value for s in TurnStatus), NO_TURNS})
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionFilter:
+    """Which sessions a search returns (module docstring); ``None`` fields match any."""
+
+    org: str | None = None
+    user: str | None = None
+    session: str | None = None
+    turn: str | None = None
+    mode: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in _STATUSES:
+            known = ", ".join(sorted(_STATUSES))
+            raise ValueError(f"status must be one of {known}, not {self.status!r}")
+        if self.since is not None and self.until is not None and self.since >= self.until:
+            raise ValueError("since must be earlier than until")
+
+    def is_empty(self) -> bool:
+        """Whether the filter matches every session."""
+        return all(getattr(self, f.name) is None for f in fields(self))
+
+    def matches(self, row: SessionRow) -> bool:
+        """Whether ``row`` is one the filter returns (the turn filter excepted: a row
+        does not list its turns, so the caller checks that one)."""
+        s = row.summary
+        last = None if s.last_activity is None else _utc(s.last_activity)
+        return (
+            (self.org is None or s.org == self.org)
+            and (self.user is None or s.user == self.user)
+            and (self.session is None or s.id.startswith(self.session))
+            and (self.mode is None or s.mode == self.mode)
+            and (self.status is None or (row.status or NO_TURNS) == self.status)
+            and (self.since is None or (last is not None and last >= _utc(self.since)))
+            and (self.until is None or (last is not None and last < _utc(self.until)))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    """One session as the search lists it (module docstring)."""
+
+    summary: SessionSummary
+    status: str | None
+    """Its latest turn's status; ``None`` without turns."""
+    preview: str | None
+    """Its first message's text, at most ``PREVIEW_CHARS`` characters; ``None`` when empty."""
+    tokens: int
+    cost: tuple[tuple[str, Decimal], ...] = ()
+    """(currency, amount) of its priced calls, by currency; empty when none or unknown."""
+
+
+def preview_of(text: str | None) -> str | None:
+    """``text`` on one line, cut to ``PREVIEW_CHARS`` (an ellipsis where cut)."""
+    if not text:
+        return None
+    line = " ".join(text.split())
+    return line if len(line) <= PREVIEW_CHARS else line[: PREVIEW_CHARS - 1] + "…"
+
+
+@runtime_checkable
+class SessionSearch(Protocol):
+    """A store that searches its own sessions (the SQLite store)."""
+
+    async def search_sessions(
+        self, where: SessionFilter, *, limit: int = 50, offset: int = 0
+    ) -> list[SessionRow]:
+        """The sessions ``where`` matches, most recent activity first."""
+
+
+async def search_sessions(
+    store: SessionBrowser, where: SessionFilter, *, limit: int = 50, offset: int = 0
+) -> list[SessionRow]:
+    """The sessions of ``store`` that ``where`` matches, most recent activity first: the
+    store's own search where it has one, else by reading every owner's sessions."""
+    check_page(limit, offset)
+    if isinstance(store, SessionSearch):
+        return await store.search_sessions(where, limit=limit, offset=offset)
+    rows: list[SessionRow] = []
+    owners_read = 0
+    while owners := await store.list_owners(limit=MAX_PAGE, offset=owners_read):
+        owners_read += len(owners)
+        for owner in owners:
+            if (where.org is not None and owner.org != where.org) or (
+                where.user is not None and owner.user != where.user
+            ):
+                continue
+            summaries: list[SessionSummary] = []
+            while page := await store.list_sessions(
+                owner.org, owner.user, limit=MAX_PAGE, offset=len(summaries)
+            ):
+                summaries.extend(page)
+                if len(page) < MAX_PAGE:
+                    break
+            for summary in summaries:
+                turns: list[Turn] = []
+                while turn_page := await store.list_turns(
+                    summary.org, summary.user, summary.id, limit=MAX_PAGE, offset=len(turns)
+                ):
+                    turns.extend(turn_page)
+                    if len(turn_page) < MAX_PAGE:
+                        break
+                if where.turn is not None and all(t.id != where.turn for t in turns):
+                    continue
+                first = await store.read_transcript_page(
+                    summary.org, summary.user, summary.id, limit=1
+                )
+                row = SessionRow(
+                    summary,
+                    turns[-1].status.value if turns else None,
+                    preview_of(message_text(first[0].message)) if first else None,
+                    sum(t.usage.total_tokens for t in turns if t.usage is not None),
+                )
+                if where.matches(row):
+                    rows.append(row)
+        if len(owners) < MAX_PAGE:
+            break
+    rows.sort(key=lambda row: row.summary.sort_key())
+    return rows[offset : offset + limit]

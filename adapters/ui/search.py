@@ -1,0 +1,199 @@
+"""The turn browser's searchable session list, ``/sessions`` (docs/UI.md "Searching sessions").
+
+``search_query`` reads a ``SessionFilter`` and a page number from the query string
+(``org``, ``user``, ``session``, ``turn``, ``mode``, ``status``, ``since``, ``until``,
+``page``), or says which field is wrong; ``search_body`` is the page: the form, a
+table of ``PAGE_ROWS`` sessions (id, owner, mode, status, preview, turns, tokens,
+cost, last activity) and links to the pages before and after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from typing import Final
+
+from aptix_pipeline.adapters.stores import SessionFilter, SessionRow
+from aptix_pipeline.contracts import TurnStatus
+
+from .html import Markup, html, join
+from .pages import link
+
+__all__ = ["PAGE_ROWS", "SearchQuery", "search_body", "search_query"]
+
+PAGE_ROWS: Final = 50
+"""Sessions one page of the list shows."""
+_TEXT_FIELDS: Final = ("org", "user", "session", "turn", "mode")
+_NONE: Final = "none"
+"""The status of a session without turns (``session_search.NO_TURNS``)."""
+_STATUSES: Final = (*(s.value for s in TurnStatus), _NONE)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    """What ``/sessions`` was asked: the filter and the page (from 1)."""
+
+    where: SessionFilter
+    page: int = 1
+
+    @property
+    def offset(self) -> int:
+        return (self.page - 1) * PAGE_ROWS
+
+
+def _moment(name: str, text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{name}: not a date and time (2026-01-31 or 2026-01-31T12:00)") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def search_query(params: Mapping[str, str]) -> SearchQuery:
+    """The query ``params`` ask for; ``ValueError`` naming the field that is wrong.
+    Empty fields are absent; a time without a zone is UTC."""
+    given = {k: v.strip() for k, v in params.items() if v.strip()}
+    texts = {name: given.get(name) for name in _TEXT_FIELDS}
+    since = _moment("since", given["since"]) if "since" in given else None
+    until = _moment("until", given["until"]) if "until" in given else None
+    page = given.get("page", "1")
+    if not page.isdigit() or int(page) < 1:
+        raise ValueError(f"page: a page number from 1, not {page!r}")
+    where = SessionFilter(status=given.get("status"), since=since, until=until, **texts)
+    return SearchQuery(where, int(page))
+
+
+def _query_string(where: SessionFilter) -> dict[str, str]:
+    query: dict[str, str] = {}
+    for f in fields(where):
+        value = getattr(where, f.name)
+        if isinstance(value, datetime):
+            query[f.name] = value.isoformat()
+        elif value is not None:
+            query[f.name] = str(value)
+    return query
+
+
+def _cost(row: SessionRow) -> str:
+    return ", ".join(f"{amount} {currency}" for currency, amount in row.cost) or "-"
+
+
+def _rows(base: str, rows: Sequence[SessionRow]) -> Markup:
+    return join(
+        html(
+            "<tr data-session='{id}' data-status='{status}'><td><a href='{href}'>{id}</a></td>"
+            "<td>{org}</td><td>{user}</td><td>{mode}</td>"
+            "<td><span class='badge {status}'>{status}</span></td>"
+            "<td class='preview'>{preview}</td>"
+            "<td>{turns}</td><td>{tokens}</td><td>{cost}</td><td>{last}</td></tr>",
+            href=link(base, "session", org=r.summary.org, user=r.summary.user, id=r.summary.id),
+            id=r.summary.id,
+            org=r.summary.org,
+            user=r.summary.user,
+            mode=r.summary.mode or "-",
+            status=r.status or _NONE,
+            preview=r.preview or "",
+            turns=r.summary.turns,
+            tokens=r.tokens,
+            cost=_cost(r),
+            last=(
+                "-"
+                if r.summary.last_activity is None
+                else r.summary.last_activity.isoformat(sep=" ", timespec="seconds")
+            ),
+        )
+        for r in rows
+    )
+
+
+def _form(base: str, where: SessionFilter, fixed_owner: bool) -> Markup:
+    inputs = join(
+        html(
+            "<label>{name} <input name='{name}' value='{value}' size='12'></label> ",
+            name=name,
+            value=getattr(where, name) or "",
+        )
+        for name in _TEXT_FIELDS
+        if not (fixed_owner and name in ("org", "user"))
+    )
+    options = join(
+        html(
+            "<option value='{v}'{selected}>{label}</option>",
+            v=value,
+            label=value or "any",
+            selected=Markup(" selected") if value == (where.status or "") else Markup(""),
+        )
+        for value in ("", *_STATUSES)
+    )
+    times = join(
+        html(
+            "<label>{name} <input name='{name}' value='{value}' size='20' "
+            "placeholder='2026-01-31T12:00'></label> ",
+            name=name,
+            value="" if getattr(where, name) is None else getattr(where, name).isoformat(),
+        )
+        for name in ("since", "until")
+    )
+    return html(
+        "<form id='session-search' method='get' action='{base}/sessions'>{inputs}"
+        "<label>status <select name='status'>{options}</select></label> {times}"
+        "<button type='submit'>search</button> <a href='{base}/sessions'>clear</a></form>",
+        base=base,
+        inputs=inputs,
+        options=options,
+        times=times,
+    )
+
+
+def search_body(
+    base: str,
+    asked: SearchQuery,
+    rows: Sequence[SessionRow],
+    *,
+    more: bool,
+    store_name: str | None,
+    problem: str | None = None,
+    fixed_owner: bool = False,
+) -> Markup:
+    """The page: the form, the page of rows (``more``: a next page exists), the links."""
+    form = _form(base, asked.where, fixed_owner)
+    if problem is not None:
+        return html(
+            "<h1>Sessions</h1>{form}<p id='search-problem' class='error'>{problem}</p>",
+            form=form,
+            problem=problem,
+        )
+    if store_name is None:
+        return html("<h1>Sessions</h1><p class='muted'>no store given (--store)</p>")
+    query = _query_string(asked.where)
+    pages = []
+    if asked.page > 1:
+        href = link(base, "sessions", **query, page=str(asked.page - 1))
+        pages.append(html("<a rel='prev' href='{href}'>← newer</a>", href=href))
+    if more:
+        href = link(base, "sessions", **query, page=str(asked.page + 1))
+        pages.append(html("<a rel='next' href='{href}'>older →</a>", href=href))
+    shown = (
+        html("<p class='muted'>no sessions match</p>")
+        if not rows
+        else html(
+            "<table id='session-rows'><thead><tr><th>session</th><th>org</th><th>user</th>"
+            "<th>mode</th><th>status</th><th>preview</th><th>turns</th><th>tokens</th>"
+            "<th>cost</th><th>last activity</th></tr></thead><tbody>{rows}</tbody></table>",
+            rows=_rows(base, rows),
+        )
+    )
+    first = asked.offset + 1
+    return html(
+        "<h1>Sessions</h1><p class='muted'>store: {store}</p>{form}"
+        "<p class='muted' id='search-range'>page {page}: sessions {first} to {last}</p>{shown}"
+        "<p id='search-pages'>{pages}</p>",
+        store=store_name,
+        form=form,
+        page=asked.page,
+        first=first if rows else 0,
+        last=asked.offset + len(rows),
+        shown=shown,
+        pages=join(pages, " · "),
+    )
