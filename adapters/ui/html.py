@@ -116,7 +116,8 @@ def page(
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         "<title>{title} · aptix</title><link rel='stylesheet' href='{base}/static/ui.css'>"
         "{tags}</head><body><header><a href='{base}/'>aptix turns</a>"
-        "<nav><a href='{base}/'>sessions &amp; recordings</a>{watch}</nav></header>"
+        "<nav><a href='{base}/'>sessions &amp; recordings</a><a href='{base}/live'>live</a>"
+        "{watch}</nav></header>"
         "<main>{body}</main></body></html>\n",
         title=title,
         base=base,
