@@ -94,6 +94,7 @@ _STATIC: Final = {
     "htmx.min.js": "text/javascript",
     "htmx.LICENSE": "text/plain",
     "ui_watch.js": "text/javascript",
+    "ui_picture.js": "text/javascript",
 }
 _OWNERS_SHOWN: Final = 100
 """Orgs and users the first page lists; each with its most recent sessions."""

@@ -284,3 +284,43 @@ def test_the_watch_view_shows_the_models_text_as_one_growing_block(
     assert "delta" not in names
     assert text == reply
     assert deltas == (len(reply) + 3) // 4  # a delta a chunk of four characters
+
+
+@pytest.mark.decision("D687")
+def test_the_path_picture_starts_at_actual_size_zooms_pans_and_links_to_the_timeline(
+    aptix_ui: str, browsed: Browsed, tab: Page
+) -> None:
+    tab.goto(aptix_ui)
+    tab.click(f"tr[data-session='{browsed.session_id}'] a")
+    tab.click(f"tr[data-turn='{browsed.second_turn}'] a")
+    picture = tab.locator(".picture").first
+    natural = picture.evaluate("box => box.querySelector('svg').viewBox.baseVal.width")
+    shown = picture.evaluate("box => box.querySelector('svg').getBoundingClientRect().width")
+    frame = picture.evaluate("box => box.clientWidth")
+    _screenshot(tab, "turn-picture.png")
+    tab.click(".picture-tools button[data-zoom=in]")
+    zoomed = picture.evaluate("box => box.querySelector('svg').getBoundingClientRect().width")
+    tab.click(".picture-tools button[data-zoom=fit]")
+    fitted = picture.evaluate("box => box.querySelector('svg').getBoundingClientRect().width")
+    tab.click(".picture-tools button[data-zoom=actual]")
+    picture.evaluate("box => { box.scrollTo(0, 0); box.scrollIntoView(); }")
+    before_pan = picture.evaluate("box => [box.scrollLeft, box.scrollTop]")
+    box = picture.bounding_box()
+    assert box is not None
+    tab.mouse.move(box["x"] + 200, box["y"] + 300)  # on the picture's blank ground
+    tab.mouse.down()
+    tab.mouse.move(box["x"] + 50, box["y"] + 200)
+    tab.mouse.up()
+    after_pan = picture.evaluate("box => [box.scrollLeft, box.scrollTop]")
+    state = tab.locator(".picture a.path-state[data-state=llm_answered]").first
+    number = (state.get_attribute("href") or "").removeprefix("#")
+    state.locator("text").first.click()
+    highlighted = tab.locator("#timeline li:has(:target)").get_attribute("data-step")
+
+    assert shown >= natural * 4 / 3 - 1  # Graphviz's points at actual size: not shrunk
+    assert shown > frame  # wider than the page's column: panned, not shrunk
+    assert zoomed == pytest.approx(shown * 1.25, rel=0.01)
+    assert fitted <= frame
+    assert after_pan == [before_pan[0] + 150, before_pan[1] + 100]  # dragged left and up
+    assert tab.url.endswith(f"#{number}")
+    assert highlighted == "llm_client"
