@@ -13,6 +13,9 @@
   timeline, request and response (``ui/turn.py``); ``POST /recording/replay?name=``
   replays it (``engine/replay``) and answers the outcome (an htmx fragment, or a
   whole page to a plain form post);
+- ``/live`` — the newest turns of the store, read again every half second, so turns
+  other processes store show as they are stored (``ui/live.py``); ``/live/feed`` is the
+  fragment it polls for;
 - ``/static/…`` — htmx (vendored, with its licence), the page's stylesheet and the
   watch view's script, from the package; nothing is fetched from elsewhere.
 
@@ -37,6 +40,7 @@ import importlib.resources
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs
@@ -64,6 +68,7 @@ from aptix_pipeline.contracts import Caller, UsageCall, UsageLedger, UsageQuery
 
 from .guard import LOOPBACK_NAMES, TOKEN_PARAM, UIGuard, host_of
 from .html import Markup, html, join, page, stylesheet
+from .live import live_body, live_feed, recent_turns
 from .pages import (
     index_body,
     login_body,
@@ -96,6 +101,7 @@ _STATIC: Final = {
     "htmx.min.js": "text/javascript",
     "htmx.LICENSE": "text/plain",
     "ui_watch.js": "text/javascript",
+    "ui_picture.js": "text/javascript",
 }
 _OWNERS_SHOWN: Final = 100
 """Orgs and users the first page lists; each with its most recent sessions."""
@@ -456,6 +462,22 @@ def create_ui_app(
         body = html("<h1>Replay of {name}</h1>{fragment}", name=entry.name, fragment=fragment)
         return ui.page(request, f"replay {entry.name}", body)
 
+    async def _feed(request: Request, caller: Caller | None) -> Markup | None:
+        opened = ui.store()
+        if opened is None:
+            return None
+        owner = None if caller is None else (caller.org, caller.user)
+        turns = await recent_turns(opened, owner)
+        return live_feed(_base(request), turns, datetime.now(UTC))
+
+    async def live(request: Request, caller: Caller | None) -> Response:
+        body = live_body(_base(request), ui.store_name, await _feed(request, caller))
+        return ui.page(request, "live", body)
+
+    async def live_fragment(request: Request, caller: Caller | None) -> Response:
+        feed = await _feed(request, caller)
+        return _html(feed if feed is not None else html("<p>no store</p>"))
+
     async def eval_reports(request: Request, caller: Caller | None) -> Response:
         if reports is None:
             return ui.not_found(request, "no eval reports: aptix ui --evals DIR")
@@ -493,6 +515,8 @@ def create_ui_app(
         Route("/turn", _guarded(ui, turn)),
         Route("/recording", _guarded(ui, recording)),
         Route("/recording/replay", _guarded(ui, replay), methods=["POST"]),
+        Route("/live", _guarded(ui, live)),
+        Route("/live/feed", _guarded(ui, live_fragment)),
         Route("/evals", _guarded(ui, eval_reports)),
         Route("/evals/{name}", _guarded(ui, eval_report)),
         Route("/static/{name}", static),

@@ -82,8 +82,19 @@ pre { background: var(--bg); border: 1px solid var(--line); padding: 8px; overfl
 li.failed code { color: var(--red); }
 .turn-grid { display: grid; grid-template-columns: minmax(480px, 3fr) minmax(420px, 2fr);
   gap: 20px; align-items: start; }
-.picture { border: 1px solid var(--line); padding: 8px; overflow: auto; background: #fff; }
-.picture svg { max-width: 100%; height: auto; }
+.picture { border: 1px solid var(--line); padding: 8px; overflow: auto; background: #fff;
+  max-height: 78vh; cursor: grab; }
+.picture.panning { cursor: grabbing; user-select: none; }
+.picture svg { display: block; }
+.picture a.path-state { cursor: pointer; }
+.picture a.path-state:hover polygon, .picture a.path-state:hover ellipse,
+.picture a.path-state:hover rect { stroke-width: 4; }
+.picture-tools { display: flex; gap: 4px; align-items: center; margin: 4px 0; }
+.picture-tools button { padding: 0 10px; }
+ol.timeline li:has(:target) { background: #fff8c5; }
+.bar-track { display: block; height: 6px; background: var(--bg); margin: 2px 0; }
+.bar { display: block; height: 6px; }
+.bar.model { background: #8250df; } .bar.tool { background: #bf8700; }
 .fault-banner { border: 1px solid var(--red); background: #ffebe9; color: #82071e;
   padding: 6px 10px; margin: 8px 0; }
 ol.timeline { list-style: none; padding: 0; margin: 0; }
@@ -109,14 +120,15 @@ def page(
     whether the UI can start turns (mounted in ``aptix serve``) and links its watch view."""
     tags = join(
         html('<script src="{src}" defer></script>', src=f"{base}/static/{name}")
-        for name in ("htmx.min.js", *scripts)
+        for name in ("htmx.min.js", "ui_picture.js", *scripts)
     )
     return html(
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         "<title>{title} · aptix</title><link rel='stylesheet' href='{base}/static/ui.css'>"
         "{tags}</head><body><header><a href='{base}/'>aptix turns</a>"
-        "<nav><a href='{base}/'>sessions &amp; recordings</a>{watch}</nav></header>"
+        "<nav><a href='{base}/'>sessions &amp; recordings</a><a href='{base}/live'>live</a>"
+        "{watch}</nav></header>"
         "<main>{body}</main></body></html>\n",
         title=title,
         base=base,

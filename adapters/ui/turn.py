@@ -53,6 +53,45 @@ __all__ = [
 ]
 
 _PROLOG = re.compile(r"^.*?(?=<svg\b)", re.DOTALL)
+_NODE = re.compile(r'(<g id="[^"]*" class="node">\s*<title>([^<]*)</title>\s*<g id="[^"]*">)<a\b')
+"""A node of ``engine/diagram.py``'s SVG: Graphviz draws each inside a link of its own
+(``xlink:title``, the state's tooltip), which becomes the link to the timeline."""
+_ZOOM_TOOLS = (
+    '<div class="picture-tools" role="toolbar" aria-label="zoom the picture">'
+    '<button type="button" data-zoom="out" title="zoom out">&minus;</button>'
+    '<button type="button" data-zoom="actual" title="actual size">100%</button>'
+    '<button type="button" data-zoom="fit" title="fit the width">fit</button>'
+    '<button type="button" data-zoom="in" title="zoom in">+</button>'
+    '<span class="muted"> drag to pan; a state of the path opens its step in the timeline'
+    "</span></div>"
+)
+
+
+def _step_of_state(trace: StateTrace) -> dict[str, int]:
+    """Each state of the path and the step (numbered from 1, as the timeline's ``#step-N``)
+    of its timeline entry: the first step that entered it; the first state's, the step
+    that left it."""
+    found: dict[str, int] = {}
+    for number, step in enumerate(trace.transitions, start=1):
+        found.setdefault(step.source, number)
+        found.setdefault(step.target, number)
+    return found
+
+
+def _linked_nodes(svg: str, trace: StateTrace) -> str:
+    """Graphviz's SVG with each state of the path a link to its step in the timeline."""
+    steps = _step_of_state(trace)
+
+    def link(match: re.Match[str]) -> str:
+        number = steps.get(match.group(2))
+        if number is None:
+            return match.group(0)
+        return (
+            f'{match.group(1)}<a href="#step-{number}" class="path-state" '
+            f'data-state="{match.group(2)}"'
+        )
+
+    return _NODE.sub(link, svg)
 
 
 def path_picture(trace: StateTrace) -> Markup:
@@ -62,8 +101,9 @@ def path_picture(trace: StateTrace) -> Markup:
     except (DiagramError, ValueError):  # no Graphviz, or a trace of another engine version
         return path_strip(trace)
     return html(
-        '<div class="picture" data-picture="graphviz">{svg}</div>',
-        svg=Markup(_PROLOG.sub("", svg, count=1)),
+        '{tools}<div class="picture" data-picture="graphviz">{svg}</div>',
+        tools=Markup(_ZOOM_TOOLS),
+        svg=Markup(_linked_nodes(_PROLOG.sub("", svg, count=1), trace)),
     )
 
 
@@ -73,6 +113,7 @@ def path_strip(trace: StateTrace) -> Markup:
     box_w, box_h, gap, x = 300, 30, 34, 20
     steps = list(trace.transitions)
     states = [steps[0].source, *(t.target for t in steps)] if steps else list(trace.states)
+    numbers = _step_of_state(trace)
     height = 60 + len(states) * (box_h + gap)
     parts = [
         html(
@@ -86,9 +127,11 @@ def path_strip(trace: StateTrace) -> Markup:
         red = state == "faulted"
         parts.append(
             html(
+                '<a href="#step-{number}" class="path-state" data-state="{state}">'
                 '<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" '
                 'fill="{fill}" stroke="{stroke}" stroke-width="2"/>'
-                '<text x="{tx}" y="{ty}" text-anchor="middle" fill="{stroke}">{state}</text>',
+                '<text x="{tx}" y="{ty}" text-anchor="middle" fill="{stroke}">{state}</text></a>',
+                number=numbers.get(state, 1),
                 x=x,
                 y=top,
                 w=box_w,
@@ -120,10 +163,11 @@ def path_strip(trace: StateTrace) -> Markup:
                 )
             )
     return html(
-        '<div class="picture" data-picture="strip"><svg xmlns="http://www.w3.org/2000/svg" '
+        '{tools}<div class="picture" data-picture="strip"><svg xmlns="http://www.w3.org/2000/svg" '
         'width="{w}" height="{h}" font-family="Helvetica, sans-serif" font-size="12">'
         "<title>the path of the turn (Graphviz is not installed: the states it entered)"
         "</title>{parts}</svg></div>",
+        tools=Markup(_ZOOM_TOOLS),
         w=box_w + 2 * x + 260,
         h=height,
         parts=join(parts),
@@ -218,17 +262,38 @@ def _rules(ids: Sequence[str], failed: Sequence[str]) -> Markup:
     )
 
 
+def _bar(ms: float | None, longest: float, kind: str) -> Markup | str:
+    """A bar as long, against the turn's longest timed call, as ``ms``."""
+    if ms is None or longest <= 0:
+        return ""
+    return html(
+        "<span class='bar-track'><span class='bar {kind}' data-ms='{ms}' "
+        "style='width: {pct:.1f}%'></span></span>",
+        kind=kind,
+        ms=f"{ms:g}",
+        pct=max(100 * ms / longest, 0.5),
+    )
+
+
+def _ms(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def _entry(
     entry: object,
     clock: dict[str, list[str]],
     ms: dict[str, Any],
     took: float | None = None,
+    number: int = 0,
+    longest: float = 0.0,
 ) -> Markup:
     if isinstance(entry, TransitionRecord):
         times = clock.get(entry.event, [])
         return html(
-            '<li class="kind-transition" data-step="{step}"><span class="kind">step</span>'
+            '<li class="kind-transition" data-step="{step}">'
+            '<span class="kind" id="step-{number}">step #{number}</span>'
             "<strong>{step}</strong> <span class='muted'>{source} → {target}</span>{times}</li>",
+            number=number,
             step=entry.event,
             source=entry.source,
             target=entry.target,
@@ -263,7 +328,8 @@ def _entry(
         return html(
             '<li class="kind-llm_call {err}"><span class="kind">model call</span>'
             "round {round}, mode <code>{mode}</code>, {messages} messages, {tokens}, "
-            "{attempts} attempt(s){took}, finish <code>{finish}</code>{calls}{error}{text}</li>",
+            "{attempts} attempt(s){took}, finish <code>{finish}</code>{calls}{error}{bar}"
+            "{text}</li>",
             err="failed" if entry.error else "",
             round=entry.round,
             mode=entry.mode,
@@ -271,22 +337,24 @@ def _entry(
             tokens=tokens,
             attempts=entry.attempts,
             took=html(" in {t}", t=_duration(took)) if took is not None else "",
+            bar=_bar(took, longest, "model"),
             finish=entry.finish_reason or "-",
             calls=html(", asked for {c}", c=calls) if calls else "",
             error=html(", error <code>{e}</code>", e=entry.error) if entry.error else "",
             text=html("<pre>{t}</pre>", t=entry.text) if entry.text is not None else "",
         )
     if isinstance(entry, ToolCallRecord):
-        took = ms.get(entry.tool_call_id)
+        tool_ms = _ms(ms.get(entry.tool_call_id))
         return html(
             '<li class="kind-tool_call"><span class="kind">tool call</span>'
-            "<code>{name}</code> ({id}) on the {side}: {outcome}{rule}{took}</li>",
+            "<code>{name}</code> ({id}) on the {side}: {outcome}{rule}{took}{bar}</li>",
             name=entry.name,
             id=entry.tool_call_id,
             side=entry.side,
             outcome=entry.outcome,
             rule=html(", rule <code>{r}</code>", r=entry.rule_id) if entry.rule_id else "",
-            took=html(", {ms} ms", ms=took) if took is not None else "",
+            took=html(", {ms} ms", ms=f"{tool_ms:g}") if tool_ms is not None else "",
+            bar=_bar(tool_ms, longest, "tool"),
         )
     if isinstance(entry, ModeChange):
         return html(
@@ -319,8 +387,15 @@ def timeline(recording: TurnRecording) -> Markup:
     clock = _clock_by_step(recording)
     ms = _execution_ms(recording)
     model_ms = _model_call_ms(recording)
+    timed = [*model_ms.values(), *(t for t in map(_ms, ms.values()) if t is not None)]
+    longest = max(timed, default=0.0)
+    numbers: dict[int, int] = {}
+    for index, entry in enumerate(trace.entries):
+        if isinstance(entry, TransitionRecord):
+            numbers[index] = len(numbers) + 1
     items = join(
-        _entry(entry, clock, ms, model_ms.get(index)) for index, entry in enumerate(trace.entries)
+        _entry(entry, clock, ms, model_ms.get(index), numbers.get(index, 0), longest)
+        for index, entry in enumerate(trace.entries)
     )
     return html(
         '<ol class="timeline" id="timeline">{items}<li class="kind-outcome {outcome}">'

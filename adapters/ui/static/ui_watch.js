@@ -1,10 +1,44 @@
 // The watch view of the turn browser (docs/UI.md "Watching a turn"): the request in the
 // form is sent to the UI's watch/run route, which answers with the service's own
 // Server-Sent Events (progress, delta, result). Each event is read from the response
-// body as it arrives and added to the list; the result ends it.
+// body as it arrives and added to the list, except the model's text: its deltas are
+// appended to one growing block (the list's "text" item, made at the first delta and
+// begun anew after any other event), so a reply reads as text, not a row per chunk.
+// The result ends it.
 "use strict";
 
+function appendText(list, text) {
+  let item = list.lastElementChild;
+  if (!item || item.dataset.event !== "text") {
+    item = document.createElement("li");
+    item.className = "kind-text";
+    item.dataset.event = "text";
+    item.dataset.deltas = "0";
+    const kind = document.createElement("span");
+    kind.className = "kind";
+    kind.textContent = "text";
+    item.appendChild(kind);
+    const block = document.createElement("pre");
+    block.className = "watch-text";
+    item.appendChild(block);
+    list.appendChild(item);
+  }
+  item.dataset.deltas = String(Number(item.dataset.deltas) + 1);
+  item.lastElementChild.textContent += text;
+}
+
 function addEvent(list, name, data) {
+  if (name === "delta") {
+    try {
+      const value = JSON.parse(data);
+      if (typeof value.text === "string") {
+        appendText(list, value.text);
+        return;
+      }
+    } catch (error) {
+      // not JSON: shown as a row of its own below
+    }
+  }
   const item = document.createElement("li");
   item.className = "kind-" + name;
   item.dataset.event = name;

@@ -207,3 +207,120 @@ def test_eval_reports_are_listed_and_the_failing_case_is_shown(tmp_path: Path, t
     assert failing == ["row-05-streamed-initial"]
     assert "LLM.stream" in divergence
     assert _screenshot(tab, "eval-report.png").stat().st_size > 0
+
+
+@pytest.fixture
+def own_store(tmp_path: Path) -> Browsed:
+    """A store of the test's own, which it adds turns to; written in a thread of its own,
+    as Playwright's loop may already run in this one (``tab``)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(browsed_store, tmp_path / "own").result()
+
+
+@pytest.mark.decision("D685")
+def test_the_live_view_shows_a_turn_another_process_stores_without_a_reload(
+    tmp_path: Path, own_store: Browsed, tab: Page
+) -> None:
+    from cli_kit import aptix_run, stdout_json
+
+    with running_ui("--store", own_store.store_url, cwd=tmp_path) as running:
+        tab.goto(running.url)
+        tab.click("header nav >> text=live")
+        tab.locator(f"#live-turns tr[data-turn='{own_store.second_turn}']").wait_for()
+        tab.evaluate("window.aptixNotReloaded = true")
+        run = aptix_run(
+            tmp_path,
+            {"Instruction": "Anything new?"},
+            [{"text": "stored by another process"}],
+            "--store",
+            own_store.store_url,
+            "--org",
+            "acme",
+            "--user",
+            "ana",
+        )
+        assert run.returncode == 0, run.stderr
+        turn_id = stdout_json(run)["Result"]["TurnId"]
+        tab.locator(f"#live-turns tr[data-turn='{turn_id}']").wait_for()
+        first = tab.locator("#live-turns tbody tr").first.get_attribute("data-turn")
+        kept = tab.evaluate("window.aptixNotReloaded === true")
+        _screenshot(tab, "live-view.png")
+
+    assert tab.url.endswith("/live")
+    assert first == turn_id
+    assert kept  # the row came by polling, not by loading the page again
+
+
+@pytest.mark.decision("D686")
+def test_the_watch_view_shows_the_models_text_as_one_growing_block(
+    tmp_path: Path, browsed: Browsed, tab: Page
+) -> None:
+    config_file = write_ui_config(tmp_path, browsed)
+    reply = "The sum of two and three is five, as counted on fingers."
+    (tmp_path / "script.json").write_text(
+        '{"replies": [{"text": "' + reply + '"}], "chunk_size": 4, "chunk_delay_seconds": 0.02}',
+        encoding="utf-8",
+    )
+    config = load_service_config(config_file, env=ENV)
+    with server_thread(create_app(config)) as port:
+        tab.goto(f"http://127.0.0.1:{port}/ui/")
+        tab.fill("#key", ANA_KEY)
+        tab.click("button[type=submit]")
+        tab.click("text=watch a turn")
+        tab.fill("#watch-request", '{"Instruction": "What is 2 + 3?", "Stream": true}')
+        tab.click("#watch-send")
+        tab.locator("#events li[data-event=result]").wait_for()
+        names = tab.locator("#events li").evaluate_all(
+            "items => items.map(item => item.dataset.event)"
+        )
+        block = tab.locator("#events li[data-event=text]")
+        text = block.locator("pre").inner_text()
+        deltas = int(block.get_attribute("data-deltas") or "0")
+        _screenshot(tab, "watch-text.png")
+
+    assert names.count("text") == 1
+    assert "delta" not in names
+    assert text == reply
+    assert deltas == (len(reply) + 3) // 4  # a delta a chunk of four characters
+
+
+@pytest.mark.decision("D687")
+def test_the_path_picture_starts_at_actual_size_zooms_pans_and_links_to_the_timeline(
+    aptix_ui: str, browsed: Browsed, tab: Page
+) -> None:
+    tab.goto(aptix_ui)
+    tab.click(f"tr[data-session='{browsed.session_id}'] a")
+    tab.click(f"tr[data-turn='{browsed.second_turn}'] a")
+    picture = tab.locator(".picture").first
+    natural = picture.evaluate("box => box.querySelector('svg').viewBox.baseVal.width")
+    shown = picture.evaluate("box => box.querySelector('svg').getBoundingClientRect().width")
+    frame = picture.evaluate("box => box.clientWidth")
+    _screenshot(tab, "turn-picture.png")
+    tab.click(".picture-tools button[data-zoom=in]")
+    zoomed = picture.evaluate("box => box.querySelector('svg').getBoundingClientRect().width")
+    tab.click(".picture-tools button[data-zoom=fit]")
+    fitted = picture.evaluate("box => box.querySelector('svg').getBoundingClientRect().width")
+    tab.click(".picture-tools button[data-zoom=actual]")
+    picture.evaluate("box => { box.scrollTo(0, 0); box.scrollIntoView(); }")
+    before_pan = picture.evaluate("box => [box.scrollLeft, box.scrollTop]")
+    box = picture.bounding_box()
+    assert box is not None
+    tab.mouse.move(box["x"] + 200, box["y"] + 300)  # on the picture's blank ground
+    tab.mouse.down()
+    tab.mouse.move(box["x"] + 50, box["y"] + 200)
+    tab.mouse.up()
+    after_pan = picture.evaluate("box => [box.scrollLeft, box.scrollTop]")
+    state = tab.locator(".picture a.path-state[data-state=llm_answered]").first
+    number = (state.get_attribute("href") or "").removeprefix("#")
+    state.locator("text").first.click()
+    highlighted = tab.locator("#timeline li:has(:target)").get_attribute("data-step")
+
+    assert shown >= natural * 4 / 3 - 1  # Graphviz's points at actual size: not shrunk
+    assert shown > frame  # wider than the page's column: panned, not shrunk
+    assert zoomed == pytest.approx(shown * 1.25, rel=0.01)
+    assert fitted <= frame
+    assert after_pan == [before_pan[0] + 150, before_pan[1] + 100]  # dragged left and up
+    assert tab.url.endswith(f"#{number}")
+    assert highlighted == "llm_client"
