@@ -684,6 +684,7 @@ class Pipeline:
                 answer_keys=answer_keys,
                 listeners=listeners,
                 stop=stop,
+                keep=True,
             )
         call = TurnCall(
             request=request,
@@ -721,6 +722,7 @@ class Pipeline:
                 else _guarded(call.ports, self.options.error_detail),
                 listeners=gathered,
                 stop=stop,
+                keep=True,
             )
         ran = False
 
@@ -746,10 +748,15 @@ class Pipeline:
         ports: Ports | None = None,
         listeners: Sequence[Listener] = (),
         stop: TurnStop | None = None,
+        keep: bool = False,
     ) -> TurnReport:
         """One turn, with no stored answer read: on ``ports`` (default: this pipeline's,
         guarded), ``listeners`` hearing its events before the pipeline's own, ``stop``
         cancelling it from outside (a stream's consumer gone).
+
+        ``keep``: keep its trace in this pipeline's store (a host's turn, recorded or
+        not; a replay's is not kept), when ``options.keep_traces`` and the store keeps
+        traces (``TraceLog``).
 
         ``answer_keys`` are where the commit keeps the turn's answer for retries.
         A replay (``engine/replay/replayer.py``) runs a recorded turn through here:
@@ -807,7 +814,7 @@ class Pipeline:
             keep_transition=events.entry_sink(TransitionTaken),
         )
         changes: StepChanges | None = None
-        if ports is None and self.options.keep_traces and isinstance(self.ports.store, TraceLog):
+        if keep and self.options.keep_traces and isinstance(self._turn_ports.store, TraceLog):
             changes = StepChanges(scope, self._capture_content)
             if run.keep_transition is not None:
                 run.keep_transition = changes.wrap(run.keep_transition)

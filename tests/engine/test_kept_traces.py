@@ -29,8 +29,9 @@ from engine_kit import (
     open_store_of_kind,
     text,
 )
+from replay_kit import recording_pipeline
 
-from aptix_pipeline import PipelineOptions, StateTrace, Telemetry
+from aptix_pipeline import PipelineOptions, StateTrace, Telemetry, replay
 from aptix_pipeline.adapters import MemoryStore
 from aptix_pipeline.contracts import KeptTrace, SessionStore, TraceLog
 
@@ -206,3 +207,17 @@ def _json(text: str) -> dict[str, object]:
     data = json.loads(text)
     assert isinstance(data, dict)
     return data
+
+
+@pytest.mark.decision("D655")
+async def test_a_recorded_turn_keeps_its_trace_and_its_replay_still_agrees() -> None:
+    store = MemoryStore()
+    pipeline = recording_pipeline(store, [text("hi")])
+
+    report = await pipeline.run({"Instruction": "hello"}, CALLER)
+
+    (kept,) = await store.list_traces(CALLER.org, CALLER.user)
+    assert kept.turn_id == report.turn_id
+    assert report.recording is not None
+    assert (await replay(report.recording)).ok
+    assert len(await store.list_traces(CALLER.org, CALLER.user)) == 1
