@@ -63,7 +63,7 @@ def test_list_prints_a_table_for_people(browsed: Browsed) -> None:
     assert header.split() == [
         *("SESSION", "MODE", "TURNS", "STATUS", "LAST", "ACTIVITY", "CREATED", "LAST", "ERROR")
     ]
-    assert row.split()[:4] == [browsed.session_id, "review", "2", "-"]  # no trace kept
+    assert row.split()[:4] == [browsed.session_id, "review", "2", "done"]
 
 
 @pytest.mark.decision("D346")
