@@ -82,6 +82,8 @@ from session_search import SESSIONS, search_rows
 from streaming import first_delta_row, streaming_cpu_row
 from streaming_http import first_delta_over_http, server_cpu_per_turn
 from tool_files import file_rows
+from traces import TARGET as TRACES_TARGET
+from traces import trace_rows
 from tracing import tracing_rows
 from turns import BEFORE_RESPONSE, RUNTIME_NOTE, turn_rows
 
@@ -104,6 +106,7 @@ SECTIONS = (
     "streaming",
     "files",
     "ledger",
+    "traces",
     "budgets",
     "forks",
     "sessions",
@@ -414,6 +417,24 @@ def ledger() -> dict[str, Any]:
     return figures
 
 
+def traces() -> dict[str, Any]:
+    """Keeping every turn's trace (on by default): its cost per turn, beside its target."""
+    print(
+        "a turn with one server tool, traces kept vs not, tracing off "
+        "(µs per turn, min / median of interleaved rounds; x = kept / not)"
+    )
+    figures = trace_rows()
+    for store, row in figures.items():
+        ok = row["ratio_median"] <= TRACES_TARGET
+        print(
+            f"{store:<10} off {row['off_min_us']:>7.0f} / {row['off_median_us']:<7.0f}"
+            f" on {row['on_min_us']:>7.0f} / {row['on_median_us']:<7.0f}"
+            f" x {row['ratio_min']:.3f} / {row['ratio_median']:.3f}"
+            f"   target ≤ {TRACES_TARGET:.2f}  {_mark(ok)}"
+        )
+    return figures
+
+
 def budgets() -> dict[str, Any]:
     """Usage and budgets' cost per turn, beside their ≤ 5 % target."""
     print(
@@ -598,6 +619,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "streaming": streaming,
     "files": files,
     "ledger": ledger,
+    "traces": traces,
     "budgets": budgets,
     "forks": forks,
     "sessions": sessions,

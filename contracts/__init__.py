@@ -107,6 +107,7 @@ from .tools import (
     ToolResult,
     ValidationErrorResponse,
 )
+from .traces import KeptTrace, TraceLog
 from .url_secrets import (
     ScrubbingFilter,
     mask_everywhere,
@@ -181,6 +182,7 @@ __all__ = [
     "InvokeError",
     "InvokeResult",
     "InvokeWarning",
+    "KeptTrace",
     "LLMReply",
     "LLMRequest",
     "LedgerEntry",
@@ -231,6 +233,7 @@ __all__ = [
     "ToolOutput",
     "ToolPause",
     "ToolResult",
+    "TraceLog",
     "Transcript",
     "Turn",
     "TurnStatus",

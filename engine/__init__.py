@@ -54,6 +54,7 @@ from .machine import TurnMachine
 from .pipeline import Pipeline, caller_key, fork_session
 from .report import RequestInput, ResponseResult, TurnReport, answered_report
 from .runner import FAULT_RECORD, RUNTIMES, Runtime
+from .state_diff import StepChange, StepChanges, changes_from_json, changes_to_json
 from .streaming import (
     PROGRESS_EVENTS,
     StreamDelta,
@@ -148,6 +149,8 @@ __all__ = [
     "Runtime",
     "SpanMode",
     "StateTrace",
+    "StepChange",
+    "StepChanges",
     "StepEnded",
     "StepStarted",
     "StreamDelta",
@@ -181,6 +184,8 @@ __all__ = [
     "answered_report",
     "asks_to_stream",
     "caller_key",
+    "changes_from_json",
+    "changes_to_json",
     "check_tool_routing",
     "diagram_text",
     "fork_session",

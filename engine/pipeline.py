@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import uuid
 from collections.abc import (
     Awaitable,
     Callable,
@@ -32,7 +33,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aptix_pipeline.contracts import (
@@ -46,6 +47,7 @@ from aptix_pipeline.contracts import (
     IdSource,
     InvokeError,
     InvokeResult,
+    KeptTrace,
     PipelineContext,
     PipelineStep,
     Session,
@@ -53,6 +55,7 @@ from aptix_pipeline.contracts import (
     SessionStore,
     StoreConflictError,
     ToolLedger,
+    TraceLog,
     UsageLedger,
     scrubbed_logger,
 )
@@ -99,6 +102,7 @@ from .interceptors import TurnCall, TurnInterceptor
 from .machine import TurnRun, host_guards
 from .report import RequestInput, ResponseResult, TurnReport, answered_report
 from .runner import RUNTIMES, Runtime, TurnStop, Walked, compile_machine, walk
+from .state_diff import StepChanges, changes_to_json
 from .streaming import PROGRESS_EVENTS, TurnStream
 from .telemetry import (
     SpanBuilder,
@@ -680,6 +684,7 @@ class Pipeline:
                 answer_keys=answer_keys,
                 listeners=listeners,
                 stop=stop,
+                keep=True,
             )
         call = TurnCall(
             request=request,
@@ -717,6 +722,7 @@ class Pipeline:
                 else _guarded(call.ports, self.options.error_detail),
                 listeners=gathered,
                 stop=stop,
+                keep=True,
             )
         ran = False
 
@@ -742,10 +748,15 @@ class Pipeline:
         ports: Ports | None = None,
         listeners: Sequence[Listener] = (),
         stop: TurnStop | None = None,
+        keep: bool = False,
     ) -> TurnReport:
         """One turn, with no stored answer read: on ``ports`` (default: this pipeline's,
         guarded), ``listeners`` hearing its events before the pipeline's own, ``stop``
         cancelling it from outside (a stream's consumer gone).
+
+        ``keep``: keep its trace in this pipeline's store (a host's turn, recorded or
+        not; a replay's is not kept), when ``options.keep_traces`` and the store keeps
+        traces (``TraceLog``).
 
         ``answer_keys`` are where the commit keeps the turn's answer for retries.
         A replay (``engine/replay/replayer.py``) runs a recorded turn through here:
@@ -802,6 +813,11 @@ class Pipeline:
             keep_check=events.entry_sink(CheckRan),
             keep_transition=events.entry_sink(TransitionTaken),
         )
+        changes: StepChanges | None = None
+        if keep and self.options.keep_traces and isinstance(self._turn_ports.store, TraceLog):
+            changes = StepChanges(scope, self._capture_content)
+            if run.keep_transition is not None:
+                run.keep_transition = changes.wrap(run.keep_transition)
         walked = _NOT_WALKED
         emit(TurnStarted(run_id, self._provider_name, scope.caller.org, scope.caller.user))
         suspended = False
@@ -812,6 +828,8 @@ class Pipeline:
                 if walked.errors or not walked.states or walked.states[-1] != "done":
                     await self._rollback(scope)
             report = self._report(run, walked, trace)
+            if changes is not None:  # the pipeline's own turn, not a replay's or a workflow's
+                await self._keep_trace(report, scope, changes)
             if events.wants(TurnFinished):
                 emit(self._finished(run_id, report, scope))
         except BaseException as error:
@@ -824,6 +842,52 @@ class Pipeline:
                 spans.end_unfinished()  # a cancelled turn's spans end too
             await events.close()
         return report
+
+    async def _keep_trace(self, report: TurnReport, scope: TurnScope, changes: StepChanges) -> None:
+        """Keep the turn's state trace in the store's ``TraceLog`` (``options.keep_traces``).
+
+        Its time is the turn's time stamp (the clock's reading when the request was
+        taken), else the wall clock: keeping a trace reads neither the clock nor the
+        id port, so it changes no time or id a turn gets. A failure is logged only.
+        """
+        store, trace = self._turn_ports.store, report.trace
+        if not isinstance(store, TraceLog) or trace is None:  # pragma: no cover - a turn has one
+            return
+        ctx = scope.context
+        at = ctx.time_stamp if ctx is not None and ctx.time_stamp is not None else None
+        at = at or datetime.now(UTC)
+        ttl = self.options.trace_ttl_seconds
+        error = report.result.errors[0] if report.result.errors else None
+        kept = KeptTrace(
+            id=uuid.uuid4().hex,
+            org=scope.caller.org,
+            user=scope.caller.user,
+            session_id=trace.session_id,
+            turn_id=trace.turn_id,
+            at=at,
+            outcome=trace.outcome,
+            trace=trace.to_json(indent=None),
+            error_code=None if error is None else str(error.code),
+            error_message=None if error is None else error.message,
+            faulted_step=trace.faulted_step,
+            expires_at=None if ttl is None else at + timedelta(seconds=ttl),
+            steps=changes_to_json(changes.changes),
+        )
+        try:
+            await store.keep_trace(kept)
+        except PROPAGATED:
+            raise
+        except Exception:  # the turn is over: a trace not kept must not change its answer
+            logger.exception("the turn's trace could not be kept")
+
+    async def purge_traces(self) -> int:
+        """Delete the store's kept traces past ``options.trace_ttl_seconds`` (by the
+        clock port); how many. Nothing when the store is no ``TraceLog``. Each trace
+        kept already sweeps a few; a host calls this from a periodic job to sweep all."""
+        store = self.ports.store
+        if not isinstance(store, TraceLog):
+            return 0
+        return await store.purge_traces(self.ports.clock.now())
 
     def _finished(self, run_id: int, report: TurnReport, scope: TurnScope) -> TurnEvent:
         ctx = scope.context

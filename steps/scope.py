@@ -169,6 +169,16 @@ class PipelineOptions:
       has no cap (default 4,096 tokens): its reservation is its prompt's
       estimated tokens plus its cap, or plus this.
 
+    Traces (docs/UI.md "Every turn leaves its trace", issue 33):
+
+    - ``keep_traces``: keep each turn's state trace (``engine/trace.py``), failed
+      turns included, in the store's ``TraceLog`` when the store has one (default
+      ``True``: a trace holds no user content unless content is captured). Kept on
+      its own after the turn; a trace that cannot be kept is logged, never a fault.
+    - ``trace_ttl_seconds``: how long a kept trace lasts (default 2,592,000 s,
+      thirty days): each trace kept sweeps some expired ones, and
+      ``Pipeline.purge_traces`` deletes them all. ``None`` keeps traces for good.
+
     Failures (docs/EXTENDING.md "Hooks and host rules"):
 
     - ``error_detail``: how much of an exception a host's code raised reaches the
@@ -212,6 +222,8 @@ class PipelineOptions:
     budgets: tuple[Budget, ...] = ()
     max_output_tokens: int | None = None
     output_tokens_estimate: int = 4096
+    keep_traces: bool = True
+    trace_ttl_seconds: float | None = 2_592_000.0
     tool_error_detail: InitVar[ErrorDetail | None] = None
 
     def __post_init__(self, tool_error_detail: ErrorDetail | None) -> None:
@@ -235,6 +247,7 @@ class PipelineOptions:
             "server_tool_timeout_seconds",
             "idempotency_ttl_seconds",
             "tool_ledger_ttl_seconds",
+            "trace_ttl_seconds",
         ):
             seconds = getattr(self, name)
             if seconds is not None and not seconds > 0:  # NaN is refused too
@@ -248,6 +261,11 @@ class PipelineOptions:
             raise ValueError(
                 "tool_ledger_ttl_seconds must be at most 100 years "
                 f"({MAX_IDEMPOTENCY_TTL_SECONDS:.0f} s), or None to keep entries for good"
+            )
+        if (self.trace_ttl_seconds or 0) > MAX_IDEMPOTENCY_TTL_SECONDS:
+            raise ValueError(
+                "trace_ttl_seconds must be at most 100 years "
+                f"({MAX_IDEMPOTENCY_TTL_SECONDS:.0f} s), or None to keep traces for good"
             )
         if self.max_model_reply_chars < 1:
             raise ValueError("max_model_reply_chars must be 1 or more")

@@ -2,7 +2,9 @@
 
 - ``aptix sessions list --store URL --org ORG --user USER`` lists that caller's
   sessions, most recent activity first: id, mode, turn count, last activity and
-  creation time. Without ``--org``/``--user`` it lists the org and user pairs that
+  creation time, and the status of its last turn (``done`` or ``faulted``, from the
+  turn's kept trace; ``-`` when none was kept) with that turn's error. Without
+  ``--org``/``--user`` it lists the org and user pairs that
   hold sessions, so an operator sees whom to ask about. ``--limit``/``--offset``
   page through the list.
 - ``aptix sessions show SESSION --store URL [--org ORG --user USER]`` prints the
@@ -11,7 +13,12 @@
   ``aptix run``, the caller is ``local``/``local`` unless given (D390).
 
   A fork says which session and turn it was forked from; a session with forks lists
-  them (docs/FORKS.md).
+  them (docs/FORKS.md). Then each kept trace of its turns, failed turns included:
+  time, outcome, turn, error and the path of states (docs/UI.md "Every turn leaves
+  its trace").
+- ``aptix sessions traces [--session SESSION] [--org ORG --user USER]`` lists a
+  caller's kept traces, newest first: failed first turns, which left no session,
+  included; ``--limit``/``--offset`` page, ``--json`` prints each whole.
 - ``aptix fork SESSION TURN [--store URL] [--config FILE] [--org ORG --user USER]``
   forks the session after that settled turn (``engine.fork_session``, what
   ``Pipeline.fork`` runs) and prints the new session's id; ``--json`` prints the
@@ -52,6 +59,7 @@ if TYPE_CHECKING:
         SessionDetail,
         SessionSummary,
     )
+    from aptix_pipeline.contracts import KeptTrace
 
 __all__ = ["fork", "sessions_app"]
 
@@ -136,20 +144,51 @@ def _print_owners(owners: list[OwnerSummary], as_json: bool) -> None:
     typer.echo("(give --org and --user to list their sessions)")
 
 
-def _print_sessions(sessions: list[SessionSummary], as_json: bool) -> None:
+def _error_text(trace: KeptTrace | None) -> str:
+    if trace is None or trace.error_code is None:
+        return "-"
+    return f"{trace.error_code}: {trace.error_message or ''}".rstrip(": ")
+
+
+def _status_json(trace: KeptTrace | None) -> dict[str, Any]:
+    return {
+        "status": None if trace is None else trace.outcome,
+        "last_error": None
+        if trace is None or trace.error_code is None
+        else {"code": trace.error_code, "message": trace.error_message},
+    }
+
+
+def _print_sessions(
+    sessions: list[SessionSummary], latest: dict[str, KeptTrace], as_json: bool
+) -> None:
     from aptix_pipeline.adapters.stores import summary_json
 
     if as_json:
-        typer.echo(json.dumps([summary_json(s) for s in sessions], ensure_ascii=False))
+        typer.echo(
+            json.dumps(
+                [summary_json(s) | _status_json(latest.get(s.id)) for s in sessions],
+                ensure_ascii=False,
+            )
+        )
         return
     if not sessions:
         typer.echo("no sessions for this org and user")
         return
     rows = [
-        [s.id, s.mode or "-", str(s.turns), _time(s.last_activity), _time(s.created_at)]
+        [
+            s.id,
+            s.mode or "-",
+            str(s.turns),
+            latest[s.id].outcome if s.id in latest else "-",
+            _time(s.last_activity),
+            _time(s.created_at),
+            _error_text(latest.get(s.id)),
+        ]
         for s in sessions
     ]
-    typer.echo(_table(["SESSION", "MODE", "TURNS", "LAST ACTIVITY", "CREATED"], rows))
+    header = ["SESSION", "MODE", "TURNS", "STATUS", "LAST ACTIVITY", "CREATED", "LAST ERROR"]
+    typer.echo(_table(header, rows))
 
 
 @sessions_app.command("list")
@@ -168,8 +207,14 @@ def list_sessions(
         owners = _browse(store, lambda s: s.list_owners(limit=limit, offset=offset))
         _print_owners(owners, as_json)
         return
-    sessions = _browse(store, lambda s: s.list_sessions(org, user, limit=limit, offset=offset))
-    _print_sessions(sessions, as_json)
+    from aptix_pipeline.adapters.stores import latest_traces
+
+    async def read(opened: BrowsableStore) -> tuple[list[SessionSummary], dict[str, KeptTrace]]:
+        sessions = await opened.list_sessions(org, user, limit=limit, offset=offset)
+        return sessions, await latest_traces(opened, org, user, [s.id for s in sessions])
+
+    sessions, latest = _browse(store, read)
+    _print_sessions(sessions, latest, as_json)
 
 
 def _detail_text(detail: SessionDetail) -> list[str]:
@@ -214,6 +259,10 @@ def _detail_text(detail: SessionDetail) -> list[str]:
             f"    awaits client tool {call.name} ({call.tool_call_id})"
             for call in turn.pending_tool_calls
         )
+    if detail.traces:
+        lines.append("")
+        lines.append("traces (newest first):")
+        lines.extend(_trace_line(trace) for trace in detail.traces)
     lines.append("")
     lines.append("transcript:")
     for entry in detail.transcript:
@@ -223,6 +272,50 @@ def _detail_text(detail: SessionDetail) -> list[str]:
         text = message_text(message) + (f" [calls {calls}]" if calls else "")
         lines.append(f"  {entry.seq:>3} {entry.turn_id}  {label}: {text}")
     return lines
+
+
+def _trace_line(trace: KeptTrace) -> str:
+    states = json.loads(trace.trace).get("states", [])
+    error = "" if trace.error_code is None else f"  {_error_text(trace)}"
+    step = "" if trace.faulted_step is None else f"  at {trace.faulted_step}"
+    return (
+        f"  {_time(trace.at)}  {trace.outcome}  turn {trace.turn_id or '-'}{step}{error}\n"
+        f"    path {' > '.join(states)}"
+    )
+
+
+@sessions_app.command("traces")
+def list_traces(
+    session_id: Annotated[
+        str | None, typer.Option("--session", help="Only this session's turns.")
+    ] = None,
+    org: OrgOption = DEFAULT_ORG,
+    user: UserOption = DEFAULT_USER,
+    store: _Store = None,
+    as_json: _Json = False,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Rows at most.")] = 50,
+    offset: Annotated[int, typer.Option(min=0, help="Rows to skip.")] = 0,
+) -> None:
+    """List a caller's kept turn traces, newest first, failed turns included."""
+    from aptix_pipeline.adapters.stores import trace_json
+    from aptix_pipeline.contracts import TraceLog
+
+    async def read(opened: BrowsableStore) -> list[KeptTrace] | None:
+        if not isinstance(opened, TraceLog):  # pragma: no cover - every store here keeps them
+            return None
+        return await opened.list_traces(org, user, session_id, limit=limit, offset=offset)
+
+    traces = _browse(store, read)
+    if traces is None:  # pragma: no cover - every store here keeps them
+        raise _refuse("this store keeps no turn traces")
+    if as_json:
+        typer.echo(json.dumps([trace_json(t) for t in traces], ensure_ascii=False, indent=2))
+        return
+    if not traces:
+        typer.echo("no kept traces for this org and user")
+        return
+    for trace in traces:
+        typer.echo(f"{trace.session_id or '(no session)'}{_trace_line(trace)[1:]}")
 
 
 @sessions_app.command("show")

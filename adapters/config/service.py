@@ -32,7 +32,8 @@ its own, each optional:
   keeps entries for good) and ``possibly_executed_policy`` (server-tool calls
   through the store's tool ledger, docs/TOOLS.md); ``usage_ledger``,
   ``max_output_tokens`` and ``output_tokens_estimate`` (each model call's usage kept
-  and reserved against budgets, docs/BUDGETS.md).
+  and reserved against budgets, docs/BUDGETS.md); ``keep_traces`` and
+  ``trace_ttl_seconds`` (0 keeps them for good): every turn's kept trace, docs/UI.md.
 - ``[prices]`` and ``[[budgets]]`` — the ``PriceTable`` and the ``Budget``s of
   ``PipelineOptions`` (``config/spending.py``, docs/BUDGETS.md), amounts exact.
 - ``[host]`` — ``extension``, ``module:attribute`` naming a ``HostExtension``: the
@@ -278,6 +279,11 @@ class _Engine(_Table):
     usage_ledger: bool = True
     max_output_tokens: int | None = Field(default=None, ge=1)
     output_tokens_estimate: int = Field(default=4096, ge=0)
+    # Every turn's kept trace (docs/UI.md "Every turn leaves its trace"); 0 keeps them for good.
+    keep_traces: bool = True
+    trace_ttl_seconds: float = Field(
+        default=2_592_000.0, ge=0, le=MAX_IDEMPOTENCY_TTL_SECONDS, allow_inf_nan=False
+    )
 
     def options(self) -> PipelineOptions:
         """The ``PipelineOptions`` these keys give (0 seconds is ``None``: no limit)."""
@@ -291,6 +297,7 @@ class _Engine(_Table):
             "server_tool_timeout_seconds",
             "idempotency_ttl_seconds",
             "tool_ledger_ttl_seconds",
+            "trace_ttl_seconds",
         ):
             values[name] = values[name] or None
         return PipelineOptions(**values)

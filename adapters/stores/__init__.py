@@ -19,10 +19,12 @@ if TYPE_CHECKING:
         SessionDetail,
         close_browse_store,
         detail_json,
+        latest_traces,
         message_text,
         open_browse_store,
         read_session_detail,
         summary_json,
+        trace_json,
     )
     from .memory import MemoryStore
     from .postgres import PostgresStore, PostgresStoreError
@@ -50,6 +52,8 @@ _EXPORTS: dict[str, str] = {
     "read_session_detail": "browse",
     "SessionDetail": "browse",
     "summary_json": "browse",
+    "latest_traces": "browse",
+    "trace_json": "browse",
     "MemoryStore": "memory",
     "PostgresStore": "postgres",
     "PostgresStoreError": "postgres",
@@ -103,6 +107,7 @@ __all__ = [
     "TurnWrites",
     "close_browse_store",
     "detail_json",
+    "latest_traces",
     "message_text",
     "open_browse_store",
     "open_store",
@@ -112,6 +117,7 @@ __all__ = [
     "sqlite_target",
     "summary_json",
     "synchronous_mode",
+    "trace_json",
     "unknown_store_scheme",
 ]
 

@@ -16,6 +16,7 @@ through ``SessionBrowser`` (``stores/session_browser.py``), page by page; the JS
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -23,7 +24,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from aptix_pipeline.contracts import AptixPipelineError, Session, SessionForks, Turn
+from aptix_pipeline.contracts import (
+    AptixPipelineError,
+    KeptTrace,
+    Session,
+    SessionForks,
+    TraceLog,
+    Turn,
+)
 
 from .session_browser import (
     MAX_PAGE,
@@ -40,10 +48,12 @@ __all__ = [
     "close_browse_store",
     "detail_json",
     "entry_json",
+    "latest_traces",
     "message_text",
     "open_browse_store",
     "read_session_detail",
     "summary_json",
+    "trace_json",
     "turn_json",
 ]
 
@@ -113,6 +123,9 @@ class SessionDetail:
     transcript: tuple[TranscriptEntry, ...]
     forks: tuple[Session, ...] = ()
     """The sessions forked from this one, oldest first (a store that forks, docs/FORKS.md)."""
+    traces: tuple[KeptTrace, ...] = ()
+    """The turns' kept traces, failed turns included, newest first (a ``TraceLog``
+    store; the newest ``MAX_PAGE``)."""
 
 
 async def read_session_detail(
@@ -136,7 +149,29 @@ async def read_session_detail(
             break
     summary = SessionSummary.of_session(session, [turn.created_at for turn in turns])
     forks = await store.forks_of(org, user, session_id) if isinstance(store, SessionForks) else None
-    return SessionDetail(session, summary, tuple(turns), tuple(transcript), tuple(forks or ()))
+    traces = (
+        await store.list_traces(org, user, session_id, limit=MAX_PAGE)
+        if isinstance(store, TraceLog)
+        else []
+    )
+    return SessionDetail(
+        session, summary, tuple(turns), tuple(transcript), tuple(forks or ()), tuple(traces)
+    )
+
+
+async def latest_traces(
+    store: object, org: str, user: str, session_ids: list[str]
+) -> dict[str, KeptTrace]:
+    """Each session's last kept trace (its status and last error), for those that have
+    one; nothing when the store keeps no traces."""
+    if not isinstance(store, TraceLog):
+        return {}
+    found: dict[str, KeptTrace] = {}
+    for session_id in session_ids:
+        page = await store.list_traces(org, user, session_id, limit=1)
+        if page:
+            found[session_id] = page[0]
+    return found
 
 
 # --- the JSON forms ---------------------------------------------------------------------------
@@ -186,6 +221,26 @@ def entry_json(entry: TranscriptEntry) -> dict[str, Any]:
     }
 
 
+def trace_json(trace: KeptTrace) -> dict[str, Any]:
+    """A kept trace as JSON: id, time, session, turn, outcome, error, faulted step, the
+    states it went through, and the state trace and step changes themselves."""
+    body = json.loads(trace.trace)
+    return {
+        "id": trace.id,
+        "at": _time(trace.at),
+        "session_id": trace.session_id,
+        "turn_id": trace.turn_id,
+        "outcome": trace.outcome,
+        "error": None
+        if trace.error_code is None
+        else {"code": trace.error_code, "message": trace.error_message},
+        "faulted_step": trace.faulted_step,
+        "states": body.get("states", []) if isinstance(body, dict) else [],
+        "trace": body,
+        "steps": json.loads(trace.steps),
+    }
+
+
 def detail_json(detail: SessionDetail) -> dict[str, Any]:
     """``aptix sessions show --json``: the session, its mode history, turns and transcript;
     a fork's ``forked_from`` (session id, turn id, messages shared) and a forked
@@ -222,4 +277,5 @@ def detail_json(detail: SessionDetail) -> dict[str, Any]:
         | (forks if detail.forks else {}),
         "turns": [turn_json(turn) for turn in detail.turns],
         "transcript": [entry_json(entry) for entry in detail.transcript],
+        "traces": [trace_json(trace) for trace in detail.traces],
     }

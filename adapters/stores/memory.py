@@ -7,7 +7,8 @@ so within one event loop it is atomic. It is a ``ToolLedger`` too
 ``UsageLedger`` (``contracts/usage.py``): each org's model calls in the order of
 their time, so a window's calls are found by bisection. It forks sessions
 (``SessionForks``, ``stores/forks.py``): a fork keeps its parent and cut, and its
-transcript is read through them, never copied.
+transcript is read through them, never copied. It keeps turn traces
+(``TraceLog``, ``contracts/traces.py``), each owner's in the order kept.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from aptix_pipeline.contracts import (
     BudgetCheck,
     BudgetWindow,
     ChatMessage,
+    KeptTrace,
     LedgerEntry,
     ReserveOutcome,
     Session,
@@ -85,6 +87,8 @@ class MemoryStore:
         """Each turn's model calls."""
         self._totals: dict[str, dict[tuple[object, ...], list[Any]]] = {}
         """Each org's running totals of calendar-window checks: ``[check, total]``."""
+        self._traces: dict[tuple[str, str], list[KeptTrace]] = {}
+        """Each org and user's kept traces, in the order kept (``TraceLog``)."""
 
     def begin(self, org: str, user: str) -> BufferedTransaction:
         """Start one turn's transaction for this caller."""
@@ -226,6 +230,43 @@ class MemoryStore:
         for key in old:
             del self._ledger[key]
         return len(old)
+
+    # --- TraceLog (contracts/traces.py): no await, so each call is atomic -------------
+
+    async def keep_trace(self, trace: KeptTrace) -> None:
+        """See ``TraceLog``: also forgets the owner's oldest traces expired by its time."""
+        kept = self._traces.setdefault((trace.org, trace.user), [])
+        while kept and kept[0].expires_at is not None and kept[0].expires_at <= trace.at:
+            kept.pop(0)
+        kept.append(trace)
+
+    async def list_traces(
+        self,
+        org: str,
+        user: str,
+        session_id: str | None = None,
+        *,
+        limit: int = DEFAULT_PAGE,
+        offset: int = 0,
+    ) -> list[KeptTrace]:
+        """See ``TraceLog``."""
+        check_page(limit, offset)
+        kept = reversed(self._traces.get((org, user), []))
+        chosen = [t for t in kept if session_id is None or t.session_id == session_id]
+        return chosen[offset : offset + limit]
+
+    async def read_trace(self, org: str, user: str, trace_id: str) -> KeptTrace | None:
+        """See ``TraceLog``."""
+        return next((t for t in self._traces.get((org, user), []) if t.id == trace_id), None)
+
+    async def purge_traces(self, now: datetime) -> int:
+        """See ``TraceLog``."""
+        gone = 0
+        for owner, kept in self._traces.items():
+            left = [t for t in kept if t.expires_at is None or t.expires_at > now]
+            gone += len(kept) - len(left)
+            self._traces[owner] = left
+        return gone
 
     # --- UsageLedger (contracts/usage.py): no await, so each call is atomic -----------
 

@@ -35,6 +35,9 @@
   ``aptix_sessions`` row naming its parent (a foreign key ``ON DELETE RESTRICT``), its
   cut and its prefix length, plus its copied mode history, written in one
   transaction; a transcript is read with one recursive query over the ancestors.
+- Turn traces (``TraceLog``, ``contracts/traces.py``; schema version 7, table
+  ``aptix_turn_traces``): keeping one is one autocommitted statement that also
+  deletes up to ``TRACE_SWEEP`` expired ones; ``seq`` orders them, newest first.
 - The URL's password never appears in an error message or a repr.
 """
 
@@ -60,6 +63,7 @@ from aptix_pipeline.contracts import (
     AptixPipelineError,
     BudgetCheck,
     ChatMessage,
+    KeptTrace,
     LedgerEntry,
     ReserveOutcome,
     Session,
@@ -95,6 +99,7 @@ from .usage_ledger import (
 __all__ = [
     "OUTCOME_SWEEP",
     "SCHEMA_VERSION",
+    "TRACE_SWEEP",
     "PostgresStore",
     "PostgresStoreError",
     "SchemaVersionError",
@@ -105,7 +110,23 @@ _Connection = AsyncConnection[tuple[Any, ...]]
 _PASSWORD_IN_CONNINFO = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", re.IGNORECASE)
 OUTCOME_SWEEP: Final = 100
 """Expired outcomes a commit that stores outcomes deletes at most (module docstring)."""
+TRACE_SWEEP: Final = 16
+"""Expired traces keeping a trace deletes at most (module docstring)."""
 _PURGE_BATCH: Final = 1000
+_TRACE_FIELDS: Final = (
+    "id, org, user_name, session_id, turn_id, at, outcome, trace, error_code, error_message, "
+    "faulted_step, expires_at, steps"
+)
+_EXPIRED_TRACES: Final = (
+    "DELETE FROM aptix_turn_traces WHERE seq IN (SELECT seq FROM aptix_turn_traces "
+    "WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED)"
+)
+"""Delete at most ``LIMIT`` traces expired by the time given, skipping rows others hold."""
+_KEEP_TRACE: Final = (
+    f"WITH swept AS ({_EXPIRED_TRACES}) INSERT INTO aptix_turn_traces ({_TRACE_FIELDS}) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+"""Keep a trace and sweep a few expired ones, in one statement."""
 _DELETE_EXPIRED: Final = (
     "DELETE FROM aptix_outcomes o USING (SELECT org, user_name, key "
     "FROM aptix_outcomes WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED) d "
@@ -150,6 +171,25 @@ given; how many went, how many were read, and the last key read."""
 
 class PostgresStoreError(AptixPipelineError, RuntimeError):
     """The PostgreSQL store cannot serve: unreachable, refused, or already closed."""
+
+
+def _kept_trace(row: Sequence[Any]) -> KeptTrace:
+    """An ``aptix_turn_traces`` row (``_TRACE_FIELDS``) as a ``KeptTrace``."""
+    return KeptTrace(
+        id=row[0],
+        org=row[1],
+        user=row[2],
+        session_id=row[3],
+        turn_id=row[4],
+        at=row[5],
+        outcome=row[6],
+        trace=row[7],
+        error_code=row[8],
+        error_message=row[9],
+        faulted_step=row[10],
+        expires_at=row[11],
+        steps=row[12],
+    )
 
 
 def _nul_safe_columns(text: str | None) -> tuple[str | None, str | None]:
@@ -535,6 +575,78 @@ class PostgresStore:
             if int(row[1]) < _PURGE_BATCH:
                 return purged
             after = (row[2], row[3], row[4])
+
+    # --- TraceLog (contracts/traces.py): one autocommitted statement a call -----------
+
+    async def keep_trace(self, trace: KeptTrace) -> None:
+        """See ``TraceLog``: one statement that keeps the trace and deletes up to
+        ``TRACE_SWEEP`` traces expired by its time. A NUL in the error message (which
+        PostgreSQL text cannot hold) is kept as U+FFFD."""
+        message = trace.error_message
+        pool = await self._ready()
+        async with pool.connection() as connection:
+            await connection.execute(
+                _KEEP_TRACE,
+                (
+                    trace.at,
+                    TRACE_SWEEP,
+                    trace.id,
+                    trace.org,
+                    trace.user,
+                    trace.session_id,
+                    trace.turn_id,
+                    trace.at,
+                    trace.outcome,
+                    trace.trace,
+                    trace.error_code,
+                    None if message is None else message.replace("\x00", "\ufffd"),
+                    trace.faulted_step,
+                    trace.expires_at,
+                    trace.steps,
+                ),
+            )
+
+    async def list_traces(
+        self,
+        org: str,
+        user: str,
+        session_id: str | None = None,
+        *,
+        limit: int = DEFAULT_PAGE,
+        offset: int = 0,
+    ) -> list[KeptTrace]:
+        """See ``TraceLog``."""
+        check_page(limit, offset)
+        where, params = "org = %s AND user_name = %s", [org, user]
+        if session_id is not None:
+            where += " AND session_id = %s"
+            params.append(session_id)
+        rows = await self._fetchall(
+            f"SELECT {_TRACE_FIELDS} FROM aptix_turn_traces WHERE {where} "
+            "ORDER BY seq DESC LIMIT %s OFFSET %s",
+            (*params, limit, offset),
+        )
+        return [_kept_trace(row) for row in rows]
+
+    async def read_trace(self, org: str, user: str, trace_id: str) -> KeptTrace | None:
+        """See ``TraceLog``."""
+        row = await self._fetchone(
+            f"SELECT {_TRACE_FIELDS} FROM aptix_turn_traces "
+            "WHERE id = %s AND org = %s AND user_name = %s",
+            (trace_id, org, user),
+        )
+        return None if row is None else _kept_trace(row)
+
+    async def purge_traces(self, now: datetime) -> int:
+        """See ``TraceLog``: in batches of one short statement each, as ``purge_outcomes``."""
+        pool = await self._ready()
+        purged = 0
+        while True:
+            async with pool.connection() as connection:
+                cursor = await connection.execute(_EXPIRED_TRACES, (now, _PURGE_BATCH))
+            purged += cursor.rowcount
+            if cursor.rowcount < _PURGE_BATCH:
+                return purged
 
     # --- UsageLedger (contracts/usage.py): one statement, one round trip, a call --------
 

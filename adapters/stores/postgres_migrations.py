@@ -299,6 +299,33 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX aptix_transcript_turn ON aptix_transcript (session_id, turn_id, seq)",
         ),
     ),
+    Migration(
+        7,
+        "turn traces: every turn's state trace, failed turns included",
+        # TraceLog (contracts/traces.py, issue 33): seq is the order traces are listed
+        # in, newest first; no foreign key, a failed first turn has no session.
+        (
+            """CREATE TABLE aptix_turn_traces (
+                seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                id text NOT NULL UNIQUE,
+                org text NOT NULL,
+                user_name text NOT NULL,
+                session_id text,
+                turn_id text,
+                at timestamptz NOT NULL,
+                outcome text NOT NULL,
+                trace text NOT NULL,
+                error_code text,
+                error_message text,
+                faulted_step text,
+                expires_at timestamptz,
+                steps text NOT NULL DEFAULT '[]')""",
+            "CREATE INDEX aptix_turn_traces_owner ON aptix_turn_traces (org, user_name, seq)",
+            "CREATE INDEX aptix_turn_traces_session "
+            "ON aptix_turn_traces (org, user_name, session_id, seq)",
+            "CREATE INDEX aptix_turn_traces_expiry ON aptix_turn_traces (expires_at)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

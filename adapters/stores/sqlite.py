@@ -12,7 +12,7 @@
 - A versioned schema (``PRAGMA user_version``): a new file is created at the
   current version, an older one is migrated in place (version 2 added stored
   outcomes, version 3 the tool ledger, version 4 the usage ledger, version 5
-  forks), and a file written by a newer version is refused.
+  forks, version 6 turn traces), and a file written by a newer version is refused.
 - Stored outcomes (``StoredOutcome``, docs/CONFORMANCE.md D181) are written in
   the turn's transaction; a key holding an unexpired one makes the whole commit a
   conflict. Each commit that stores outcomes also deletes up to
@@ -40,6 +40,11 @@
   ``prefix_len``, plus its copied mode history; a transcript is read with one
   recursive query over the session's ancestors. ``transcript_turn`` finds a turn's
   last message without scanning the session's.
+- Turn traces (``TraceLog``, ``contracts/traces.py``; schema version 6, table
+  ``turn_traces``): each trace is one ``INSERT`` queued on the worker, not awaited
+  (as a tool-ledger completion), followed by a sweep of at most ``TRACE_SWEEP``
+  traces expired by the trace's own time; ``seq`` (``AUTOINCREMENT``) is the order
+  they are listed in, newest first.
 
 Durability (``synchronous``, docs/STORES.md "SQLite durability"): ``"normal"`` (the default)
 is WAL with ``PRAGMA synchronous = NORMAL``: a commit writes the turn to the WAL
@@ -76,6 +81,7 @@ from aptix_pipeline.contracts import (
     BudgetCheck,
     BudgetMetric,
     ChatMessage,
+    KeptTrace,
     LedgerEntry,
     ReserveOutcome,
     Session,
@@ -115,12 +121,13 @@ __all__ = [
     "OUTCOME_SWEEP",
     "SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
+    "TRACE_SWEEP",
     "SQLiteStore",
     "Synchronous",
     "synchronous_mode",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 T = TypeVar("T")
 logger = scrubbed_logger(__name__)
 
@@ -131,6 +138,8 @@ CHECKPOINT_EVERY: Final = 200
 """Commits of one store between two background WAL checkpoints."""
 OUTCOME_SWEEP: Final = 100
 """Expired outcomes a commit that stores outcomes deletes at most (module docstring)."""
+TRACE_SWEEP: Final = 16
+"""Expired traces keeping a trace deletes at most (module docstring)."""
 _PURGE_BATCH: Final = 1000
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _SEARCH: Final = (
@@ -166,6 +175,15 @@ _DELETE_EXPIRED: Final = (
     "WHERE expires_at_us <= ? LIMIT ?)"
 )
 """Delete at most ``LIMIT`` outcomes expired by the instant given (in microseconds)."""
+_TRACE_FIELDS: Final = (
+    "id, org, user, session_id, turn_id, at, outcome, trace, error_code, error_message, "
+    "faulted_step, expires_at, steps"
+)
+_DELETE_EXPIRED_TRACES: Final = (
+    "DELETE FROM turn_traces WHERE seq IN (SELECT seq FROM turn_traces "
+    "WHERE expires_at_us <= ? LIMIT ?)"
+)
+"""Delete at most ``LIMIT`` traces expired by the instant given (in microseconds)."""
 _TRANSCRIPT_AFTER: Final = (
     "WITH RECURSIVE chain (id, upto, off) AS ("
     "SELECT id, -1, prefix_len FROM sessions WHERE id = ? AND org = ? AND user = ? "
@@ -386,7 +404,31 @@ _SCHEMA_5 = (
     "CREATE INDEX sessions_parent ON sessions (parent_id)",
     "CREATE INDEX transcript_turn ON transcript (session_id, turn_id, seq)",
 )
-_MIGRATIONS = (_SCHEMA, _SCHEMA_2, _SCHEMA_3, _SCHEMA_4, _SCHEMA_5)
+# Version 6: turn traces (TraceLog, issue 33). seq is the order they were kept in
+# (AUTOINCREMENT: never reused, so it orders across processes and deletes); at and
+# expires_at ISO text, read back as written; expires_at_us the expiry instant.
+_SCHEMA_6 = (
+    """CREATE TABLE turn_traces (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        org TEXT NOT NULL,
+        user TEXT NOT NULL,
+        session_id TEXT,
+        turn_id TEXT,
+        at TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        trace TEXT NOT NULL,
+        error_code TEXT,
+        error_message TEXT,
+        faulted_step TEXT,
+        expires_at TEXT,
+        expires_at_us INTEGER,
+        steps TEXT NOT NULL DEFAULT '[]')""",
+    "CREATE INDEX turn_traces_owner ON turn_traces (org, user, seq)",
+    "CREATE INDEX turn_traces_session ON turn_traces (org, user, session_id, seq)",
+    "CREATE INDEX turn_traces_expiry ON turn_traces (expires_at_us)",
+)
+_MIGRATIONS = (_SCHEMA, _SCHEMA_2, _SCHEMA_3, _SCHEMA_4, _SCHEMA_5, _SCHEMA_6)
 """``_MIGRATIONS[n]`` takes a file from schema version ``n`` to ``n + 1``."""
 
 
@@ -410,6 +452,25 @@ def _usage_values(call: UsageCall) -> tuple[Any, ...]:
             for value in usage_row(call)
         ),
         _instant_us(call.at),
+    )
+
+
+def _kept_trace(row: Sequence[Any]) -> KeptTrace:
+    """A ``turn_traces`` row (``_TRACE_FIELDS``) as a ``KeptTrace``."""
+    return KeptTrace(
+        id=row[0],
+        org=row[1],
+        user=row[2],
+        session_id=row[3],
+        turn_id=row[4],
+        at=datetime.fromisoformat(row[5]),
+        outcome=row[6],
+        trace=row[7],
+        error_code=row[8],
+        error_message=row[9],
+        faulted_step=row[10],
+        expires_at=None if row[11] is None else datetime.fromisoformat(row[11]),
+        steps=row[12],
     )
 
 
@@ -772,6 +833,98 @@ class SQLiteStore:
         while after is not None:
             deleted, after = await self._run(partial(self._purge_calls_batch, after, moment))
             purged += deleted
+        return purged
+
+    # --- TraceLog (contracts/traces.py): each trace kept by one queued statement -------
+
+    def _keep_trace(self, trace: KeptTrace) -> None:
+        expires = trace.expires_at
+        try:
+            db = self._db()
+            db.execute(
+                f"INSERT INTO turn_traces ({_TRACE_FIELDS}, expires_at_us) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    trace.id,
+                    trace.org,
+                    trace.user,
+                    trace.session_id,
+                    trace.turn_id,
+                    trace.at.isoformat(),
+                    trace.outcome,
+                    trace.trace,
+                    trace.error_code,
+                    trace.error_message,
+                    trace.faulted_step,
+                    None if expires is None else expires.isoformat(),
+                    trace.steps,
+                    None if expires is None else _instant_us(expires),
+                ),
+            )
+            db.execute(_DELETE_EXPIRED_TRACES, (_instant_us(trace.at), TRACE_SWEEP))
+        except Exception as error:  # nobody awaits this write: say so
+            logger.warning(
+                "trace log: keeping the trace of a turn failed (%s: %s)",
+                type(error).__name__,
+                error,
+            )
+            return
+        self._after_commit()
+
+    async def keep_trace(self, trace: KeptTrace) -> None:
+        """See ``TraceLog``: returns once the write is queued, as ``complete_tool_call``
+        does; the worker runs it before anything asked of the store later. It also
+        deletes up to ``TRACE_SWEEP`` traces expired by the trace's time. A write that
+        fails is logged."""
+        self._worker.submit(lambda: self._keep_trace(trace))
+
+    def _list_traces(
+        self, org: str, user: str, session_id: str | None, limit: int, offset: int
+    ) -> list[KeptTrace]:
+        where, params = "org = ? AND user = ?", [org, user]
+        if session_id is not None:
+            where += " AND session_id = ?"
+            params.append(session_id)
+        rows = self._db().execute(
+            f"SELECT {_TRACE_FIELDS} FROM turn_traces WHERE {where} "
+            "ORDER BY seq DESC LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        )
+        return [_kept_trace(row) for row in rows]
+
+    async def list_traces(
+        self,
+        org: str,
+        user: str,
+        session_id: str | None = None,
+        *,
+        limit: int = DEFAULT_PAGE,
+        offset: int = 0,
+    ) -> list[KeptTrace]:
+        """See ``TraceLog``."""
+        check_page(limit, offset)
+        return await self._run(lambda: self._list_traces(org, user, session_id, limit, offset))
+
+    async def read_trace(self, org: str, user: str, trace_id: str) -> KeptTrace | None:
+        """See ``TraceLog``."""
+        row = await self._run(
+            lambda: self._query_one(
+                f"SELECT {_TRACE_FIELDS} FROM turn_traces WHERE id = ? AND org = ? AND user = ?",
+                (trace_id, org, user),
+            )
+        )
+        return None if row is None else _kept_trace(row)
+
+    def _purge_traces_batch(self, now_us: int) -> int:
+        return self._db().execute(_DELETE_EXPIRED_TRACES, (now_us, _PURGE_BATCH)).rowcount
+
+    async def purge_traces(self, now: datetime) -> int:
+        """See ``TraceLog``: in batches of one short statement each, as ``purge_outcomes``."""
+        now_us, purged = _instant_us(now), 0
+        while (deleted := await self._run(lambda: self._purge_traces_batch(now_us))) > 0:
+            purged += deleted
+            if deleted < _PURGE_BATCH:
+                break
         return purged
 
     # --- UsageLedger (contracts/usage.py): one BEGIN IMMEDIATE transaction a call ------

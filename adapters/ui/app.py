@@ -64,7 +64,7 @@ from aptix_pipeline.adapters.stores import (
     read_session_detail,
     search_sessions,
 )
-from aptix_pipeline.contracts import Caller, UsageCall, UsageLedger, UsageQuery
+from aptix_pipeline.contracts import Caller, TraceLog, UsageCall, UsageLedger, UsageQuery
 
 from .guard import LOOPBACK_NAMES, TOKEN_PARAM, UIGuard, host_of
 from .html import Markup, html, join, page, stylesheet
@@ -75,6 +75,8 @@ from .pages import (
     recording_body,
     session_body,
     stored_turn_body,
+    trace_body,
+    traces_table,
     watch_body,
 )
 from .recordings import RecordingEntry, RecordingShelf
@@ -433,6 +435,39 @@ def create_ui_app(
         body = stored_turn_body(_base(request), detail, found, matched, folder)
         return ui.page(request, f"turn {turn_id}", body)
 
+    async def kept_trace(request: Request, caller: Caller | None) -> Response:
+        asked = _query(request, "org", "user", "id")
+        if asked is None or not ui.allowed(caller, asked[0], asked[1]):
+            return ui.not_found(request, "no such trace")
+        org, user, trace_id = asked
+        opened = ui.store()
+        found = (
+            await opened.read_trace(org, user, trace_id) if isinstance(opened, TraceLog) else None
+        )
+        if found is None:
+            return ui.not_found(request, f"no trace {trace_id} of {org} / {user}")
+        return ui.page(request, f"trace {trace_id}", trace_body(_base(request), found))
+
+    async def kept_traces(request: Request, caller: Caller | None) -> Response:
+        asked = _query(request, "org", "user")
+        if asked is None or not ui.allowed(caller, asked[0], asked[1]):
+            return ui.not_found(request, "no such org and user")
+        org, user = asked
+        opened = ui.store()
+        if not isinstance(opened, TraceLog):
+            return ui.not_found(request, "this store keeps no turn traces")
+        listed = await opened.list_traces(org, user, limit=MAX_PAGE)
+        body = html(
+            "<h1>turn traces of {org} / {user}</h1><p class='muted'>every turn, failed ones "
+            "included (a failed first turn has no session), newest first; the newest {n} "
+            "at most</p>{table}",
+            org=org,
+            user=user,
+            n=MAX_PAGE,
+            table=traces_table(_base(request), listed),
+        )
+        return ui.page(request, f"traces of {org} / {user}", body)
+
     def _recording(request: Request, caller: Caller | None) -> RecordingEntry | None:
         name = request.query_params.get("name")
         entry = ui.shelf.find(name) if name else None
@@ -513,6 +548,8 @@ def create_ui_app(
         Route("/session", _guarded(ui, session)),
         Route("/sessions", _guarded(ui, sessions)),
         Route("/turn", _guarded(ui, turn)),
+        Route("/trace", _guarded(ui, kept_trace)),
+        Route("/traces", _guarded(ui, kept_traces)),
         Route("/recording", _guarded(ui, recording)),
         Route("/recording/replay", _guarded(ui, replay), methods=["POST"]),
         Route("/live", _guarded(ui, live)),

@@ -12,12 +12,18 @@ from datetime import datetime
 from urllib.parse import urlencode
 
 from aptix_pipeline.adapters.stores import OwnerSummary, SessionDetail, SessionSummary, message_text
-from aptix_pipeline.contracts import Turn
+from aptix_pipeline.contracts import KeptTrace, Turn
 from aptix_pipeline.engine.replay import TurnRecording
 
 from .html import Markup, html, join
 from .recordings import RecordingEntry
-from .turn import fault_banner, path_picture, request_and_response, timeline
+from .turn import (
+    fault_banner,
+    kept_trace_view,
+    path_picture,
+    request_and_response,
+    timeline,
+)
 
 __all__ = [
     "index_body",
@@ -26,6 +32,8 @@ __all__ = [
     "recording_body",
     "session_body",
     "stored_turn_body",
+    "trace_body",
+    "traces_table",
     "watch_body",
 ]
 
@@ -118,8 +126,9 @@ def index_body(
     else:
         sessions = join(
             html(
-                "<h3>{org} / {user} <span class='muted'>({count} sessions)</span></h3>"
-                "{table}{more}",
+                "<h3>{org} / {user} <span class='muted'>({count} sessions · "
+                "<a href='{traces}'>turn traces</a>)</span></h3>{table}{more}",
+                traces=link(base, "traces", org=owner.org, user=owner.user),
                 org=owner.org,
                 user=owner.user,
                 count=owner.sessions,
@@ -165,6 +174,58 @@ def _more_sessions(owner: OwnerSummary, shown: int) -> Markup:
         count=owner.sessions,
         org=owner.org,
         user=owner.user,
+    )
+
+
+def traces_table(base: str, traces: Sequence[KeptTrace]) -> Markup:
+    """Kept turn traces, newest first: time, session, turn, how each ended and its error,
+    each linked to its page (a failed turn that stored nothing included)."""
+    rows = join(
+        html(
+            "<tr data-trace='{id}' class='{outcome}'><td><a href='{href}'>{at}</a></td>"
+            "<td>{session}</td><td>{turn}</td><td><span class='badge {outcome}'>{ended}</span>"
+            "</td><td>{error}</td></tr>",
+            id=t.id,
+            outcome=t.outcome,
+            href=link(base, "trace", org=t.org, user=t.user, id=t.id),
+            at=_time(t.at),
+            session=t.session_id or "(none)",
+            turn=t.turn_id or "-",
+            ended=f"faulted at {t.faulted_step}" if t.faulted_step else t.outcome,
+            error=f"{t.error_code}: {t.error_message or ''}" if t.error_code else "-",
+        )
+        for t in traces
+    )
+    return html(
+        "<table class='traces'><thead><tr><th>time</th><th>session</th><th>turn</th>"
+        "<th>ended</th><th>error</th></tr></thead><tbody>{rows}</tbody></table>",
+        rows=rows,
+    )
+
+
+def trace_body(base: str, kept: KeptTrace) -> Markup:
+    """The page of one kept trace: who, where, how it ended, and its view."""
+    session = (
+        html(
+            "session <a href='{href}'><code>{id}</code></a>",
+            href=link(base, "session", org=kept.org, user=kept.user, id=kept.session_id),
+            id=kept.session_id,
+        )
+        if kept.session_id
+        else html("no session (the turn stored nothing)")
+    )
+    return html(
+        "<h1>turn trace <span class='badge {outcome}'>{outcome}</span></h1>"
+        "<p>{org} / {user}; {session}; turn <code>{turn}</code>; {at} · "
+        "<a href='{all}'>all traces of {org} / {user}</a></p>{view}",
+        outcome=kept.outcome,
+        org=kept.org,
+        user=kept.user,
+        session=session,
+        turn=kept.turn_id or "-",
+        at=_time(kept.at),
+        all=link(base, "traces", org=kept.org, user=kept.user),
+        view=kept_trace_view(kept),
     )
 
 
@@ -232,6 +293,7 @@ def session_body(
         "<h2>Turns</h2><table id='turns'><thead><tr><th>turn</th><th>mode</th><th>status</th>"
         "<th>tokens</th><th>created</th><th>server tool results</th><th>recordings</th></tr>"
         "</thead><tbody>{turns}</tbody></table>"
+        "{traces}"
         "<h2>Transcript</h2><table id='transcript'><thead><tr><th>#</th><th>turn</th>"
         "<th>role</th><th>content</th></tr></thead><tbody>{transcript}</tbody></table>",
         id=s.id,
@@ -244,6 +306,16 @@ def session_body(
         extras=extras or "",
         history=html("<h2>Mode history</h2><ul>{h}</ul>", h=history) if history else "",
         turns=turns,
+        traces=html(
+            "<h2 id='traces'>Turn traces</h2><p class='muted'>every turn, failed ones "
+            "included, newest first · <a href='{all}'>all of {org} / {user}</a></p>{table}",
+            all=link(base, "traces", org=s.org, user=s.user),
+            org=s.org,
+            user=s.user,
+            table=traces_table(base, detail.traces),
+        )
+        if detail.traces
+        else "",
         transcript=transcript,
     )
 
@@ -370,11 +442,14 @@ def stored_turn_body(
             "<h2>Recordings of this turn</h2><ul id='turn-recordings'>{l}</ul>{v}", l=listed, v=view
         )
     else:
+        kept = [t for t in detail.traces if t.turn_id == turn.id]
         recorded = html(
             "<h2>Recordings of this turn</h2><p class='muted' id='turn-recordings'>none in {f}: "
-            "the page shows what the store holds (record turns with --record DIR or "
-            "[recording] to see their path)</p>",
+            "the page shows what the store holds and the turn's kept trace (record turns "
+            "with --record DIR or [recording] to see their port calls and replay them)</p>"
+            "{view}",
             f=folder or "(no --recordings folder)",
+            view=kept_trace_view(kept[0]) if kept else "",
         )
     return html(
         "<h1>turn <code id='turn-id'>{id}</code> <span class='badge {status}'>{status}</span></h1>"

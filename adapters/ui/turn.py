@@ -19,6 +19,11 @@
   recording captured content (``trace_content``).
 - **Replay**: ``replay_outcome`` shows what ``engine/replay`` answered: ok, or the
   first divergence, and how the replayed turn ended.
+- **A kept trace** (``kept_trace_view``): every turn's trace the store keeps, failed
+  turns included (``TraceLog``): the same picture and timeline without the port
+  calls, the fault with the error the caller got, and beside each step what it
+  changed in the turn's context (``engine/state_diff.py``): mode, tools, messages
+  added (their text only under content capture) and the response kind.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from aptix_pipeline.contracts import KeptTrace
 from aptix_pipeline.engine import (
     CheckRecord,
     DiagramError,
@@ -35,7 +41,9 @@ from aptix_pipeline.engine import (
     FaultRecord,
     LLMCallRecord,
     StateTrace,
+    StepChange,
     TransitionRecord,
+    changes_from_json,
     pipeline_diagram,
 )
 from aptix_pipeline.engine.replay import ReplayOutcome, TurnRecording
@@ -45,10 +53,12 @@ from .html import Markup, html, join
 
 __all__ = [
     "fault_banner",
+    "kept_trace_view",
     "path_picture",
     "path_strip",
     "replay_outcome",
     "request_and_response",
+    "step_change",
     "timeline",
 ]
 
@@ -286,13 +296,15 @@ def _entry(
     took: float | None = None,
     number: int = 0,
     longest: float = 0.0,
+    change: StepChange | None = None,
 ) -> Markup:
     if isinstance(entry, TransitionRecord):
         times = clock.get(entry.event, [])
         return html(
             '<li class="kind-transition" data-step="{step}">'
             '<span class="kind" id="step-{number}">step #{number}</span>'
-            "<strong>{step}</strong> <span class='muted'>{source} → {target}</span>{times}</li>",
+            "<strong>{step}</strong> <span class='muted'>{source} → {target}</span>{times}"
+            "{change}</li>",
             number=number,
             step=entry.event,
             source=entry.source,
@@ -300,6 +312,7 @@ def _entry(
             times=html(" <span class='muted mono'>clock {t}</span>", t=", ".join(times))
             if times
             else "",
+            change=step_change(change) if change is not None else "",
         )
     if isinstance(entry, CheckRecord):
         kind = "guard" if entry.phase == "PRE" else "exit hook"
@@ -381,20 +394,58 @@ def _entry(
     )
 
 
-def timeline(recording: TurnRecording) -> Markup:
-    """The turn's state trace as a timeline (module docstring)."""
-    trace = recording.trace
-    clock = _clock_by_step(recording)
-    ms = _execution_ms(recording)
-    model_ms = _model_call_ms(recording)
+def step_change(change: StepChange) -> Markup:
+    """What one step changed in the turn's context, as a diff (nothing when it changed
+    nothing shown): ``-`` what went, ``+`` what came."""
+    if not change.changed:
+        return Markup("")
+    lines: list[Markup] = []
+    if change.mode is not None:
+        lines.append(html("<li class='del'>- mode {m}</li>", m=change.mode[0] or "(none)"))
+        lines.append(html("<li class='add'>+ mode {m}</li>", m=change.mode[1] or "(none)"))
+    if change.tools_removed:
+        lines.append(html("<li class='del'>- tools {t}</li>", t=", ".join(change.tools_removed)))
+    if change.tools_added:
+        lines.append(html("<li class='add'>+ tools {t}</li>", t=", ".join(change.tools_added)))
+    texts = change.texts or ()
+    for index, role in enumerate(change.messages_added):
+        text = texts[index] if index < len(texts) else None
+        lines.append(
+            html(
+                "<li class='add'>+ {role} message{text}</li>",
+                role=role,
+                text=html(": <q>{t}</q>", t=text) if text is not None else "",
+            )
+        )
+    if change.response_type is not None:
+        lines.append(html("<li class='add'>+ response {r}</li>", r=change.response_type))
+    return html("<ul class='diff' data-diff='{step}'>{l}</ul>", step=change.step, l=join(lines))
+
+
+def _timeline(
+    trace: StateTrace,
+    clock: dict[str, list[str]],
+    ms: dict[str, Any],
+    model_ms: dict[int, float],
+    changes: Sequence[StepChange] = (),
+) -> Markup:
     timed = [*model_ms.values(), *(t for t in map(_ms, ms.values()) if t is not None)]
     longest = max(timed, default=0.0)
     numbers: dict[int, int] = {}
     for index, entry in enumerate(trace.entries):
         if isinstance(entry, TransitionRecord):
             numbers[index] = len(numbers) + 1
+    by_transition = iter(changes)
     items = join(
-        _entry(entry, clock, ms, model_ms.get(index), numbers.get(index, 0), longest)
+        _entry(
+            entry,
+            clock,
+            ms,
+            model_ms.get(index),
+            numbers.get(index, 0),
+            longest,
+            next(by_transition, None) if isinstance(entry, TransitionRecord) else None,
+        )
         for index, entry in enumerate(trace.entries)
     )
     return html(
@@ -404,6 +455,46 @@ def timeline(recording: TurnRecording) -> Markup:
         items=items,
         outcome=trace.outcome,
         codes=" ".join(trace.error_codes),
+    )
+
+
+def timeline(recording: TurnRecording) -> Markup:
+    """The turn's state trace as a timeline (module docstring)."""
+    return _timeline(
+        recording.trace,
+        _clock_by_step(recording),
+        _execution_ms(recording),
+        _model_call_ms(recording),
+    )
+
+
+def kept_trace_view(kept: KeptTrace) -> Markup:
+    """A kept trace (module docstring): its fault, path picture and timeline with what
+    each step changed; a trace that cannot be read says so."""
+    try:
+        trace = StateTrace.from_dict(json.loads(kept.trace))
+        changes = changes_from_json(kept.steps)
+    except ValueError as error:  # json.JSONDecodeError is one
+        return html("<p class='error'>this trace cannot be read: {e}</p>", e=str(error))
+    banner: Markup | str = ""
+    if kept.failed:
+        banner = html(
+            '<div class="fault-banner" data-fault-step="{step}">✗ the turn faulted at '
+            "<strong>{step}</strong>, rule <strong>{rules}</strong><ul><li><code>{code}</code>"
+            " {message}</li></ul></div>",
+            step=kept.faulted_step or trace.faulted_step or trace.outcome,
+            rules=", ".join(trace.failed_rules) or "-",
+            code=kept.error_code or "-",
+            message=kept.error_message or "",
+        )
+    return html(
+        "<section class='kept-trace' data-trace='{id}'>{banner}"
+        "<div class='turn-grid'><div><h2>Path</h2>{picture}</div>"
+        "<div><h2>Timeline</h2>{timeline}</div></div></section>",
+        id=kept.id,
+        banner=banner,
+        picture=path_picture(trace),
+        timeline=_timeline(trace, {}, {}, {}, changes),
     )
 
 

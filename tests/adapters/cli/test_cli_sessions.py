@@ -60,8 +60,10 @@ def test_list_prints_a_table_for_people(browsed: Browsed) -> None:
     run = aptix("sessions", "list", "--store", browsed.store_url, "--org", "acme", "--user", "ana")
 
     header, row = run.stdout.splitlines()
-    assert header.split() == ["SESSION", "MODE", "TURNS", "LAST", "ACTIVITY", "CREATED"]
-    assert row.split()[:3] == [browsed.session_id, "review", "2"]
+    assert header.split() == [
+        *("SESSION", "MODE", "TURNS", "STATUS", "LAST", "ACTIVITY", "CREATED", "LAST", "ERROR")
+    ]
+    assert row.split()[:4] == [browsed.session_id, "review", "2", "done"]
 
 
 @pytest.mark.decision("D346")

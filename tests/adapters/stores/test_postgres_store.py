@@ -66,6 +66,7 @@ APTIX_TABLES = {
     "aptix_outcomes",
     "aptix_tool_ledger",
     "aptix_usage_calls",
+    "aptix_turn_traces",
 }
 
 
@@ -375,8 +376,11 @@ async def test_a_failed_turn_stores_nothing_not_even_its_mode_change(
     assert not result.successful
     assert await stored(pg) == NOTHING_STORED
     with psycopg.connect(postgres_db_url) as connection:
-        for table in sorted(APTIX_TABLES - {"aptix_usage_calls"}):
+        for table in sorted(APTIX_TABLES - {"aptix_usage_calls", "aptix_turn_traces"}):
             assert connection.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
+        # the failed turn's trace is kept, on its own, after the rollback (D655)
+        kept = connection.execute("SELECT outcome FROM aptix_turn_traces").fetchall()
+        assert kept == [("faulted",)]
         # the model calls it made are kept: the first was spent, the second failed
         usage = connection.execute(
             "SELECT settled, failed, charge_model_calls FROM aptix_usage_calls ORDER BY seq"

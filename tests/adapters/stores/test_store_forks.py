@@ -68,7 +68,7 @@ async def test_a_sqlite_file_of_schema_version_4_is_migrated_and_its_sessions_fo
                 )
 
     with SQLiteStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 5
+        assert store.schema_version == SCHEMA_VERSION == 6
         fork = await store.fork_session(ORG, USER, "s1", "t1", "f1", T0)
         source, _, source_transcript = await store_snapshot(store, "s1", [])
         _, _, fork_transcript = await store_snapshot(store, "f1", [])
@@ -100,7 +100,7 @@ async def test_a_postgres_database_at_version_5_is_migrated_and_its_sessions_for
 
     async with PostgresStore(postgres_db_url) as store:
         await _two_turns(store)  # written by today's code on the migrated schema
-        assert await store.schema_version() == 6
+        assert await store.schema_version() == 7
         fork = await store.fork_session(ORG, USER, "s1", "t2", "f1", T0)
         _, _, fork_transcript = await store_snapshot(store, "f1", [])
 

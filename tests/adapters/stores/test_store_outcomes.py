@@ -181,7 +181,9 @@ async def test_a_sqlite_file_at_schema_version_1_is_migrated_to_the_current_one_
         raw.execute("PRAGMA user_version = 1")
 
     with SQLiteStore(path) as store:
-        assert store.schema_version == 5  # 2: outcomes; 3: the tool ledger; 4: usage; 5: forks
+        assert (
+            store.schema_version == 6
+        )  # 2: outcomes; 3: tool ledger; 4: usage; 5: forks; 6: traces
         loaded, (loaded_turn, _), transcript = await store_snapshot(store)
         await save_outcomes(store, sample_outcome())
         assert await read_outcome(store, "key:k1") == sample_outcome()
@@ -191,7 +193,7 @@ async def test_a_sqlite_file_at_schema_version_1_is_migrated_to_the_current_one_
     assert loaded_turn == turn
     assert transcript == [message]
     with closing(sqlite3.connect(path)) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == 6
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         indexes = {name for (name,) in raw.execute("SELECT name FROM sqlite_master")}
         assert {"outcomes", "outcomes_expiry", "tool_ledger", "usage_calls"} <= indexes
@@ -235,7 +237,9 @@ async def test_a_postgres_database_at_version_2_is_migrated_to_the_current_one_k
         )
 
     async with PostgresStore(postgres_db_url) as store:
-        assert await store.schema_version() == 6  # 3: outcomes; 4: ledger; 5: usage; 6: forks
+        assert (
+            await store.schema_version() == 7
+        )  # 3: outcomes; 4: ledger; 5: usage; 6: forks; 7: traces
         tx = store.begin(ORG, USER)
         loaded = await tx.load_session("s1")
         await tx.rollback()

@@ -462,14 +462,14 @@ async def test_sqlite_data_survives_close_and_reopen(tmp_path: Path) -> None:
 
 
 @pytest.mark.decision("D577")
-def test_sqlite_file_is_in_wal_mode_at_schema_version_5(tmp_path: Path) -> None:
+def test_sqlite_file_is_in_wal_mode_at_schema_version_6(tmp_path: Path) -> None:
     path = tmp_path / "aptix.db"
 
     with SQLiteStore(path) as store:
-        assert store.schema_version == 5 == SCHEMA_VERSION
+        assert store.schema_version == 6 == SCHEMA_VERSION
         with sqlite3.connect(path) as raw:
             assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            assert raw.execute("PRAGMA user_version").fetchone()[0] == 5
+            assert raw.execute("PRAGMA user_version").fetchone()[0] == 6
             kinds = {row[1]: row[2] for row in raw.execute("PRAGMA table_info(usage_calls)")}
             assert (kinds["cost"], kinds["charge_cost"]) == ("TEXT", "TEXT")  # exact, never REAL
 

@@ -1,0 +1,101 @@
+"""Kept turn traces in the SQL stores beyond the engine's tests (D655, D657): a file
+or database written before traces is migrated and keeps them; two SQLite stores on
+one file (two processes) read each other's traces, newest first.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from store_kit import ORG, USER
+
+from aptix_pipeline import PostgresStore, SQLiteStore
+from aptix_pipeline.adapters.stores.postgres_migrations import MIGRATIONS, VERSION_TABLE
+from aptix_pipeline.adapters.stores.sqlite import _MIGRATIONS, SCHEMA_VERSION
+from aptix_pipeline.contracts import KeptTrace
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def _trace(name: str, at: datetime = T0, session: str | None = "s1") -> KeptTrace:
+    return KeptTrace(
+        name,
+        ORG,
+        USER,
+        session,
+        None,
+        at,
+        "faulted",
+        '{"format": "aptix.state-trace/1"}',
+        "port_failed",
+        "the model is gone",
+        "llm_client",
+        at + timedelta(days=1),
+        '[{"step": "request_handler", "to": "validated"}]',
+    )
+
+
+@pytest.mark.decision("D657")
+async def test_a_sqlite_file_of_schema_version_5_is_migrated_and_keeps_traces(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v5.db"
+    with closing(sqlite3.connect(path)) as raw, raw:
+        for step in _MIGRATIONS[:5]:
+            for statement in step:
+                raw.execute(statement)
+        raw.execute("PRAGMA user_version = 5")
+
+    with SQLiteStore(path) as store:
+        assert store.schema_version == SCHEMA_VERSION == 6
+        await store.keep_trace(_trace("k1"))
+        assert await store.read_trace(ORG, USER, "k1") == _trace("k1")
+        assert await store.read_trace(ORG, "someone else", "k1") is None
+
+
+@pytest.mark.decision("D657")
+async def test_a_postgres_database_at_version_6_is_migrated_and_keeps_traces(
+    postgres_db_url: str,
+) -> None:
+    with psycopg.connect(postgres_db_url, autocommit=True) as raw:
+        raw.execute(
+            f"CREATE TABLE {VERSION_TABLE} (version integer PRIMARY KEY, name text NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in MIGRATIONS[:6]:
+            for statement in migration.statements:
+                raw.execute(statement)
+            raw.execute(
+                f"INSERT INTO {VERSION_TABLE} (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+
+    async with PostgresStore(postgres_db_url) as store:
+        assert await store.schema_version() == 7
+        await store.keep_trace(_trace("k1"))
+        await store.keep_trace(_trace("k2", T0 + timedelta(seconds=1), session=None))
+        assert await store.read_trace(ORG, USER, "k1") == _trace("k1")
+        listed = await store.list_traces(ORG, USER)
+        of_session = await store.list_traces(ORG, USER, "s1")
+
+    assert [t.id for t in listed] == ["k2", "k1"]
+    assert [t.id for t in of_session] == ["k1"]
+
+
+@pytest.mark.decision("D655")
+async def test_two_sqlite_stores_on_one_file_read_each_others_traces(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with SQLiteStore(path) as one, SQLiteStore(path) as other:
+        await one.keep_trace(_trace("from-one"))
+        await other.keep_trace(_trace("from-other", T0 + timedelta(seconds=1)))
+        await other.list_traces(ORG, USER)  # the queued write has landed
+        seen_by_one = await one.list_traces(ORG, USER)
+        seen_by_other = await other.list_traces(ORG, USER)
+
+    assert [t.id for t in seen_by_one] == ["from-other", "from-one"]
+    assert seen_by_other == seen_by_one
