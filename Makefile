@@ -12,7 +12,7 @@ PY := $(BIN)/python
 PACKAGE_DIRS := package contracts validators steps engine adapters testing
 MODULES := $(VENV)/.modules
 
-.PHONY: all test e2e e2e-tools demo bench bench-http fuzz lint typecheck format schemas conformance diagrams recordings install clean postgres-server graphviz chromium
+.PHONY: all test e2e e2e-tools demo bench bench-http fuzz lint typecheck format schemas conformance diagrams recordings screenshots install clean postgres-server graphviz chromium
 
 all: test
 
@@ -172,6 +172,13 @@ diagrams: install graphviz
 	$(PY) tests/kits/diagram_files.py --write
 	$(BIN)/aptix replay examples/recordings/02-faulted-unknown-tool-call-id.json --quiet \
 		--diagram diagrams/example-faulted-turn.svg
+
+# docs/images/: the turn browser's screenshots docs/UI.md shows, taken by its Chromium tests
+# (tests/adapters/ui/) and copied by tests/kits/screenshot_files.py; tests/project/test_screenshots.py
+# fails when the guide misses a page's screenshot.
+screenshots: install chromium
+	$(BIN)/pytest -q -n 2 tests/adapters/ui/test_ui_browser.py tests/adapters/ui/test_ui_screens.py
+	$(PY) tests/kits/screenshot_files.py --write
 
 format: install
 	$(BIN)/ruff format .

@@ -208,11 +208,17 @@ def fault_banner(recording: TurnRecording) -> Markup:
         for error in errors
         if isinstance(error, Mapping)
     )
+    return _fault_banner(trace.faulted_step or trace.outcome, trace.failed_rules, items)
+
+
+def _fault_banner(step: str, rules: Sequence[str], items: Markup) -> Markup:
+    """The banner over a faulted turn: the step, the rules that failed it (a port's
+    failure names none) and its errors."""
     return html(
         '<div class="fault-banner" data-fault-step="{step}">✗ the turn faulted at '
-        "<strong>{step}</strong>, rule <strong>{rules}</strong><ul>{items}</ul></div>",
-        step=trace.faulted_step or trace.outcome,
-        rules=", ".join(trace.failed_rules) or "-",
+        "<strong>{step}</strong>{rules}<ul>{items}</ul></div>",
+        step=step,
+        rules=html(", rule <strong>{r}</strong>", r=", ".join(rules)) if rules else "",
         items=items,
     )
 
@@ -381,10 +387,14 @@ def _entry(
     if isinstance(entry, FaultRecord):
         return html(
             '<li class="kind-fault failed" data-fault="{step}"><span class="kind">fault</span>'
-            "at <strong>{step}</strong>: {codes}, rule {rules}</li>",
+            "at <strong>{step}</strong>: {codes}{rules}</li>",
             step=entry.step,
             codes=", ".join(entry.error_codes),
-            rules=join((html("<code>{r}</code>", r=r) for r in entry.rule_ids), " "),
+            rules=html(
+                ", rule {r}", r=join((html("<code>{r}</code>", r=r) for r in entry.rule_ids), " ")
+            )
+            if entry.rule_ids
+            else "",
         )
     data = getattr(entry, "code", None), getattr(entry, "rule_id", None)
     return html(
@@ -478,14 +488,14 @@ def kept_trace_view(kept: KeptTrace) -> Markup:
         return html("<p class='error'>this trace cannot be read: {e}</p>", e=str(error))
     banner: Markup | str = ""
     if kept.failed:
-        banner = html(
-            '<div class="fault-banner" data-fault-step="{step}">✗ the turn faulted at '
-            "<strong>{step}</strong>, rule <strong>{rules}</strong><ul><li><code>{code}</code>"
-            " {message}</li></ul></div>",
-            step=kept.faulted_step or trace.faulted_step or trace.outcome,
-            rules=", ".join(trace.failed_rules) or "-",
-            code=kept.error_code or "-",
-            message=kept.error_message or "",
+        banner = _fault_banner(
+            kept.faulted_step or trace.faulted_step or trace.outcome,
+            trace.failed_rules,
+            html(
+                "<li><code>{code}</code> {message}</li>",
+                code=kept.error_code or "-",
+                message=kept.error_message or "",
+            ),
         )
     return html(
         "<section class='kept-trace' data-trace='{id}'>{banner}"

@@ -24,7 +24,8 @@ invariant it broke, if any (``Outcome``):
   ``to_wire()`` as strict JSON (``unserializable``);
 - a refused request changes nothing stored: a canonical dump of the store (the
   memory store's values, the SQLite file's ``iterdump`` but its usage ledger, which
-  keeps the calls a refused turn made, D601) is the same before and after
+  keeps the calls a refused turn made, D601, and its turn traces, which keep the
+  refusal's own trace, D656) is the same before and after
   (``stored_by_refused``); a successful one stores its turn;
 - the turn's recording, when one was delivered, serializes as ``write_recording``
   writes it (``recording_unserializable``), and holds none of the distinctive
@@ -1050,9 +1051,12 @@ class FuzzWorld:
         """A canonical dump of everything stored."""
         if self._reader is not None:
             # The usage ledger keeps the model calls a refused turn made: they were spent
-            # (D601). Everything else a refused turn must leave as it was.
+            # (D601); the trace log keeps the refusal's trace (D656). Everything else a
+            # refused turn must leave as it was.
             return "\n".join(
-                line for line in self._reader.iterdump() if '"usage_calls"' not in line
+                line
+                for line in self._reader.iterdump()
+                if '"usage_calls"' not in line and "turn_traces" not in line
             )
         store = self.store
         assert isinstance(store, MemoryStore)

@@ -5,25 +5,22 @@ folder (tests/kits/ui_kit.py); the browser opens its page, follows the session t
 turn, reads the path picture and the timeline, opens the faulted turn and finds
 its step and rule named, presses "replay" and reads the outcome. The page mounted
 in ``aptix serve`` is signed in to with a key and its watch view shows a turn's
-events as they stream. Screenshots are kept in ``build/test-artifacts/``.
-
-Chromium comes from the system's package manager (``make chromium``), never from
-Playwright's own download. Without it (or without Playwright) these tests skip,
-except under CI (``CI=true``), where they fail.
+events as they stream. Screenshots are kept in ``build/test-artifacts/``
+(tests/kits/browser_kit.py; the ``browser`` and ``tab`` fixtures are in this
+folder's conftest.py).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from browser_kit import off_the_loop, screenshot
 from http_kit import ANA_KEY, ENV
 from repo import ROOT
-from server_thread import WAIT, server_thread
+from server_thread import server_thread
 from ui_kit import FAULT_RULE, Browsed, browsed_store, write_ui_config
 from ui_kit import aptix_ui as running_ui
 
@@ -31,44 +28,7 @@ from aptix_pipeline.adapters.config.service import load_service_config
 from aptix_pipeline.adapters.http.app import create_app
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
-
-ARTIFACTS = ROOT / "build" / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def _missing(reason: str) -> None:
-    """Skip for ``reason``; under CI, fail: the browser tests must run there."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason} (CI=true: the browser tests may not skip; run make chromium)")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if CHROMIUM is None:
-        _missing("no chromium on PATH: make chromium installs it (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("playwright is not installed (the test extra): pip install -e '.[test]'")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
-        )
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def tab(browser: Browser) -> Iterator[Page]:
-    """A fresh page; tests ask for it last, as Playwright's loop runs in this thread from
-    then on and the store is written (``asyncio.run``) before."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    opened = context.new_page()
-    opened.set_default_timeout(WAIT * 1000)
-    yield opened
-    context.close()
+    from playwright.sync_api import Page
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +43,6 @@ def aptix_ui(browsed: Browsed) -> Iterator[str]:
     args = ("--store", browsed.store_url, "--recordings", str(browsed.recordings))
     with running_ui(*args, cwd=browsed.db.parent) as running:
         yield running.url
-
-
-def _screenshot(tab: Page, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / name
-    tab.screenshot(path=str(path), full_page=True)
-    return path
 
 
 @pytest.mark.decision("D359")
@@ -111,7 +64,7 @@ def test_a_session_followed_to_its_turn_shows_the_path_and_the_timeline(
     assert steps[-1] == "complete"
     assert "llm_client" in steps
     assert "server_tool_round" in steps
-    assert _screenshot(tab, "turn-page.png").stat().st_size > 0
+    assert screenshot(tab, "turn-page.png").stat().st_size > 0
 
 
 @pytest.mark.decision("D359")
@@ -137,7 +90,7 @@ def test_the_faulted_turn_names_its_step_and_rule_and_replays_to_the_same_fault(
         f"the turn faulted at client_tool_continuation_resolver (rule {FAULT_RULE})"
         in outcome.inner_text()
     )
-    assert _screenshot(tab, "faulted-turn-replayed.png").stat().st_size > 0
+    assert screenshot(tab, "faulted-turn-replayed.png").stat().st_size > 0
 
 
 @pytest.mark.decision("D356")
@@ -157,7 +110,7 @@ def test_the_mounted_page_takes_a_key_and_watches_a_turn_stream(
             "items => items.map(item => item.dataset.event)"
         )
         result = tab.locator("#events li[data-event=result]").inner_text()
-        _screenshot(tab, "watch-view.png")
+        screenshot(tab, "watch-view.png")
 
     assert tab.url.endswith("/ui/watch")
     assert names[0] == "progress"
@@ -206,17 +159,13 @@ def test_eval_reports_are_listed_and_the_failing_case_is_shown(tmp_path: Path, t
     assert summary == "5 cases: 4 pass, 1 fail, 1 regress"
     assert failing == ["row-05-streamed-initial"]
     assert "LLM.stream" in divergence
-    assert _screenshot(tab, "eval-report.png").stat().st_size > 0
+    assert screenshot(tab, "eval-report.png").stat().st_size > 0
 
 
 @pytest.fixture
 def own_store(tmp_path: Path) -> Browsed:
-    """A store of the test's own, which it adds turns to; written in a thread of its own,
-    as Playwright's loop may already run in this one (``tab``)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(browsed_store, tmp_path / "own").result()
+    """A store of the test's own, which it adds turns to."""
+    return off_the_loop(browsed_store, tmp_path / "own")
 
 
 @pytest.mark.decision("D685")
@@ -246,7 +195,7 @@ def test_the_live_view_shows_a_turn_another_process_stores_without_a_reload(
         tab.locator(f"#live-turns tr[data-turn='{turn_id}']").wait_for()
         first = tab.locator("#live-turns tbody tr").first.get_attribute("data-turn")
         kept = tab.evaluate("window.aptixNotReloaded === true")
-        _screenshot(tab, "live-view.png")
+        screenshot(tab, "live-view.png")
 
     assert tab.url.endswith("/live")
     assert first == turn_id
@@ -278,7 +227,7 @@ def test_the_watch_view_shows_the_models_text_as_one_growing_block(
         block = tab.locator("#events li[data-event=text]")
         text = block.locator("pre").inner_text()
         deltas = int(block.get_attribute("data-deltas") or "0")
-        _screenshot(tab, "watch-text.png")
+        screenshot(tab, "watch-text.png")
 
     assert names.count("text") == 1
     assert "delta" not in names
@@ -297,7 +246,6 @@ def test_the_path_picture_starts_at_actual_size_zooms_pans_and_links_to_the_time
     natural = picture.evaluate("box => box.querySelector('svg').viewBox.baseVal.width")
     shown = picture.evaluate("box => box.querySelector('svg').getBoundingClientRect().width")
     frame = picture.evaluate("box => box.clientWidth")
-    _screenshot(tab, "turn-picture.png")
     tab.click(".picture-tools button[data-zoom=in]")
     zoomed = picture.evaluate("box => box.querySelector('svg').getBoundingClientRect().width")
     tab.click(".picture-tools button[data-zoom=fit]")
@@ -316,6 +264,7 @@ def test_the_path_picture_starts_at_actual_size_zooms_pans_and_links_to_the_time
     number = (state.get_attribute("href") or "").removeprefix("#")
     state.locator("text").first.click()
     highlighted = tab.locator("#timeline li:has(:target)").get_attribute("data-step")
+    screenshot(tab, "turn-picture.png")  # panned, its state's step highlighted
 
     assert shown >= natural * 4 / 3 - 1  # Graphviz's points at actual size: not shrunk
     assert shown > frame  # wider than the page's column: panned, not shrunk
