@@ -7,7 +7,7 @@ id holding ``/`` or ``?`` still names its session. ``base`` is the UI's path pre
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from urllib.parse import urlencode
 
@@ -240,16 +240,19 @@ def session_body(
     recorded: dict[str, list[RecordingEntry]],
     *,
     extras: Markup | None = None,
+    turn_cell: Callable[[Turn], Markup] | None = None,
 ) -> Markup:
     """A session: its summary, ``extras`` (``ui/session_extras.py``), its turns (each
-    linked) and its transcript."""
+    linked, with ``turn_cell``'s cell last when given: the fork button) and its
+    transcript."""
     s = detail.summary
     turns = join(
         html(
             "<tr data-turn='{id}'><td><a href='{href}'>{id}</a></td><td>{mode}</td>"
             "<td><span class='badge {status}'>{status}</span></td><td>{usage}</td>"
-            "<td>{created}</td><td>{tools}</td><td>{recordings}</td></tr>",
+            "<td>{created}</td><td>{tools}</td><td>{recordings}</td>{cell}</tr>",
             href=link(base, "turn", org=s.org, user=s.user, session=s.id, id=turn.id),
+            cell=turn_cell(turn) if turn_cell is not None else "",
             id=turn.id,
             mode=turn.mode or "-",
             status=turn.status.value,
@@ -291,7 +294,7 @@ def session_body(
         "<p>org <strong>{org}</strong>, user <strong>{user}</strong>, mode <code>{mode}</code>, "
         "{count} turns, created {created}, last activity {last}</p>{extras}{history}"
         "<h2>Turns</h2><table id='turns'><thead><tr><th>turn</th><th>mode</th><th>status</th>"
-        "<th>tokens</th><th>created</th><th>server tool results</th><th>recordings</th></tr>"
+        "<th>tokens</th><th>created</th><th>server tool results</th><th>recordings</th>{fork}</tr>"
         "</thead><tbody>{turns}</tbody></table>"
         "{traces}"
         "<h2>Transcript</h2><table id='transcript'><thead><tr><th>#</th><th>turn</th>"
@@ -299,6 +302,7 @@ def session_body(
         id=s.id,
         org=s.org,
         user=s.user,
+        fork=html("<th>fork</th>") if turn_cell is not None else "",
         mode=s.mode or "-",
         count=s.turns,
         created=_time(s.created_at),
