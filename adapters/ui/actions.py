@@ -209,7 +209,7 @@ def budgets_section(
                     id=t.id,
                     href=link(base, "trace", org=t.org, user=t.user, id=t.id),
                     at=t.at.isoformat(sep=" ", timespec="seconds"),
-                    turn=t.turn_id or "-",
+                    turn=t.turn_id or "(none stored)",
                     message=t.error_message or "",
                 )
                 for t in refused

@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from decimal import Decimal
 from html import unescape
 from pathlib import Path
 
@@ -24,9 +20,9 @@ import httpx
 import pytest
 from http_kit import ANA_KEY, ENV
 from server_thread import WAIT, server_thread
+from ui_actions_kit import BUDGETS, BUDGETS_TOML, Shop, budget_shop, session_rows
 from ui_kit import ANA, aptix_ui, browsed_store, with_token, write_ui_config
 
-from aptix_pipeline import PipelineOptions
 from aptix_pipeline.adapters.config.service import load_service_config
 from aptix_pipeline.adapters.embedded import embedded_pipeline
 from aptix_pipeline.adapters.http.app import create_app
@@ -37,82 +33,18 @@ from aptix_pipeline.adapters.system import RandomIds, SystemClock
 from aptix_pipeline.adapters.ui.app import create_ui_app
 from aptix_pipeline.adapters.ui.guard import UIGuard
 from aptix_pipeline.contracts import (
-    Budget,
-    BudgetMetric,
-    BudgetScope,
-    BudgetWindow,
     Caller,
     InvokeResult,
     Session,
-    Turn,
-    TurnStatus,
 )
 from aptix_pipeline.engine import Telemetry, fork_session
-from aptix_pipeline.testing.store_contract_cases import user_says
 
-BUDGETS = (
-    Budget(
-        id="two-calls-a-day",
-        metric=BudgetMetric.MODEL_CALLS,
-        limit=Decimal(2),
-        window=BudgetWindow.DAY,
-        per=BudgetScope.USER,
-    ),
-)
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
-
-
-@dataclass(frozen=True)
-class Shop:
-    db: Path
-    session: str
-    turns: tuple[str, str]
-
-
-async def _fill(db: Path) -> Shop:
-    with SQLiteStore(db) as store:
-        pipeline = embedded_pipeline(
-            llm=ScriptedLLM([{"text": "Paris."}, {"text": "Rome."}, {"text": "Lisbon."}]),
-            store=store,
-            telemetry=Telemetry.off(),
-            options=PipelineOptions(budgets=BUDGETS),
-        )
-        first = (await pipeline.execute({"Instruction": "Capital of France?"}, ANA)).result
-        assert first is not None
-        follow = {"SessionId": first.session_id, "TurnId": first.turn_id}
-        second = (await pipeline.execute({**follow, "Instruction": "And Italy?"}, ANA)).result
-        assert second is not None
-        again = {"SessionId": first.session_id, "TurnId": second.turn_id}
-        refused = await pipeline.execute({**again, "Instruction": "And Portugal?"}, ANA)
-        assert [e.code for e in refused.errors] == ["budget_exceeded"]
-        tx = store.begin("acme", "ana")
-        at = datetime(2026, 3, 1, tzinfo=UTC)
-        await tx.create_session(
-            Session(id="waiting", org="acme", user="ana", mode="general", created_at=at)
-        )
-        await tx.open_turn(
-            Turn(
-                id="w1",
-                session_id="waiting",
-                mode="general",
-                status=TurnStatus.AWAITING_CLIENT_TOOLS,
-                created_at=at,
-            )
-        )
-        await tx.append_transcript("waiting", "w1", [user_says("read it")])
-        await tx.commit()
-        return Shop(db, first.session_id, (first.turn_id, second.turn_id))
-
-
-def _sessions(db: Path) -> int:
-    with sqlite3.connect(db) as connection:
-        (count,) = connection.execute("SELECT count(*) FROM sessions").fetchone()
-    return int(count)
 
 
 @pytest.fixture(scope="module")
 def shop(tmp_path_factory: pytest.TempPathFactory) -> Shop:
-    return asyncio.run(_fill(tmp_path_factory.mktemp("actions") / "s.db"))
+    return budget_shop(tmp_path_factory.mktemp("actions") / "s.db")
 
 
 def _standalone(db: Path, *, budgets: bool = True, forks: bool = True) -> tuple[object, UIGuard]:
@@ -181,14 +113,14 @@ def test_each_settled_turn_has_a_fork_button_and_forking_opens_the_new_session(
 ) -> None:
     forms = _fork_forms(_session_page(page, shop.session))
     assert sorted(forms) == sorted(shop.turns)
-    before = _sessions(shop.db)
+    before = session_rows(shop.db)
 
     answer = _post(page, forms[shop.turns[0]])
 
     assert answer.status_code == 303
     location = answer.headers["location"]
     assert location.startswith("/session?org=acme&user=ana&id=")
-    assert _sessions(shop.db) == before + 1
+    assert session_rows(shop.db) == before + 1
     fork = page.get(location).text
     parent = re.search(r"<p id='forked-from'>(.*?)</p>", fork)
     assert parent is not None
@@ -205,7 +137,7 @@ def test_a_fork_from_the_page_is_the_fork_pipeline_fork_makes(
     location = _post(page, forms[shop.turns[1]]).headers["location"]
     from_page = location.rsplit("id=", 1)[1]
 
-    async def both() -> tuple[SessionDetail | None, SessionDetail | None]:
+    async def both() -> tuple[SessionDetail | None, SessionDetail | None, list[str], list[str]]:
         with SQLiteStore(shop.db) as store:
             pipeline = embedded_pipeline(
                 llm=ScriptedLLM([]), store=store, telemetry=Telemetry.off()
@@ -214,15 +146,20 @@ def test_a_fork_from_the_page_is_the_fork_pipeline_fork_makes(
             assert made.result is not None
             ours = await read_session_detail(store, "acme", "ana", from_page)
             theirs = await read_session_detail(store, "acme", "ana", made.result.id)
-            return ours, theirs
+            said = [
+                [str(m.content) for m in await store.read_transcript("acme", "ana", s)]
+                for s in (from_page, made.result.id)
+            ]
+            return ours, theirs, said[0], said[1]
 
-    ours, theirs = asyncio.run(both())
+    ours, theirs, ours_said, theirs_said = asyncio.run(both())
     assert ours is not None
     assert theirs is not None
     assert ours.session.forked_from == theirs.session.forked_from
     assert ours.session.mode == theirs.session.mode
     assert ours.session.mode_history == theirs.session.mode_history
-    assert [e.message for e in ours.transcript] == [e.message for e in theirs.transcript]
+    assert ours_said == theirs_said
+    assert len(ours_said) == 4  # both turns' question and answer
 
 
 @pytest.mark.decision("D675")
@@ -238,7 +175,7 @@ def test_a_refused_fork_shows_the_page_with_the_error_and_writes_nothing(
 ) -> None:
     session = shop.session if session == "SOURCE" else session
     token = next(iter(_fork_forms(_session_page(page, shop.session)).values()))["form_token"]
-    before = _sessions(shop.db)
+    before = session_rows(shop.db)
 
     answer = _post(
         page, {"org": "acme", "user": "ana", "session": session, "turn": turn, "form_token": token}
@@ -250,7 +187,7 @@ def test_a_refused_fork_shows_the_page_with_the_error_and_writes_nothing(
     assert f"<li data-code='{code}' data-field='{field}'>" in refused[1]
     assert f"not forked after turn <code>{turn}</code>; nothing was written" in refused[1]
     assert f"<code id='session-id'>{session}</code>" in answer.text  # the session's own page
-    assert _sessions(shop.db) == before
+    assert session_rows(shop.db) == before
 
 
 @pytest.mark.decision("D675")
@@ -283,12 +220,12 @@ def test_a_store_that_cannot_fork_is_named_in_the_refusal(tmp_path: Path, shop: 
     ):
         with_token(client, guard.token)
         forms = _fork_forms(_session_page(client, shop.session))
-        before = _sessions(shop.db)
+        before = session_rows(shop.db)
         answer = _post(client, forms[shop.turns[0]])
     assert answer.status_code == 501
     assert "<li data-code='invalid_request' data-field='SessionStore'>" in answer.text
     assert "SessionForks" in answer.text
-    assert _sessions(shop.db) == before
+    assert session_rows(shop.db) == before
 
 
 @pytest.mark.decision("D676")
@@ -296,7 +233,7 @@ def test_a_forged_fork_post_is_refused_and_writes_nothing(page: httpx.Client, sh
     forms = _fork_forms(_session_page(page, shop.session))
     good = forms[shop.turns[0]]
     host = str(page.base_url).split("://", 1)[1].rstrip("/")
-    before = _sessions(shop.db)
+    before = session_rows(shop.db)
 
     answers = {
         "no form token": _post(page, {k: v for k, v in good.items() if k != "form_token"}),
@@ -308,7 +245,7 @@ def test_a_forged_fork_post_is_refused_and_writes_nothing(page: httpx.Client, sh
 
     assert {name: a.status_code for name, a in answers.items()} == dict.fromkeys(answers, 403)
     assert all("id='post-refused'" in a.text for a in answers.values())
-    assert _sessions(shop.db) == before
+    assert session_rows(shop.db) == before
     # the page's own post, from its own origin, goes through
     assert _post(page, good, origin=f"http://{host}").status_code == 303
 
@@ -388,8 +325,7 @@ def test_without_budgets_the_page_says_none_are_configured(shop: Shop) -> None:
 def test_aptix_ui_reads_the_budgets_of_its_config(tmp_path: Path, shop: Shop) -> None:
     config = tmp_path / "service.toml"
     config.write_text(
-        f'[store]\nurl = "sqlite:{shop.db}"\n\n[[budgets]]\nid = "two-calls-a-day"\n'
-        'metric = "model_calls"\nlimit = 2\nwindow = "day"\nper = "user"\n',
+        f'[store]\nurl = "sqlite:{shop.db}"\n\n{BUDGETS_TOML}',
         encoding="utf-8",
     )
     with (
@@ -417,7 +353,7 @@ def test_the_mounted_page_forks_as_the_keys_caller(tmp_path: Path) -> None:
         text = _session_page(client, browsed.session_id, "/ui")
         forms = _fork_forms(text)
         assert "id='no-budgets'" in text  # the service configures none
-        before = _sessions(browsed.db)
+        before = session_rows(browsed.db)
         forged = _post(client, {**forms[browsed.first_turn], "form_token": "x"}, "/ui")
         other = _post(client, {**forms[browsed.first_turn], "org": "globex", "user": "zoe"}, "/ui")
         answer = _post(client, forms[browsed.first_turn], "/ui")
@@ -425,7 +361,7 @@ def test_the_mounted_page_forks_as_the_keys_caller(tmp_path: Path) -> None:
         assert answer.status_code == 303
         assert answer.headers["location"].startswith("/ui/session?org=acme&user=ana&id=")
         assert "id='forked-from'" in client.get(answer.headers["location"]).text
-        assert _sessions(browsed.db) == before + 1
+        assert session_rows(browsed.db) == before + 1
         client.cookies.clear()  # the key's form token is no other browser's
         assert _post(client, forms[browsed.first_turn], "/ui").status_code == 303  # to /ui/login
-        assert _sessions(browsed.db) == before + 1
+        assert session_rows(browsed.db) == before + 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ import pytest
 from http_kit import ANA_KEY, ENV
 from repo import ROOT
 from server_thread import WAIT, server_thread
+from ui_actions_kit import BUDGETS_TOML, Shop, budget_shop, session_rows
 from ui_kit import FAULT_RULE, Browsed, browsed_store, write_ui_config
 from ui_kit import aptix_ui as running_ui
 
@@ -324,3 +326,35 @@ def test_the_path_picture_starts_at_actual_size_zooms_pans_and_links_to_the_time
     assert after_pan == [before_pan[0] + 150, before_pan[1] + 100]  # dragged left and up
     assert tab.url.endswith(f"#{number}")
     assert highlighted == "llm_client"
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Shop:
+    """The budgets' store (ui_actions_kit), written in a thread of its own: Playwright's
+    loop runs in this one once the module's browser is up."""
+    with ThreadPoolExecutor(1) as writer:
+        return writer.submit(budget_shop, tmp_path / "shop.db").result()
+
+
+@pytest.mark.decision("D675")
+def test_the_fork_button_opens_the_fork_and_the_session_shows_its_budgets(
+    tmp_path: Path, shop: Shop, tab: Page
+) -> None:
+    config = tmp_path / "service.toml"
+    config.write_text(f'[store]\nurl = "sqlite:{shop.db}"\n\n{BUDGETS_TOML}', encoding="utf-8")
+    with running_ui("--config", str(config), cwd=tmp_path) as running:
+        tab.goto(running.url)
+        tab.goto(f"{running.base}/session?org=acme&user=ana&id={shop.session}")
+        budget = tab.locator("tr[data-budget='two-calls-a-day'] td").all_inner_texts()
+        assert budget[-2:] == ["2", "0"]  # used, remaining
+        assert "budget_exceeded" in tab.locator("#budget-refusals").inner_text()
+        _screenshot(tab, "session-budgets.png")
+        before = session_rows(shop.db)
+
+        tab.click(f"button[data-fork-turn='{shop.turns[0]}']")  # a real form post, with its Origin
+
+        tab.wait_for_selector("#forked-from")
+        assert "(2 messages shared)" in tab.locator("#forked-from").inner_text()
+        assert tab.locator("#session-id").inner_text() != shop.session
+        assert session_rows(shop.db) == before + 1
+        assert _screenshot(tab, "fork-button.png").stat().st_size > 0
