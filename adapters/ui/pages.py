@@ -15,6 +15,7 @@ from aptix_pipeline.adapters.stores import OwnerSummary, SessionDetail, SessionS
 from aptix_pipeline.contracts import KeptTrace, Turn
 from aptix_pipeline.engine.replay import TurnRecording
 
+from .durable_view import durable_facts
 from .html import Markup, html, join
 from .recordings import RecordingEntry
 from .turn import (
@@ -325,23 +326,10 @@ def session_body(
 
 
 def durable_line(recording: TurnRecording) -> Markup | str:
-    """Where a durable turn ran (docs/DURABLE.md, D537): its Temporal workflow and the
-    workers that ran its calls, in the order they first ran one; nothing in process."""
-    durable = recording.durable
-    if not durable:
-        return ""
-    workers = [str(worker) for worker in durable.get("workers", ())]
-    moved = " (it moved between workers)" if len(workers) > 1 else ""
-    return html(
-        "<p class='durable'><span class='badge durable'>durable</span> Temporal workflow "
-        "<code>{workflow}</code> on task queue <code>{queue}</code>; ran on {workers}{moved}</p>",
-        workflow=str(durable.get("workflow_id", "-")),
-        queue=str(durable.get("task_queue", "-")),
-        workers=join((html("<code>{w}</code>", w=worker) for worker in workers), ", ")
-        if workers
-        else "no worker named",
-        moved=moved,
-    )
+    """Where a durable turn ran (docs/DURABLE.md, D537): its Temporal workflow, the
+    workers that ran its calls, in the order they first ran one, and each call's
+    attempts (``ui/durable_view.py``, D678); nothing in process."""
+    return durable_facts(recording.durable)
 
 
 def recording_view(base: str, entry: RecordingEntry, recording: TurnRecording) -> Markup:
