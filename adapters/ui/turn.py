@@ -49,7 +49,6 @@ from aptix_pipeline.engine import (
 from aptix_pipeline.engine.replay import ReplayOutcome, TurnRecording
 from aptix_pipeline.steps import ModeChange, ToolCallRecord
 
-from .durable_view import durable_facts
 from .html import Markup, html, join
 
 __all__ = [
@@ -473,8 +472,7 @@ def kept_trace_view(kept: KeptTrace) -> Markup:
     """A kept trace (module docstring): its fault, path picture and timeline with what
     each step changed; a trace that cannot be read says so."""
     try:
-        data = json.loads(kept.trace)
-        trace = StateTrace.from_dict(data)
+        trace = StateTrace.from_dict(json.loads(kept.trace))
         changes = changes_from_json(kept.steps)
     except ValueError as error:  # json.JSONDecodeError is one
         return html("<p class='error'>this trace cannot be read: {e}</p>", e=str(error))
@@ -490,11 +488,10 @@ def kept_trace_view(kept: KeptTrace) -> Markup:
             message=kept.error_message or "",
         )
     return html(
-        "<section class='kept-trace' data-trace='{id}'>{durable}{banner}"
+        "<section class='kept-trace' data-trace='{id}'>{banner}"
         "<div class='turn-grid'><div><h2>Path</h2>{picture}</div>"
         "<div><h2>Timeline</h2>{timeline}</div></div></section>",
         id=kept.id,
-        durable=durable_facts(data.get("durable")),  # a durable turn's (D678)
         banner=banner,
         picture=path_picture(trace),
         timeline=_timeline(trace, {}, {}, {}, changes),
