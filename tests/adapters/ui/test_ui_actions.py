@@ -365,3 +365,29 @@ def test_the_mounted_page_forks_as_the_keys_caller(tmp_path: Path) -> None:
         client.cookies.clear()  # the key's form token is no other browser's
         assert _post(client, forms[browsed.first_turn], "/ui").status_code == 303  # to /ui/login
         assert session_rows(browsed.db) == before + 1
+
+
+@pytest.mark.decision("D677")
+def test_the_mounted_page_shows_the_services_budgets_for_the_keys_caller(tmp_path: Path) -> None:
+    browsed = browsed_store(tmp_path / "browsed")
+    path = write_ui_config(tmp_path, browsed)
+    path.write_text(path.read_text(encoding="utf-8") + BUDGETS_TOML, encoding="utf-8")
+    config = load_service_config(path, env=ENV)
+    with (
+        server_thread(create_app(config)) as port,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
+    ):
+        client.post("/ui/login", content=f"key={ANA_KEY}", headers=FORM)
+        text = _session_page(client, browsed.session_id, "/ui")
+        traces = client.get("/ui/traces", params={"org": "acme", "user": "ana"}).text
+    row = re.search(r"<tr data-budget='two-calls-a-day'>(.*?)</tr>", text)
+    assert row is not None
+    assert re.findall(r"<td>(.*?)</td>", row[1])[:5] == [
+        "two-calls-a-day",
+        "model_calls",
+        "per day (UTC)",
+        "user ana",
+        "2",
+    ]
+    assert "id='no-budgets'" not in text
+    assert "<tr data-budget='two-calls-a-day'>" in traces
