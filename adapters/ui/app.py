@@ -368,7 +368,10 @@ def create_ui_app(
             return None
         if not isinstance(opened, UsageLedger):
             return ()
-        report = await usage_report(opened, UsageQuery(org=org, user=user), budgets=configured)
+        now = datetime.now(UTC)
+        # since=now: the report's totals read no call; each budget reads its own window
+        asked = UsageQuery(org=org, user=user, since=now)
+        report = await usage_report(opened, asked, budgets=configured, now=now)
         return report.budgets
 
     def _reports() -> list[Path]:
