@@ -20,6 +20,9 @@ import pytest
 # whichever module imports them first (testing/store_contract.py asks the same).
 pytest.register_assert_rewrite("aptix_pipeline.testing.store_contract_cases")
 
+# The turn browser's Chromium tests share the ``browser`` and ``tab`` fixtures.
+pytest_plugins = ["browser_kit"]
+
 OUTCOMES = ("holds", "broken")
 DECISION_ID = re.compile(r"[DR][1-9][0-9]*")
 

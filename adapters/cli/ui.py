@@ -1,5 +1,5 @@
-"""``aptix ui [--store URL] [--recordings DIR] [--evals DIR] [--host 127.0.0.1] [--port N]
-[--allow-host NAME]``: the turn browser.
+"""``aptix ui [--store URL] [--config FILE] [--recordings DIR] [--evals DIR]
+[--host 127.0.0.1] [--port N] [--allow-host NAME]``: the turn browser.
 
 Serves the page of ``ui/app.py`` (docs/UI.md) under uvicorn for the operator of a
 store: every org and user's sessions, the recordings of a folder, and the eval
@@ -10,10 +10,16 @@ address is refused unless ``--allow-remote`` says so. Each start makes a token
 answers only a browser that gave it; it answers only requests naming a loopback
 host, the ``--host`` it listens on, or a name ``--allow-host`` gives (D415). The
 store is opened for browsing (``stores/browse.py``: never created); without
-``--store`` the default store is shown when its file exists. Exit codes: 2 for a
+``--store`` the configuration's ``[store]`` is shown, else the default store when
+its file exists. ``--config`` (the service's TOML) gives the page its
+``[[budgets]]``: a session's page shows what each has left (D677); without it the
+page says no budgets are configured. A session's fork button forks in the browsed
+store as the session's org and user (``fork_session``, what ``Pipeline.fork`` and
+``aptix fork`` run, D675). Exit codes: 2 for a
 usage error (a store that is missing, unknown or unreachable, a folder that does
 not exist, nothing to show, a non-loopback host, an ``--allow-host`` that is not a
-host name, a port another program holds, the ``http`` extra missing). The socket
+host name, a port another program holds, a configuration that does not load, the
+``http`` extra missing). The socket
 is bound before the page says where it serves (``listen.py``).
 """
 
@@ -25,6 +31,7 @@ from typing import Annotated
 
 import typer
 
+from .run import COMMAND_NAME, ConfigOption, load_config
 from .serve import listen
 
 __all__ = ["DEFAULT_UI_PORT", "ui"]
@@ -57,6 +64,7 @@ def ui(
         str | None,
         typer.Option(help="The store: sqlite:PATH or postgresql://USER@HOST/DB."),
     ] = None,
+    config: ConfigOption = None,
     recordings: Annotated[
         Path | None,
         typer.Option(file_okay=False, help="A folder of turn recordings (aptix run --record)."),
@@ -120,11 +128,21 @@ def ui(
             close_browse_store,
             open_browse_store,
         )
+        from aptix_pipeline.adapters.system import RandomIds, SystemClock
         from aptix_pipeline.adapters.ui import UIGuard, create_ui_app
-        from aptix_pipeline.contracts import scrub_urls
+        from aptix_pipeline.contracts import (
+            Caller,
+            InvokeResult,
+            Session,
+            SessionStore,
+            scrub_urls,
+        )
+        from aptix_pipeline.engine import fork_session
     except ImportError as error:
         raise _refuse(f"{error}; install aptix-pipeline[http]") from None
-    spec = store
+    COMMAND_NAME.set("ui")
+    service = load_config(config, model=False, store=store is None)
+    spec = store or (service.store_url if service is not None else None)
     if spec is None and default_store_path().is_file():  # where aptix run keeps sessions
         spec = f"sqlite:{default_store_path()}"
     if spec is None and recordings is None and evals is None:
@@ -140,6 +158,12 @@ def ui(
         if opened is not None:
             await close_browse_store(opened)
 
+    forks = opened if isinstance(opened, SessionStore) else None
+
+    async def fork(session_id: str, turn_id: str, caller: Caller) -> InvokeResult[Session]:
+        assert forks is not None  # the page has no fork button without a store
+        return await fork_session(forks, RandomIds(), SystemClock(), session_id, turn_id, caller)
+
     guard = UIGuard.start(names)
     app = create_ui_app(
         opened,
@@ -148,6 +172,8 @@ def ui(
         guard=guard,
         close_store=close,
         evals=evals,
+        fork=fork if forks is not None else None,
+        budgets=service.options.budgets if service is not None else None,
     )
     try:
         sock = listen(host, port)

@@ -9,7 +9,8 @@ it), checked by the service's ``Authenticator`` on every page. A page shows only
 that key's org and user. Its watch view sends a request to the service's own
 ``POST /v1/agent/execute`` handler (``http_execute.run_turn``) as that caller,
 asking for Server-Sent Events, so what the page shows is the service's own
-stream.
+stream. Its fork button forks through the service's ``Pipeline.fork`` as the key's
+caller, as ``POST /v1/sessions/{id}/fork`` does, and its budgets are the service's.
 
 Unlike ``aptix ui`` (``ui/guard.py``), it answers whatever ``Host`` a request names
 (D418): a DNS-rebound name reads nothing here, since the key cookie is host-only (a
@@ -28,7 +29,7 @@ from starlette.responses import Response
 from aptix_pipeline.adapters.config import UIConfig
 from aptix_pipeline.adapters.stores import BrowsableStore, SessionBrowser
 from aptix_pipeline.adapters.ui import UIAccess, create_ui_app
-from aptix_pipeline.contracts import Caller
+from aptix_pipeline.contracts import Budget, Caller, ErrorCode, InvokeError, InvokeResult, Session
 
 from .auth import authenticated_caller
 from .execute import EXECUTE_PATH, ServiceState, run_turn
@@ -61,8 +62,33 @@ def mount_ui(app: FastAPI, service: ServiceState, ui: UIConfig) -> None:
         scope["path"] = EXECUTE_PATH
         return await run_turn(service, Request(scope, request.receive))
 
+    async def fork(session_id: str, turn_id: str, caller: Caller) -> InvokeResult[Session]:
+        pipeline = service.pipeline  # the fork button forks as POST /v1/sessions/{id}/fork does
+        if pipeline is None:
+            return InvokeResult[Session].failure(
+                [
+                    InvokeError(
+                        code=ErrorCode.PORT_FAILED,
+                        field="SessionStore",
+                        message="the service is starting or stopping",
+                    )
+                ]
+            )
+        return await pipeline.fork(session_id, turn_id, caller)
+
+    def budgets() -> tuple[Budget, ...] | None:
+        pipeline = service.pipeline
+        return pipeline.options.budgets if pipeline is not None else None
+
     access = UIAccess(caller_for_key=caller_for_key, watch=watch)
     app.mount(
         ui.path,
-        create_ui_app(store, ui.recordings, store_name="the service's store", access=access),
+        create_ui_app(
+            store,
+            ui.recordings,
+            store_name="the service's store",
+            access=access,
+            fork=fork,
+            budgets=budgets,
+        ),
     )

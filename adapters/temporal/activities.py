@@ -43,6 +43,7 @@ from aptix_pipeline.contracts import (
     BudgetCheck,
     ChatMessage,
     ConversationContext,
+    KeptTrace,
     LLMRequest,
     ModeSpec,
     Passage,
@@ -56,6 +57,7 @@ from aptix_pipeline.contracts import (
     ToolInvocation,
     ToolOutput,
     ToolPause,
+    TraceLog,
     Turn,
     UsageCall,
     UsageLedger,
@@ -80,6 +82,12 @@ def default_identity() -> str:
     import os
 
     return f"aptix@{socket.gethostname()}:{os.getpid()}"
+
+
+def _attempt() -> int:
+    """The attempt of the running activity (1 the first; Temporal counts its retries);
+    1 when called outside an activity (a host or test calling the method itself)."""
+    return activity.info().attempt if activity.in_activity() else 1
 
 
 def _application_error(error: BaseException) -> ApplicationError:
@@ -199,9 +207,9 @@ class TurnActivities:
                         "the commit of turn %s had landed before; not applied again",
                         writes.turns[0].turn.id,
                     )
-                    return ApplyAnswer(applied="before", worker=self.identity)
+                    return ApplyAnswer(applied="before", worker=self.identity, attempt=_attempt())
                 raise
-            return ApplyAnswer(applied="now", worker=self.identity)
+            return ApplyAnswer(applied="now", worker=self.identity, attempt=_attempt())
 
     async def _landed(self, writes: TurnWrites) -> bool:
         for written in writes.turns:
@@ -246,7 +254,9 @@ class TurnActivities:
         """``LLM.complete`` (the host's hooks around it), heartbeating while it runs."""
         async with _as_temporal_errors():
             reply = await _heartbeating(self._ports.llm.complete(request), self._heartbeat)
-            return ModelAnswer(reply=reply.model_dump(mode="json"), worker=self.identity)
+            return ModelAnswer(
+                reply=reply.model_dump(mode="json"), worker=self.identity, attempt=_attempt()
+            )
 
     @activity.defn(name="aptix.tool.call")
     async def call_tool(
@@ -270,19 +280,23 @@ class TurnActivities:
                 error_type=type(error).__name__,
                 error=str(error),
                 worker=self.identity,
+                attempt=_attempt(),
             )
         if isinstance(answer, ToolOutput):
             files = [FileWithBytes.of(file) for file in answer.files]
-            return ToolAnswer(kind="output", output=answer, files=files, worker=self.identity)
+            return ToolAnswer(
+                kind="output", output=answer, files=files, worker=self.identity, attempt=_attempt()
+            )
         if isinstance(answer, ToolPause):
-            return ToolAnswer(kind="pause", pause=answer, worker=self.identity)
+            return ToolAnswer(kind="pause", pause=answer, worker=self.identity, attempt=_attempt())
         if isinstance(answer, str):
-            return ToolAnswer(kind="text", text=answer, worker=self.identity)
+            return ToolAnswer(kind="text", text=answer, worker=self.identity, attempt=_attempt())
         return ToolAnswer(
             kind="error",
             error_type="TypeError",
             error=f"the tool returned {type(answer).__name__}, not JSON text",
             worker=self.identity,
+            attempt=_attempt(),
         )
 
     @activity.defn(name="aptix.retriever.retrieve")
@@ -327,6 +341,17 @@ class TurnActivities:
         async with _as_temporal_errors():
             await usage.settle_usage(calls)
 
+    @activity.defn(name="aptix.trace.keep")
+    async def keep_trace(self, trace: KeptTrace) -> None:
+        """``TraceLog.keep_trace`` of a durable turn's trace (D678); a trace the store
+        holds already (an attempt whose answer was lost) is not kept twice."""
+        store = self._ports.store
+        if not isinstance(store, TraceLog):
+            raise ApplicationError("this worker's store keeps no traces", non_retryable=True)
+        async with _as_temporal_errors():
+            if await store.read_trace(trace.org, trace.user, trace.id) is None:
+                await store.keep_trace(trace)
+
     @activity.defn(name="aptix.recording.save")
     async def save_recording(self, recording: dict[str, Any]) -> None:
         """Deliver a durable turn's recording as the host's ``Recorder`` would."""
@@ -360,6 +385,7 @@ ACTIVITY_NAMES: Mapping[str, str] = {
     "aptix.usage.reserve": "reserve_usage",
     "aptix.usage.settle": "settle_usage",
     "aptix.recording.save": "save_recording",
+    "aptix.trace.keep": "keep_trace",
 }
 """Each activity's name on the wire, and the ``TurnActivities`` method that runs it."""
 

@@ -63,6 +63,8 @@ class ModelAnswer(_Payload):
 
     reply: dict[str, Any]
     worker: str
+    attempt: int = 1
+    """Which attempt of the activity answered (Temporal's ``activity.info().attempt``)."""
 
 
 class FileWithBytes(_Payload):
@@ -106,6 +108,8 @@ class ToolAnswer(_Payload):
     error_type: str | None = None
     error: str | None = None
     worker: str
+    attempt: int = 1
+    """Which attempt of the activity answered (Temporal's ``activity.info().attempt``)."""
 
 
 class ApplyAnswer(_Payload):
@@ -113,3 +117,5 @@ class ApplyAnswer(_Payload):
 
     applied: Literal["now", "before"]
     worker: str
+    attempt: int = 1
+    """Which attempt of the activity answered (Temporal's ``activity.info().attempt``)."""

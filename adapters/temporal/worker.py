@@ -37,7 +37,7 @@ from temporalio.worker import Replayer, Worker, WorkflowInstance, WorkflowInstan
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.worker.workflow_sandbox import _runner as sandbox_internals
 
-from aptix_pipeline.contracts import scrubbed_logger
+from aptix_pipeline.contracts import TraceLog, scrubbed_logger
 from aptix_pipeline.engine import Pipeline
 from aptix_pipeline.engine.replay import Recorder, config_digest
 from aptix_pipeline.steps import propagate_also
@@ -299,6 +299,7 @@ def _host_of(pipeline: Pipeline, settings: DurableSettings) -> _Host:
         tool_names=tuple(ports.tools),
         has_files=ports.files is not None,
         has_usage=ports.usage is not None,
+        keeps_traces=pipeline.options.keep_traces and isinstance(ports.store, TraceLog),
     )
 
 

@@ -26,12 +26,21 @@ Retries are Temporal's: the in-process retries (``PipelineOptions.llm_attempts``
 tenacity) are set to one try in the workflow, and the activity's retry policy takes
 their count and back-off (D534). An activity cancelled by the turn's deadline raises
 ``asyncio.CancelledError`` in the workflow, the ports' contract (D531).
+
+The turn keeps its state trace as a turn in process does (``PipelineOptions.keep_traces``,
+a worker whose store is a ``TraceLog``): the engine hands it to the workflow's store,
+which adds the durable facts — the workflow, its run and task queue, the workers
+that ran its activities and each model call's, server tool's and commit's attempts
+(``durable`` in the trace's JSON) — and keeps it by the local activity
+``aptix.trace.keep`` (D678): on the workflow's own worker, with no round trip through
+the server; a crash that runs it again keeps nothing twice (its id is the workflow's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -50,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         BudgetCheck,
         ChatMessage,
         ConversationContext,
+        KeptTrace,
         LLMReply,
         LLMRequest,
         ModeSpec,
@@ -137,6 +147,8 @@ class _Host:
     has_files: bool
     has_usage: bool = False
     """The worker's pipeline keeps a usage ledger (``Ports.usage``)."""
+    keeps_traces: bool = False
+    """The worker's store is a ``TraceLog`` and its options keep traces (D678)."""
 
 
 _HOSTS: dict[str, _Host] = {}
@@ -203,19 +215,38 @@ class _Calls:
             initial_interval=timedelta(milliseconds=100),
         )
         self.workers: list[str] = []
+        self.activities: list[dict[str, Any]] = []
+        """Each model call's, server tool's and commit's activity: its name, the worker
+        that answered and on which attempt, or how it failed (D678)."""
 
-    def ran_on(self, worker: str) -> None:
+    def ran(self, name: str, worker: str, attempt: int) -> None:
+        """The activity ``name`` answered from ``worker`` on its ``attempt``-th attempt."""
         if worker not in self.workers:
             self.workers.append(worker)
+        self.activities.append({"activity": name, "worker": worker, "attempt": attempt})
 
-    async def read(self, name: str, *args: Any, result_type: Any = None) -> Any:
-        """A local activity: a store or catalog read (see the module docstring)."""
+    def durable(self) -> dict[str, Any]:
+        """The durable facts of the turn so far (``durable`` of its kept trace)."""
+        info = workflow.info()
+        return {
+            "workflow_id": info.workflow_id,
+            "run_id": info.run_id,
+            "task_queue": info.task_queue,
+            "workers": list(self.workers),
+            "activities": [dict(each) for each in self.activities],
+        }
+
+    async def read(
+        self, name: str, *args: Any, result_type: Any = None, retry: RetryPolicy | None = None
+    ) -> Any:
+        """A local activity: a store or catalog read (see the module docstring), or the
+        trace's keeping, which a crash may run again harmlessly (its id is kept once)."""
         try:
             return await workflow.execute_local_activity(
                 name,
                 args=args,
                 start_to_close_timeout=self.read_timeout,
-                retry_policy=self.once,
+                retry_policy=retry or self.once,
                 result_type=result_type,
             )
         except ActivityError as error:
@@ -241,8 +272,22 @@ class _Calls:
                 result_type=result_type,
             )
         except ActivityError as error:
+            if name in _COUNTED:
+                cause = error.cause
+                self.activities.append(
+                    {
+                        "activity": name,
+                        "failed": cause.type
+                        if isinstance(cause, ApplicationError) and cause.type
+                        else type(cause or error).__name__,
+                        "retry_state": error.retry_state.name if error.retry_state else None,
+                    }
+                )
             raise _port_error(error) from None
 
+
+_COUNTED = frozenset({"aptix.llm.complete", "aptix.tool.call", "aptix.store.apply"})
+"""The activities a kept trace lists with their workers and attempts (D678)."""
 
 _ERROR_CLASSES: dict[str, type[Exception]] = {
     # The tool ledger's verdict keeps its class: the step names its rule (D565).
@@ -337,7 +382,40 @@ class _WorkflowStore:
             retry=calls.commit_retry,
             heartbeat=True,  # a worker that dies mid-commit is noticed at once (D547)
         )
-        calls.ran_on(answer.worker)
+        calls.ran("aptix.store.apply", answer.worker, answer.attempt)
+
+
+class _WorkflowTracingStore(_WorkflowStore):
+    """The workflow's store where the worker keeps traces: a ``TraceLog`` whose
+    ``keep_trace`` adds the durable facts to the trace and keeps it by an activity."""
+
+    async def keep_trace(self, trace: KeptTrace) -> None:
+        calls = self._calls
+        data = json.loads(trace.trace)
+        data["durable"] = calls.durable()
+        kept = replace(
+            trace,
+            id=workflow.uuid4().hex,  # the engine's would differ on replay
+            trace=json.dumps(data, separators=(",", ":"), ensure_ascii=False),
+        )
+        await calls.read("aptix.trace.keep", kept, result_type=type(None), retry=calls.commit_retry)
+
+    async def list_traces(
+        self,
+        org: str,
+        user: str,
+        session_id: str | None = None,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[KeptTrace]:
+        raise NotImplementedError("a durable turn lists no traces; read the store's")
+
+    async def read_trace(self, org: str, user: str, trace_id: str) -> KeptTrace | None:
+        raise NotImplementedError("a durable turn reads no traces; read the store's")
+
+    async def purge_traces(self, now: Any) -> int:
+        raise NotImplementedError("a durable turn purges no traces; Pipeline.purge_traces does")
 
 
 class _WorkflowCatalog:
@@ -403,7 +481,7 @@ class _WorkflowLLM:
             retry=calls.model_retry,
             heartbeat=True,
         )
-        calls.ran_on(answer.worker)
+        calls.ran("aptix.llm.complete", answer.worker, answer.attempt)
         return LLMReply.model_validate(answer.reply)
 
 
@@ -428,7 +506,7 @@ class _WorkflowTool:
             retry=calls.tool_retry,
             heartbeat=True,
         )
-        calls.ran_on(answer.worker)
+        calls.ran("aptix.tool.call", answer.worker, answer.attempt)
         if answer.kind == "output" and answer.output is not None:
             files = [file.tool_file() for file in answer.files]
             return ToolOutput(result_json=answer.output.result_json, files=files)
@@ -512,7 +590,7 @@ def _proxy_ports(host: _Host, calls: _Calls) -> Ports:
     catalog = _WorkflowCatalog(calls)
     provider = getattr(host.pipeline.ports.llm, "provider_name", None)
     return Ports(
-        store=_WorkflowStore(calls),
+        store=_WorkflowTracingStore(calls) if host.keeps_traces else _WorkflowStore(calls),
         llm=_WorkflowLLM(calls, provider if isinstance(provider, str) else None),
         modes=catalog,
         agents=catalog,
@@ -594,7 +672,7 @@ class TurnWorkflow:
         if report.recording is not None:
             await calls.call(
                 "aptix.recording.save",
-                _durable_recording(report, info, calls.workers),
+                _durable_recording(report, info, calls.workers, calls.activities),
                 result_type=type(None),
                 timeout=calls.read_timeout,
                 retry=calls.commit_retry,
@@ -613,7 +691,10 @@ class TurnWorkflow:
 
 
 def _durable_recording(
-    report: TurnReport, info: workflow.Info, workers: Sequence[str]
+    report: TurnReport,
+    info: workflow.Info,
+    workers: Sequence[str],
+    activities: Sequence[dict[str, Any]],
 ) -> dict[str, Any]:
     recording = report.recording
     assert recording is not None
@@ -624,6 +705,7 @@ def _durable_recording(
         "task_queue": info.task_queue,
         "attempt": info.attempt,
         "workers": list(workers),
+        "activities": [dict(each) for each in activities],
     }
     return data
 

@@ -6,7 +6,9 @@
   recordings of the folder;
 - ``/sessions?org=&user=&session=&turn=&mode=&status=&since=&until=&page=`` — the
   sessions of the store, searched and a page at a time (``ui/search.py``);
-- ``/session?org=&user=&id=`` — a session: its turns and transcript;
+- ``/session?org=&user=&id=`` — a session: its turns and transcript, the budgets
+  that apply and a fork button per settled turn; ``POST /session/fork`` forks
+  (``ui/actions.py``) and sends the browser to the new session;
 - ``/turn?org=&user=&session=&id=`` — a stored turn: what the store holds, and the
   view of its recordings (``ui/recordings.py`` says which are its);
 - ``/recording?name=`` — a recorded turn: the pipeline diagram with its path, the
@@ -37,7 +39,7 @@ own static folder only, so nothing a store or a recording holds can run as a scr
 from __future__ import annotations
 
 import importlib.resources
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -64,13 +66,32 @@ from aptix_pipeline.adapters.stores import (
     read_session_detail,
     search_sessions,
 )
-from aptix_pipeline.contracts import Caller, TraceLog, UsageCall, UsageLedger, UsageQuery
+from aptix_pipeline.contracts import (
+    Budget,
+    Caller,
+    TraceLog,
+    UsageCall,
+    UsageLedger,
+    UsageQuery,
+)
+from aptix_pipeline.engine import BudgetStanding, usage_report
 
+from .actions import (
+    FORM_TOKEN_FIELD,
+    Forker,
+    FormTokens,
+    budgets_section,
+    cross_site,
+    fork_cell,
+    fork_problem,
+    fork_status,
+)
 from .guard import LOOPBACK_NAMES, TOKEN_PARAM, UIGuard, host_of
 from .html import Markup, html, join, page, stylesheet
 from .live import live_body, live_feed, recent_turns
 from .pages import (
     index_body,
+    link,
     login_body,
     recording_body,
     session_body,
@@ -123,6 +144,7 @@ class UIAccess:
 
 
 _StoreSource = Callable[[], BrowsableStore | None]
+_BudgetSource = Callable[[], Sequence[Budget] | None]
 
 
 def _base(request: Request) -> str:
@@ -302,8 +324,16 @@ def create_ui_app(
     guard: UIGuard | None = None,
     close_store: Callable[[], Awaitable[None]] | None = None,
     evals: str | Path | None = None,
+    fork: Forker | None = None,
+    budgets: Sequence[Budget] | _BudgetSource | None = None,
 ) -> Starlette:
     """The turn browser app (module docstring).
+
+    ``fork`` forks a session (``Pipeline.fork``, or ``fork_session`` on the browsed
+    store): given, each settled turn of a session's page has a fork button (D675).
+    ``budgets`` are the configuration's ``[[budgets]]`` (or a function giving them:
+    the service's, once its pipeline is built); ``None``: the page says "no budgets
+    configured" (D677).
 
     ``evals`` is a folder of eval reports (``aptix eval --html FILE``): ``/evals`` lists
     its ``*.html`` files, ``/evals/{name}`` serves one as it was written (D625).
@@ -324,6 +354,25 @@ def create_ui_app(
     ui = _UI(source, store_name, shelf, access, guard)
 
     reports = Path(evals) if evals is not None else None
+    budget_source: _BudgetSource = budgets if callable(budgets) else (lambda: budgets)
+    form_tokens = FormTokens()
+
+    def _form_identity(request: Request) -> str:
+        """Whose form token a page holds: the browser's key mounted, the start standalone."""
+        return request.cookies.get(KEY_COOKIE, "") if ui.access is not None else ""
+
+    async def _standings(org: str, user: str) -> Sequence[BudgetStanding] | None:
+        configured = budget_source()
+        opened = ui.store()
+        if not configured:
+            return None
+        if not isinstance(opened, UsageLedger):
+            return ()
+        now = datetime.now(UTC)
+        # since=now: the report's totals read no call; each budget reads its own window
+        asked = UsageQuery(org=org, user=user, since=now)
+        report = await usage_report(opened, asked, budgets=configured, now=now)
+        return report.budgets
 
     def _reports() -> list[Path]:
         if reports is None or not reports.is_dir():
@@ -402,7 +451,17 @@ def create_ui_app(
         asked = _query(request, "org", "user", "id")
         if asked is None or not ui.allowed(caller, asked[0], asked[1]):
             return ui.not_found(request, "no such session")
-        org, user, session_id = asked
+        return await _session_page(request, *asked)
+
+    async def _session_page(
+        request: Request,
+        org: str,
+        user: str,
+        session_id: str,
+        *,
+        problem: Markup | None = None,
+        status: int = 200,
+    ) -> Response:
         detail = await _detail(org, user, session_id)
         if detail is None:
             return ui.not_found(request, f"no session {session_id} of {org} / {user}")
@@ -413,13 +472,54 @@ def create_ui_app(
             if isinstance(opened, UsageLedger)
             else []
         )
+        base = _base(request)
         extras = html(
-            "{lineage}{usage}",
-            lineage=lineage(_base(request), detail),
+            "{problem}{lineage}{usage}{budgets}",
+            problem=problem or "",
+            lineage=lineage(base, detail),
             usage=usage_table(detail, calls),
+            budgets=budgets_section(await _standings(org, user), detail.traces, base),
         )
-        body = session_body(_base(request), detail, recorded, extras=extras)
-        return ui.page(request, f"session {session_id}", body)
+        token = form_tokens.issue(_form_identity(request))
+        body = session_body(
+            base,
+            detail,
+            recorded,
+            extras=extras,
+            turn_cell=None if fork is None else lambda t: fork_cell(base, detail.session, t, token),
+        )
+        return ui.page(request, f"session {session_id}", body, status=status)
+
+    async def fork_here(request: Request, caller: Caller | None) -> Response:
+        why = cross_site(
+            request.headers.get("origin"),
+            request.headers.get("sec-fetch-site"),
+            request.headers.get("host"),
+        )
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        given = {name: (form.get(name) or [""])[0] for name in ("org", "user", "session", "turn")}
+        if why is None and not form_tokens.valid(
+            _form_identity(request), (form.get(FORM_TOKEN_FIELD) or [""])[0]
+        ):
+            why = "the form holds no form token of this page: reload the session's page"
+        if why is not None:
+            body = html("<h1>Refused</h1><p id='post-refused'>{why}</p>", why=why)
+            return ui.page(request, "refused", body, status=403)
+        org, user, session_id, turn_id = (given[n] for n in ("org", "user", "session", "turn"))
+        if fork is None or not org or not user or not ui.allowed(caller, org, user):
+            return ui.not_found(request, "no such session")
+        result = await fork(session_id, turn_id, caller or Caller(org=org, user=user))
+        if result.result is not None:
+            new = link(_base(request), "session", org=org, user=user, id=result.result.id)
+            return RedirectResponse(new, status_code=303)
+        return await _session_page(
+            request,
+            org,
+            user,
+            session_id,
+            problem=fork_problem(result, turn_id),
+            status=fork_status(result),
+        )
 
     async def turn(request: Request, caller: Caller | None) -> Response:
         asked = _query(request, "org", "user", "session", "id")
@@ -458,11 +558,12 @@ def create_ui_app(
             return ui.not_found(request, "this store keeps no turn traces")
         listed = await opened.list_traces(org, user, limit=MAX_PAGE)
         body = html(
-            "<h1>turn traces of {org} / {user}</h1><p class='muted'>every turn, failed ones "
-            "included (a failed first turn has no session), newest first; the newest {n} "
-            "at most</p>{table}",
+            "<h1>turn traces of {org} / {user}</h1>{budgets}<h2>Turn traces</h2>"
+            "<p class='muted'>every turn, failed ones included (a failed first turn has no "
+            "session), newest first; the newest {n} at most</p>{table}",
             org=org,
             user=user,
+            budgets=budgets_section(await _standings(org, user), listed, _base(request)),
             n=MAX_PAGE,
             table=traces_table(_base(request), listed),
         )
@@ -546,6 +647,7 @@ def create_ui_app(
     routes = [
         Route("/", _guarded(ui, index)),
         Route("/session", _guarded(ui, session)),
+        Route("/session/fork", _guarded(ui, fork_here), methods=["POST"]),
         Route("/sessions", _guarded(ui, sessions)),
         Route("/turn", _guarded(ui, turn)),
         Route("/trace", _guarded(ui, kept_trace)),

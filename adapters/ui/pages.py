@@ -7,7 +7,7 @@ id holding ``/`` or ``?`` still names its session. ``base`` is the UI's path pre
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from urllib.parse import urlencode
 
@@ -15,6 +15,7 @@ from aptix_pipeline.adapters.stores import OwnerSummary, SessionDetail, SessionS
 from aptix_pipeline.contracts import KeptTrace, Turn
 from aptix_pipeline.engine.replay import TurnRecording
 
+from .durable_view import durable_facts, kept_durable_facts
 from .html import Markup, html, join
 from .recordings import RecordingEntry
 from .turn import (
@@ -225,7 +226,7 @@ def trace_body(base: str, kept: KeptTrace) -> Markup:
         turn=kept.turn_id or "-",
         at=_time(kept.at),
         all=link(base, "traces", org=kept.org, user=kept.user),
-        view=kept_trace_view(kept),
+        view=html("{d}{v}", d=kept_durable_facts(kept), v=kept_trace_view(kept)),
     )
 
 
@@ -240,16 +241,19 @@ def session_body(
     recorded: dict[str, list[RecordingEntry]],
     *,
     extras: Markup | None = None,
+    turn_cell: Callable[[Turn], Markup] | None = None,
 ) -> Markup:
     """A session: its summary, ``extras`` (``ui/session_extras.py``), its turns (each
-    linked) and its transcript."""
+    linked, with ``turn_cell``'s cell last when given: the fork button) and its
+    transcript."""
     s = detail.summary
     turns = join(
         html(
             "<tr data-turn='{id}'><td><a href='{href}'>{id}</a></td><td>{mode}</td>"
             "<td><span class='badge {status}'>{status}</span></td><td>{usage}</td>"
-            "<td>{created}</td><td>{tools}</td><td>{recordings}</td></tr>",
+            "<td>{created}</td><td>{tools}</td><td>{recordings}</td>{cell}</tr>",
             href=link(base, "turn", org=s.org, user=s.user, session=s.id, id=turn.id),
+            cell=turn_cell(turn) if turn_cell is not None else "",
             id=turn.id,
             mode=turn.mode or "-",
             status=turn.status.value,
@@ -291,7 +295,7 @@ def session_body(
         "<p>org <strong>{org}</strong>, user <strong>{user}</strong>, mode <code>{mode}</code>, "
         "{count} turns, created {created}, last activity {last}</p>{extras}{history}"
         "<h2>Turns</h2><table id='turns'><thead><tr><th>turn</th><th>mode</th><th>status</th>"
-        "<th>tokens</th><th>created</th><th>server tool results</th><th>recordings</th></tr>"
+        "<th>tokens</th><th>created</th><th>server tool results</th><th>recordings</th>{fork}</tr>"
         "</thead><tbody>{turns}</tbody></table>"
         "{traces}"
         "<h2>Transcript</h2><table id='transcript'><thead><tr><th>#</th><th>turn</th>"
@@ -299,6 +303,7 @@ def session_body(
         id=s.id,
         org=s.org,
         user=s.user,
+        fork=html("<th>fork</th>") if turn_cell is not None else "",
         mode=s.mode or "-",
         count=s.turns,
         created=_time(s.created_at),
@@ -321,23 +326,10 @@ def session_body(
 
 
 def durable_line(recording: TurnRecording) -> Markup | str:
-    """Where a durable turn ran (docs/DURABLE.md, D537): its Temporal workflow and the
-    workers that ran its calls, in the order they first ran one; nothing in process."""
-    durable = recording.durable
-    if not durable:
-        return ""
-    workers = [str(worker) for worker in durable.get("workers", ())]
-    moved = " (it moved between workers)" if len(workers) > 1 else ""
-    return html(
-        "<p class='durable'><span class='badge durable'>durable</span> Temporal workflow "
-        "<code>{workflow}</code> on task queue <code>{queue}</code>; ran on {workers}{moved}</p>",
-        workflow=str(durable.get("workflow_id", "-")),
-        queue=str(durable.get("task_queue", "-")),
-        workers=join((html("<code>{w}</code>", w=worker) for worker in workers), ", ")
-        if workers
-        else "no worker named",
-        moved=moved,
-    )
+    """Where a durable turn ran (docs/DURABLE.md, D537): its Temporal workflow, the
+    workers that ran its calls, in the order they first ran one, and each call's
+    attempts (``ui/durable_view.py``, D678); nothing in process."""
+    return durable_facts(recording.durable)
 
 
 def recording_view(base: str, entry: RecordingEntry, recording: TurnRecording) -> Markup:
@@ -449,7 +441,9 @@ def stored_turn_body(
             "with --record DIR or [recording] to see their port calls and replay them)</p>"
             "{view}",
             f=folder or "(no --recordings folder)",
-            view=kept_trace_view(kept[0]) if kept else "",
+            view=html("{d}{v}", d=kept_durable_facts(kept[0]), v=kept_trace_view(kept[0]))
+            if kept
+            else "",
         )
     return html(
         "<h1>turn <code id='turn-id'>{id}</code> <span class='badge {status}'>{status}</span></h1>"

@@ -186,7 +186,9 @@ class TurnRecording:
     usage_ledger: bool = False
     durable: Mapping[str, Any] | None = None
     """How a durable turn ran (docs/DURABLE.md): its Temporal ``workflow_id``, ``run_id``,
-    ``task_queue``, and the ``workers`` whose activities ran it; ``None`` in process."""
+    ``task_queue``, the ``workers`` whose activities ran it, and its ``activities``: each
+    model call, server tool call and commit with its worker and attempt (D678); ``None``
+    in process."""
 
     @property
     def successful(self) -> bool:

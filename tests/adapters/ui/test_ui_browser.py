@@ -6,8 +6,7 @@ turn, reads the path picture and the timeline, opens the faulted turn and finds
 its step and rule named, presses "replay" and reads the outcome. The page mounted
 in ``aptix serve`` is signed in to with a key and its watch view shows a turn's
 events as they stream. Screenshots are kept in ``build/test-artifacts/``
-(tests/kits/browser_kit.py; the ``browser`` and ``tab`` fixtures are in this
-folder's conftest.py).
+(tests/kits/browser_kit.py, which holds the ``browser`` and ``tab`` fixtures).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from browser_kit import off_the_loop, screenshot
 from http_kit import ANA_KEY, ENV
 from repo import ROOT
 from server_thread import server_thread
+from ui_actions_kit import BUDGETS_TOML, Shop, budget_shop, session_rows
 from ui_kit import FAULT_RULE, Browsed, browsed_store, write_ui_config
 from ui_kit import aptix_ui as running_ui
 
@@ -273,3 +273,33 @@ def test_the_path_picture_starts_at_actual_size_zooms_pans_and_links_to_the_time
     assert after_pan == [before_pan[0] + 150, before_pan[1] + 100]  # dragged left and up
     assert tab.url.endswith(f"#{number}")
     assert highlighted == "llm_client"
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Shop:
+    """The budgets' store (ui_actions_kit)."""
+    return off_the_loop(budget_shop, tmp_path / "shop.db")
+
+
+@pytest.mark.decision("D675")
+def test_the_fork_button_opens_the_fork_and_the_session_shows_its_budgets(
+    tmp_path: Path, shop: Shop, tab: Page
+) -> None:
+    config = tmp_path / "service.toml"
+    config.write_text(f'[store]\nurl = "sqlite:{shop.db}"\n\n{BUDGETS_TOML}', encoding="utf-8")
+    with running_ui("--config", str(config), cwd=tmp_path) as running:
+        tab.goto(running.url)
+        tab.goto(f"{running.base}/session?org=acme&user=ana&id={shop.session}")
+        budget = tab.locator("tr[data-budget='two-calls-a-day'] td").all_inner_texts()
+        assert budget[-2:] == ["2", "0"]  # used, remaining
+        assert "budget_exceeded" in tab.locator("#budget-refusals").inner_text()
+        screenshot(tab, "session-budgets.png")
+        before = session_rows(shop.db)
+
+        tab.click(f"button[data-fork-turn='{shop.turns[0]}']")  # a real form post, with its Origin
+
+        tab.wait_for_selector("#forked-from")
+        assert "(2 messages shared)" in tab.locator("#forked-from").inner_text()
+        assert tab.locator("#session-id").inner_text() != shop.session
+        assert session_rows(shop.db) == before + 1
+        assert screenshot(tab, "fork-button.png").stat().st_size > 0

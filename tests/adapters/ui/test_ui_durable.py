@@ -57,3 +57,49 @@ async def test_a_durable_recording_names_its_workflow_and_workers(tmp_path: Path
     assert "<code>worker-a</code>, <code>worker-&lt;b&gt;</code>" in durable_page
     assert "moved between workers" in durable_page
     assert sum("badge durable" in page for page in pages.values()) == 1
+
+
+@pytest.mark.decision("D678")
+async def test_a_durable_recording_lists_each_activitys_worker_and_attempts(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "recordings"
+    pipeline, _ = make_pipeline(MemoryStore(), [text("hello")])
+    from aptix_pipeline import Pipeline
+
+    recording_pipeline = Pipeline(
+        pipeline.ports, pipeline.options, interceptors=[Recorder(RecordingOptions())]
+    )
+    report = await recording_pipeline.run({"Instruction": "hi"}, CALLER)
+    assert report.recording is not None
+    activities = [
+        {"activity": "aptix.llm.complete", "worker": "worker-a", "attempt": 3},
+        {"activity": "aptix.tool.call", "failed": "ConnectionError", "retry_state": "TIMEOUT"},
+        {"activity": "aptix.store.apply", "worker": "worker-b", "attempt": 1},
+    ]
+    write_recording(
+        dataclasses.replace(
+            report.recording,
+            durable={
+                "workflow_id": "aptix-turn-77",
+                "task_queue": "q",
+                "workers": ["worker-a", "worker-b"],
+                "activities": activities,
+            },
+        ),
+        folder,
+    )
+    guard = UIGuard.start()
+    with (
+        server_thread(standalone_app(None, guard, recordings=folder)) as port,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
+    ):
+        index = with_token(client, guard.token).text
+        name = index.split("<tr data-recording=")[1].split("'")[1]
+        shown = client.get("/recording", params={"name": name}).text
+    rows = shown.split("<tr data-activity=")[1:]
+    assert len(rows) == 3
+    assert "model call <code>aptix.llm.complete</code>" in rows[0]
+    assert "<td>worker-a</td><td>attempt 3 (2 retries)</td>" in rows[0]
+    assert "<td class='error'>failed: ConnectionError (TIMEOUT)</td>" in rows[1]
+    assert "<td>worker-b</td><td>attempt 1</td>" in rows[2]
