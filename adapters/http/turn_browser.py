@@ -9,7 +9,8 @@ it), checked by the service's ``Authenticator`` on every page. A page shows only
 that key's org and user. Its watch view sends a request to the service's own
 ``POST /v1/agent/execute`` handler (``http_execute.run_turn``) as that caller,
 asking for Server-Sent Events, so what the page shows is the service's own
-stream.
+stream. Its live page (``/live``) follows each turn the service runs, as it runs,
+through the service's ``LiveHub`` (``ServiceState.live``, ``ui/live_hub.py``).
 
 Unlike ``aptix ui`` (``ui/guard.py``), it answers whatever ``Host`` a request names
 (D418): a DNS-rebound name reads nothing here, since the key cookie is host-only (a
@@ -61,7 +62,7 @@ def mount_ui(app: FastAPI, service: ServiceState, ui: UIConfig) -> None:
         scope["path"] = EXECUTE_PATH
         return await run_turn(service, Request(scope, request.receive))
 
-    access = UIAccess(caller_for_key=caller_for_key, watch=watch)
+    access = UIAccess(caller_for_key=caller_for_key, watch=watch, live=service.live)
     app.mount(
         ui.path,
         create_ui_app(store, ui.recordings, store_name="the service's store", access=access),
