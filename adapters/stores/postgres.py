@@ -51,6 +51,7 @@ import json
 import re
 import weakref
 from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from decimal import Decimal
 from types import TracebackType
@@ -705,15 +706,21 @@ class PostgresStore:
 
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 
-    async def turn_notices(self) -> AsyncIterator[TurnNotice]:
-        """Each turn committed from now on, by any process (``TurnNotifier``): ``LISTEN``
-        on a connection of its own, closed when the iterator is."""
+    @asynccontextmanager
+    async def turn_notices(self) -> AsyncIterator[AsyncIterator[TurnNotice]]:
+        """Each turn committed by any process while the block runs (``TurnNotifier``):
+        ``LISTEN`` on a connection of its own, done when the block begins, closed when
+        it ends."""
         await self._ready()  # the schema is there: the commits that notify can run
         connection = await self._connect()
         try:
             await connection.execute(f"LISTEN {TURNS_CHANNEL}")
-            async for notify in connection.notifies():
-                yield parse_notice(notify.payload)
+
+            async def notices() -> AsyncIterator[TurnNotice]:
+                async for notify in connection.notifies():
+                    yield parse_notice(notify.payload)
+
+            yield notices()
         finally:
             await connection.close()
 

@@ -3,8 +3,8 @@
 The PostgreSQL store sends a ``NOTIFY`` on ``TURNS_CHANNEL`` from inside each turn's
 commit transaction (PostgreSQL delivers it when, and only if, the transaction
 commits), with ``notice_payload``: the org, user, session, turn and status, no
-content. ``PostgresStore.turn_notices`` ``LISTEN``s on a connection of its own and
-yields each as a ``TurnNotice``. The live view (``ui/live_hub.py``, docs/UI.md) reads
+content. ``async with store.turn_notices() as notices`` has ``LISTEN``ed on a
+connection of its own once it is entered, and yields each as a ``TurnNotice``. The live view (``ui/live_hub.py``, docs/UI.md) reads
 them to refresh at once instead of at its next poll; a store that is no
 ``TurnNotifier`` (memory, SQLite) is polled (D691). No schema change is involved.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
@@ -39,8 +40,9 @@ class TurnNotice:
 class TurnNotifier(Protocol):
     """A store that announces committed turns (``PostgresStore``)."""
 
-    def turn_notices(self) -> AsyncIterator[TurnNotice]:
-        """Each turn committed from now on, by any process, until the iterator is closed."""
+    def turn_notices(self) -> AbstractAsyncContextManager[AsyncIterator[TurnNotice]]:
+        """Listening while the block runs: each turn committed, by any process, from
+        the moment the block is entered."""
         ...
 
 

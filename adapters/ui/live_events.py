@@ -57,7 +57,7 @@ class LiveEventsResponse(Response):
 
     async def _chunks(self) -> AsyncGenerator[bytes, None]:
         with self._hub.subscribe(self._owner) as subscription:
-            self._hub.follow_notices(self._store)
+            await self._hub.follow_notices(self._store)
             yield b"retry: 1000\n\n" + _event("ready", {"watching": self._hub.watching})
             while True:
                 event = await subscription.next(self._keepalive)

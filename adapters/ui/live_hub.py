@@ -56,6 +56,9 @@ __all__ = ["LIVE_QUEUE", "LiveEvent", "LiveHub", "LiveSubscription"]
 LIVE_QUEUE: Final = 256
 """Events a page may fall behind by before it misses some (module docstring)."""
 
+_LISTEN_WAIT: Final = 10.0
+"""How long a page waits for the store to listen before it is told it is subscribed."""
+
 logger = scrubbed_logger(__name__)
 
 
@@ -121,6 +124,7 @@ class LiveHub:
         self._runs: dict[str, tuple[str, str, bool]] = {}
         """Running turns: their caller, and whether their text came piece by piece."""
         self._notices: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()
         self.listener = _TurnListener(self)
         """The subscriber of every turn's events (``Pipeline(listeners=[hub.listener])``)."""
 
@@ -204,27 +208,32 @@ class LiveHub:
         data |= {"turn": notice.turn_id, "status": notice.status}
         self.publish(LiveEvent("stored", notice.org, notice.user, data))
 
-    def follow_notices(self, store: object) -> None:
+    async def follow_notices(self, store: object) -> None:
         """Listen for the commits ``store`` announces (a ``TurnNotifier``), once for every
-        page, while any page watches; nothing for a store that announces none."""
-        if not isinstance(store, TurnNotifier) or self._notices is not None:
+        page, while any page watches; nothing for a store that announces none. Returns
+        once the store listens (or failed to: the pages poll on)."""
+        if not isinstance(store, TurnNotifier) or not self._subscriptions:
             return
-        if not self._subscriptions:
-            return
-        self._notices = asyncio.get_running_loop().create_task(self._listen(store))
+        if self._notices is None:
+            self._listening = asyncio.Event()
+            self._notices = asyncio.get_running_loop().create_task(self._listen(store))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._listening.wait(), _LISTEN_WAIT)
 
     async def _listen(self, store: TurnNotifier) -> None:
-        notices = store.turn_notices()
         try:
-            async for notice in notices:
-                self.stored(notice)
+            async with store.turn_notices() as notices:
+                self._listening.set()
+                async for notice in notices:
+                    self.stored(notice)
         except asyncio.CancelledError:
             raise
         except Exception:  # the pages poll on: the feed is still read every half second
             logger.exception("the store's turn notices stopped")
         finally:
-            with contextlib.suppress(Exception):
-                await notices.aclose()  # type: ignore[attr-defined]
+            self._listening.set()
+            if self._notices is asyncio.current_task():  # failed: the next page tries again
+                self._notices = None
 
     def tap(self, stream: _Stream, caller: Caller, *, durable: bool) -> _TappedStream:
         """``stream`` as its caller reads it, its items published as they are read: the
