@@ -4,9 +4,10 @@ The PostgreSQL store sends a ``NOTIFY`` on ``TURNS_CHANNEL`` from inside each tu
 commit transaction (PostgreSQL delivers it when, and only if, the transaction
 commits), with ``notice_payload``: the org, user, session, turn and status, no
 content. ``async with store.turn_notices() as notices`` has ``LISTEN``ed on a
-connection of its own once it is entered, and yields each as a ``TurnNotice``. The live view (``ui/live_hub.py``, docs/UI.md) reads
-them to refresh at once instead of at its next poll; a store that is no
-``TurnNotifier`` (memory, SQLite) is polled (D691). No schema change is involved.
+connection of its own once it is entered, and yields each as a ``TurnNotice``. The
+live view (``ui/live_hub.py``, docs/UI.md) reads them to refresh at once instead of
+at its next poll; a store that is no ``TurnNotifier`` (memory, SQLite) is polled
+(D691). No schema change is involved.
 """
 
 from __future__ import annotations
