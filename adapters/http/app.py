@@ -148,7 +148,7 @@ def create_app(
     add_routes(app, service)
     install_error_handlers(app)
     if config is not None and config.ui.enabled:
-        from aptix_pipeline.adapters.ui.live_hub import LiveHub
+        from aptix_pipeline.adapters.ui import LiveHub
 
         from .turn_browser import mount_ui  # the turn browser page (docs/UI.md), when asked for
 

@@ -33,7 +33,7 @@ from .sse import EventStreamResponse, hold_until_begun
 
 if TYPE_CHECKING:
     from aptix_pipeline.adapters.temporal import DurablePipeline, DurableProgress, DurableStream
-    from aptix_pipeline.adapters.ui.live_hub import LiveHub
+    from aptix_pipeline.adapters.ui import LiveHub
 
 __all__ = ["stream_durably"]
 

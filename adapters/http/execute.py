@@ -49,7 +49,7 @@ from .sse import (
 
 if TYPE_CHECKING:
     from aptix_pipeline.adapters.temporal import DurablePipeline
-    from aptix_pipeline.adapters.ui.live_hub import LiveHub
+    from aptix_pipeline.adapters.ui import LiveHub
 
 __all__ = [
     "EXECUTE_PATH",

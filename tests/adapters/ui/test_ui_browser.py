@@ -324,3 +324,48 @@ def test_the_path_picture_starts_at_actual_size_zooms_pans_and_links_to_the_time
     assert after_pan == [before_pan[0] + 150, before_pan[1] + 100]  # dragged left and up
     assert tab.url.endswith(f"#{number}")
     assert highlighted == "llm_client"
+
+
+@pytest.mark.decision("D689")
+def test_the_live_page_follows_a_served_turn_with_its_text_as_one_growing_block(
+    tmp_path: Path, own_store: Browsed, tab: Page
+) -> None:
+    import httpx
+
+    config_file = write_ui_config(tmp_path, own_store)
+    reply = "Five, since two and three make five: counted on the fingers of one hand."
+    (tmp_path / "script.json").write_text(
+        '{"replies": [{"text": "' + reply + '", "usage": {"input_tokens": 9, "output_tokens": 18}'
+        '}], "chunk_size": 4, "chunk_delay_seconds": 0.02}',
+        encoding="utf-8",
+    )
+    config = load_service_config(config_file, env=ENV)
+    with server_thread(create_app(config)) as port:
+        tab.goto(f"http://127.0.0.1:{port}/ui/")
+        tab.fill("#key", ANA_KEY)
+        tab.click("button[type=submit]")
+        tab.goto(f"http://127.0.0.1:{port}/ui/live")
+        tab.locator("#live-running[data-ready=true]").wait_for()
+        answer = httpx.post(
+            f"http://127.0.0.1:{port}/v1/agent/execute",
+            json={"Instruction": "What is 2 + 3?", "Stream": True},
+            headers={"Authorization": f"Bearer {ANA_KEY}"},
+            timeout=WAIT,
+        )
+        turn_id = answer.text.split('"TurnId":"')[1].split('"')[0]
+        run = tab.locator(f"#live-runs li[data-turn='{turn_id}'][data-status=completed]")
+        run.wait_for()
+        blocks = run.locator("pre.live-text")
+        text = blocks.first.inner_text()
+        pieces = int(blocks.first.get_attribute("data-pieces") or "0")
+        steps = run.locator(".live-steps li").count()
+        tokens = run.locator(".live-tokens").inner_text()
+        tab.locator(f"#live-turns tr[data-turn='{turn_id}']").wait_for()
+        _screenshot(tab, "live-serve.png")
+
+    assert answer.status_code == 200
+    assert blocks.count() == 1
+    assert text == reply
+    assert pieces == (len(reply) + 3) // 4  # a piece a chunk of four characters
+    assert steps >= 5  # its steps, model call and more, as rows of their own
+    assert tokens == "9 in / 18 out"
