@@ -56,6 +56,8 @@ __all__ = ["LIVE_QUEUE", "LiveEvent", "LiveHub", "LiveSubscription"]
 LIVE_QUEUE: Final = 256
 """Events a page may fall behind by before it misses some (module docstring)."""
 
+_MAX_RUNS: Final = 10_000
+"""Running turns followed at most: one cancelled before its end is never heard to end."""
 _LISTEN_WAIT: Final = 10.0
 """How long a page waits for the store to listen before it is told it is subscribed."""
 
@@ -160,6 +162,8 @@ class LiveHub:
 
     def started(self, run: str, org: str, user: str) -> None:
         """A turn of ``org``/``user`` began: ``run`` names it in the events that follow."""
+        if len(self._runs) >= _MAX_RUNS:  # turns cancelled before their end: the oldest
+            del self._runs[next(iter(self._runs))]
         self._runs[run] = (org, user, False)
         self.progress(run, {"kind": "turn_started", "org": org, "user": user})
 
@@ -171,8 +175,14 @@ class LiveHub:
         self._runs[run] = (known[0], known[1], True)
         self.publish(LiveEvent("text", known[0], known[1], {"run": run, "text": text}))
 
-    def ended(self, run: str, result: InvokeResult[AgentExecuteResponse]) -> None:
-        """The turn is over: its status, ids and tokens; its text in one piece if none came."""
+    def ended(
+        self,
+        run: str,
+        result: InvokeResult[AgentExecuteResponse],
+        stored: tuple[str | None, str | None] = (None, None),
+    ) -> None:
+        """The turn is over: its status, ids and tokens; its text in one piece if none
+        came. ``stored`` names the session and turn a failed turn left in the store."""
         known = self._runs.get(run)
         if known is None:
             return
@@ -180,23 +190,26 @@ class LiveHub:
         if response is not None and not known[2] and response.primary_output_text:
             self.text(run, response.primary_output_text)
         usage = response.usage if response is not None else None
+        session, turn = (response.session_id, response.turn_id) if response else stored
+        status = "failed"
+        if response is not None:
+            status = "awaiting_client_tools" if response.tool_calls else "completed"
         self.progress(
             run,
             {
                 "kind": "turn_ended",
                 "successful": result.successful,
-                "status": "completed" if result.successful else "failed",
-                "session": response.session_id if response is not None else None,
-                "turn": response.turn_id if response is not None else None,
+                "status": status,
+                "session": session,
+                "turn": turn,
                 "error": result.errors[0].code if result.errors else None,
                 "input_tokens": usage.input_tokens if usage is not None else None,
                 "output_tokens": usage.output_tokens if usage is not None else None,
             },
         )
         del self._runs[run]
-        if response is not None and response.session_id and response.turn_id:
-            org, user, _ = known
-            self.stored(TurnNotice(org, user, response.session_id, response.turn_id, ""))
+        if session and turn:
+            self.stored(TurnNotice(known[0], known[1], session, turn, status))
 
     def forget(self, run: str) -> None:
         """Stop following ``run`` (a turn whose stream closed before its end was read)."""
@@ -319,7 +332,7 @@ class _TurnListener:
         if isinstance(event, TurnStarted):
             hub.started(run, event.org, event.user)
         elif isinstance(event, TurnFinished):
-            hub.ended(run, event.result)
+            hub.ended(run, event.result, (event.session_id, event.turn_id))
         elif isinstance(event, TurnIdentified):
             ids = {"session": event.session_id, "turn": event.turn_id}
             hub.progress(run, {"kind": "turn_identified", **ids})

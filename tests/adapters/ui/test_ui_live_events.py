@@ -196,3 +196,30 @@ def test_a_page_that_never_reads_misses_events_and_never_holds_a_turn_up() -> No
     assert successful
     assert queued == LIVE_QUEUE
     assert lagged  # told it missed some: the page reads its feed afresh
+
+
+@pytest.mark.decision("D689")
+def test_a_failed_turn_ends_failed_with_its_error_and_nothing_stored() -> None:
+    hub = LiveHub()
+    pipeline = embedded_pipeline(
+        llm=ScriptedLLM([{"text": REPLY}]),
+        store=MemoryStore(),
+        telemetry=Telemetry.off(),
+        listeners=[hub.listener],
+    )
+    unknown = {"SessionId": "session_nope", "TurnId": "turn_nope", "Instruction": "x"}
+
+    async def scenario() -> list[LiveEvent]:
+        with hub.subscribe(("acme", "ana")) as page:
+            result = await pipeline.execute(unknown, ANA_CALLER)
+            assert not result.successful
+            return [page.queue.get_nowait() for _ in range(page.queue.qsize())]
+
+    events = asyncio.run(scenario())
+
+    ended = events[-1]
+    assert (ended.name, ended.data["kind"]) == ("turn", "turn_ended")
+    assert ended.data["status"] == "failed"
+    assert ended.data["error"] == "not_found"
+    assert "stored" not in [event.name for event in events]
+    assert "text" not in [event.name for event in events]
