@@ -152,6 +152,24 @@ def test_a_page_sees_only_its_own_callers_turns(service: str) -> None:
 
 
 @pytest.mark.decision("D689")
+def test_a_recorded_turn_is_followed_alike(tmp_path: Path, browsed: Browsed) -> None:
+    recorded = tmp_path / "recorded"
+    tables = f'[recording]\ndirectory = "{recorded}"\nredact = true\n[ui]\nenabled = true\n'
+    config_file = write_ui_config(tmp_path, browsed, ui=tables)
+    script = {"replies": [{"text": REPLY}], "chunk_size": 8, "chunk_delay_seconds": 0.01}
+    (tmp_path / "script.json").write_text(json.dumps(script), encoding="utf-8")
+    with server_thread(create_app(load_service_config(config_file, env=ENV))) as port:
+        base = f"http://127.0.0.1:{port}"
+        with live_events(_signed_in(base, ANA_KEY), "/ui/live/events") as events:
+            result = _turn(base, ANA, {"Instruction": "Record this", "Stream": True})
+            ended = _ended(events, result["TurnId"])
+
+    assert "".join(_text_of(events, ended["run"])) == REPLY
+    assert len(_text_of(events, ended["run"])) > 1
+    assert len(list(recorded.glob("*.json"))) == 1  # recorded, and followed as it ran
+
+
+@pytest.mark.decision("D689")
 def test_the_live_page_names_its_event_stream_only_where_there_is_one(
     service: str, browsed: Browsed
 ) -> None:
