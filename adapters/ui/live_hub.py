@@ -316,7 +316,8 @@ _LISTENED: Final = frozenset({*PROGRESS_EVENTS, TurnIdentified, TurnFinished})
 class _TurnListener:
     """The hub's subscriber of every in-process turn's events (``LiveHub.listener``).
 
-    Called inline, so it only looks the run up and offers to queues. It declares
+    Called inline, so it only looks the run up and offers to queues (and, while no
+    page watches, notes only each turn's start and end). It declares
     the events it reads (``event_types``), text deltas not among them: watching never
     makes a turn streamed.
     """
@@ -333,6 +334,8 @@ class _TurnListener:
             hub.started(run, event.org, event.user)
         elif isinstance(event, TurnFinished):
             hub.ended(run, event.result, (event.session_id, event.turn_id))
+        elif not hub.watching:  # no page to tell: nothing more to make
+            return
         elif isinstance(event, TurnIdentified):
             ids = {"session": event.session_id, "turn": event.turn_id}
             hub.progress(run, {"kind": "turn_identified", **ids})
