@@ -34,6 +34,9 @@ Sections, in order (``--only`` picks some, comma-separated):
   10,000 sessions (no filter, a status and time range, one org) and the whole
   ``/sessions`` page, beside a store of 100, against the 200 ms target
   (``bench/session_search.py``);
+- ``live`` — the live view: from another process committing a turn to the page
+  showing it, SQLite (the page's poll) and PostgreSQL (``LISTEN/NOTIFY``), against
+  the 1 s target (``bench/live.py``);
 - ``retrieval`` — a turn's cost with an SQLite FTS5 retrieval over 200 documents
   beside the same turn without, and the time to index them (``bench/retrieval.py``);
 - ``concurrency``, ``transcript``, ``replay``, ``cli`` — how the cost grows with the
@@ -73,6 +76,7 @@ from http_load import http_figures, print_http_figures
 from images import IMAGE_BYTES, image_rows
 from ledger import TARGET as LEDGER_TARGET
 from ledger import ledger_rows
+from live import live_rows
 from peers import MISSING, PEERS, peer_versions
 from recording import recording_row
 from refused_http import print_figures, refused_figures
@@ -110,6 +114,7 @@ SECTIONS = (
     "budgets",
     "forks",
     "sessions",
+    "live",
     "retrieval",
     "concurrency",
     "transcript",
@@ -499,6 +504,25 @@ def sessions() -> dict[str, Any]:
     return figures
 
 
+def live() -> dict[str, Any]:
+    """From another process's commit to the live view showing the turn, per store."""
+    print(
+        "live view: another process commits a turn -> the page shows it "
+        "(ms, min / median / max of interleaved rounds)"
+    )
+    figures = live_rows()
+    for name, row in figures.items():
+        if "skipped" in row:
+            print(f"{name:<22} skipped: {row['skipped']}")
+            continue
+        ok = row["median_ms"] <= row["target_ms"] and row["max_ms"] <= row["target_ms"]
+        print(
+            f"{name:<22} {row['min_ms']:>6.0f} / {row['median_ms']:<6.0f} / {row['max_ms']:<6.0f}"
+            f" ({row['rounds']} rounds)   target ≤ {row['target_ms']:.0f} ms  {_mark(ok)}"
+        )
+    return figures
+
+
 def concurrency() -> dict[str, Any]:
     """1,000 concurrent turns with a 50 ms model, per store."""
     rows = concurrency_rows()
@@ -623,6 +647,7 @@ RUNNERS: dict[str, Callable[[], Any]] = {
     "budgets": budgets,
     "forks": forks,
     "sessions": sessions,
+    "live": live,
     "retrieval": retrieval,
     "concurrency": concurrency,
     "transcript": transcript,

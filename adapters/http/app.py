@@ -148,8 +148,11 @@ def create_app(
     add_routes(app, service)
     install_error_handlers(app)
     if config is not None and config.ui.enabled:
+        from aptix_pipeline.adapters.ui import LiveHub
+
         from .turn_browser import mount_ui  # the turn browser page (docs/UI.md), when asked for
 
+        service.live = LiveHub()  # its live page follows the service's turns as they run
         mount_ui(app, service, config.ui)
     use_wire_schemas(app)
     app.add_middleware(_ExecuteFastPath, service=service)
@@ -228,10 +231,12 @@ async def _serving(config: ServiceConfig, service: ServiceState) -> AsyncIterato
     provider = configure_tracing()
     # Each model retry is told in the service's log (models/retry_notices.py).
     notices = log_retry_notices(config.options)
+    # The turn browser's live page hears every turn (ui/live_hub.py), when mounted.
+    live = () if service.live is None else (service.live.listener,)
     pipeline = build_pipeline(
         config,
         telemetry=Telemetry(tracer_provider=provider, span_mode=config.span_mode),
-        listeners=(notices,),
+        listeners=(notices, *live),
     )
     if config.temporal is not None:  # turns run as workflows on `aptix worker`s (http/durable.py)
         # Lazy: the service starts while Temporal is away, and answers its turns 502.

@@ -32,7 +32,8 @@ from aptix_pipeline.engine import StreamDelta, StreamResult, TurnReport, TurnStr
 from .sse import EventStreamResponse, hold_until_begun
 
 if TYPE_CHECKING:
-    from aptix_pipeline.adapters.temporal import DurablePipeline, DurableProgress
+    from aptix_pipeline.adapters.temporal import DurablePipeline, DurableProgress, DurableStream
+    from aptix_pipeline.adapters.ui import LiveHub
 
 __all__ = ["stream_durably"]
 
@@ -54,11 +55,15 @@ async def stream_durably(
     *,
     keepalive_seconds: float,
     headers: Callable[[TurnReport | None], Mapping[str, str] | None],
+    live: LiveHub | None = None,
 ) -> Response | TurnReport:
     """The streamed turn as Server-Sent Events, or its report when it ended refused
     before its model call (the caller answers it as JSON); ``headers`` gives the
-    response's headers from the report of a turn that ended while held."""
+    response's headers from the report of a turn that ended while held; ``live``
+    follows the turn's items on the turn browser's live page as they are read."""
     stream = durable.stream(body, caller, idempotency_key=idempotency_key)
+    if live is not None:
+        stream = cast("DurableStream", live.tap(stream, caller, durable=True))
     held = await hold_until_begun(stream, _begins)
     ended: TurnReport | None = stream.report
     if ended is not None and not ended.successful:

@@ -29,14 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from fastapi import Request
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from aptix_pipeline.contracts import AgentExecuteResponse, Caller, ErrorCode, InvokeResult
-from aptix_pipeline.engine import Pipeline, TurnReport, asks_to_stream
+from aptix_pipeline.engine import Pipeline, TurnReport, TurnStream, asks_to_stream
 
 from .auth import Authenticator, authenticated_caller
 from .errors import error_code, error_response, missing_key_response
@@ -49,6 +49,7 @@ from .sse import (
 
 if TYPE_CHECKING:
     from aptix_pipeline.adapters.temporal import DurablePipeline
+    from aptix_pipeline.adapters.ui import LiveHub
 
 __all__ = [
     "EXECUTE_PATH",
@@ -113,13 +114,16 @@ class ServiceState:
     again once it stops), who may call, the largest body accepted, the longest a
     streamed answer stays silent, and with ``[temporal]`` the ``DurablePipeline``
     that runs the turns as workflows (``http/durable.py``; the pipeline then serves
-    the store to the other routes and the host rules' statuses)."""
+    the store to the other routes and the host rules' statuses). ``live`` is the
+    turn browser's ``LiveHub`` when the page is mounted: every turn the service runs,
+    in whichever mode, is published to its live page as it runs (docs/UI.md)."""
 
     pipeline: Pipeline | None
     authenticator: Authenticator
     max_body_bytes: int
     sse_keepalive_seconds: float = DEFAULT_SSE_KEEPALIVE_SECONDS
     durable: DurablePipeline | None = None
+    live: LiveHub | None = None
 
 
 class _TooLargeError(Exception):
@@ -226,6 +230,8 @@ async def _stream_turn(
     """The turn as Server-Sent Events, or its JSON refusal when it ends before its
     model call (``http/sse.py``: the status is chosen before the first byte)."""
     stream = pipeline.stream(body, caller, idempotency_key=idempotency_key)
+    if service.live is not None:  # the live page gets its text as it is written
+        stream = cast(TurnStream, service.live.tap(stream, caller, durable=False))
     held = await hold_until_begun(stream)
     ended = stream.report  # the turn ended while its items were held
     if ended is not None and not ended.successful:
@@ -248,8 +254,13 @@ async def _durable_turn(
     streamed: bool,
 ) -> Response:
     """The turn as a Temporal workflow, answered as in process (``http/durable.py``)."""
+    live = service.live
     if not streamed:
-        return answer(await durable.run(body, caller, idempotency_key=key), pipeline)
+
+        async def run() -> TurnReport:
+            return await durable.run(body, caller, idempotency_key=key)
+
+        return answer(await (run() if live is None else live.run_durably(caller, run)), pipeline)
     from .durable import stream_durably
 
     outcome = await stream_durably(
@@ -259,6 +270,7 @@ async def _durable_turn(
         key,
         keepalive_seconds=service.sse_keepalive_seconds,
         headers=replayed_header,
+        live=live,
     )
     return outcome if isinstance(outcome, Response) else answer(outcome, pipeline)
 

@@ -11,6 +11,8 @@ that key's org and user. Its watch view sends a request to the service's own
 asking for Server-Sent Events, so what the page shows is the service's own
 stream. Its fork button forks through the service's ``Pipeline.fork`` as the key's
 caller, as ``POST /v1/sessions/{id}/fork`` does, and its budgets are the service's.
+Its live page (``/live``) follows each turn the service runs, as it runs, through
+the service's ``LiveHub`` (``ServiceState.live``, ``ui/live_hub.py``).
 
 Unlike ``aptix ui`` (``ui/guard.py``), it answers whatever ``Host`` a request names
 (D418): a DNS-rebound name reads nothing here, since the key cookie is host-only (a
@@ -80,7 +82,7 @@ def mount_ui(app: FastAPI, service: ServiceState, ui: UIConfig) -> None:
         pipeline = service.pipeline
         return pipeline.options.budgets if pipeline is not None else None
 
-    access = UIAccess(caller_for_key=caller_for_key, watch=watch)
+    access = UIAccess(caller_for_key=caller_for_key, watch=watch, live=service.live)
     app.mount(
         ui.path,
         create_ui_app(

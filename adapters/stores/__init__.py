@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .session_browser import MAX_PAGE, OwnerSummary, SessionBrowser, SessionSummary
     from .session_search import SessionFilter, SessionRow, SessionSearch, search_sessions
     from .sqlite import SQLiteStore, Synchronous, synchronous_mode
+    from .turn_notices import TURNS_CHANNEL, TurnNotice, TurnNotifier, parse_notice
     from .unit_of_work import (
         BufferedTransaction,
         SessionWrite,
@@ -69,6 +70,10 @@ _EXPORTS: dict[str, str] = {
     "SQLiteStore": "sqlite",
     "Synchronous": "sqlite",
     "synchronous_mode": "sqlite",
+    "TURNS_CHANNEL": "turn_notices",
+    "TurnNotice": "turn_notices",
+    "TurnNotifier": "turn_notices",
+    "parse_notice": "turn_notices",
     "BufferedTransaction": "unit_of_work",
     "outcome_replaceable": "unit_of_work",
     "SessionWrite": "unit_of_work",
@@ -85,6 +90,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "DEFAULT_STORE_URL",
     "MAX_PAGE",
+    "TURNS_CHANNEL",
     "BrowsableStore",
     "BrowseStoreError",
     "BufferedTransaction",
@@ -103,6 +109,8 @@ __all__ = [
     "SessionWrite",
     "StoreBackend",
     "Synchronous",
+    "TurnNotice",
+    "TurnNotifier",
     "TurnWrite",
     "TurnWrites",
     "close_browse_store",
@@ -112,6 +120,7 @@ __all__ = [
     "open_browse_store",
     "open_store",
     "outcome_replaceable",
+    "parse_notice",
     "read_session_detail",
     "search_sessions",
     "sqlite_target",

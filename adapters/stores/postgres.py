@@ -38,6 +38,9 @@
 - Turn traces (``TraceLog``, ``contracts/traces.py``; schema version 7, table
   ``aptix_turn_traces``): keeping one is one autocommitted statement that also
   deletes up to ``TRACE_SWEEP`` expired ones; ``seq`` orders them, newest first.
+- Turn notices (``stores/turn_notices.py``): each turn's commit transaction sends a
+  ``NOTIFY aptix_turns`` naming its org, user, session, turn and status (no content),
+  delivered when it commits; ``turn_notices`` listens on a connection of its own.
 - The URL's password never appears in an error message or a repr.
 """
 
@@ -47,7 +50,8 @@ import asyncio
 import json
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from decimal import Decimal
 from types import TracebackType
@@ -87,6 +91,7 @@ from .session_browser import (
     turn_order,
 )
 from .transcript_cache import DEFAULT_BUDGET, TranscriptCache
+from .turn_notices import TURNS_CHANNEL, TurnNotice, notice_payload, parse_notice
 from .unit_of_work import BufferedTransaction, SessionWrite, TurnWrites, session_from_row
 from .usage_ledger import (
     USAGE_FIELDS,
@@ -701,6 +706,24 @@ class PostgresStore:
 
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 
+    @asynccontextmanager
+    async def turn_notices(self) -> AsyncIterator[AsyncIterator[TurnNotice]]:
+        """Each turn committed by any process while the block runs (``TurnNotifier``):
+        ``LISTEN`` on a connection of its own, done when the block begins, closed when
+        it ends."""
+        await self._ready()  # the schema is there: the commits that notify can run
+        connection = await self._connect()
+        try:
+            await connection.execute(f"LISTEN {TURNS_CHANNEL}")
+
+            async def notices() -> AsyncIterator[TurnNotice]:
+                async for notify in connection.notifies():
+                    yield parse_notice(notify.payload)
+
+            yield notices()
+        finally:
+            await connection.close()
+
     async def _fetchall(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         pool = await self._ready()
         async with pool.connection() as connection:
@@ -1003,6 +1026,12 @@ class PostgresStore:
         if writes.outcomes:
             # After the sessions: an Initial turn's outcome names the session it creates.
             await self._write_outcomes(connection, writes)
+        for turn_write in writes.turns:  # sent at commit, and only if it commits
+            turn = turn_write.turn
+            payload = notice_payload(
+                writes.org, writes.user, turn.session_id, turn.id, turn.status.value
+            )
+            await connection.execute("SELECT pg_notify(%s, %s)", (TURNS_CHANNEL, payload))
 
     @staticmethod
     async def _write_outcomes(connection: _Connection, writes: TurnWrites) -> None:

@@ -14,6 +14,7 @@ from aptix_pipeline.lazy import lazy_exports
 if TYPE_CHECKING:
     from .app import UIAccess, create_ui_app
     from .guard import UIGuard, allowed_host_name, is_loopback
+    from .live_hub import LiveHub
 
 _EXPORTS: dict[str, str] = {
     "create_ui_app": "app",
@@ -21,10 +22,12 @@ _EXPORTS: dict[str, str] = {
     "UIGuard": "guard",
     "allowed_host_name": "guard",
     "is_loopback": "guard",
+    "LiveHub": "live_hub",
 }
 """Each name other rooms use, and the module it comes from (imported on first use)."""
 
 __all__ = [
+    "LiveHub",
     "UIAccess",
     "UIGuard",
     "allowed_host_name",

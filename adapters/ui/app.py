@@ -17,7 +17,9 @@
   whole page to a plain form post);
 - ``/live`` — the newest turns of the store, read again every half second, so turns
   other processes store show as they are stored (``ui/live.py``); ``/live/feed`` is the
-  fragment it polls for;
+  fragment it polls for; ``/live/events`` streams the turns this service runs as they
+  run, and the commits a PostgreSQL store announces (``ui/live_events.py``,
+  ``ui/live_hub.py``);
 - ``/static/…`` — htmx (vendored, with its licence), the page's stylesheet and the
   watch view's script, from the package; nothing is fetched from elsewhere.
 
@@ -63,6 +65,7 @@ from aptix_pipeline.adapters.stores import (
     SessionFilter,
     SessionRow,
     SessionSummary,
+    TurnNotifier,
     read_session_detail,
     search_sessions,
 )
@@ -89,6 +92,8 @@ from .actions import (
 from .guard import LOOPBACK_NAMES, TOKEN_PARAM, UIGuard, host_of
 from .html import Markup, html, join, page, stylesheet
 from .live import live_body, live_feed, recent_turns
+from .live_events import LiveEventsResponse
+from .live_hub import LiveHub
 from .pages import (
     index_body,
     link,
@@ -125,6 +130,7 @@ _STATIC: Final = {
     "htmx.LICENSE": "text/plain",
     "ui_watch.js": "text/javascript",
     "ui_picture.js": "text/javascript",
+    "ui_live.js": "text/javascript",
 }
 _OWNERS_SHOWN: Final = 100
 """Orgs and users the first page lists; each with its most recent sessions."""
@@ -136,11 +142,13 @@ class UIAccess:
 
     ``caller_for_key`` names the caller an API key stands for (``None``: not a key);
     ``watch`` answers the watch view's request with the service's streamed answer,
-    run as the caller of the key given.
+    run as the caller of the key given; ``live`` publishes the turns the service
+    runs, as they run, to the live page (``ui/live_hub.py``).
     """
 
     caller_for_key: Callable[[str], Awaitable[Caller | None]]
     watch: Callable[[Request, str], Awaitable[Response]] | None = None
+    live: LiveHub | None = None
 
 
 _StoreSource = Callable[[], BrowsableStore | None]
@@ -352,6 +360,8 @@ def create_ui_app(
     source: _StoreSource = store if callable(store) else (lambda: store)
     shelf = RecordingShelf(Path(recordings) if recordings is not None else None)
     ui = _UI(source, store_name, shelf, access, guard)
+    served = access.live if access is not None else None
+    hub = served or LiveHub()  # standalone: for the commits a store announces
 
     reports = Path(evals) if evals is not None else None
     budget_source: _BudgetSource = budgets if callable(budgets) else (lambda: budgets)
@@ -607,8 +617,14 @@ def create_ui_app(
         return live_feed(_base(request), turns, datetime.now(UTC))
 
     async def live(request: Request, caller: Caller | None) -> Response:
-        body = live_body(_base(request), ui.store_name, await _feed(request, caller))
-        return ui.page(request, "live", body)
+        followed = served is not None or isinstance(ui.store(), TurnNotifier)
+        events = f"{_base(request)}/live/events" if followed else None
+        body = live_body(_base(request), ui.store_name, await _feed(request, caller), events)
+        return ui.page(request, "live", body, scripts=["ui_live.js"] if events else [])
+
+    async def live_events(request: Request, caller: Caller | None) -> Response:
+        owner = None if caller is None else (caller.org, caller.user)
+        return LiveEventsResponse(hub, owner, ui.store(), _SECURITY_HEADERS)
 
     async def live_fragment(request: Request, caller: Caller | None) -> Response:
         feed = await _feed(request, caller)
@@ -656,6 +672,7 @@ def create_ui_app(
         Route("/recording/replay", _guarded(ui, replay), methods=["POST"]),
         Route("/live", _guarded(ui, live)),
         Route("/live/feed", _guarded(ui, live_fragment)),
+        Route("/live/events", _guarded(ui, live_events)),
         Route("/evals", _guarded(ui, eval_reports)),
         Route("/evals/{name}", _guarded(ui, eval_report)),
         Route("/static/{name}", static),

@@ -77,7 +77,7 @@ pre { background: var(--bg); border: 1px solid var(--line); padding: 8px; overfl
 .badge.ok, .badge.passed, .badge.done, .badge.completed { color: var(--green);
   border-color: var(--green); }
 .badge.failed, .badge.faulted, .error, li.failed { color: var(--red); border-color: var(--red); }
-.badge.deferred, .badge.awaiting_client_tools, .badge.open { color: #9a6700;
+.badge.deferred, .badge.awaiting_client_tools, .badge.open, .badge.running { color: #9a6700;
   border-color: #9a6700; }
 li.failed code { color: var(--red); }
 .turn-grid { display: grid; grid-template-columns: minmax(480px, 3fr) minmax(420px, 2fr);
@@ -110,6 +110,8 @@ button, input[type=submit] { font: inherit; padding: 4px 12px; border-radius: 6p
   border: 1px solid var(--line); background: var(--bg); cursor: pointer; }
 textarea { width: 100%; font-family: ui-monospace, monospace; font-size: 12px; }
 #replay-outcome { margin-top: 8px; }
+.live-head .badge { margin: 0 8px; }
+#live-runs > li { margin-bottom: 12px; }
 """
 
 

@@ -128,17 +128,33 @@ def live_feed(base: str, turns: list[LiveTurn], read_at: datetime) -> Markup:
     )
 
 
-def live_body(base: str, store_name: str | None, feed: Markup | None) -> Markup:
+def live_body(
+    base: str, store_name: str | None, feed: Markup | None, events: str | None = None
+) -> Markup:
     """The live page: ``feed`` now, replaced by a fresh one every ``POLL_MS`` (htmx polls);
-    ``None`` when the page has no store."""
+    ``None`` when the page has no store. With ``events`` (the ``/live/events`` stream:
+    the service's own turns, a store's commit notices) the running turns show above it
+    as they run (``static/ui_live.js``), and a commit reads the feed at once."""
     if feed is None:
         return html("<h1>Live</h1><p id='live-no-store'>No store to watch: aptix ui --store …</p>")
+    running = html("")
+    if events is not None:
+        running = html(
+            "<section id='live-running' data-events='{events}'><h2>Running here</h2>"
+            "<p class='muted'>the turns this service runs, event by event, their text as "
+            "it is written</p><ol id='live-runs'></ol></section><span id='live-notify' "
+            "hx-get='{href}' hx-target='#live' hx-swap='innerHTML' "
+            "hx-trigger='live-stored from:body'></span>",
+            events=events,
+            href=f"{base}/live/feed",
+        )
     return html(
         "<h1>Live</h1><p>The newest turns of {store}, of any process that writes to it, as "
-        "they are stored.</p><div id='live' hx-get='{href}' hx-trigger='every {poll}ms' "
+        "they are stored.</p>{running}<div id='live' hx-get='{href}' hx-trigger='every {poll}ms' "
         "hx-swap='innerHTML'>{feed}</div>",
         store=store_name or "the store",
         href=f"{base}/live/feed",
         poll=POLL_MS,
         feed=feed,
+        running=running,
     )

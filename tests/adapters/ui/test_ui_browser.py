@@ -19,7 +19,7 @@ import pytest
 from browser_kit import off_the_loop, screenshot
 from http_kit import ANA_KEY, ENV
 from repo import ROOT
-from server_thread import server_thread
+from server_thread import WAIT, server_thread
 from ui_actions_kit import BUDGETS_TOML, Shop, budget_shop, session_rows
 from ui_kit import FAULT_RULE, Browsed, browsed_store, write_ui_config
 from ui_kit import aptix_ui as running_ui
@@ -303,3 +303,48 @@ def test_the_fork_button_opens_the_fork_and_the_session_shows_its_budgets(
         assert tab.locator("#session-id").inner_text() != shop.session
         assert session_rows(shop.db) == before + 1
         assert screenshot(tab, "fork-button.png").stat().st_size > 0
+
+
+@pytest.mark.decision("D689")
+def test_the_live_page_follows_a_served_turn_with_its_text_as_one_growing_block(
+    tmp_path: Path, own_store: Browsed, tab: Page
+) -> None:
+    import httpx
+
+    config_file = write_ui_config(tmp_path, own_store)
+    reply = "Five, since two and three make five: counted on the fingers of one hand."
+    (tmp_path / "script.json").write_text(
+        '{"replies": [{"text": "' + reply + '", "usage": {"input_tokens": 9, "output_tokens": 18}'
+        '}], "chunk_size": 4, "chunk_delay_seconds": 0.02}',
+        encoding="utf-8",
+    )
+    config = load_service_config(config_file, env=ENV)
+    with server_thread(create_app(config)) as port:
+        tab.goto(f"http://127.0.0.1:{port}/ui/")
+        tab.fill("#key", ANA_KEY)
+        tab.click("button[type=submit]")
+        tab.goto(f"http://127.0.0.1:{port}/ui/live")
+        tab.locator("#live-running[data-ready=true]").wait_for()
+        answer = httpx.post(
+            f"http://127.0.0.1:{port}/v1/agent/execute",
+            json={"Instruction": "What is 2 + 3?", "Stream": True},
+            headers={"Authorization": f"Bearer {ANA_KEY}"},
+            timeout=WAIT,
+        )
+        turn_id = answer.text.split('"TurnId":"')[1].split('"')[0]
+        run = tab.locator(f"#live-runs li[data-turn='{turn_id}'][data-status=completed]")
+        run.wait_for()
+        blocks = run.locator("pre.live-text")
+        text = blocks.first.inner_text()
+        pieces = int(blocks.first.get_attribute("data-pieces") or "0")
+        steps = run.locator(".live-steps li").count()
+        tokens = run.locator(".live-tokens").inner_text()
+        tab.locator(f"#live-turns tr[data-turn='{turn_id}']").wait_for()
+        screenshot(tab, "live-serve.png")
+
+    assert answer.status_code == 200
+    assert blocks.count() == 1
+    assert text == reply
+    assert pieces == (len(reply) + 3) // 4  # a piece a chunk of four characters
+    assert steps >= 5  # its steps, model call and more, as rows of their own
+    assert tokens == "9 in / 18 out"
