@@ -38,6 +38,9 @@
 - Turn traces (``TraceLog``, ``contracts/traces.py``; schema version 7, table
   ``aptix_turn_traces``): keeping one is one autocommitted statement that also
   deletes up to ``TRACE_SWEEP`` expired ones; ``seq`` orders them, newest first.
+- The session search (``SessionSearch``, ``stores/session_search.py``): one statement
+  a page (``_SEARCH``), over each turn's creation time and tokens kept as columns
+  beside its JSON (schema version 8).
 - The URL's password never appears in an error message or a repr.
 """
 
@@ -48,7 +51,7 @@ import json
 import re
 import weakref
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from types import TracebackType
 from typing import Any, Final
@@ -172,12 +175,9 @@ given; how many went, how many were read, and the last key read."""
 
 
 _SEARCH: Final = (
-    "WITH t AS (SELECT session_id, id, status, (j->>'CreatedAt')::timestamptz AS at, "
-    "COALESCE((j->'Usage'->>'TotalTokens')::bigint, 0) AS tokens "
-    "FROM (SELECT session_id, id, status, data::json AS j FROM aptix_turns) d), "
-    "l AS (SELECT session_id, MAX(at) AS at, COUNT(*) AS n, SUM(tokens) AS tokens, "
-    '(array_agg(status ORDER BY at DESC NULLS LAST, id COLLATE "C" DESC))[1] AS status '
-    "FROM t GROUP BY session_id), "
+    "WITH l AS (SELECT session_id, MAX(created_at) AS at, COUNT(*) AS n, "
+    'SUM(tokens) AS tokens, (array_agg(status ORDER BY created_at DESC NULLS LAST, id COLLATE "C" '
+    "DESC))[1] AS status FROM aptix_turns GROUP BY session_id), "
     "p AS (SELECT s.id, s.org, s.user_name, s.mode, s.created_at, l.at, l.status, "
     "COALESCE(l.n, 0) AS n, COALESCE(l.tokens, 0) AS tokens, k.outcome, k.error_code, "
     "k.error_message, COALESCE(l.at, s.created_at) AS last "
@@ -1065,20 +1065,24 @@ class PostgresStore:
             await self._write_session(connection, write, writes.org, writes.user)
         for turn_write in writes.turns:
             turn = turn_write.turn
-            row = (turn.status.value, turn.model_dump_json(), turn.session_id, turn.id)
+            created = turn.created_at
+            if created is not None and created.tzinfo is None:  # a time without a zone is UTC
+                created = created.replace(tzinfo=UTC)
+            tokens = 0 if turn.usage is None else turn.usage.total_tokens
+            row = (turn.status.value, turn.model_dump_json(), created, tokens, turn.session_id)
             if turn_write.created:
                 cursor = await connection.execute(
-                    "INSERT INTO aptix_turns (status, data, session_id, id) "
-                    "VALUES (%s, %s, %s, %s) ON CONFLICT (session_id, id) DO NOTHING",
-                    row,
+                    "INSERT INTO aptix_turns (status, data, created_at, tokens, session_id, id) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (session_id, id) DO NOTHING",
+                    (*row, turn.id),
                 )
                 if cursor.rowcount != 1:
                     raise StoreConflictError(f"turn {turn.id!r} already exists")
             else:
                 await connection.execute(
-                    "UPDATE aptix_turns SET status = %s, data = %s "
-                    "WHERE session_id = %s AND id = %s",
-                    row,
+                    "UPDATE aptix_turns SET status = %s, data = %s, created_at = %s, "
+                    "tokens = %s WHERE session_id = %s AND id = %s",
+                    (*row, turn.id),
                 )
         by_session: dict[str, list[tuple[str, ChatMessage]]] = {}
         for session_id, turn_id, message in writes.transcript:

@@ -12,9 +12,12 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
+import psycopg
 import pytest
 from engine_kit import ALL_STORE_KINDS, open_store_of_kind
 
+from aptix_pipeline.adapters.stores.postgres import PostgresStore
+from aptix_pipeline.adapters.stores.postgres_migrations import MIGRATIONS, VERSION_TABLE
 from aptix_pipeline.adapters.stores.session_browser import SessionBrowser
 from aptix_pipeline.adapters.stores.session_search import (
     PREVIEW_CHARS,
@@ -279,3 +282,49 @@ def test_parse_filter_reads_text_fields_and_names_the_one_that_is_wrong() -> Non
         parse_filter({"status": "broken"})
     with pytest.raises(ValueError, match=r"^since must be earlier than until"):
         parse_filter({"since": "2026-02-01", "until": "2026-01-01T00:00+00:00"})
+
+
+@pytest.mark.decision("D643")
+async def test_postgres_migration_8_fills_the_turn_columns_the_search_reads(
+    postgres_db_url: str,
+) -> None:
+    naive = (T0 + timedelta(minutes=9)).replace(tzinfo=None)  # a time without a zone is UTC
+    turns = [
+        _turn("t1", "s1", 1, TurnStatus.COMPLETED, 7),
+        _turn("t2", "s1", 3, TurnStatus.AWAITING_CLIENT_TOOLS, 5),
+        _turn("t3", "s2", 2, TurnStatus.COMPLETED, 4).model_copy(update={"created_at": naive}),
+    ]
+    with psycopg.connect(postgres_db_url, autocommit=True) as raw:  # a database at version 7
+        raw.execute(
+            f"CREATE TABLE {VERSION_TABLE} (version integer PRIMARY KEY, name text NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in MIGRATIONS[:7]:
+            for statement in migration.statements:
+                raw.execute(statement)
+            raw.execute(
+                f"INSERT INTO {VERSION_TABLE} (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+        for session_id in ("s1", "s2"):
+            raw.execute(
+                "INSERT INTO aptix_sessions (id, org, user_name, mode, created_at, version) "
+                "VALUES (%s, 'acme', 'ana', 'general', %s, 1)",
+                (session_id, T0),
+            )
+        for turn in turns:
+            raw.execute(
+                "INSERT INTO aptix_turns (session_id, id, status, data) VALUES (%s, %s, %s, %s)",
+                (turn.session_id, turn.id, turn.status.value, turn.model_dump_json()),
+            )
+
+    async with PostgresStore(postgres_db_url) as store:
+        assert await store.schema_version() == 8
+        rows = await store.search_sessions(SessionFilter())
+
+    assert [row.summary.id for row in rows] == ["s2", "s1"]
+    s2, s1 = rows
+    assert s2.summary.last_activity == T0 + timedelta(minutes=9)
+    assert (s2.tokens, s2.status) == (4, "completed")
+    assert (s1.tokens, s1.status, s1.summary.turns) == (12, "awaiting_client_tools", 2)
+    assert s1.summary.last_activity == T0 + timedelta(minutes=3)
