@@ -43,8 +43,12 @@
 - Turn traces (``TraceLog``, ``contracts/traces.py``; schema version 6, table
   ``turn_traces``): each trace is one ``INSERT`` queued on the worker, not awaited
   (as a tool-ledger completion), followed by a sweep of at most ``TRACE_SWEEP``
-  traces expired by the trace's own time; ``seq`` (``AUTOINCREMENT``) is the order
-  they are listed in, newest first.
+  traces expired by the trace's own time when one may have expired: the store
+  remembers the earliest end of the traces it knows (read after each sweep, lowered
+  by each trace it keeps), and a trace kept before it sweeps nothing, so with the
+  default thirty days keeping a trace is the one ``INSERT``. A file's traces another
+  process kept are swept by that process, and all by ``purge_traces``. ``seq``
+  (``AUTOINCREMENT``) is the order they are listed in, newest first.
 
 Durability (``synchronous``, docs/STORES.md "SQLite durability"): ``"normal"`` (the default)
 is WAL with ``PRAGMA synchronous = NORMAL``: a commit writes the turn to the WAL
@@ -504,6 +508,9 @@ class SQLiteStore:
         self._busy_timeout_ms = busy_timeout_ms
         self._connection: sqlite3.Connection | None = None
         self._commits = 0
+        self._sweep_traces_at: int | None = 0
+        """The earliest end (µs) of a trace this store may hold; ``None`` when none
+        ends; 0 until the first sweep."""
         self._checkpointing = False
         self._checkpoint_connection: sqlite3.Connection | None = None
         self._checkpointer: _Worker | None = None
@@ -868,7 +875,14 @@ class SQLiteStore:
                     None if expires is None else _instant_us(expires),
                 ),
             )
-            db.execute(_DELETE_EXPIRED_TRACES, (_instant_us(trace.at), TRACE_SWEEP))
+            now, sweep_at = _instant_us(trace.at), self._sweep_traces_at
+            if sweep_at is not None and now >= sweep_at:
+                db.execute(_DELETE_EXPIRED_TRACES, (now, TRACE_SWEEP))
+                (sweep_at,) = db.execute("SELECT MIN(expires_at_us) FROM turn_traces").fetchone()
+            elif expires is not None:
+                ends = _instant_us(expires)
+                sweep_at = ends if sweep_at is None else min(sweep_at, ends)
+            self._sweep_traces_at = sweep_at
         except Exception as error:  # nobody awaits this write: say so
             logger.warning(
                 "trace log: keeping the trace of a turn failed (%s: %s)",
