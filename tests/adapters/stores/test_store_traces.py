@@ -92,6 +92,7 @@ async def test_two_sqlite_stores_on_one_file_read_each_others_traces(tmp_path: P
     path = tmp_path / "shared.db"
     with SQLiteStore(path) as one, SQLiteStore(path) as other:
         await one.keep_trace(_trace("from-one"))
+        await one.list_traces(ORG, USER)  # landed before the other's is queued
         await other.keep_trace(_trace("from-other", T0 + timedelta(seconds=1)))
         await other.list_traces(ORG, USER)  # the queued write has landed
         seen_by_one = await one.list_traces(ORG, USER)
