@@ -7,7 +7,8 @@
   ``--turn ID``, ``--mode``, ``--status`` (``faulted`` when its last turn failed),
   ``--since``/``--until`` (ISO 8601). A line a session, most recent activity first:
   id (and owner under ``--all``), mode, status, last activity, turns, tokens, cost,
-  last error and preview; ``--limit``/``--page`` page through them. ``--owners``
+  last error and preview; ``--limit``/``--page`` page through them (``--offset``
+  skips rows before the page). ``--owners``
   lists the org and user pairs that hold sessions instead.
 - ``aptix sessions show SESSION --store URL [--org ORG --user USER]`` prints the
   session, its turns (mode, status, usage, server tool results) and its transcript
@@ -256,12 +257,14 @@ def list_sessions(
     as_json: _Json = False,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Sessions a page.")] = 50,
     page: Annotated[int, typer.Option(min=1, help="The page, from 1.")] = 1,
+    offset: Annotated[int, typer.Option(min=0, help="Rows to skip before the page.")] = 0,
 ) -> None:
     """Search a caller's sessions, most recent activity first (--all: everyone's)."""
     from aptix_pipeline.adapters.stores import MAX_PAGE, parse_filter, search_sessions
 
+    skip = offset + (page - 1) * limit
     if owners:
-        found = _browse(store, lambda s: s.list_owners(limit=limit, offset=(page - 1) * limit))
+        found = _browse(store, lambda s: s.list_owners(limit=limit, offset=skip))
         _print_owners(found, as_json)
         return
     if not every:
@@ -273,9 +276,7 @@ def list_sessions(
     except ValueError as error:  # the message starts with the field: the option's name
         raise _refuse(f"--{error}") from None
     read = min(limit + 1, MAX_PAGE)
-    rows = _browse(
-        store, lambda s: search_sessions(s, where, limit=read, offset=(page - 1) * limit)
-    )
+    rows = _browse(store, lambda s: search_sessions(s, where, limit=read, offset=skip))
     more = page + 1 if len(rows) > limit else None
     _print_rows(rows[:limit], every, more, as_json)
 

@@ -123,6 +123,8 @@ def test_limit_and_page_read_a_page_at_a_time(store: str) -> None:
     assert first[-1] == "(more: --page 2)"
     assert second == ["s-local-1"]
     assert "(more" not in aptix(store, "--limit", "2", "--page", "2").stdout
+    assert ids(store, "--offset", "1", "--limit", "1") == ["s-local-2"]  # the page's hint
+    assert [o["user"] for o in rows(store, "--owners", "--offset", "1")] == ["bob", "local"]
 
 
 @pytest.mark.decision("D645")
