@@ -1,30 +1,38 @@
 """The session list at scale (docs/UI.md "Searching sessions"): the first page of a store
 of 10,000 sessions, against the 200 ms target of issue 33, beside a store of 100.
 
-A SQLite file is filled through the store's own transactions: 100 orgs and users of
-``SESSIONS / 100`` sessions each, two turns a session (two messages a turn, usage on
-each), a priced usage call on every tenth. Timed, on the small and the big file, in
-interleaved rounds: the first page (50 rows) with no filter, the first page of one
-status over a time range, and the first page of one org's sessions, each through
-``search_sessions`` as the page calls it; and the whole ``/sessions`` page of the
-turn browser (``create_ui_app``, the server's time to answer, through an ASGI call
-without a network). Figures are ms, the minimum and median over the rounds; x is the
-big store over the small one (medians).
+A SQLite file (and, where PostgreSQL's server binaries are found, a database on a
+throwaway PostgreSQL server started as the tests start it, tests/kits/pg_server.py,
+its rows named ``PostgreSQL …``) is filled through the store's own transactions:
+100 orgs and users of ``SESSIONS / 100`` sessions each, two turns a session (two
+messages a turn, usage on each), a priced usage call on every tenth. Timed, on the
+small and the big store, in interleaved rounds: the first page (50 rows) with no
+filter, the first page of one status over a time range, and the first page of one
+org's sessions, each through ``search_sessions`` as the page calls it; and the whole
+``/sessions`` page of the turn browser (``create_ui_app``, the server's time to
+answer, through an ASGI call without a network; SQLite only). Figures are ms, the
+minimum and median over the rounds; x is the big store over the small one (medians).
+PostgreSQL's databases are analyzed after the fill (the statistics
+autovacuum would have gathered). Without PostgreSQL its row says why it was skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
+from aptix_pipeline.adapters.stores.postgres import PostgresStore
 from aptix_pipeline.adapters.stores.session_search import SessionFilter, search_sessions
 from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
 from aptix_pipeline.contracts import (
@@ -49,7 +57,7 @@ ROUNDS = 15
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-async def _fill(store: SQLiteStore, sessions: int) -> None:
+async def _fill(store: SQLiteStore | PostgresStore, sessions: int) -> None:
     per_owner = max(1, sessions // OWNERS)
     n = 0
     for owner in range(min(OWNERS, sessions)):
@@ -143,37 +151,43 @@ def _page_call(store: SQLiteStore, folder: Path) -> Callable[[], Awaitable[None]
     return call
 
 
-async def _rows() -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as folder:
-        stores = {
-            "small": SQLiteStore(Path(folder) / "small.db"),
-            "big": SQLiteStore(Path(folder) / "big.db"),
-        }
-        try:
-            await _fill(stores["small"], SMALL)
-            await _fill(stores["big"], SESSIONS)
-            since = T0 + timedelta(seconds=SESSIONS * 5)
-            queries = {
-                "first page": SessionFilter(),
-                "status + time range": SessionFilter(status="awaiting_client_tools", since=since),
-                "one org": SessionFilter(org="org-3"),
-            }
-            calls: dict[tuple[str, str], Callable[[], Awaitable[Any]]] = {}
-            for size, store in stores.items():
-                for name, where in queries.items():
-                    calls[(name, size)] = partial(search_sessions, store, where)
-                calls[("/sessions page", size)] = _page_call(store, Path(folder))
-            samples: dict[tuple[str, str], list[float]] = {key: [] for key in calls}
-            for _ in range(ROUNDS):
-                for key, call in calls.items():
-                    started = time.perf_counter()
-                    await call()
-                    samples[key].append((time.perf_counter() - started) * 1000)
-        finally:
-            for store in stores.values():
-                await store.aclose()
+@contextlib.asynccontextmanager
+async def _postgres_stores() -> AsyncIterator[dict[str, tuple[PostgresStore, str]] | str]:
+    """A small and a big database on a throwaway PostgreSQL server, each a store and
+    its URL; or why there is none."""
+    from pg_server import PostgresServer, find_postgres_bin
+
+    bin_dir = find_postgres_bin()
+    if bin_dir is None:
+        yield "no PostgreSQL server binaries (initdb, postgres); `make postgres-server`"
+        return
+    server = PostgresServer(bin_dir)
+    stores: dict[str, tuple[PostgresStore, str]] = {}
+    try:
+        server.start()
+        for size in ("small", "big"):
+            url = server.url(server.create_database())
+            stores[size] = (PostgresStore(url, max_size=2), url)
+        yield stores
+    finally:
+        for store, _ in stores.values():
+            await store.aclose()
+        server.stop()
+
+
+async def _time(calls: dict[tuple[str, str], Callable[[], Awaitable[Any]]]) -> dict[Any, Any]:
+    samples: dict[tuple[str, str], list[float]] = {key: [] for key in calls}
+    for _ in range(ROUNDS):
+        for key, call in calls.items():
+            started = time.perf_counter()
+            await call()
+            samples[key].append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def _figures(samples: dict[tuple[str, str], list[float]], names: list[str]) -> dict[str, Any]:
     rows: dict[str, Any] = {}
-    for name in (*queries, "/sessions page"):
+    for name in names:
         small, big = samples[(name, "small")], samples[(name, "big")]
         rows[name] = {
             "small_min_ms": min(small),
@@ -183,6 +197,53 @@ async def _rows() -> dict[str, Any]:
             "ratio_median": statistics.median(big) / statistics.median(small),
             "target_ms": TARGET_MS,
         }
+    return rows
+
+
+def _queries() -> dict[str, SessionFilter]:
+    since = T0 + timedelta(seconds=SESSIONS * 5)
+    return {
+        "first page": SessionFilter(),
+        "status + time range": SessionFilter(status="awaiting_client_tools", since=since),
+        "one org": SessionFilter(org="org-3"),
+    }
+
+
+async def _rows() -> dict[str, Any]:
+    queries = _queries()
+    with tempfile.TemporaryDirectory() as folder:
+        stores = {
+            "small": SQLiteStore(Path(folder) / "small.db"),
+            "big": SQLiteStore(Path(folder) / "big.db"),
+        }
+        try:
+            await _fill(stores["small"], SMALL)
+            await _fill(stores["big"], SESSIONS)
+            calls: dict[tuple[str, str], Callable[[], Awaitable[Any]]] = {}
+            for size, store in stores.items():
+                for name, where in queries.items():
+                    calls[(name, size)] = partial(search_sessions, store, where)
+                calls[("/sessions page", size)] = _page_call(store, Path(folder))
+            samples = await _time(calls)
+        finally:
+            for store in stores.values():
+                await store.aclose()
+    rows = _figures(samples, [*queries, "/sessions page"])
+    async with _postgres_stores() as postgres:
+        if isinstance(postgres, str):
+            rows["PostgreSQL"] = {"skipped": postgres}
+            return rows
+        await _fill(postgres["small"][0], SMALL)
+        await _fill(postgres["big"][0], SESSIONS)
+        for _, url in postgres.values():  # the statistics autovacuum would have gathered
+            with psycopg.connect(url, autocommit=True) as connection:
+                connection.execute("ANALYZE")
+        pg_calls: dict[tuple[str, str], Callable[[], Awaitable[Any]]] = {
+            (f"PostgreSQL {name}", size): partial(search_sessions, store, where)
+            for size, (store, _) in postgres.items()
+            for name, where in queries.items()
+        }
+        rows |= _figures(await _time(pg_calls), [f"PostgreSQL {name}" for name in queries])
     return rows
 
 

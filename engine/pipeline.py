@@ -364,6 +364,9 @@ class Pipeline:
         # (a recording's tap) and the turn see them so (docs/TOOLS.md "Exactly once").
         ledgered = _usage_kept(_ledgered(ports, self.options), self.options)
         self._turn_ports = hooked_ports(ledgered, hooks, detail) if hooks is not None else ledgered
+        store = self._turn_ports.store
+        # Checked once: a runtime protocol's isinstance costs tens of µs a turn.
+        self._trace_log: TraceLog | None = store if isinstance(store, TraceLog) else None
         self.runtime: Runtime = runtime
         self.telemetry = (telemetry or Telemetry()).resolved()
         self._tracer = self.telemetry.tracer()
@@ -814,7 +817,7 @@ class Pipeline:
             keep_transition=events.entry_sink(TransitionTaken),
         )
         changes: StepChanges | None = None
-        if keep and self.options.keep_traces and isinstance(self._turn_ports.store, TraceLog):
+        if keep and self.options.keep_traces and self._trace_log is not None:
             changes = StepChanges(scope, self._capture_content)
             if run.keep_transition is not None:
                 run.keep_transition = changes.wrap(run.keep_transition)
@@ -850,8 +853,8 @@ class Pipeline:
         taken), else the wall clock: keeping a trace reads neither the clock nor the
         id port, so it changes no time or id a turn gets. A failure is logged only.
         """
-        store, trace = self._turn_ports.store, report.trace
-        if not isinstance(store, TraceLog) or trace is None:  # pragma: no cover - a turn has one
+        store, trace = self._trace_log, report.trace
+        if store is None or trace is None:  # pragma: no cover - a turn has one
             return
         ctx = scope.context
         at = ctx.time_stamp if ctx is not None and ctx.time_stamp is not None else None

@@ -25,11 +25,13 @@ from typing import Any
 from aptix_pipeline.contracts import ChatMessage, ToolDefinition
 from aptix_pipeline.steps import TurnScope
 
+from .records import quick_init
 from .trace import TransitionRecord
 
 __all__ = ["StepChange", "StepChanges", "changes_from_json", "changes_to_json"]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class StepChange:
     """What one step changed: ``mode`` (before, after) when it changed; the tools it
@@ -92,8 +94,25 @@ class StepChange:
 
 
 def changes_to_json(changes: Sequence[StepChange]) -> str:
-    """The compact JSON list of ``changes``."""
-    return json.dumps([change.to_dict() for change in changes], ensure_ascii=False)
+    """The compact JSON list of ``changes`` (``json.dumps`` of their ``to_dict``), each
+    change's text remembered when it holds no text: they repeat turn after turn."""
+    return f"[{', '.join([_change_json(change) for change in changes])}]"
+
+
+_CHANGE_JSON: dict[StepChange, str] = {}
+_CHANGE_JSON_MAX = 4096
+"""The most changes' text remembered; past it the memory starts again."""
+
+
+def _change_json(change: StepChange) -> str:
+    if change.texts is not None:  # content: never remembered
+        return _ENCODE(change.to_dict())
+    text = _CHANGE_JSON.get(change)
+    if text is None:
+        if len(_CHANGE_JSON) >= _CHANGE_JSON_MAX:
+            _CHANGE_JSON.clear()
+        text = _CHANGE_JSON[change] = _ENCODE(change.to_dict())
+    return text
 
 
 def changes_from_json(text: str) -> tuple[StepChange, ...]:
@@ -105,6 +124,10 @@ def changes_from_json(text: str) -> tuple[StepChange, ...]:
         return tuple(StepChange.from_dict(item) for item in data)
     except (TypeError, KeyError, IndexError, json.JSONDecodeError) as error:
         raise ValueError(f"malformed step changes: {error}") from None
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+"""``json.dumps(value, ensure_ascii=False)``, without making an encoder each call."""
 
 
 def _tool_names(tools: list[ToolDefinition] | None) -> tuple[str, ...]:
@@ -150,31 +173,34 @@ class StepChanges:
         return keep_and_note
 
     def took(self, record: TransitionRecord) -> None:
-        """The turn took ``record``: keep what its step changed."""
+        """The turn took ``record``: keep what its step changed (a step changes the tool
+        set by replacing it, so an unchanged list is not compared again)."""
         ctx = self._scope.context
-        mode = ctx.mode if ctx is not None else None
-        tools_of = ctx.tools if ctx is not None else None
+        if ctx is None:
+            mode, tools_of, response_kind = None, None, None
+        else:
+            mode, tools_of, response_kind = ctx.mode, ctx.tools, ctx.response_type
         tools = self._tools
-        if tools_of is not self._tools_of:  # the tool set is replaced, never changed in place
+        added_tools: tuple[str, ...] = ()
+        removed_tools: tuple[str, ...] = ()
+        if tools_of is not self._tools_of:
             tools = _tool_names(tools_of)
-        added = self._scope.new_messages[self._messages :]
-        response = (
-            str(ctx.response_type) if ctx is not None and ctx.response_type is not None else None
-        )
-        before = set(self._tools)
-        after = set(tools)
+            before, after = set(self._tools), set(tools)
+            added_tools = tuple(name for name in tools if name not in before)
+            removed_tools = tuple(name for name in self._tools if name not in after)
+        messages = self._scope.new_messages
+        added = messages[self._messages :] if len(messages) > self._messages else ()
+        response = None if response_kind is None else str(response_kind)
         self.changes.append(
             StepChange(
-                step=record.event,
-                to=record.target,
-                mode=(self._mode, mode) if mode != self._mode else None,
-                tools_added=tuple(name for name in tools if name not in before),
-                tools_removed=tuple(name for name in self._tools if name not in after),
-                messages_added=tuple(str(message.role.value) for message in added),
-                texts=tuple(_text(message) for message in added)
-                if self._capture and added
-                else None,
-                response_type=response if response != self._response else None,
+                record.event,
+                record.target,
+                (self._mode, mode) if mode != self._mode else None,
+                added_tools,
+                removed_tools,
+                tuple([str(message.role.value) for message in added]) if added else (),
+                tuple([_text(message) for message in added]) if self._capture and added else None,
+                response if response != self._response else None,
             )
         )
         self._mode, self._tools_of, self._tools = mode, tools_of, tools

@@ -234,6 +234,37 @@ TraceEntry = (
 )
 
 
+_ENTRY_JSON: dict[CheckRecord | TransitionRecord, str] = {}
+"""The JSON text of checks and plain transitions seen, which repeat turn after turn."""
+_ENTRY_JSON_BY_ID: dict[int, tuple[TraceEntry, str]] = {}
+"""The same by the entry's identity (most are the machine's own records, one object
+turn after turn): found without hashing the entry's rules. Holding the entry keeps
+its id from being reused while remembered."""
+_ENTRY_JSON_MAX = 4096
+"""The most remembered; past it the memory starts again."""
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+"""``json.dumps(value, ensure_ascii=False)``, without making an encoder each call."""
+
+
+def _entry_json(entry: TraceEntry) -> str:
+    """``entry_to_dict(entry)`` as compact JSON text; remembered for a check or a
+    transition without usage (small, hashable, repeating)."""
+    held = _ENTRY_JSON_BY_ID.get(id(entry))
+    if held is not None and held[0] is entry:
+        return held[1]
+    if type(entry) is CheckRecord or (type(entry) is TransitionRecord and entry.usage is None):
+        text = _ENTRY_JSON.get(entry)
+        if text is None:
+            if len(_ENTRY_JSON) >= _ENTRY_JSON_MAX:
+                _ENTRY_JSON.clear()
+            text = _ENTRY_JSON[entry] = _ENCODE(entry_to_dict(entry))
+        if len(_ENTRY_JSON_BY_ID) >= _ENTRY_JSON_MAX:
+            _ENTRY_JSON_BY_ID.clear()
+        _ENTRY_JSON_BY_ID[id(entry)] = (entry, text)
+        return text
+    return _ENCODE(entry_to_dict(entry))
+
+
 def entry_to_dict(entry: TraceEntry) -> dict[str, Any]:
     """One entry as JSON: a ``kind`` and its fields."""
     if isinstance(entry, TransitionRecord):
@@ -452,6 +483,10 @@ class StateTrace:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``TRACE_FORMAT``)."""
+        return self._head() | {"entries": [entry_to_dict(entry) for entry in self.entries]}
+
+    def _head(self) -> dict[str, Any]:
+        """The JSON form but its entries."""
         return {
             "format": TRACE_FORMAT,
             "context_type": self.context_type,
@@ -464,12 +499,18 @@ class StateTrace:
             "faulted_step": self.faulted_step,
             "warnings": list(self.warnings),
             "states": list(self.states),
-            "entries": [entry_to_dict(entry) for entry in self.entries],
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:
-        """The JSON form as text, keys in a fixed order."""
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+        """The JSON form as text, keys in a fixed order. Compact (``indent=None``, as a
+        kept trace is stored) it is built from each entry's own JSON, the same text
+        ``json.dumps`` of ``to_dict`` gives, with the checks' and plain transitions'
+        JSON remembered (``_entry_json``): they repeat turn after turn."""
+        if indent is not None:
+            return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+        head = self._head()
+        entries = ", ".join([_entry_json(entry) for entry in self.entries])
+        return f'{_ENCODE(head)[:-1]}, "entries": [{entries}]}}'
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StateTrace:

@@ -1,12 +1,15 @@
 """``aptix sessions list|show``: what a store holds, read through ``SessionBrowser`` (docs/UI.md).
 
-- ``aptix sessions list --store URL --org ORG --user USER`` lists that caller's
-  sessions, most recent activity first: id, mode, turn count, last activity and
-  creation time, and the status of its last turn (``done`` or ``faulted``, from the
-  turn's kept trace; ``-`` when none was kept) with that turn's error. Without
-  ``--org``/``--user`` it lists the org and user pairs that
-  hold sessions, so an operator sees whom to ask about. ``--limit``/``--offset``
-  page through the list.
+- ``aptix sessions list [--store URL] [--org ORG] [--user USER]`` searches that
+  caller's sessions (``local``/``local`` unless given, D390; ``--all``: every org and
+  user's, narrowed by ``--org``/``--user`` when given), as the turn browser's
+  ``/sessions`` page does (``search_sessions``, ``parse_filter``): ``--session PREFIX``,
+  ``--turn ID``, ``--mode``, ``--status`` (``faulted`` when its last turn failed),
+  ``--since``/``--until`` (ISO 8601). A line a session, most recent activity first:
+  id (and owner under ``--all``), mode, status, last activity, turns, tokens, cost,
+  last error and preview; ``--limit``/``--page`` page through them (``--offset``
+  skips rows before the page). ``--owners``
+  lists the org and user pairs that hold sessions instead.
 - ``aptix sessions show SESSION --store URL [--org ORG --user USER]`` prints the
   session, its turns (mode, status, usage, server tool results) and its transcript
   with the content of each message: the store is the operator's own. As for
@@ -28,8 +31,8 @@
 ``--json`` prints the same as JSON. Reads are scoped to the org and user given,
 as a turn's are: another caller's session is not found. Exit codes: 0 shown (or
 forked), 1 no such session (or a fork refused: the error's message on stderr), 2
-a usage error (a store that is missing, unknown or unreachable; ``--org`` without
-``--user``).
+a usage error (a store that is missing, unknown or unreachable; a bad option value,
+named).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ if TYPE_CHECKING:
         BrowsableStore,
         OwnerSummary,
         SessionDetail,
-        SessionSummary,
+        SessionRow,
     )
     from aptix_pipeline.contracts import KeptTrace
 
@@ -141,7 +144,7 @@ def _print_owners(owners: list[OwnerSummary], as_json: bool) -> None:
         return
     rows = [[o.org, o.user, str(o.sessions)] for o in owners]
     typer.echo(_table(["ORG", "USER", "SESSIONS"], rows))
-    typer.echo("(give --org and --user to list their sessions)")
+    typer.echo("(give --org and --user to list their sessions, --all for everyone's)")
 
 
 def _error_text(trace: KeptTrace | None) -> str:
@@ -150,71 +153,132 @@ def _error_text(trace: KeptTrace | None) -> str:
     return f"{trace.error_code}: {trace.error_message or ''}".rstrip(": ")
 
 
-def _status_json(trace: KeptTrace | None) -> dict[str, Any]:
-    return {
-        "status": None if trace is None else trace.outcome,
+def _row_error(row: SessionRow) -> str:
+    if row.error_code is None:
+        return "-"
+    return f"{row.error_code}: {row.error_message or ''}".rstrip(": ")
+
+
+def _cost_text(row: SessionRow) -> str:
+    return ", ".join(f"{amount} {currency}" for currency, amount in row.cost) or "-"
+
+
+def _row_json(row: SessionRow) -> dict[str, Any]:
+    from aptix_pipeline.adapters.stores import summary_json
+
+    return summary_json(row.summary) | {
+        "status": row.shown_status,
+        "turn_status": row.status,
+        "outcome": row.outcome,
         "last_error": None
-        if trace is None or trace.error_code is None
-        else {"code": trace.error_code, "message": trace.error_message},
+        if row.error_code is None
+        else {"code": row.error_code, "message": row.error_message},
+        "tokens": row.tokens,
+        "cost": [{"currency": currency, "amount": str(amount)} for currency, amount in row.cost],
+        "preview": row.preview,
     }
 
 
-def _print_sessions(
-    sessions: list[SessionSummary], latest: dict[str, KeptTrace], as_json: bool
-) -> None:
-    from aptix_pipeline.adapters.stores import summary_json
-
+def _print_rows(rows: list[SessionRow], owners: bool, more: int | None, as_json: bool) -> None:
     if as_json:
-        typer.echo(
-            json.dumps(
-                [summary_json(s) | _status_json(latest.get(s.id)) for s in sessions],
-                ensure_ascii=False,
-            )
+        typer.echo(json.dumps([_row_json(row) for row in rows], ensure_ascii=False))
+        return
+    if not rows:
+        typer.echo("no sessions match")
+        return
+    lines = []
+    for row in rows:
+        s = row.summary
+        last = "-" if s.last_activity is None else s.last_activity.isoformat(" ", "seconds")
+        lines.append(
+            [
+                s.id,
+                *((s.org, s.user) if owners else ()),
+                s.mode or "-",
+                row.shown_status,
+                last,
+                str(s.turns),
+                str(row.tokens),
+                _cost_text(row),
+                _row_error(row),
+                row.preview or "-",
+            ]
         )
-        return
-    if not sessions:
-        typer.echo("no sessions for this org and user")
-        return
-    rows = [
-        [
-            s.id,
-            s.mode or "-",
-            str(s.turns),
-            latest[s.id].outcome if s.id in latest else "-",
-            _time(s.last_activity),
-            _time(s.created_at),
-            _error_text(latest.get(s.id)),
-        ]
-        for s in sessions
+    header = [
+        "SESSION",
+        *(("ORG", "USER") if owners else ()),
+        *("MODE", "STATUS", "LAST ACTIVITY", "TURNS", "TOKENS", "COST", "LAST ERROR", "PREVIEW"),
     ]
-    header = ["SESSION", "MODE", "TURNS", "STATUS", "LAST ACTIVITY", "CREATED", "LAST ERROR"]
-    typer.echo(_table(header, rows))
+    typer.echo(_table(header, lines))
+    if more is not None:
+        typer.echo(f"(more: --page {more})")
+
+
+_Text = Annotated[str | None, typer.Option(show_default=False)]
 
 
 @sessions_app.command("list")
 def list_sessions(
     store: _Store = None,
-    org: _Org = None,
-    user: _User = None,
+    org: Annotated[
+        str | None, typer.Option("--org", help="The caller's org (default: local).")
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", help="The caller's user (default: local).")
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every org and user (narrowed by --org/--user).")
+    ] = False,
+    owners: Annotated[
+        bool, typer.Option("--owners", help="List the org and user pairs holding sessions.")
+    ] = False,
+    session: Annotated[
+        str | None, typer.Option("--session", metavar="PREFIX", help="Session ids starting so.")
+    ] = None,
+    turn: Annotated[
+        str | None, typer.Option("--turn", metavar="ID", help="Sessions holding this turn.")
+    ] = None,
+    mode: Annotated[str | None, typer.Option("--mode", help="Sessions in this mode.")] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status",
+            help="completed, awaiting_client_tools, open, faulted (last turn failed) or none.",
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", metavar="TIME", help="Last active at or after (ISO 8601, UTC)."),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", metavar="TIME", help="Last active before (ISO 8601, UTC)."),
+    ] = None,
     as_json: _Json = False,
-    limit: Annotated[int, typer.Option(min=1, max=1000, help="Rows at most.")] = 50,
-    offset: Annotated[int, typer.Option(min=0, help="Rows to skip.")] = 0,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Sessions a page.")] = 50,
+    page: Annotated[int, typer.Option(min=1, help="The page, from 1.")] = 1,
+    offset: Annotated[int, typer.Option(min=0, help="Rows to skip before the page.")] = 0,
 ) -> None:
-    """List a caller's sessions (most recent first); without --org/--user, who holds sessions."""
-    if (org is None) != (user is None):
-        raise _refuse("give --org and --user together (or neither, to list who holds sessions)")
-    if org is None or user is None:
-        owners = _browse(store, lambda s: s.list_owners(limit=limit, offset=offset))
-        _print_owners(owners, as_json)
+    """Search a caller's sessions, most recent activity first (--all: everyone's)."""
+    from aptix_pipeline.adapters.stores import MAX_PAGE, parse_filter, search_sessions
+
+    skip = offset + (page - 1) * limit
+    if owners:
+        found = _browse(store, lambda s: s.list_owners(limit=limit, offset=skip))
+        _print_owners(found, as_json)
         return
-    from aptix_pipeline.adapters.stores import latest_traces
-
-    async def read(opened: BrowsableStore) -> tuple[list[SessionSummary], dict[str, KeptTrace]]:
-        sessions = await opened.list_sessions(org, user, limit=limit, offset=offset)
-        return sessions, await latest_traces(opened, org, user, [s.id for s in sessions])
-
-    sessions, latest = _browse(store, read)
-    _print_sessions(sessions, latest, as_json)
+    if not every:
+        org, user = org or DEFAULT_ORG, user or DEFAULT_USER
+    given = {"org": org, "user": user, "session": session, "turn": turn, "mode": mode}
+    given |= {"status": status, "since": since, "until": until}
+    try:
+        where = parse_filter(given)
+    except ValueError as error:  # the message starts with the field: the option's name
+        raise _refuse(f"--{error}") from None
+    read = min(limit + 1, MAX_PAGE)
+    rows = _browse(store, lambda s: search_sessions(s, where, limit=read, offset=skip))
+    more = page + 1 if len(rows) > limit else None
+    _print_rows(rows[:limit], every, more, as_json)
 
 
 def _detail_text(detail: SessionDetail) -> list[str]:

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
         SessionDetail,
         close_browse_store,
         detail_json,
-        latest_traces,
         message_text,
         open_browse_store,
         read_session_detail,
@@ -30,7 +29,14 @@ if TYPE_CHECKING:
     from .postgres import PostgresStore, PostgresStoreError
     from .postgres_migrations import SchemaVersionError
     from .session_browser import MAX_PAGE, OwnerSummary, SessionBrowser, SessionSummary
-    from .session_search import SessionFilter, SessionRow, SessionSearch, search_sessions
+    from .session_search import (
+        STATUSES,
+        SessionFilter,
+        SessionRow,
+        SessionSearch,
+        parse_filter,
+        search_sessions,
+    )
     from .sqlite import SQLiteStore, Synchronous, synchronous_mode
     from .turn_notices import TURNS_CHANNEL, TurnNotice, TurnNotifier, parse_notice
     from .unit_of_work import (
@@ -53,7 +59,6 @@ _EXPORTS: dict[str, str] = {
     "read_session_detail": "browse",
     "SessionDetail": "browse",
     "summary_json": "browse",
-    "latest_traces": "browse",
     "trace_json": "browse",
     "MemoryStore": "memory",
     "PostgresStore": "postgres",
@@ -66,6 +71,8 @@ _EXPORTS: dict[str, str] = {
     "SessionFilter": "session_search",
     "SessionRow": "session_search",
     "SessionSearch": "session_search",
+    "STATUSES": "session_search",
+    "parse_filter": "session_search",
     "search_sessions": "session_search",
     "SQLiteStore": "sqlite",
     "Synchronous": "sqlite",
@@ -91,6 +98,7 @@ __all__ = [
     "DEFAULT_STORE_URL",
     "MAX_PAGE",
     "TURNS_CHANNEL",
+    "STATUSES",
     "BrowsableStore",
     "BrowseStoreError",
     "BufferedTransaction",
@@ -115,12 +123,12 @@ __all__ = [
     "TurnWrites",
     "close_browse_store",
     "detail_json",
-    "latest_traces",
     "message_text",
     "open_browse_store",
     "open_store",
     "outcome_replaceable",
     "parse_notice",
+    "parse_filter",
     "read_session_detail",
     "search_sessions",
     "sqlite_target",

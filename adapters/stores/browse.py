@@ -48,7 +48,6 @@ __all__ = [
     "close_browse_store",
     "detail_json",
     "entry_json",
-    "latest_traces",
     "message_text",
     "open_browse_store",
     "read_session_detail",
@@ -157,21 +156,6 @@ async def read_session_detail(
     return SessionDetail(
         session, summary, tuple(turns), tuple(transcript), tuple(forks or ()), tuple(traces)
     )
-
-
-async def latest_traces(
-    store: object, org: str, user: str, session_ids: list[str]
-) -> dict[str, KeptTrace]:
-    """Each session's last kept trace (its status and last error), for those that have
-    one; nothing when the store keeps no traces."""
-    if not isinstance(store, TraceLog):
-        return {}
-    found: dict[str, KeptTrace] = {}
-    for session_id in session_ids:
-        page = await store.list_traces(org, user, session_id, limit=1)
-        if page:
-            found[session_id] = page[0]
-    return found
 
 
 # --- the JSON forms ---------------------------------------------------------------------------

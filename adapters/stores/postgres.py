@@ -41,6 +41,9 @@
 - Turn notices (``stores/turn_notices.py``): each turn's commit transaction sends a
   ``NOTIFY aptix_turns`` naming its org, user, session, turn and status (no content),
   delivered when it commits; ``turn_notices`` listens on a connection of its own.
+- The session search (``SessionSearch``, ``stores/session_search.py``): one statement
+  a page (``_SEARCH``), over each turn's creation time and tokens kept as columns
+  beside its JSON (schema version 8).
 - The URL's password never appears in an error message or a repr.
 """
 
@@ -52,7 +55,7 @@ import re
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from types import TracebackType
 from typing import Any, Final
@@ -88,8 +91,10 @@ from .session_browser import (
     SessionSummary,
     TranscriptEntry,
     check_page,
+    message_text,
     turn_order,
 )
+from .session_search import FAULTED, NO_TURNS, SessionFilter, SessionRow, preview_of
 from .transcript_cache import DEFAULT_BUDGET, TranscriptCache
 from .turn_notices import TURNS_CHANNEL, TurnNotice, notice_payload, parse_notice
 from .unit_of_work import BufferedTransaction, SessionWrite, TurnWrites, session_from_row
@@ -172,6 +177,33 @@ _DELETE_OLD_CALLS: Final = (
 """Of the next ``LIMIT`` ledger entries after a key (in key order: no index on the
 age, which every reservation would pay for), delete those reserved before the time
 given; how many went, how many were read, and the last key read."""
+
+
+_SEARCH: Final = (
+    "WITH l AS (SELECT session_id, MAX(created_at) AS at, COUNT(*) AS n, "
+    'SUM(tokens) AS tokens, (array_agg(status ORDER BY created_at DESC NULLS LAST, id COLLATE "C" '
+    "DESC))[1] AS status FROM aptix_turns GROUP BY session_id), "
+    "p AS (SELECT s.id, s.org, s.user_name, s.mode, s.created_at, l.at, l.status, "
+    "COALESCE(l.n, 0) AS n, COALESCE(l.tokens, 0) AS tokens, k.outcome, k.error_code, "
+    "k.error_message, COALESCE(l.at, s.created_at) AS last "
+    "FROM aptix_sessions s LEFT JOIN l ON l.session_id = s.id "
+    "LEFT JOIN LATERAL (SELECT k.outcome, k.error_code, k.error_message "
+    "FROM aptix_turn_traces k WHERE k.org = s.org AND k.user_name = s.user_name "
+    "AND k.session_id = s.id ORDER BY k.seq DESC LIMIT 1) k ON true WHERE {where} "
+    'ORDER BY last DESC NULLS LAST, s.id COLLATE "C" LIMIT %s OFFSET %s) '
+    "SELECT p.id, p.org, p.user_name, p.mode, p.created_at, p.at, p.status, p.n, p.tokens, "
+    "p.outcome, p.error_code, p.error_message, (SELECT x.message FROM aptix_transcript x "
+    "WHERE x.session_id = p.id ORDER BY x.seq LIMIT 1), "
+    "(SELECT json_agg(json_build_array(c.currency, c.cost::text)) FROM (SELECT u.currency, "
+    "SUM(u.cost) AS cost FROM aptix_turns v JOIN aptix_usage_calls u ON u.org = p.org "
+    "AND u.turn_id = v.id AND u.session_id = v.session_id WHERE v.session_id = p.id "
+    "AND u.settled AND u.priced AND u.cost IS NOT NULL GROUP BY u.currency) c) "
+    'FROM p ORDER BY p.last DESC NULLS LAST, p.id COLLATE "C"'
+)
+"""The session search (``search_sessions``), one statement: each session's turns
+counted and summed, its latest turn's status (the last by creation time, then id),
+its last kept trace's outcome and error, filtered and ordered by last activity; then,
+for the page's rows only, the first message and the priced cost by currency."""
 
 
 class PostgresStoreError(AptixPipelineError, RuntimeError):
@@ -704,6 +736,72 @@ class PostgresStore:
         )
         return [usage_call_from_row(row) for row in rows]
 
+    # --- SessionSearch (stores/session_search.py): one statement a page ------------------
+
+    async def search_sessions(
+        self, where: SessionFilter, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[SessionRow]:
+        """The sessions ``where`` matches, most recent activity first (``_SEARCH``)."""
+        check_page(limit, offset)
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("s.org", where.org),
+            ("s.user_name", where.user),
+            ("s.mode", where.mode),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = %s")
+                params.append(value)
+        if where.session is not None:
+            clauses.append("left(s.id, %s) = %s")
+            params.extend((len(where.session), where.session))
+        if where.turn is not None:
+            clauses.append(
+                "EXISTS (SELECT 1 FROM aptix_turns x WHERE x.session_id = s.id AND x.id = %s)"
+            )
+            params.append(where.turn)
+        if where.status == FAULTED:
+            clauses.append("k.outcome = %s")
+            params.append(FAULTED)
+        elif where.status is not None:
+            clauses.append("k.outcome IS DISTINCT FROM %s")
+            params.append(FAULTED)
+            if where.status == NO_TURNS:
+                clauses.append("l.session_id IS NULL")
+            else:
+                clauses.append("l.status = %s")
+                params.append(where.status)
+        for bound, operator in ((where.since, ">="), (where.until, "<")):
+            if bound is not None:
+                clauses.append(f"COALESCE(l.at, s.created_at) {operator} %s")
+                params.append(bound)
+        rows = await self._fetchall(
+            _SEARCH.format(where=" AND ".join(clauses) or "true"), (*params, limit, offset)
+        )
+        found: list[SessionRow] = []
+        for row in rows:
+            session_id, org, user, mode, created, at, status, count, tokens = row[:9]
+            outcome, error_code, error_message, first, costs = row[9:]
+            summary = SessionSummary(
+                session_id, org, user, mode, int(count), created, at or created
+            )
+            found.append(
+                SessionRow(
+                    summary,
+                    status,
+                    None
+                    if first is None
+                    else preview_of(message_text(ChatMessage.model_validate_json(first))),
+                    int(tokens),
+                    tuple(sorted((currency, Decimal(cost)) for currency, cost in costs or ())),
+                    outcome,
+                    error_code,
+                    error_message,
+                )
+            )
+        return found
+
     # --- SessionBrowser (stores/session_browser.py) ------------------------------------------
 
     @asynccontextmanager
@@ -990,20 +1088,24 @@ class PostgresStore:
             await self._write_session(connection, write, writes.org, writes.user)
         for turn_write in writes.turns:
             turn = turn_write.turn
-            row = (turn.status.value, turn.model_dump_json(), turn.session_id, turn.id)
+            created = turn.created_at
+            if created is not None and created.tzinfo is None:  # a time without a zone is UTC
+                created = created.replace(tzinfo=UTC)
+            tokens = 0 if turn.usage is None else turn.usage.total_tokens
+            row = (turn.status.value, turn.model_dump_json(), created, tokens, turn.session_id)
             if turn_write.created:
                 cursor = await connection.execute(
-                    "INSERT INTO aptix_turns (status, data, session_id, id) "
-                    "VALUES (%s, %s, %s, %s) ON CONFLICT (session_id, id) DO NOTHING",
-                    row,
+                    "INSERT INTO aptix_turns (status, data, created_at, tokens, session_id, id) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (session_id, id) DO NOTHING",
+                    (*row, turn.id),
                 )
                 if cursor.rowcount != 1:
                     raise StoreConflictError(f"turn {turn.id!r} already exists")
             else:
                 await connection.execute(
-                    "UPDATE aptix_turns SET status = %s, data = %s "
-                    "WHERE session_id = %s AND id = %s",
-                    row,
+                    "UPDATE aptix_turns SET status = %s, data = %s, created_at = %s, "
+                    "tokens = %s WHERE session_id = %s AND id = %s",
+                    (*row, turn.id),
                 )
         by_session: dict[str, list[tuple[str, ChatMessage]]] = {}
         for session_id, turn_id, message in writes.transcript:

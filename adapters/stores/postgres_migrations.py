@@ -326,6 +326,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX aptix_turn_traces_expiry ON aptix_turn_traces (expires_at)",
         ),
     ),
+    Migration(
+        8,
+        "turns: their creation time and tokens as columns, for the session search",
+        # The session search (postgres.py _SEARCH) orders every session by its last
+        # turn's time and sums its tokens: reading them from each turn's JSON text cost
+        # a parse per turn per search. The store writes both with the turn; rows kept
+        # before are filled here from their JSON (a time without a zone is UTC).
+        (
+            "ALTER TABLE aptix_turns ADD COLUMN created_at timestamptz, "
+            "ADD COLUMN tokens bigint NOT NULL DEFAULT 0",
+            "SET LOCAL TIME ZONE 'UTC'",
+            "UPDATE aptix_turns SET created_at = (data::json->>'CreatedAt')::timestamptz, "
+            "tokens = COALESCE((data::json->'Usage'->>'TotalTokens')::bigint, 0)",
+            "CREATE INDEX aptix_turns_created ON aptix_turns (session_id, created_at)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

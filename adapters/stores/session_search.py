@@ -5,37 +5,48 @@ read across every org and user: the sessions a ``SessionFilter`` matches, most r
 activity first (ties by id), a page at a time (``limit`` 1 to ``MAX_PAGE`` after
 ``offset``), each as a ``SessionRow``: its summary, the status of its latest turn, a
 preview (its first message, cut to ``PREVIEW_CHARS``), its tokens (the sum of its
-turns' ``usage.total_tokens``) and its cost (the usage ledger's priced calls of the
-session, by currency, where the store keeps one).
+turns' ``usage.total_tokens``), its cost (the usage ledger's priced calls of the
+session, by currency, where the store keeps one), and the outcome and first error of
+its last kept trace (a ``TraceLog`` store, contracts/traces.py).
+
+A row's shown status (``SessionRow.shown_status``) is ``faulted`` when its last kept
+trace faulted (a failed turn stores no turn: its session's latest turn is the one
+before), else its latest turn's status, ``none`` without turns.
 
 A filter's fields are all optional and all must hold: ``org`` and ``user`` exactly,
 ``session`` a prefix of the session id, ``turn`` a turn id the session holds, ``mode``
-the session's mode, ``status`` its latest turn's status (``none`` for a session
-without turns), ``since`` and ``until`` bound its last activity (``since`` included,
-``until`` excluded).
+the session's mode, ``status`` its shown status (a ``TurnStatus``, ``faulted`` or
+``none``), ``since`` and ``until`` bound its last activity (``since`` included,
+``until`` excluded). ``parse_filter`` reads one from text fields (the ``/sessions``
+page's query string, ``aptix sessions list``'s options), naming the field that is wrong.
 
-A store answers fast by implementing ``SessionSearch`` itself (the SQLite store does,
-with one query); ``search_sessions`` answers for any ``SessionBrowser`` by reading
-every owner's sessions (correct, and slow on a big store).
+A store answers fast by implementing ``SessionSearch`` itself (the SQLite and
+PostgreSQL stores do, each with one query a page); ``search_sessions`` answers for any
+``SessionBrowser`` by reading every owner's sessions (correct, and slow on a big store).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Final, Protocol, runtime_checkable
 
-from aptix_pipeline.contracts import Turn, TurnStatus
+from aptix_pipeline.contracts import TraceLog, Turn, TurnStatus
 
 from .session_browser import MAX_PAGE, SessionBrowser, SessionSummary, check_page, message_text
 
 __all__ = [
+    "FAULTED",
+    "FILTER_FIELDS",
     "NO_TURNS",
     "PREVIEW_CHARS",
+    "STATUSES",
     "SessionFilter",
     "SessionRow",
     "SessionSearch",
+    "parse_filter",
     "preview_of",
     "search_sessions",
 ]
@@ -44,7 +55,13 @@ PREVIEW_CHARS: Final = 120
 """The most characters of a session's first message its row shows."""
 NO_TURNS: Final = "none"
 """The ``status`` filter value matching sessions without turns."""
-_STATUSES: Final = frozenset({*(s.value for s in TurnStatus), NO_TURNS})
+FAULTED: Final = "faulted"
+"""The shown status of a session whose last kept trace faulted."""
+STATUSES: Final = (*(s.value for s in TurnStatus), FAULTED, NO_TURNS)
+"""Every shown status, in the order a form offers them."""
+_STATUSES: Final = frozenset(STATUSES)
+FILTER_FIELDS: Final = ("org", "user", "session", "turn", "mode", "status", "since", "until")
+"""The fields ``parse_filter`` reads."""
 
 
 def _utc(moment: datetime) -> datetime:
@@ -85,7 +102,7 @@ class SessionFilter:
             and (self.user is None or s.user == self.user)
             and (self.session is None or s.id.startswith(self.session))
             and (self.mode is None or s.mode == self.mode)
-            and (self.status is None or (row.status or NO_TURNS) == self.status)
+            and (self.status is None or row.shown_status == self.status)
             and (self.since is None or (last is not None and last >= _utc(self.since)))
             and (self.until is None or (last is not None and last < _utc(self.until)))
         )
@@ -103,6 +120,41 @@ class SessionRow:
     tokens: int
     cost: tuple[tuple[str, Decimal], ...] = ()
     """(currency, amount) of its priced calls, by currency; empty when none or unknown."""
+    outcome: str | None = None
+    """Its last kept trace's outcome (``done``, ``faulted``); ``None`` when none was kept."""
+    error_code: str | None = None
+    """That trace's first error's code, if any."""
+    error_message: str | None = None
+    """That trace's first error's message, if any."""
+
+    @property
+    def shown_status(self) -> str:
+        """``faulted`` when its last kept trace faulted, else its latest turn's status,
+        else ``none`` (module docstring)."""
+        if self.outcome == FAULTED:
+            return FAULTED
+        return self.status or NO_TURNS
+
+
+def _moment(name: str, text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{name}: not a date and time (2026-01-31 or 2026-01-31T12:00)") from None
+    return _utc(moment)
+
+
+def parse_filter(given: Mapping[str, str | None]) -> SessionFilter:
+    """The filter ``given`` text fields ask for (``FILTER_FIELDS``; others are ignored,
+    empty ones absent); ``since``/``until`` are ISO 8601, UTC without an offset.
+    ``ValueError`` whose message starts with the field that is wrong."""
+    texts = {name: (given.get(name) or "").strip() or None for name in FILTER_FIELDS}
+    since, until = texts.pop("since"), texts.pop("until")
+    return SessionFilter(
+        since=None if since is None else _moment("since", since),
+        until=None if until is None else _moment("until", until),
+        **texts,
+    )
 
 
 def preview_of(text: str | None) -> str | None:
@@ -160,11 +212,19 @@ async def search_sessions(
                 first = await store.read_transcript_page(
                     summary.org, summary.user, summary.id, limit=1
                 )
+                last = (
+                    await store.list_traces(summary.org, summary.user, summary.id, limit=1)
+                    if isinstance(store, TraceLog)
+                    else []
+                )
                 row = SessionRow(
                     summary,
                     turns[-1].status.value if turns else None,
                     preview_of(message_text(first[0].message)) if first else None,
                     sum(t.usage.total_tokens for t in turns if t.usage is not None),
+                    outcome=last[0].outcome if last else None,
+                    error_code=last[0].error_code if last else None,
+                    error_message=last[0].error_message if last else None,
                 )
                 if where.matches(row):
                     rows.append(row)

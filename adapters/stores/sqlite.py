@@ -43,8 +43,12 @@
 - Turn traces (``TraceLog``, ``contracts/traces.py``; schema version 6, table
   ``turn_traces``): each trace is one ``INSERT`` queued on the worker, not awaited
   (as a tool-ledger completion), followed by a sweep of at most ``TRACE_SWEEP``
-  traces expired by the trace's own time; ``seq`` (``AUTOINCREMENT``) is the order
-  they are listed in, newest first.
+  traces expired by the trace's own time when one may have expired: the store
+  remembers the earliest end of the traces it knows (read after each sweep, lowered
+  by each trace it keeps), and a trace kept before it sweeps nothing, so with the
+  default thirty days keeping a trace is the one ``INSERT``. A file's traces another
+  process kept are swept by that process, and all by ``purge_traces``. ``seq``
+  (``AUTOINCREMENT``) is the order they are listed in, newest first.
 
 Durability (``synchronous``, docs/STORES.md "SQLite durability"): ``"normal"`` (the default)
 is WAL with ``PRAGMA synchronous = NORMAL``: a commit writes the turn to the WAL
@@ -105,7 +109,7 @@ from .session_browser import (
     message_text,
     turn_order,
 )
-from .session_search import NO_TURNS, SessionFilter, SessionRow, preview_of
+from .session_search import FAULTED, NO_TURNS, SessionFilter, SessionRow, preview_of
 from .transcript_cache import DEFAULT_BUDGET, TranscriptCache
 from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable, session_from_row
 from .usage_ledger import (
@@ -146,13 +150,20 @@ _SEARCH: Final = (
     "WITH l AS (SELECT session_id, MAX(julianday(json_extract(data, '$.CreatedAt'))), "
     "json_extract(data, '$.CreatedAt') AS at, status, COUNT(*) AS n, "
     "SUM(COALESCE(json_extract(data, '$.Usage.TotalTokens'), 0)) AS tokens "
-    "FROM turns GROUP BY session_id) "
-    "SELECT s.id, s.org, s.user, s.mode, s.created_at, l.at, l.status, COALESCE(l.n, 0), "
-    "COALESCE(l.tokens, 0) FROM sessions s LEFT JOIN l ON l.session_id = s.id WHERE {where} "
-    "ORDER BY julianday(COALESCE(l.at, s.created_at)) DESC, s.id LIMIT ? OFFSET ?"
+    "FROM turns GROUP BY session_id), "
+    "r AS (SELECT s.id, s.org, s.user, s.mode, s.created_at, l.at, l.status, "
+    "COALESCE(l.n, 0) AS n, COALESCE(l.tokens, 0) AS tokens, l.session_id AS has_turns, "
+    "(SELECT k.seq FROM turn_traces k WHERE k.org = s.org AND k.user = s.user "
+    "AND k.session_id = s.id ORDER BY k.seq DESC LIMIT 1) AS trace_seq "
+    "FROM sessions s LEFT JOIN l ON l.session_id = s.id) "
+    "SELECT r.id, r.org, r.user, r.mode, r.created_at, r.at, r.status, r.n, r.tokens, "
+    "k.outcome, k.error_code, k.error_message FROM r "
+    "LEFT JOIN turn_traces k ON k.seq = r.trace_seq WHERE {where} "
+    "ORDER BY julianday(COALESCE(r.at, r.created_at)) DESC, r.id LIMIT ? OFFSET ?"
 )
 """The session search (``search_sessions``): each session with its latest turn (SQLite
-gives a bare column the values of the row ``MAX`` picked), newest activity first."""
+gives a bare column the values of the row ``MAX`` picked) and its last kept trace's
+outcome and error, newest activity first."""
 _SESSION_COST: Final = (
     "SELECT u.currency, u.cost FROM turns t JOIN usage_calls u ON u.org = ? "
     "AND u.turn_id = t.id AND u.session_id = t.session_id "
@@ -497,6 +508,9 @@ class SQLiteStore:
         self._busy_timeout_ms = busy_timeout_ms
         self._connection: sqlite3.Connection | None = None
         self._commits = 0
+        self._sweep_traces_at: int | None = 0
+        """The earliest end (µs) of a trace this store may hold; ``None`` when none
+        ends; 0 until the first sweep."""
         self._checkpointing = False
         self._checkpoint_connection: sqlite3.Connection | None = None
         self._checkpointer: _Worker | None = None
@@ -861,7 +875,14 @@ class SQLiteStore:
                     None if expires is None else _instant_us(expires),
                 ),
             )
-            db.execute(_DELETE_EXPIRED_TRACES, (_instant_us(trace.at), TRACE_SWEEP))
+            now, sweep_at = _instant_us(trace.at), self._sweep_traces_at
+            if sweep_at is not None and now >= sweep_at:
+                db.execute(_DELETE_EXPIRED_TRACES, (now, TRACE_SWEEP))
+                (sweep_at,) = db.execute("SELECT MIN(expires_at_us) FROM turn_traces").fetchone()
+            elif expires is not None:
+                ends = _instant_us(expires)
+                sweep_at = ends if sweep_at is None else min(sweep_at, ends)
+            self._sweep_traces_at = sweep_at
         except Exception as error:  # nobody awaits this write: say so
             logger.warning(
                 "trace log: keeping the trace of a turn failed (%s: %s)",
@@ -1238,31 +1259,39 @@ class SQLiteStore:
     def _search_sessions(self, where: SessionFilter, limit: int, offset: int) -> list[SessionRow]:
         clauses: list[str] = []
         params: list[Any] = []
-        for column, value in (("s.org", where.org), ("s.user", where.user), ("s.mode", where.mode)):
+        for column, value in (("r.org", where.org), ("r.user", where.user), ("r.mode", where.mode)):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
         if where.session is not None:
-            clauses.append("substr(s.id, 1, ?) = ?")
+            clauses.append("substr(r.id, 1, ?) = ?")
             params.extend((len(where.session), where.session))
         if where.turn is not None:
-            clauses.append("EXISTS (SELECT 1 FROM turns x WHERE x.session_id = s.id AND x.id = ?)")
+            clauses.append("EXISTS (SELECT 1 FROM turns x WHERE x.session_id = r.id AND x.id = ?)")
             params.append(where.turn)
-        if where.status == NO_TURNS:
-            clauses.append("l.session_id IS NULL")
+        if where.status == FAULTED:
+            clauses.append("k.outcome = ?")
+            params.append(FAULTED)
         elif where.status is not None:
-            clauses.append("l.status = ?")
-            params.append(where.status)
+            clauses.append("(k.outcome IS NULL OR k.outcome <> ?)")
+            params.append(FAULTED)
+            if where.status == NO_TURNS:
+                clauses.append("r.has_turns IS NULL")
+            else:
+                clauses.append("r.status = ?")
+                params.append(where.status)
         for bound, operator in ((where.since, ">="), (where.until, "<")):
             if bound is not None:
-                clauses.append(f"julianday(COALESCE(l.at, s.created_at)) {operator} julianday(?)")
+                clauses.append(f"julianday(COALESCE(r.at, r.created_at)) {operator} julianday(?)")
                 params.append(bound.isoformat())
         db = self._db()
         rows = db.execute(
             _SEARCH.format(where=" AND ".join(clauses) or "1"), (*params, limit, offset)
         ).fetchall()
         found: list[SessionRow] = []
-        for session_id, org, user, mode, created, at, status, count, tokens in rows:
+        for row in rows:
+            session_id, org, user, mode, created, at, status, count, tokens = row[:9]
+            outcome, error_code, error_message = row[9:]
             summary = SessionSummary(
                 session_id,
                 org,
@@ -1285,6 +1314,9 @@ class SQLiteStore:
                     preview_of(message_text(first[0].message)) if first else None,
                     tokens,
                     tuple(sorted(costs.items())),
+                    outcome,
+                    error_code,
+                    error_message,
                 )
             )
         return found

@@ -141,7 +141,7 @@ def index_body(
         if more_owners:
             sessions = html(
                 "{sessions}<p class='muted more'>the first {shown} orgs and users are shown; "
-                "<code>aptix sessions list --offset {shown}</code> lists the rest</p>",
+                "<code>aptix sessions list --owners --offset {shown}</code> lists the rest</p>",
                 sessions=sessions,
                 shown=len(owners),
             )

@@ -2,20 +2,20 @@
 
 ``search_query`` reads a ``SessionFilter`` and a page number from the query string
 (``org``, ``user``, ``session``, ``turn``, ``mode``, ``status``, ``since``, ``until``,
-``page``), or says which field is wrong; ``search_body`` is the page: the form, a
-table of ``PAGE_ROWS`` sessions (id, owner, mode, status, preview, turns, tokens,
-cost, last activity) and links to the pages before and after.
+``page``), or says which field is wrong (``parse_filter``, which ``aptix sessions list``
+shares); ``search_body`` is the page: the form, a table of ``PAGE_ROWS`` sessions (id,
+owner, mode, status with the last error as its title, preview, turns, tokens, cost,
+last activity) and links to the pages before and after.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Final
 
-from aptix_pipeline.adapters.stores import SessionFilter, SessionRow
-from aptix_pipeline.contracts import TurnStatus
+from aptix_pipeline.adapters.stores import STATUSES, SessionFilter, SessionRow, parse_filter
 
 from .html import Markup, html, join
 from .pages import link
@@ -25,9 +25,6 @@ __all__ = ["PAGE_ROWS", "SearchQuery", "search_body", "search_query"]
 PAGE_ROWS: Final = 50
 """Sessions one page of the list shows."""
 _TEXT_FIELDS: Final = ("org", "user", "session", "turn", "mode")
-_NONE: Final = "none"
-"""The status of a session without turns (``session_search.NO_TURNS``)."""
-_STATUSES: Final = (*(s.value for s in TurnStatus), _NONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,25 +39,13 @@ class SearchQuery:
         return (self.page - 1) * PAGE_ROWS
 
 
-def _moment(name: str, text: str) -> datetime:
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"{name}: not a date and time (2026-01-31 or 2026-01-31T12:00)") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 def search_query(params: Mapping[str, str]) -> SearchQuery:
     """The query ``params`` ask for; ``ValueError`` naming the field that is wrong.
     Empty fields are absent; a time without a zone is UTC."""
-    given = {k: v.strip() for k, v in params.items() if v.strip()}
-    texts = {name: given.get(name) for name in _TEXT_FIELDS}
-    since = _moment("since", given["since"]) if "since" in given else None
-    until = _moment("until", given["until"]) if "until" in given else None
-    page = given.get("page", "1")
+    where = parse_filter(params)
+    page = params.get("page", "").strip() or "1"
     if not page.isdigit() or int(page) < 1:
         raise ValueError(f"page: a page number from 1, not {page!r}")
-    where = SessionFilter(status=given.get("status"), since=since, until=until, **texts)
     return SearchQuery(where, int(page))
 
 
@@ -84,7 +69,7 @@ def _rows(base: str, rows: Sequence[SessionRow]) -> Markup:
         html(
             "<tr data-session='{id}' data-status='{status}'><td><a href='{href}'>{id}</a></td>"
             "<td>{org}</td><td>{user}</td><td>{mode}</td>"
-            "<td><span class='badge {status}'>{status}</span></td>"
+            "<td><span class='badge {status}' title='{error}'>{status}</span></td>"
             "<td class='preview'>{preview}</td>"
             "<td>{turns}</td><td>{tokens}</td><td>{cost}</td><td>{last}</td></tr>",
             href=link(base, "session", org=r.summary.org, user=r.summary.user, id=r.summary.id),
@@ -92,7 +77,8 @@ def _rows(base: str, rows: Sequence[SessionRow]) -> Markup:
             org=r.summary.org,
             user=r.summary.user,
             mode=r.summary.mode or "-",
-            status=r.status or _NONE,
+            status=r.shown_status,
+            error="" if r.error_code is None else f"{r.error_code}: {r.error_message or ''}",
             preview=r.preview or "",
             turns=r.summary.turns,
             tokens=r.tokens,
@@ -124,7 +110,7 @@ def _form(base: str, where: SessionFilter, fixed_owner: bool) -> Markup:
             label=value or "any",
             selected=Markup(" selected") if value == (where.status or "") else Markup(""),
         )
-        for value in ("", *_STATUSES)
+        for value in ("", *STATUSES)
     )
     times = join(
         html(

@@ -221,3 +221,21 @@ async def test_a_recorded_turn_keeps_its_trace_and_its_replay_still_agrees() -> 
     assert report.recording is not None
     assert (await replay(report.recording)).ok
     assert len(await store.list_traces(CALLER.org, CALLER.user)) == 1
+
+
+@pytest.mark.decision("D647")
+async def test_a_kept_trace_is_the_json_of_its_state_trace_turn_after_turn() -> None:
+    store = MemoryStore()
+    pipeline, _ = make_pipeline(store, FailingLLM([text("hi"), text("yo"), text("x")], fail_on=3))
+    first = ok(await pipeline.execute({"Instruction": "hello"}, CALLER))
+    second = await pipeline.run(follow_on(first), CALLER)  # its checks' text is remembered
+    failed = await pipeline.run(follow_on(first), CALLER)
+    assert not failed.result.successful
+
+    kept = await store.list_traces(CALLER.org, CALLER.user)
+
+    assert len(kept) == 3
+    for trace, report in zip(kept[:2], (failed, second), strict=True):
+        assert report.trace is not None
+        assert trace.trace == json.dumps(report.trace.to_dict(), ensure_ascii=False)
+        assert json.loads(trace.steps)[0] == {"step": "request_handler", "to": "validated"}

@@ -37,9 +37,9 @@ def test_list_shows_each_sessions_status_and_last_error(failed: FailedTurns) -> 
     assert session["last_error"]["code"] == "port_failed"
     assert "the model is gone" in session["last_error"]["message"]
     header, row = table.stdout.splitlines()
-    assert header.split()[:4] == ["SESSION", "MODE", "TURNS", "STATUS"]
-    assert header.rstrip().endswith("LAST ERROR")
-    assert row.split()[:4] == [failed.session_id, "general", "1", "faulted"]
+    assert header.split()[:3] == ["SESSION", "MODE", "STATUS"]
+    assert "LAST ERROR" in header
+    assert row.split()[:3] == [failed.session_id, "general", "faulted"]
     assert "port_failed: the LLM failed" in row
 
 

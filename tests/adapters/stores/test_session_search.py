@@ -1,7 +1,7 @@
 """Searching sessions (``search_sessions``, adapters/stores/session_search.py) on every store.
 
-The memory and PostgreSQL stores are searched by ``search_sessions`` reading their
-``SessionBrowser`` reads; the SQLite store answers with its own query. Each case runs
+The memory store is searched by ``search_sessions`` reading its ``SessionBrowser``
+reads; the SQLite and PostgreSQL stores answer with their own query. Each case runs
 on all three (PostgreSQL skipped where the test server cannot run), so they agree.
 """
 
@@ -12,21 +12,26 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
+import psycopg
 import pytest
 from engine_kit import ALL_STORE_KINDS, open_store_of_kind
 
+from aptix_pipeline.adapters.stores.postgres import PostgresStore
+from aptix_pipeline.adapters.stores.postgres_migrations import MIGRATIONS, VERSION_TABLE
 from aptix_pipeline.adapters.stores.session_browser import SessionBrowser
 from aptix_pipeline.adapters.stores.session_search import (
     PREVIEW_CHARS,
     SessionFilter,
     SessionRow,
     SessionSearch,
+    parse_filter,
     search_sessions,
 )
-from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
 from aptix_pipeline.contracts import (
     Charge,
+    KeptTrace,
     SessionStore,
+    TraceLog,
     Turn,
     TurnStatus,
     Usage,
@@ -184,9 +189,12 @@ def test_a_filter_refuses_an_unknown_status_and_an_empty_window() -> None:
 
 
 @pytest.mark.decision("D671")
-async def test_the_sqlite_store_searches_with_its_own_query_and_sums_cost(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "s.db")
-    try:
+@pytest.mark.decision("D643")
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_the_sql_stores_search_with_their_own_query_and_sum_cost(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    async with open_store_of_kind(kind, request, tmp_path) as store:
         assert isinstance(store, SessionSearch)
         await _add(store, "s1", turns=(("t1", 1, TurnStatus.COMPLETED),))
         await _add(store, "s2", turns=(("t2", 2, TurnStatus.COMPLETED),))
@@ -213,5 +221,110 @@ async def test_the_sqlite_store_searches_with_its_own_query_and_sums_cost(tmp_pa
 
         assert rows["s1"].cost == (("EUR", Decimal("1.5")), ("USD", Decimal("0.35")))
         assert rows["s2"].cost == ()
-    finally:
-        await store.aclose()
+
+
+async def _keep(store: object, session_id: str, n: int, error: str | None = None) -> None:
+    """Keep the ``n``th trace of ``session_id`` (acme/ana): faulted with ``error``, else done."""
+    assert isinstance(store, TraceLog)
+    await store.keep_trace(
+        KeptTrace(
+            id=f"{session_id}-k{n}",
+            org="acme",
+            user="ana",
+            session_id=session_id,
+            turn_id=None,
+            at=T0 + timedelta(minutes=10 + n),
+            outcome="done" if error is None else "faulted",
+            trace="{}",
+            error_code=None if error is None else "port_failed",
+            error_message=error,
+        )
+    )
+
+
+@pytest.mark.decision("D644")
+async def test_a_row_shows_its_last_kept_traces_outcome_and_error(store: Browsable) -> None:
+    await _fill(store)
+    await _keep(store, "s-old", 1, "the model is gone")  # then a turn that did well
+    await _keep(store, "s-old", 2)
+    await _keep(store, "x-empty", 3, "the model is gone")  # its last turn failed
+
+    rows = {row.summary.id: row for row in await search_sessions(store, SessionFilter())}
+
+    failed = rows["x-empty"]
+    assert (failed.outcome, failed.error_code, failed.error_message) == (
+        "faulted",
+        "port_failed",
+        "the model is gone",
+    )
+    assert failed.shown_status == "faulted"
+    assert (rows["s-old"].outcome, rows["s-old"].error_code) == ("done", None)
+    assert rows["s-old"].shown_status == "completed"
+    assert (rows["s-new"].outcome, rows["s-new"].shown_status) == (None, "completed")
+    assert _ids(await search_sessions(store, SessionFilter(status="faulted"))) == ["x-empty"]
+    assert _ids(await search_sessions(store, SessionFilter(status="none"))) == []
+    assert _ids(await search_sessions(store, SessionFilter(status="completed"))) == [
+        "s-new",
+        "s-old",
+    ]
+
+
+@pytest.mark.decision("D644")
+def test_parse_filter_reads_text_fields_and_names_the_one_that_is_wrong() -> None:
+    where = parse_filter({"org": " acme ", "user": "", "status": "faulted", "since": "2026-01-02"})
+
+    assert where == SessionFilter(
+        org="acme", status="faulted", since=datetime(2026, 1, 2, tzinfo=UTC)
+    )
+    with pytest.raises(ValueError, match=r"^until: not a date and time"):
+        parse_filter({"until": "yesterday"})
+    with pytest.raises(ValueError, match=r"^status must be one of .*faulted"):
+        parse_filter({"status": "broken"})
+    with pytest.raises(ValueError, match=r"^since must be earlier than until"):
+        parse_filter({"since": "2026-02-01", "until": "2026-01-01T00:00+00:00"})
+
+
+@pytest.mark.decision("D643")
+async def test_postgres_migration_8_fills_the_turn_columns_the_search_reads(
+    postgres_db_url: str,
+) -> None:
+    naive = (T0 + timedelta(minutes=9)).replace(tzinfo=None)  # a time without a zone is UTC
+    turns = [
+        _turn("t1", "s1", 1, TurnStatus.COMPLETED, 7),
+        _turn("t2", "s1", 3, TurnStatus.AWAITING_CLIENT_TOOLS, 5),
+        _turn("t3", "s2", 2, TurnStatus.COMPLETED, 4).model_copy(update={"created_at": naive}),
+    ]
+    with psycopg.connect(postgres_db_url, autocommit=True) as raw:  # a database at version 7
+        raw.execute(
+            f"CREATE TABLE {VERSION_TABLE} (version integer PRIMARY KEY, name text NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in MIGRATIONS[:7]:
+            for statement in migration.statements:
+                raw.execute(statement)
+            raw.execute(
+                f"INSERT INTO {VERSION_TABLE} (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+        for session_id in ("s1", "s2"):
+            raw.execute(
+                "INSERT INTO aptix_sessions (id, org, user_name, mode, created_at, version) "
+                "VALUES (%s, 'acme', 'ana', 'general', %s, 1)",
+                (session_id, T0),
+            )
+        for turn in turns:
+            raw.execute(
+                "INSERT INTO aptix_turns (session_id, id, status, data) VALUES (%s, %s, %s, %s)",
+                (turn.session_id, turn.id, turn.status.value, turn.model_dump_json()),
+            )
+
+    async with PostgresStore(postgres_db_url) as store:
+        assert await store.schema_version() == 8
+        rows = await store.search_sessions(SessionFilter())
+
+    assert [row.summary.id for row in rows] == ["s2", "s1"]
+    s2, s1 = rows
+    assert s2.summary.last_activity == T0 + timedelta(minutes=9)
+    assert (s2.tokens, s2.status) == (4, "completed")
+    assert (s1.tokens, s1.status, s1.summary.turns) == (12, "awaiting_client_tools", 2)
+    assert s1.summary.last_activity == T0 + timedelta(minutes=3)

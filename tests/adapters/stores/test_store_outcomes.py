@@ -238,8 +238,8 @@ async def test_a_postgres_database_at_version_2_is_migrated_to_the_current_one_k
 
     async with PostgresStore(postgres_db_url) as store:
         assert (
-            await store.schema_version() == 7
-        )  # 3: outcomes; 4: ledger; 5: usage; 6: forks; 7: traces
+            await store.schema_version() == 8
+        )  # 3: outcomes; 4: ledger; 5: usage; 6: forks; 7: traces; 8: turn columns
         tx = store.begin(ORG, USER)
         loaded = await tx.load_session("s1")
         await tx.rollback()

@@ -76,7 +76,7 @@ async def test_a_postgres_database_at_version_6_is_migrated_and_keeps_traces(
             )
 
     async with PostgresStore(postgres_db_url) as store:
-        assert await store.schema_version() == 7
+        assert await store.schema_version() == MIGRATIONS[-1].version
         await store.keep_trace(_trace("k1"))
         await store.keep_trace(_trace("k2", T0 + timedelta(seconds=1), session=None))
         assert await store.read_trace(ORG, USER, "k1") == _trace("k1")
@@ -92,6 +92,7 @@ async def test_two_sqlite_stores_on_one_file_read_each_others_traces(tmp_path: P
     path = tmp_path / "shared.db"
     with SQLiteStore(path) as one, SQLiteStore(path) as other:
         await one.keep_trace(_trace("from-one"))
+        await one.list_traces(ORG, USER)  # landed before the other's is queued
         await other.keep_trace(_trace("from-other", T0 + timedelta(seconds=1)))
         await other.list_traces(ORG, USER)  # the queued write has landed
         seen_by_one = await one.list_traces(ORG, USER)
@@ -99,3 +100,28 @@ async def test_two_sqlite_stores_on_one_file_read_each_others_traces(tmp_path: P
 
     assert [t.id for t in seen_by_one] == ["from-other", "from-one"]
     assert seen_by_other == seen_by_one
+
+
+@pytest.mark.decision("D647")
+async def test_sqlite_sweeps_expired_traces_only_once_one_may_have_expired(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "sweep.db")
+    statements: list[str] = []
+    try:
+        await store.keep_trace(_trace("first"))  # the first sweeps: it knows of no end yet
+        store._worker.call_sync(lambda: store._db().set_trace_callback(statements.append))
+        for n in range(3):  # each ends a day after it is kept: none has ended
+            await store.keep_trace(_trace(f"early-{n}", T0 + timedelta(hours=n)))
+        await store.list_traces(ORG, USER)  # after the queued writes
+        swept_early = [s for s in statements if s.startswith("DELETE FROM turn_traces")]
+        await store.keep_trace(_trace("late", T0 + timedelta(days=1, hours=1)))
+        kept = [t.id for t in await store.list_traces(ORG, USER)]
+        swept_late = [s for s in statements if s.startswith("DELETE FROM turn_traces")]
+        store._worker.call_sync(lambda: store._db().set_trace_callback(None))
+    finally:
+        await store.aclose()
+
+    assert swept_early == []
+    assert len(swept_late) == 1
+    assert kept == ["late", "early-2"]  # the others had ended by the late one's time

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from search_kit import search_store
 from server_thread import WAIT, server_thread
 from ui_kit import ANA, Browsed, browsed_store, standalone_app, with_token
 
@@ -164,3 +165,22 @@ def test_mounted_the_list_holds_only_the_callers_own_sessions(browsed: Browsed) 
         assert answer.status_code == 200
         assert _listed(answer.text) == [browsed.session_id]
         assert "name='org'" not in answer.text
+
+
+@pytest.mark.decision("D644")
+def test_a_session_whose_last_turn_failed_is_faulted_with_its_error(tmp_path: Path) -> None:
+    guard = UIGuard.start()
+    app = create_ui_app(SQLiteStore(search_store(tmp_path)), None, store_name="s", guard=guard)
+    with (
+        server_thread(app) as port,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
+    ):
+        with_token(client, guard.token)
+        faulted = client.get("/sessions", params={"status": "faulted"}).text
+        completed = client.get("/sessions", params={"status": "completed"}).text
+
+    assert _listed(faulted) == ["s-local-3"]
+    assert "<tr data-session='s-local-3' data-status='faulted'>" in faulted
+    assert "title='port_failed: the LLM failed: the model is gone'>faulted<" in faulted
+    assert "<option value='faulted' selected>" in faulted
+    assert _listed(completed) == ["s-acme", "s-local-1"]
