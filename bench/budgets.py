@@ -25,49 +25,28 @@ from decimal import Decimal
 from typing import Any
 
 from rounds import rounds_of
+from send_turn import CALLER, send_pipeline, send_turn
 
-from aptix_pipeline.adapters.config.catalog import ConfigCatalog
 from aptix_pipeline.adapters.stores.memory import MemoryStore
-from aptix_pipeline.adapters.system.clocks import SystemClock
-from aptix_pipeline.adapters.system.ids import RandomIds
 from aptix_pipeline.contracts import (
     Budget,
     BudgetCheck,
     BudgetMetric,
     BudgetScope,
     BudgetWindow,
-    Caller,
-    LLMReply,
-    LLMRequest,
     Price,
     PriceTable,
     ReserveOutcome,
-    ToolCall,
-    ToolInvocation,
     Usage,
     UsageCall,
 )
-from aptix_pipeline.engine import Pipeline, Telemetry
-from aptix_pipeline.steps import PipelineOptions, Ports
+from aptix_pipeline.steps import PipelineOptions
 
 __all__ = ["TARGET", "budget_rows"]
 
 TARGET = 1.05
 """At most 5 % more per turn with budgets checked and settled."""
-CALLER = Caller(org="bench", user="bench")
-CATALOG: dict[str, Any] = {
-    "modes": [{"name": "general", "display_name": "General", "server_tools": ["send"]}],
-    "server_tools": [{"name": "send", "description": "Send.", "executes_on": "server"}],
-    "agents": [{"id": "a", "name": "A", "default": True}],
-    "conversations": [{"id": "c", "name": "C", "default": True}],
-}
 _USAGE = Usage(input_tokens=120, output_tokens=30, total_tokens=150)
-_CALL = LLMReply(
-    tool_calls=[ToolCall(tool_call_id="x1", name="send", arguments_json='{"to": "bo"}')],
-    usage=_USAGE,
-)
-_FINAL = LLMReply(text="Sent.", usage=_USAGE)
-_RESULT = json.dumps({"sent": True, "id": "m-1"})
 PRICES = PriceTable(
     default=Price(model="*", input_per_million=Decimal("2.5"), output_per_million=Decimal(10))
 )
@@ -95,17 +74,6 @@ BUDGETS = (
 SETTINGS = ("usage off", "usage on", "budgets on")
 
 
-class _TwoReplies:
-    """A model that calls ``send`` and then answers, turn after turn."""
-
-    async def complete(self, request: LLMRequest) -> LLMReply:
-        return _FINAL if len(request.messages) > 2 else _CALL
-
-
-async def _send(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
-    return _RESULT
-
-
 class _CountingStore(MemoryStore):
     """The memory store, counting its usage ledger's calls."""
 
@@ -124,27 +92,12 @@ class _CountingStore(MemoryStore):
         await super().settle_usage(calls)
 
 
-def _pipeline(setting: str, store: MemoryStore) -> Pipeline:
-    catalog = ConfigCatalog(CATALOG, source="bench")
-    ports = Ports(
-        store=store,
-        llm=_TwoReplies(),
-        modes=catalog,
-        agents=catalog,
-        clock=SystemClock(),
-        ids=RandomIds(),
-        tools={"send": _send},
-    )
-    options = PipelineOptions(
+def _options(setting: str) -> PipelineOptions:
+    return PipelineOptions(
         usage_ledger=setting != "usage off",
         prices=PRICES if setting == "budgets on" else None,
         budgets=BUDGETS if setting == "budgets on" else (),
     )
-    return Pipeline(ports, options, telemetry=Telemetry.off())
-
-
-def _turn(pipeline: Pipeline) -> Callable[[], Awaitable[object]]:
-    return lambda: pipeline.run({"Instruction": "send"}, CALLER)
 
 
 async def _measure(number: int, rounds: int) -> dict[str, Any]:
@@ -152,10 +105,10 @@ async def _measure(number: int, rounds: int) -> dict[str, Any]:
     stores: dict[str, _CountingStore] = {}
     for setting in SETTINGS:
         store = stores[setting] = _CountingStore()
-        pipeline = _pipeline(setting, store)
+        pipeline = send_pipeline(store, _options(setting), usage=_USAGE)
         report = await pipeline.run({"Instruction": "send"}, CALLER)
         assert report.successful, report.result.rule_ids
-        work[setting] = _turn(pipeline)
+        work[setting] = send_turn(pipeline)
     times = await rounds_of(work, number, rounds)
     turns = 1 + number * rounds
     base = times["usage off"]

@@ -11,7 +11,6 @@ costs at most 5 % of the turn.
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -19,68 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from rounds import rounds_of
+from send_turn import CALLER, send_pipeline, send_turn
 
-from aptix_pipeline.adapters.config.catalog import ConfigCatalog
 from aptix_pipeline.adapters.stores.memory import MemoryStore
 from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
-from aptix_pipeline.adapters.system.clocks import SystemClock
-from aptix_pipeline.adapters.system.ids import RandomIds
 from aptix_pipeline.contracts import (
-    Caller,
-    LLMReply,
-    LLMRequest,
     SessionStore,
-    ToolCall,
-    ToolInvocation,
 )
-from aptix_pipeline.engine import Pipeline, Telemetry
-from aptix_pipeline.steps import PipelineOptions, Ports
+from aptix_pipeline.steps import PipelineOptions
 
 __all__ = ["TARGET", "ledger_rows"]
 
 TARGET = 1.05
 """At most 5 % more per turn with the ledger on."""
-CALLER = Caller(org="bench", user="bench")
-CATALOG: dict[str, Any] = {
-    "modes": [{"name": "general", "display_name": "General", "server_tools": ["send"]}],
-    "server_tools": [{"name": "send", "description": "Send.", "executes_on": "server"}],
-    "agents": [{"id": "a", "name": "A", "default": True}],
-    "conversations": [{"id": "c", "name": "C", "default": True}],
-}
-_CALL = LLMReply(
-    tool_calls=[ToolCall(tool_call_id="x1", name="send", arguments_json='{"to": "bo"}')]
-)
-_FINAL = LLMReply(text="Sent.")
-_RESULT = json.dumps({"sent": True, "id": "m-1"})
-
-
-class _TwoReplies:
-    """A model that calls ``send`` and then answers, turn after turn."""
-
-    async def complete(self, request: LLMRequest) -> LLMReply:
-        return _FINAL if len(request.messages) > 2 else _CALL
-
-
-async def _send(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
-    return _RESULT
-
-
-def _pipeline(store: SessionStore, ledger: bool) -> Pipeline:
-    catalog = ConfigCatalog(CATALOG, source="bench")
-    ports = Ports(
-        store=store,
-        llm=_TwoReplies(),
-        modes=catalog,
-        agents=catalog,
-        clock=SystemClock(),
-        ids=RandomIds(),
-        tools={"send": _send},
-    )
-    return Pipeline(ports, PipelineOptions(tool_ledger=ledger), telemetry=Telemetry.off())
-
-
-def _turn(pipeline: Pipeline) -> Callable[[], Awaitable[object]]:
-    return lambda: pipeline.run({"Instruction": "send"}, CALLER)
 
 
 async def _measure(folder: Path, number: int, rounds: int) -> dict[str, Any]:
@@ -92,10 +42,10 @@ async def _measure(folder: Path, number: int, rounds: int) -> dict[str, Any]:
         work: dict[str, Callable[[], Awaitable[object]]] = {}
         for store_name, store in stores.items():
             for ledger in (False, True):
-                pipeline = _pipeline(store, ledger)
+                pipeline = send_pipeline(store, PipelineOptions(tool_ledger=ledger))
                 report = await pipeline.run({"Instruction": "send"}, CALLER)
                 assert report.successful, report.result.rule_ids
-                work[f"{store_name}, ledger {'on' if ledger else 'off'}"] = _turn(pipeline)
+                work[f"{store_name}, ledger {'on' if ledger else 'off'}"] = send_turn(pipeline)
         times = await rounds_of(work, number, rounds)
     finally:
         sqlite = stores["sqlite"]

@@ -14,91 +14,26 @@ traces, on by default, costs at most 10 % of the turn, judged on the CPU medians
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from aptix_pipeline.adapters.config.catalog import ConfigCatalog
+from rounds import cpu_rounds_of
+from send_turn import CALLER, send_pipeline, send_turn
+
 from aptix_pipeline.adapters.stores.memory import MemoryStore
 from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
-from aptix_pipeline.adapters.system.clocks import SystemClock
-from aptix_pipeline.adapters.system.ids import RandomIds
 from aptix_pipeline.contracts import (
-    Caller,
-    LLMReply,
-    LLMRequest,
     SessionStore,
-    ToolCall,
-    ToolInvocation,
 )
-from aptix_pipeline.engine import Pipeline, Telemetry
-from aptix_pipeline.steps import PipelineOptions, Ports
+from aptix_pipeline.steps import PipelineOptions
 
 __all__ = ["TARGET", "trace_rows"]
 
 TARGET = 1.10
 """At most 10 % more per turn with traces kept."""
-CALLER = Caller(org="bench", user="bench")
-CATALOG: dict[str, Any] = {
-    "modes": [{"name": "general", "display_name": "General", "server_tools": ["send"]}],
-    "server_tools": [{"name": "send", "description": "Send.", "executes_on": "server"}],
-    "agents": [{"id": "a", "name": "A", "default": True}],
-    "conversations": [{"id": "c", "name": "C", "default": True}],
-}
-_CALL = LLMReply(
-    tool_calls=[ToolCall(tool_call_id="x1", name="send", arguments_json='{"to": "bo"}')]
-)
-_FINAL = LLMReply(text="Sent.")
-_RESULT = json.dumps({"sent": True, "id": "m-1"})
-
-
-class _TwoReplies:
-    """A model that calls ``send`` and then answers, turn after turn."""
-
-    async def complete(self, request: LLMRequest) -> LLMReply:
-        return _FINAL if len(request.messages) > 2 else _CALL
-
-
-async def _send(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
-    return _RESULT
-
-
-def _pipeline(store: SessionStore, keep: bool) -> Pipeline:
-    catalog = ConfigCatalog(CATALOG, source="bench")
-    ports = Ports(
-        store=store,
-        llm=_TwoReplies(),
-        modes=catalog,
-        agents=catalog,
-        clock=SystemClock(),
-        ids=RandomIds(),
-        tools={"send": _send},
-    )
-    return Pipeline(ports, PipelineOptions(keep_traces=keep), telemetry=Telemetry.off())
-
-
-def _turn(pipeline: Pipeline) -> Callable[[], Awaitable[object]]:
-    return lambda: pipeline.run({"Instruction": "send"}, CALLER)
-
-
-async def _rounds(
-    work: dict[str, Callable[[], Awaitable[object]]], number: int, rounds: int
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """µs per turn of each setting, each round: wall times and CPU times."""
-    times: dict[str, list[float]] = {name: [] for name in work}
-    cpu: dict[str, list[float]] = {name: [] for name in work}
-    for _ in range(rounds):
-        for name, run in work.items():
-            started, started_cpu = time.perf_counter(), time.process_time()
-            for _ in range(number):
-                await run()
-            cpu[name].append((time.process_time() - started_cpu) / number * 1e6)
-            times[name].append((time.perf_counter() - started) / number * 1e6)
-    return times, cpu
 
 
 async def _measure(folder: Path, number: int, rounds: int) -> dict[str, Any]:
@@ -110,11 +45,11 @@ async def _measure(folder: Path, number: int, rounds: int) -> dict[str, Any]:
         work: dict[str, Callable[[], Awaitable[object]]] = {}
         for store_name, store in stores.items():
             for keep in (False, True):
-                pipeline = _pipeline(store, keep)
+                pipeline = send_pipeline(store, PipelineOptions(keep_traces=keep))
                 report = await pipeline.run({"Instruction": "send"}, CALLER)
                 assert report.successful, report.result.rule_ids
-                work[f"{store_name}, traces {'on' if keep else 'off'}"] = _turn(pipeline)
-        times, cpu = await _rounds(work, number, rounds)
+                work[f"{store_name}, traces {'on' if keep else 'off'}"] = send_turn(pipeline)
+        times, cpu = await cpu_rounds_of(work, number, rounds)
     finally:
         sqlite = stores["sqlite"]
         assert isinstance(sqlite, SQLiteStore)
