@@ -64,7 +64,6 @@ from aptix_pipeline.adapters.stores import (
     SessionDetail,
     SessionFilter,
     SessionRow,
-    SessionSummary,
     TurnNotifier,
     read_session_detail,
     search_sessions,
@@ -391,19 +390,22 @@ def create_ui_app(
 
     async def index(request: Request, caller: Caller | None) -> Response:
         opened = ui.store()
-        owners: list[tuple[OwnerSummary, list[SessionSummary]]] = []
+        owners: list[tuple[OwnerSummary, list[SessionRow]]] = []
         more_owners = False
         if opened is not None:
             if caller is not None:
-                listed = await opened.list_sessions(caller.org, caller.user, limit=MAX_PAGE)
-                summary = OwnerSummary(caller.org, caller.user, len(listed))
-                owners = [(summary, listed)] if listed else []
+                found = [OwnerSummary(caller.org, caller.user, 0)]
             else:
                 found = await opened.list_owners(limit=_OWNERS_SHOWN + 1)
                 more_owners = len(found) > _OWNERS_SHOWN
-                for owner in found[:_OWNERS_SHOWN]:
-                    sessions = await opened.list_sessions(owner.org, owner.user, limit=MAX_PAGE)
-                    owners.append((owner, sessions))
+            for owner in found[:_OWNERS_SHOWN]:
+                # the search's rows: each session's status and last error too (D659)
+                where = SessionFilter(org=owner.org, user=owner.user)
+                rows = await search_sessions(opened, where, limit=MAX_PAGE)
+                if caller is not None:
+                    owner = OwnerSummary(owner.org, owner.user, len(rows))
+                if rows:
+                    owners.append((owner, rows))
         entries = [e for e in ui.shelf.entries() if ui.visible(caller, e)]
         folder = str(ui.shelf.folder) if ui.shelf.folder is not None else None
         name = ui.store_name if opened is not None else None

@@ -11,7 +11,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from urllib.parse import urlencode
 
-from aptix_pipeline.adapters.stores import OwnerSummary, SessionDetail, SessionSummary, message_text
+from aptix_pipeline.adapters.stores import (
+    OwnerSummary,
+    SessionDetail,
+    SessionRow,
+    message_text,
+)
 from aptix_pipeline.contracts import KeptTrace, Turn
 from aptix_pipeline.engine.replay import TurnRecording
 
@@ -48,26 +53,32 @@ def _time(moment: datetime | None) -> str:
     return "-" if moment is None else moment.isoformat(sep=" ", timespec="seconds")
 
 
-def _sessions_table(base: str, sessions: Sequence[SessionSummary]) -> Markup:
+def _sessions_table(base: str, sessions: Sequence[SessionRow]) -> Markup:
     rows = join(
         html(
-            "<tr data-session='{id}'><td><a href='{href}'>{id}</a></td><td>{org}</td>"
-            "<td>{user}</td><td>{mode}</td><td>{turns}</td><td>{last}</td><td>{created}</td></tr>",
-            href=link(base, "session", org=s.org, user=s.user, id=s.id),
-            id=s.id,
-            org=s.org,
-            user=s.user,
-            mode=s.mode or "-",
-            turns=s.turns,
-            last=_time(s.last_activity),
-            created=_time(s.created_at),
+            "<tr data-session='{id}' data-status='{status}'><td><a href='{href}'>{id}</a></td>"
+            "<td>{org}</td><td>{user}</td><td>{mode}</td>"
+            "<td><span class='badge {status}'>{status}</span></td><td>{turns}</td>"
+            "<td>{last}</td><td>{created}</td><td class='error'>{error}</td></tr>",
+            href=link(base, "session", org=r.summary.org, user=r.summary.user, id=r.summary.id),
+            id=r.summary.id,
+            org=r.summary.org,
+            user=r.summary.user,
+            mode=r.summary.mode or "-",
+            status=r.shown_status,
+            turns=r.summary.turns,
+            last=_time(r.summary.last_activity),
+            created=_time(r.summary.created_at),
+            error=f"{r.error_code}: {r.error_message or ''}"
+            if r.outcome == "faulted" and r.error_code
+            else "",
         )
-        for s in sessions
+        for r in sessions
     )
     return html(
         "<table id='sessions'><thead><tr><th>session</th><th>org</th><th>user</th><th>mode</th>"
-        "<th>turns</th><th>last activity</th><th>created</th></tr></thead>"
-        "<tbody>{rows}</tbody></table>",
+        "<th>status</th><th>turns</th><th>last activity</th><th>created</th><th>last error</th>"
+        "</tr></thead><tbody>{rows}</tbody></table>",
         rows=rows,
     )
 
@@ -111,7 +122,7 @@ def recordings_table(base: str, entries: Sequence[RecordingEntry]) -> Markup:
 
 def index_body(
     base: str,
-    owners: Sequence[tuple[OwnerSummary, Sequence[SessionSummary]]],
+    owners: Sequence[tuple[OwnerSummary, Sequence[SessionRow]]],
     store_name: str | None,
     entries: Sequence[RecordingEntry],
     folder: str | None,
