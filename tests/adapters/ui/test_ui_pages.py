@@ -76,9 +76,10 @@ def test_the_first_page_lists_every_callers_sessions_and_the_recordings(
     assert answer.status_code == 200
     assert "acme / ana" in answer.text
     assert "globex / zoe" in answer.text
-    row = re.search(rf"<tr data-session='{browsed.session_id}'>(.*?)</tr>", answer.text)
+    row = re.search(rf"<tr data-session='{browsed.session_id}'[^>]*>(.*?)</tr>", answer.text)
     assert row is not None
-    assert "<td>review</td><td>2</td>" in row[1]  # mode, turns
+    assert "<td>review</td>" in row[1]  # mode
+    assert "completed</span></td><td>2</td>" in row[1]  # status, turns
     assert answer.text.count("<tr data-recording=") == 4
     assert "faulted at client_tool_continuation_resolver" in answer.text
 
@@ -379,10 +380,14 @@ def test_an_owner_with_more_sessions_than_the_page_lists_says_where_the_rest_are
     from datetime import UTC, datetime
 
     from aptix_pipeline.adapters.stores.session_browser import OwnerSummary, SessionSummary
+    from aptix_pipeline.adapters.stores.session_search import SessionRow
     from aptix_pipeline.adapters.ui.pages import index_body
 
     when = datetime(2026, 1, 1, tzinfo=UTC)
-    listed = [SessionSummary.of(f"s{n}", "acme", "ana", "general", when, []) for n in range(2)]
+    listed = [
+        SessionRow(SessionSummary.of(f"s{n}", "acme", "ana", "general", when, []), None, None, 0)
+        for n in range(2)
+    ]
 
     crowded = index_body("/", [(OwnerSummary("acme", "ana", 5), listed)], "store", [], None)
     whole = index_body("/", [(OwnerSummary("acme", "ana", 2), listed)], "store", [], None)

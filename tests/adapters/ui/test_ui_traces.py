@@ -117,3 +117,17 @@ def test_another_callers_trace_and_an_unknown_one_are_not_found(page: httpx.Clie
     assert page.get(link).status_code == 404
     assert page.get("/trace", params={**WHO, "id": "nope"}).status_code == 404
     assert page.get("/trace", params=WHO).status_code == 404
+
+
+@pytest.mark.decision("D664")
+def test_the_first_page_lists_a_session_whose_last_turn_failed_as_faulted_with_its_error(
+    page: httpx.Client, failed: FailedTurns
+) -> None:
+    import re
+
+    answer = page.get("/")
+
+    row = re.search(rf"<tr data-session='{failed.session_id}'[^>]*>.*?</tr>", answer.text, re.S)
+    assert row is not None
+    assert "data-status='faulted'" in row.group(0)
+    assert "port_failed: the LLM failed" in unescape(row.group(0))
