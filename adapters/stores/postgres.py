@@ -94,7 +94,7 @@ from .session_browser import (
     message_text,
     turn_order,
 )
-from .session_search import FAULTED, NO_TURNS, SessionFilter, SessionRow, preview_of
+from .session_search import SessionFilter, SessionRow, SqlDialect, preview_of, search_where
 from .transcript_cache import DEFAULT_BUDGET, TranscriptCache
 from .turn_notices import TURNS_CHANNEL, TurnNotice, notice_payload, parse_notice
 from .unit_of_work import BufferedTransaction, SessionWrite, TurnWrites, session_from_row
@@ -204,6 +204,20 @@ _SEARCH: Final = (
 counted and summed, its latest turn's status (the last by creation time, then id),
 its last kept trace's outcome and error, filtered and ordered by last activity; then,
 for the page's rows only, the first message and the priced cost by currency."""
+_SEARCH_SQL: Final = SqlDialect(
+    p="%s",
+    org="s.org",
+    user="s.user_name",
+    mode="s.mode",
+    session_id="s.id",
+    turns="aptix_turns",
+    prefix="left(s.id, %s) = %s",
+    no_turns="l.session_id IS NULL",
+    status="l.status",
+    not_faulted="k.outcome IS DISTINCT FROM %s",
+    activity="COALESCE(l.at, s.created_at) {op} %s",
+)
+"""``_SEARCH``'s columns and functions, for ``search_where``."""
 
 
 class PostgresStoreError(AptixPipelineError, RuntimeError):
@@ -743,41 +757,9 @@ class PostgresStore:
     ) -> list[SessionRow]:
         """The sessions ``where`` matches, most recent activity first (``_SEARCH``)."""
         check_page(limit, offset)
-        clauses: list[str] = []
-        params: list[Any] = []
-        for column, value in (
-            ("s.org", where.org),
-            ("s.user_name", where.user),
-            ("s.mode", where.mode),
-        ):
-            if value is not None:
-                clauses.append(f"{column} = %s")
-                params.append(value)
-        if where.session is not None:
-            clauses.append("left(s.id, %s) = %s")
-            params.extend((len(where.session), where.session))
-        if where.turn is not None:
-            clauses.append(
-                "EXISTS (SELECT 1 FROM aptix_turns x WHERE x.session_id = s.id AND x.id = %s)"
-            )
-            params.append(where.turn)
-        if where.status == FAULTED:
-            clauses.append("k.outcome = %s")
-            params.append(FAULTED)
-        elif where.status is not None:
-            clauses.append("k.outcome IS DISTINCT FROM %s")
-            params.append(FAULTED)
-            if where.status == NO_TURNS:
-                clauses.append("l.session_id IS NULL")
-            else:
-                clauses.append("l.status = %s")
-                params.append(where.status)
-        for bound, operator in ((where.since, ">="), (where.until, "<")):
-            if bound is not None:
-                clauses.append(f"COALESCE(l.at, s.created_at) {operator} %s")
-                params.append(bound)
+        condition, params = search_where(where, _SEARCH_SQL)
         rows = await self._fetchall(
-            _SEARCH.format(where=" AND ".join(clauses) or "true"), (*params, limit, offset)
+            _SEARCH.format(where=condition or "true"), (*params, limit, offset)
         )
         found: list[SessionRow] = []
         for row in rows:

@@ -27,11 +27,11 @@ PostgreSQL stores do, each with one query a page); ``search_sessions`` answers f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from aptix_pipeline.contracts import TraceLog, Turn, TurnStatus
 
@@ -46,9 +46,11 @@ __all__ = [
     "SessionFilter",
     "SessionRow",
     "SessionSearch",
+    "SqlDialect",
     "parse_filter",
     "preview_of",
     "search_sessions",
+    "search_where",
 ]
 
 PREVIEW_CHARS: Final = 120
@@ -155,6 +157,64 @@ def parse_filter(given: Mapping[str, str | None]) -> SessionFilter:
         until=None if until is None else _moment("until", until),
         **texts,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SqlDialect:
+    """How a store's search statement spells what ``search_where`` needs: ``p`` the
+    placeholder; the session table's alias ``s`` with its ``org``/``user``/``mode``
+    columns; the latest turn's ``status`` and whether there is one (``no_turns``); the
+    last kept trace's ``outcome``; ``activity`` (with ``{op}`` and the placeholder) the
+    last activity compared to a bound, which ``moment`` turns into a parameter."""
+
+    p: str
+    org: str
+    user: str
+    mode: str
+    session_id: str
+    turns: str
+    prefix: str
+    no_turns: str
+    status: str
+    not_faulted: str
+    activity: str
+    moment: Callable[[datetime], Any] | None = None
+
+
+def search_where(where: SessionFilter, sql: SqlDialect) -> tuple[str, list[Any]]:
+    """The ``WHERE`` condition of a store's one-statement search and its parameters,
+    for the memory store's meaning of each field (``SessionFilter``)."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value in ((sql.org, where.org), (sql.user, where.user), (sql.mode, where.mode)):
+        if value is not None:
+            clauses.append(f"{column} = {sql.p}")
+            params.append(value)
+    if where.session is not None:
+        clauses.append(sql.prefix)
+        params.extend((len(where.session), where.session))
+    if where.turn is not None:
+        clauses.append(
+            f"EXISTS (SELECT 1 FROM {sql.turns} x WHERE x.session_id = {sql.session_id} "
+            f"AND x.id = {sql.p})"
+        )
+        params.append(where.turn)
+    if where.status == FAULTED:
+        clauses.append(f"k.outcome = {sql.p}")
+        params.append(FAULTED)
+    elif where.status is not None:
+        clauses.append(sql.not_faulted)
+        params.append(FAULTED)
+        if where.status == NO_TURNS:
+            clauses.append(sql.no_turns)
+        else:
+            clauses.append(f"{sql.status} = {sql.p}")
+            params.append(where.status)
+    for bound, operator in ((where.since, ">="), (where.until, "<")):
+        if bound is not None:
+            clauses.append(sql.activity.format(op=operator))
+            params.append(bound if sql.moment is None else sql.moment(bound))
+    return " AND ".join(clauses), params
 
 
 def preview_of(text: str | None) -> str | None:

@@ -109,7 +109,7 @@ from .session_browser import (
     message_text,
     turn_order,
 )
-from .session_search import FAULTED, NO_TURNS, SessionFilter, SessionRow, preview_of
+from .session_search import SessionFilter, SessionRow, SqlDialect, preview_of, search_where
 from .transcript_cache import DEFAULT_BUDGET, TranscriptCache
 from .unit_of_work import BufferedTransaction, TurnWrites, outcome_replaceable, session_from_row
 from .usage_ledger import (
@@ -164,6 +164,21 @@ _SEARCH: Final = (
 """The session search (``search_sessions``): each session with its latest turn (SQLite
 gives a bare column the values of the row ``MAX`` picked) and its last kept trace's
 outcome and error, newest activity first."""
+_SEARCH_SQL: Final = SqlDialect(
+    p="?",
+    org="r.org",
+    user="r.user",
+    mode="r.mode",
+    session_id="r.id",
+    turns="turns",
+    prefix="substr(r.id, 1, ?) = ?",
+    no_turns="r.has_turns IS NULL",
+    status="r.status",
+    not_faulted="(k.outcome IS NULL OR k.outcome <> ?)",
+    activity="julianday(COALESCE(r.at, r.created_at)) {op} julianday(?)",
+    moment=datetime.isoformat,
+)
+"""``_SEARCH``'s columns and functions, for ``search_where``."""
 _SESSION_COST: Final = (
     "SELECT u.currency, u.cost FROM turns t JOIN usage_calls u ON u.org = ? "
     "AND u.turn_id = t.id AND u.session_id = t.session_id "
@@ -1257,36 +1272,10 @@ class SQLiteStore:
     # --- SessionSearch (stores/session_search.py) ---------------------------------------------
 
     def _search_sessions(self, where: SessionFilter, limit: int, offset: int) -> list[SessionRow]:
-        clauses: list[str] = []
-        params: list[Any] = []
-        for column, value in (("r.org", where.org), ("r.user", where.user), ("r.mode", where.mode)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        if where.session is not None:
-            clauses.append("substr(r.id, 1, ?) = ?")
-            params.extend((len(where.session), where.session))
-        if where.turn is not None:
-            clauses.append("EXISTS (SELECT 1 FROM turns x WHERE x.session_id = r.id AND x.id = ?)")
-            params.append(where.turn)
-        if where.status == FAULTED:
-            clauses.append("k.outcome = ?")
-            params.append(FAULTED)
-        elif where.status is not None:
-            clauses.append("(k.outcome IS NULL OR k.outcome <> ?)")
-            params.append(FAULTED)
-            if where.status == NO_TURNS:
-                clauses.append("r.has_turns IS NULL")
-            else:
-                clauses.append("r.status = ?")
-                params.append(where.status)
-        for bound, operator in ((where.since, ">="), (where.until, "<")):
-            if bound is not None:
-                clauses.append(f"julianday(COALESCE(r.at, r.created_at)) {operator} julianday(?)")
-                params.append(bound.isoformat())
+        condition, params = search_where(where, _SEARCH_SQL)
         db = self._db()
         rows = db.execute(
-            _SEARCH.format(where=" AND ".join(clauses) or "1"), (*params, limit, offset)
+            _SEARCH.format(where=condition or "1"), (*params, limit, offset)
         ).fetchall()
         found: list[SessionRow] = []
         for row in rows:
