@@ -53,33 +53,51 @@ def _time(moment: datetime | None) -> str:
     return "-" if moment is None else moment.isoformat(sep=" ", timespec="seconds")
 
 
-def _sessions_table(base: str, sessions: Sequence[SessionRow]) -> Markup:
-    rows = join(
+def _cost(row: SessionRow) -> str:
+    return ", ".join(f"{amount} {currency}" for currency, amount in row.cost) or "-"
+
+
+def session_rows_table(base: str, rows: Sequence[SessionRow], *, table_id: str) -> Markup:
+    """Sessions as the search gives them, one row each: its org and user, mode, status
+    (and a faulted one's last error), preview, turns, tokens, cost, last activity."""
+    body = join(
         html(
             "<tr data-session='{id}' data-status='{status}'><td><a href='{href}'>{id}</a></td>"
             "<td>{org}</td><td>{user}</td><td>{mode}</td>"
-            "<td><span class='badge {status}'>{status}</span></td><td>{turns}</td>"
-            "<td>{last}</td><td>{created}</td><td class='error'>{error}</td></tr>",
+            "<td><span class='badge {status}'>{status}</span>{error}</td>"
+            "<td class='preview'>{preview}</td>"
+            "<td>{turns}</td><td>{tokens}</td><td>{cost}</td><td>{last}</td></tr>",
             href=link(base, "session", org=r.summary.org, user=r.summary.user, id=r.summary.id),
             id=r.summary.id,
             org=r.summary.org,
             user=r.summary.user,
             mode=r.summary.mode or "-",
             status=r.shown_status,
+            error=""
+            if r.error_code is None or r.shown_status != "faulted"
+            else html(
+                "<div class='error last-error'>{code}: {message}</div>",
+                code=r.error_code,
+                message=r.error_message or "",
+            ),
+            preview=r.preview or "",
             turns=r.summary.turns,
-            last=_time(r.summary.last_activity),
-            created=_time(r.summary.created_at),
-            error=f"{r.error_code}: {r.error_message or ''}"
-            if r.outcome == "faulted" and r.error_code
-            else "",
+            tokens=r.tokens,
+            cost=_cost(r),
+            last=(
+                "-"
+                if r.summary.last_activity is None
+                else r.summary.last_activity.isoformat(sep=" ", timespec="seconds")
+            ),
         )
-        for r in sessions
+        for r in rows
     )
     return html(
-        "<table id='sessions'><thead><tr><th>session</th><th>org</th><th>user</th><th>mode</th>"
-        "<th>status</th><th>turns</th><th>last activity</th><th>created</th><th>last error</th>"
-        "</tr></thead><tbody>{rows}</tbody></table>",
-        rows=rows,
+        "<table id='{id}'><thead><tr><th>session</th><th>org</th><th>user</th>"
+        "<th>mode</th><th>status</th><th>preview</th><th>turns</th><th>tokens</th>"
+        "<th>cost</th><th>last activity</th></tr></thead><tbody>{rows}</tbody></table>",
+        id=table_id,
+        rows=body,
     )
 
 
@@ -144,7 +162,7 @@ def index_body(
                 org=owner.org,
                 user=owner.user,
                 count=owner.sessions,
-                table=_sessions_table(base, listed),
+                table=session_rows_table(base, listed, table_id="sessions"),
                 more=_more_sessions(owner, len(listed)),
             )
             for owner, listed in owners

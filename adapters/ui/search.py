@@ -18,7 +18,7 @@ from typing import Final
 from aptix_pipeline.adapters.stores import STATUSES, SessionFilter, SessionRow, parse_filter
 
 from .html import Markup, html, join
-from .pages import link
+from .pages import link, session_rows_table
 
 __all__ = ["PAGE_ROWS", "SearchQuery", "search_body", "search_query"]
 
@@ -58,39 +58,6 @@ def _query_string(where: SessionFilter) -> dict[str, str]:
         elif value is not None:
             query[f.name] = str(value)
     return query
-
-
-def _cost(row: SessionRow) -> str:
-    return ", ".join(f"{amount} {currency}" for currency, amount in row.cost) or "-"
-
-
-def _rows(base: str, rows: Sequence[SessionRow]) -> Markup:
-    return join(
-        html(
-            "<tr data-session='{id}' data-status='{status}'><td><a href='{href}'>{id}</a></td>"
-            "<td>{org}</td><td>{user}</td><td>{mode}</td>"
-            "<td><span class='badge {status}' title='{error}'>{status}</span></td>"
-            "<td class='preview'>{preview}</td>"
-            "<td>{turns}</td><td>{tokens}</td><td>{cost}</td><td>{last}</td></tr>",
-            href=link(base, "session", org=r.summary.org, user=r.summary.user, id=r.summary.id),
-            id=r.summary.id,
-            org=r.summary.org,
-            user=r.summary.user,
-            mode=r.summary.mode or "-",
-            status=r.shown_status,
-            error="" if r.error_code is None else f"{r.error_code}: {r.error_message or ''}",
-            preview=r.preview or "",
-            turns=r.summary.turns,
-            tokens=r.tokens,
-            cost=_cost(r),
-            last=(
-                "-"
-                if r.summary.last_activity is None
-                else r.summary.last_activity.isoformat(sep=" ", timespec="seconds")
-            ),
-        )
-        for r in rows
-    )
 
 
 def _form(base: str, where: SessionFilter, fixed_owner: bool) -> Markup:
@@ -163,12 +130,7 @@ def search_body(
     shown = (
         html("<p class='muted'>no sessions match</p>")
         if not rows
-        else html(
-            "<table id='session-rows'><thead><tr><th>session</th><th>org</th><th>user</th>"
-            "<th>mode</th><th>status</th><th>preview</th><th>turns</th><th>tokens</th>"
-            "<th>cost</th><th>last activity</th></tr></thead><tbody>{rows}</tbody></table>",
-            rows=_rows(base, rows),
-        )
+        else session_rows_table(base, rows, table_id="session-rows")
     )
     first = asked.offset + 1
     return html(

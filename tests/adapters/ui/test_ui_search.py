@@ -181,6 +181,10 @@ def test_a_session_whose_last_turn_failed_is_faulted_with_its_error(tmp_path: Pa
 
     assert _listed(faulted) == ["s-local-3"]
     assert "<tr data-session='s-local-3' data-status='faulted'>" in faulted
-    assert "title='port_failed: the LLM failed: the model is gone'>faulted<" in faulted
+    assert (
+        "faulted</span><div class='error last-error'>port_failed: the LLM failed: "
+        "the model is gone</div>" in faulted
+    )
+    assert "class='error last-error'" not in completed
     assert "<option value='faulted' selected>" in faulted
     assert _listed(completed) == ["s-acme", "s-local-1"]
