@@ -4,11 +4,19 @@ off, with the system clock and random ids."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import statistics
+import tempfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+from rounds import cpu_rounds_of
+
 from aptix_pipeline.adapters.config.catalog import ConfigCatalog
+from aptix_pipeline.adapters.stores.memory import MemoryStore
+from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
 from aptix_pipeline.adapters.system.clocks import SystemClock
 from aptix_pipeline.adapters.system.ids import RandomIds
 from aptix_pipeline.contracts import (
@@ -23,7 +31,7 @@ from aptix_pipeline.contracts import (
 from aptix_pipeline.engine import Pipeline, Telemetry
 from aptix_pipeline.steps import PipelineOptions, Ports
 
-__all__ = ["CALLER", "CATALOG", "send_pipeline", "send_turn"]
+__all__ = ["CALLER", "CATALOG", "option_on_off", "send_pipeline", "send_turn"]
 
 CALLER = Caller(org="bench", user="bench")
 CATALOG: dict[str, Any] = {
@@ -72,3 +80,52 @@ def send_pipeline(
 def send_turn(pipeline: Pipeline) -> Callable[[], Awaitable[object]]:
     """One turn of the workload on ``pipeline``, to time."""
     return lambda: pipeline.run({"Instruction": "send"}, CALLER)
+
+
+def _ratios(off: list[float], on: list[float], prefix: str = "") -> dict[str, float]:
+    return {
+        f"{prefix}off_min_us": min(off),
+        f"{prefix}off_median_us": statistics.median(off),
+        f"{prefix}on_min_us": min(on),
+        f"{prefix}on_median_us": statistics.median(on),
+        f"{prefix}ratio_min": min(on) / min(off),
+        f"{prefix}ratio_median": statistics.median(on) / statistics.median(off),
+    }
+
+
+async def _on_off(
+    folder: Path, options: Callable[[bool], PipelineOptions], number: int, rounds: int, cpu: bool
+) -> dict[str, Any]:
+    stores: dict[str, SessionStore] = {
+        "memory": MemoryStore(),
+        "sqlite": SQLiteStore(folder / "bench.db"),
+    }
+    try:
+        work: dict[str, Callable[[], Awaitable[object]]] = {}
+        for name, store in stores.items():
+            for on in (False, True):
+                pipeline = send_pipeline(store, options(on))
+                report = await pipeline.run({"Instruction": "send"}, CALLER)
+                assert report.successful, report.result.rule_ids
+                work[f"{name}, {'on' if on else 'off'}"] = send_turn(pipeline)
+        wall, cpu_times = await cpu_rounds_of(work, number, rounds)
+    finally:
+        sqlite = stores["sqlite"]
+        assert isinstance(sqlite, SQLiteStore)
+        await sqlite.aclose()
+    figures: dict[str, Any] = {}
+    for name in stores:
+        figures[name] = _ratios(wall[f"{name}, off"], wall[f"{name}, on"])
+        if cpu:
+            figures[name] |= _ratios(cpu_times[f"{name}, off"], cpu_times[f"{name}, on"], "cpu_")
+    return figures
+
+
+def option_on_off(
+    options: Callable[[bool], PipelineOptions], number: int, rounds: int, *, cpu: bool = False
+) -> dict[str, Any]:
+    """µs per turn of the workload with a setting on and off (``options(on)``), on the
+    memory store and a SQLite file, interleaved: per store, the off and on min and
+    median and their ratios (and of CPU time too, ``cpu_``-prefixed)."""
+    with tempfile.TemporaryDirectory() as folder:
+        return asyncio.run(_on_off(Path(folder), options, number, rounds, cpu))

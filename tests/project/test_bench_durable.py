@@ -4,36 +4,21 @@ named, in the order they ran (D562)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
+from bench_kit import bench_module
 from durable_kit import durable_client, pipeline_on
 from engine_kit import CALLER, text
-from repo import ROOT
 from temporal_kit import durable_worker
 
 from aptix_pipeline.adapters.temporal import DurablePipeline
 
 
 @pytest.fixture(scope="module")
-def bench_durable() -> Iterator[ModuleType]:
+def bench_durable() -> ModuleType:
     """``bench/durable.py``, loaded from its file (``bench/`` is no package)."""
-    sys.path.insert(0, str(ROOT / "bench"))  # its sibling modules (turns.py)
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "bench_durable", ROOT / "bench" / "durable.py"
-        )
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    return bench_module("durable")
 
 
 @pytest.mark.decision("D562")

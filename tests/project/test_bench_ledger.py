@@ -4,21 +4,13 @@ judged here (no timed assertion in a test): only that the section measures what 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
-from repo import ROOT
+from bench_kit import bench_module
 
 
 @pytest.mark.decision("D528")
 def test_the_ledger_section_reports_on_and_off_for_memory_and_sqlite() -> None:
-    spec = importlib.util.spec_from_file_location("bench_ledger", ROOT / "bench" / "ledger.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = bench_module("ledger")
 
     figures = module.ledger_rows(number=1, rounds=3)
 

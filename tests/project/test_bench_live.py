@@ -5,11 +5,8 @@ reports min, median and max beside the 1 s target (D692). Figures are not judged
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
-from repo import ROOT
+from bench_kit import bench_module
 
 
 @pytest.mark.decision("D692")
@@ -17,12 +14,7 @@ def test_the_live_section_reports_the_poll_and_the_notice_beside_the_target(
     postgres_db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("APTIX_BENCH_PG_URL", postgres_db_url)
-    spec = importlib.util.spec_from_file_location("bench_live", ROOT / "bench" / "live.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = bench_module("live")
 
     figures = module.live_rows(rounds=2)
 

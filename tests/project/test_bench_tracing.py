@@ -3,24 +3,16 @@ engine's spans (D454), so the ratio ``make bench`` prints compares like with lik
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from types import ModuleType
 
 import pytest
-from repo import ROOT
+from bench_kit import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench_tracing() -> ModuleType:
     """``bench/tracing.py``, loaded from its file (``bench/`` is no package)."""
-    spec = importlib.util.spec_from_file_location("bench_tracing", ROOT / "bench" / "tracing.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("tracing")
 
 
 @pytest.mark.decision("D454")
