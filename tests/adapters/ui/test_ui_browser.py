@@ -348,3 +348,28 @@ def test_the_live_page_follows_a_served_turn_with_its_text_as_one_growing_block(
     assert pieces == (len(reply) + 3) // 4  # a piece a chunk of four characters
     assert steps >= 5  # its steps, model call and more, as rows of their own
     assert tokens == "9 in / 18 out"
+
+
+@pytest.mark.decision("D675")
+def test_the_fork_button_in_the_mounted_page_forks_as_the_keys_caller(
+    tmp_path: Path, own_store: Browsed, tab: Page
+) -> None:
+    config = load_service_config(write_ui_config(tmp_path, own_store), env=ENV)
+    with server_thread(create_app(config)) as port:
+        tab.goto(f"http://127.0.0.1:{port}/ui/")
+        tab.fill("#key", ANA_KEY)
+        tab.click("button[type=submit]")
+        tab.click(f"tr[data-session='{own_store.session_id}'] a")
+        tab.click(f"button[data-fork-turn='{own_store.second_turn}']")
+        tab.wait_for_selector("#forked-from")
+        forked_from = tab.locator("#forked-from").inner_text()
+        fork_id = tab.locator("#session-id").inner_text()
+        tab.goto(f"http://127.0.0.1:{port}/ui/")
+        listed = tab.locator("#sessions tbody tr").evaluate_all(
+            "rows => rows.map(row => row.dataset.session)"
+        )
+
+    assert own_store.session_id in forked_from
+    assert own_store.second_turn in forked_from
+    assert fork_id != own_store.session_id
+    assert fork_id in listed  # the key's caller's own session now
