@@ -16,12 +16,12 @@ a turn.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from aptix_pipeline.adapters.ui import fork_status
 from aptix_pipeline.contracts import ErrorCode, InvokeError, InvokeResult, Session
 
 from .auth import authenticated_caller
@@ -29,7 +29,7 @@ from .errors import error_response, missing_key_response
 from .execute import ServiceState
 from .openapi import SECURITY
 
-__all__ = ["FORK_OPERATION", "FORK_PATH", "add_fork_route", "fork_status"]
+__all__ = ["FORK_OPERATION", "FORK_PATH", "add_fork_route"]
 
 FORK_PATH = "/v1/sessions/{session_id}/fork"
 
@@ -73,23 +73,6 @@ FORK_OPERATION: dict[str, Any] = {
     },
 }
 """The documentation of ``POST /v1/sessions/{id}/fork``: keyword arguments of its route."""
-
-_STATUS: Mapping[str, int] = {
-    ErrorCode.NOT_FOUND: 404,
-    ErrorCode.CONFLICT: 409,
-    ErrorCode.INVALID_REQUEST: 422,
-    ErrorCode.PORT_FAILED: 502,
-}
-
-
-def fork_status(result: InvokeResult[Session]) -> int:
-    """The HTTP status of a fork's result (module docstring)."""
-    if result.successful:
-        return 201
-    error = result.errors[0]
-    if error.code is ErrorCode.INVALID_REQUEST and error.field == "SessionStore":
-        return 501
-    return _STATUS.get(error.code, 500)
 
 
 def _turn_id(body: bytes) -> str | InvokeError:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from aptix_pipeline.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .actions import fork_status
     from .app import UIAccess, create_ui_app
     from .guard import UIGuard, allowed_host_name, is_loopback
     from .live_hub import LiveHub
@@ -23,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "allowed_host_name": "guard",
     "is_loopback": "guard",
     "LiveHub": "live_hub",
+    "fork_status": "actions",
 }
 """Each name other rooms use, and the module it comes from (imported on first use)."""
 
@@ -32,6 +34,7 @@ __all__ = [
     "UIGuard",
     "allowed_host_name",
     "create_ui_app",
+    "fork_status",
     "is_loopback",
 ]
 

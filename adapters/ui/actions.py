@@ -98,7 +98,11 @@ def cross_site(origin: str | None, fetch_site: str | None, host: str | None) -> 
 
 
 def fork_status(result: InvokeResult[Session]) -> int:
-    """The status of the page a refused fork answers with (as ``POST /v1/sessions/{id}/fork``)."""
+    """The HTTP status of a fork's result: 201 when forked; for a refusal, the status
+    of the page and of ``POST /v1/sessions/{id}/fork`` alike (the engine's error
+    code's; 501 for a store that cannot fork)."""
+    if result.successful:
+        return 201
     error = result.errors[0]
     if error.code is ErrorCode.INVALID_REQUEST and error.field == "SessionStore":
         return 501
