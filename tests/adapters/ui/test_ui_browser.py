@@ -12,6 +12,7 @@ events as they stream. Screenshots are kept in ``build/test-artifacts/``
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,18 @@ from aptix_pipeline.adapters.http.app import create_app
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
+
+
+@contextmanager
+def signed_in(tab: Page, config_file: Path) -> Iterator[int]:
+    """``aptix serve``'s app on ``config_file`` in a thread, its page open in ``tab`` and
+    signed in to with ana's key; the port."""
+    config = load_service_config(config_file, env=ENV)
+    with server_thread(create_app(config)) as port:
+        tab.goto(f"http://127.0.0.1:{port}/ui/")
+        tab.fill("#key", ANA_KEY)
+        tab.click("button[type=submit]")
+        yield port
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +110,7 @@ def test_the_faulted_turn_names_its_step_and_rule_and_replays_to_the_same_fault(
 def test_the_mounted_page_takes_a_key_and_watches_a_turn_stream(
     tmp_path: Path, browsed: Browsed, tab: Page
 ) -> None:
-    config = load_service_config(write_ui_config(tmp_path, browsed), env=ENV)
-    with server_thread(create_app(config)) as port:
-        tab.goto(f"http://127.0.0.1:{port}/ui/")
-        tab.fill("#key", ANA_KEY)
-        tab.click("button[type=submit]")
+    with signed_in(tab, write_ui_config(tmp_path, browsed)):
         tab.click("text=watch a turn")
         tab.click("#watch-send")
         tab.locator("#events li[data-event=result]").wait_for()
@@ -212,11 +221,7 @@ def test_the_watch_view_shows_the_models_text_as_one_growing_block(
         '{"replies": [{"text": "' + reply + '"}], "chunk_size": 4, "chunk_delay_seconds": 0.02}',
         encoding="utf-8",
     )
-    config = load_service_config(config_file, env=ENV)
-    with server_thread(create_app(config)) as port:
-        tab.goto(f"http://127.0.0.1:{port}/ui/")
-        tab.fill("#key", ANA_KEY)
-        tab.click("button[type=submit]")
+    with signed_in(tab, config_file):
         tab.click("text=watch a turn")
         tab.fill("#watch-request", '{"Instruction": "What is 2 + 3?", "Stream": true}')
         tab.click("#watch-send")
@@ -318,11 +323,7 @@ def test_the_live_page_follows_a_served_turn_with_its_text_as_one_growing_block(
         '}], "chunk_size": 4, "chunk_delay_seconds": 0.02}',
         encoding="utf-8",
     )
-    config = load_service_config(config_file, env=ENV)
-    with server_thread(create_app(config)) as port:
-        tab.goto(f"http://127.0.0.1:{port}/ui/")
-        tab.fill("#key", ANA_KEY)
-        tab.click("button[type=submit]")
+    with signed_in(tab, config_file) as port:
         tab.goto(f"http://127.0.0.1:{port}/ui/live")
         tab.locator("#live-running[data-ready=true]").wait_for()
         answer = httpx.post(
@@ -354,11 +355,7 @@ def test_the_live_page_follows_a_served_turn_with_its_text_as_one_growing_block(
 def test_the_fork_button_in_the_mounted_page_forks_as_the_keys_caller(
     tmp_path: Path, own_store: Browsed, tab: Page
 ) -> None:
-    config = load_service_config(write_ui_config(tmp_path, own_store), env=ENV)
-    with server_thread(create_app(config)) as port:
-        tab.goto(f"http://127.0.0.1:{port}/ui/")
-        tab.fill("#key", ANA_KEY)
-        tab.click("button[type=submit]")
+    with signed_in(tab, write_ui_config(tmp_path, own_store)) as port:
         tab.click(f"tr[data-session='{own_store.session_id}'] a")
         tab.click(f"button[data-fork-turn='{own_store.second_turn}']")
         tab.wait_for_selector("#forked-from")
