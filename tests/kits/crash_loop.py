@@ -238,6 +238,7 @@ async def run_crash_loop(
                     problems.append(f"{slow}: interrupted, {fates.get(slow)}, {done[slow]}")
             elif done[slow] == 0 and not ruled:
                 figures["tool_effects_missing"] += 1
+                problems.append(f"{slow}: no effect, {fates.get(slow)}")
             figures["idempotent_effects_doubled"] += keyed_rows[keyed] > 1
             figures["idempotent_effects_missing"] += keyed_rows[keyed] == 0
             killed_after_start = any(a < keyed_run.attempt for a in starts[keyed])

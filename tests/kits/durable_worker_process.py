@@ -100,6 +100,7 @@ KEYED_TABLE = "crash_keyed_effects"
 KEYED_SUFFIX = ".keyed.db"
 """With a JSON-lines ``--effects`` PATH, ``keyed_note``'s table is in ``PATH + KEYED_SUFFIX``."""
 _KEYED_COLUMNS = "key text PRIMARY KEY, tool_call_id text, turn_id text, worker text, attempt int"
+_TABLES_LOCK = 0x61707478  # the advisory lock under which a worker makes the tables
 
 
 def crash_options() -> PipelineOptions:
@@ -126,6 +127,7 @@ class EffectSink:
         self.target = target
         self._pg = target.startswith(("postgresql://", "postgres://"))
         self._connection: Any = None
+        self._connecting = asyncio.Lock()
 
     async def record(self, kind: str, invocation: ToolInvocation, worker: str, **more: Any) -> None:
         """One record: ``kind`` (``start``, ``effect`` or ``keyed``) of the call, on
@@ -190,18 +192,30 @@ class EffectSink:
             return cursor.rowcount == 1
 
     async def _pg_connection(self) -> Any:
+        """The worker's one connection, its tables made first.
+
+        Two sessions running ``CREATE TABLE IF NOT EXISTS`` for a table neither sees
+        can both try to make it, and one fails on a unique index of the catalog; the
+        workers' first tool calls start together, and a tool that raises is an answer
+        (the call's error), so that failure would read as a call that made no effect.
+        Hence one creator at a time (an advisory lock) and one connection per worker
+        (``_connecting``), even when its two tools start at once."""
         import psycopg
 
-        if self._connection is None:
-            self._connection = await psycopg.AsyncConnection.connect(self.target, autocommit=True)
-            await self._connection.execute(
-                f"CREATE TABLE IF NOT EXISTS {EFFECTS_TABLE} (seq bigserial PRIMARY KEY, "
-                "kind text, tool_call_id text, turn_id text, worker text, attempt int, "
-                "name text, key text, took boolean, at float8)"
-            )
-            await self._connection.execute(
-                f"CREATE TABLE IF NOT EXISTS {KEYED_TABLE} ({_KEYED_COLUMNS})"
-            )
+        async with self._connecting:
+            if self._connection is None:
+                connection = await psycopg.AsyncConnection.connect(self.target, autocommit=True)
+                async with connection.transaction():
+                    await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_TABLES_LOCK,))
+                    await connection.execute(
+                        f"CREATE TABLE IF NOT EXISTS {EFFECTS_TABLE} (seq bigserial PRIMARY KEY, "
+                        "kind text, tool_call_id text, turn_id text, worker text, attempt int, "
+                        "name text, key text, took boolean, at float8)"
+                    )
+                    await connection.execute(
+                        f"CREATE TABLE IF NOT EXISTS {KEYED_TABLE} ({_KEYED_COLUMNS})"
+                    )
+                self._connection = connection
         return self._connection
 
 
