@@ -41,9 +41,13 @@
   recursive query over the session's ancestors. ``transcript_turn`` finds a turn's
   last message without scanning the session's.
 - Turn traces (``TraceLog``, ``contracts/traces.py``; schema version 6, table
-  ``turn_traces``): each trace is one ``INSERT`` queued on the worker, not awaited
-  (as a tool-ledger completion), followed by a sweep of at most ``TRACE_SWEEP``
-  traces expired by the trace's own time when one may have expired: the store
+  ``turn_traces``): keeping a trace queues a write on the worker, not awaited (as a
+  tool-ledger completion); the traces kept until that write runs go with it, in one
+  transaction (under load, many turns' traces share one commit, the most of a trace's
+  cost; a batch that fails is written again trace by trace, so one bad trace loses
+  no other). Reads queued after ``keep_trace`` returned see the trace: the worker
+  runs jobs in order. The write then sweeps at most ``TRACE_SWEEP`` traces a trace,
+  expired by the newest trace's time, when one may have expired: the store
   remembers the earliest end of the traces it knows (read after each sweep, lowered
   by each trace it keeps), and a trace kept before it sweeps nothing, so with the
   default thirty days keeping a trace is the one ``INSERT``. A file's traces another
@@ -73,7 +77,7 @@ import dataclasses
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -481,6 +485,45 @@ def _usage_values(call: UsageCall) -> tuple[Any, ...]:
     )
 
 
+@contextlib.contextmanager
+def _immediate(db: sqlite3.Connection) -> Iterator[None]:
+    """One ``BEGIN IMMEDIATE … COMMIT`` on ``db``, rolled back when the block raises."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _trace_row(trace: KeptTrace) -> tuple[Any, ...]:
+    """A ``KeptTrace`` as the values of ``_TRACE_FIELDS`` and ``expires_at_us``."""
+    expires = trace.expires_at
+    return (
+        trace.id,
+        trace.org,
+        trace.user,
+        trace.session_id,
+        trace.turn_id,
+        trace.at.isoformat(),
+        trace.outcome,
+        trace.trace,
+        trace.error_code,
+        trace.error_message,
+        trace.faulted_step,
+        None if expires is None else expires.isoformat(),
+        trace.steps,
+        None if expires is None else _instant_us(expires),
+    )
+
+
+def _trace_not_kept(error: Exception) -> None:
+    logger.warning(
+        "trace log: keeping the trace of a turn failed (%s: %s)", type(error).__name__, error
+    )
+
+
 def _kept_trace(row: Sequence[Any]) -> KeptTrace:
     """A ``turn_traces`` row (``_TRACE_FIELDS``) as a ``KeptTrace``."""
     return KeptTrace(
@@ -523,6 +566,9 @@ class SQLiteStore:
         self._busy_timeout_ms = busy_timeout_ms
         self._connection: sqlite3.Connection | None = None
         self._commits = 0
+        self._pending_traces: list[KeptTrace] = []
+        """Traces kept and not yet written: the write queued for the first takes them all."""
+        self._traces_lock = threading.Lock()
         self._sweep_traces_at: int | None = 0
         """The earliest end (µs) of a trace this store may hold; ``None`` when none
         ends; 0 until the first sweep."""
@@ -562,8 +608,7 @@ class SQLiteStore:
 
     @staticmethod
     def _migrate(connection: sqlite3.Connection) -> None:
-        connection.execute("BEGIN IMMEDIATE")
-        try:
+        with _immediate(connection):
             version = connection.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise RuntimeError(
@@ -576,10 +621,6 @@ class SQLiteStore:
                     connection.execute(statement)
             if version < SCHEMA_VERSION:
                 connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
 
     def _checkpoint(self) -> None:
         """Copy the WAL into the database file (``PASSIVE``: never waits for a turn)."""
@@ -839,15 +880,10 @@ class SQLiteStore:
         self, after: tuple[str, str, str], before: str
     ) -> tuple[int, tuple[str, str, str] | None]:
         db = self._db()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _immediate(db):
             rows = db.execute(_LEDGER_BATCH, (before, *after, _PURGE_BATCH)).fetchall()
             old = [(org, user, key) for org, user, key, is_old in rows if is_old]
             db.executemany("DELETE FROM tool_ledger WHERE org = ? AND user = ? AND key = ?", old)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
         following = tuple(rows[-1][:3]) if len(rows) == _PURGE_BATCH else None
         return len(old), cast("tuple[str, str, str] | None", following)
 
@@ -864,55 +900,59 @@ class SQLiteStore:
             purged += deleted
         return purged
 
-    # --- TraceLog (contracts/traces.py): each trace kept by one queued statement -------
+    # --- TraceLog (contracts/traces.py): the traces kept meanwhile, one queued transaction --
 
-    def _keep_trace(self, trace: KeptTrace) -> None:
-        expires = trace.expires_at
-        try:
-            db = self._db()
-            db.execute(
-                f"INSERT INTO turn_traces ({_TRACE_FIELDS}, expires_at_us) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    trace.id,
-                    trace.org,
-                    trace.user,
-                    trace.session_id,
-                    trace.turn_id,
-                    trace.at.isoformat(),
-                    trace.outcome,
-                    trace.trace,
-                    trace.error_code,
-                    trace.error_message,
-                    trace.faulted_step,
-                    None if expires is None else expires.isoformat(),
-                    trace.steps,
-                    None if expires is None else _instant_us(expires),
-                ),
-            )
-            now, sweep_at = _instant_us(trace.at), self._sweep_traces_at
-            if sweep_at is not None and now >= sweep_at:
-                db.execute(_DELETE_EXPIRED_TRACES, (now, TRACE_SWEEP))
-                (sweep_at,) = db.execute("SELECT MIN(expires_at_us) FROM turn_traces").fetchone()
-            elif expires is not None:
-                ends = _instant_us(expires)
-                sweep_at = ends if sweep_at is None else min(sweep_at, ends)
-            self._sweep_traces_at = sweep_at
-        except Exception as error:  # nobody awaits this write: say so
-            logger.warning(
-                "trace log: keeping the trace of a turn failed (%s: %s)",
-                type(error).__name__,
-                error,
-            )
+    def _keep_traces(self) -> None:
+        """Write the traces kept since the last write (module docstring), on the worker."""
+        with self._traces_lock:
+            traces, self._pending_traces = self._pending_traces, []
+        if not traces:
             return
+        db = self._db()
+        try:
+            with _immediate(db):
+                self._insert_traces(db, traces)
+        except Exception as error:  # nobody awaits this write: say so, or try one by one
+            if len(traces) == 1:
+                _trace_not_kept(error)
+                return
+            for trace in traces:  # one bad trace must not lose the others
+                try:
+                    with _immediate(db):
+                        self._insert_traces(db, [trace])
+                except Exception as one_error:
+                    _trace_not_kept(one_error)
         self._after_commit()
+
+    def _insert_traces(self, db: sqlite3.Connection, traces: list[KeptTrace]) -> None:
+        """Insert ``traces``, then sweep up to ``TRACE_SWEEP`` expired ones a trace by the
+        newest trace's time, when one may have expired (module docstring)."""
+        db.executemany(
+            f"INSERT INTO turn_traces ({_TRACE_FIELDS}, expires_at_us) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [_trace_row(trace) for trace in traces],
+        )
+        now, sweep_at = max(_instant_us(trace.at) for trace in traces), self._sweep_traces_at
+        if sweep_at is not None and now >= sweep_at:
+            db.execute(_DELETE_EXPIRED_TRACES, (now, TRACE_SWEEP * len(traces)))
+            (sweep_at,) = db.execute("SELECT MIN(expires_at_us) FROM turn_traces").fetchone()
+        else:
+            for trace in traces:
+                if trace.expires_at is not None:
+                    ends = _instant_us(trace.expires_at)
+                    sweep_at = ends if sweep_at is None else min(sweep_at, ends)
+        self._sweep_traces_at = sweep_at
 
     async def keep_trace(self, trace: KeptTrace) -> None:
         """See ``TraceLog``: returns once the write is queued, as ``complete_tool_call``
-        does; the worker runs it before anything asked of the store later. It also
-        deletes up to ``TRACE_SWEEP`` traces expired by the trace's time. A write that
-        fails is logged."""
-        self._worker.submit(lambda: self._keep_trace(trace))
+        does; the worker writes it, with the other traces kept meanwhile, before
+        anything asked of the store later. It also deletes up to ``TRACE_SWEEP``
+        traces expired by the trace's time. A write that fails is logged."""
+        with self._traces_lock:
+            self._pending_traces.append(trace)
+            first = len(self._pending_traces) == 1
+        if first:  # else the write queued for the first is still to take them
+            self._worker.submit(self._keep_traces)
 
     def _list_traces(
         self, org: str, user: str, session_id: str | None, limit: int, offset: int
@@ -1041,13 +1081,8 @@ class SQLiteStore:
 
     def _settle_usage(self, calls: Sequence[UsageCall]) -> None:
         db = self._db()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _immediate(db):
             self._keep_usage(db, calls)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
         self._after_commit()
 
     async def settle_usage(self, calls: Sequence[UsageCall]) -> None:

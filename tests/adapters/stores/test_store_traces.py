@@ -1,11 +1,13 @@
 """Kept turn traces in the SQL stores beyond the engine's tests (D655, D657): a file
 or database written before traces is migrated and keeps them; two SQLite stores on
-one file (two processes) read each other's traces, newest first.
+one file (two processes) read each other's traces, newest first; traces kept while the
+worker is busy share one transaction, and one that cannot be written loses no other (D646).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,6 +40,19 @@ def _trace(name: str, at: datetime = T0, session: str | None = "s1") -> KeptTrac
         at + timedelta(days=1),
         '[{"step": "request_handler", "to": "validated"}]',
     )
+
+
+def _statements(store: SQLiteStore, statements: list[str]) -> None:
+    store._worker.call_sync(lambda: store._db().set_trace_callback(statements.append))
+
+
+def _hold(store: SQLiteStore, gate: threading.Event) -> None:
+    """Keep ``store``'s worker busy until ``gate`` is set (a turn's commit, say)."""
+
+    def wait() -> None:
+        gate.wait(10)
+
+    store._worker.submit(wait)
 
 
 @pytest.mark.decision("D657")
@@ -110,7 +125,7 @@ async def test_sqlite_sweeps_expired_traces_only_once_one_may_have_expired(
     statements: list[str] = []
     try:
         await store.keep_trace(_trace("first"))  # the first sweeps: it knows of no end yet
-        store._worker.call_sync(lambda: store._db().set_trace_callback(statements.append))
+        _statements(store, statements)
         for n in range(3):  # each ends a day after it is kept: none has ended
             await store.keep_trace(_trace(f"early-{n}", T0 + timedelta(hours=n)))
         await store.list_traces(ORG, USER)  # after the queued writes
@@ -125,3 +140,60 @@ async def test_sqlite_sweeps_expired_traces_only_once_one_may_have_expired(
     assert swept_early == []
     assert len(swept_late) == 1
     assert kept == ["late", "early-2"]  # the others had ended by the late one's time
+
+
+@pytest.mark.decision("D646")
+async def test_sqlite_writes_the_traces_kept_while_its_worker_is_busy_in_one_transaction(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "batch.db")
+    statements: list[str] = []
+    gate = threading.Event()
+    try:
+        _statements(store, statements)
+        _hold(store, gate)
+        for n in range(5):
+            await store.keep_trace(_trace(f"busy-{n}", T0 + timedelta(seconds=n)))
+        gate.set()
+        busy = await store.list_traces(ORG, USER)
+        begun_busy = statements.count("BEGIN IMMEDIATE")
+        for n in range(3):  # an idle worker writes each as it comes
+            await store.keep_trace(_trace(f"idle-{n}", T0 + timedelta(minutes=1, seconds=n)))
+            await store.list_traces(ORG, USER)
+        begun_idle = statements.count("BEGIN IMMEDIATE") - begun_busy
+    finally:
+        gate.set()
+        await store.aclose()
+
+    assert [t.id for t in busy] == [f"busy-{n}" for n in reversed(range(5))]
+    assert begun_busy == 1
+    assert begun_idle == 3
+
+
+@pytest.mark.decision("D646")
+async def test_one_trace_sqlite_cannot_write_loses_no_other_of_its_batch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SQLiteStore(tmp_path / "bad.db")
+    gate = threading.Event()
+    try:
+        await store.keep_trace(_trace("taken"))
+        await store.list_traces(ORG, USER)
+        _hold(store, gate)
+        await store.keep_trace(_trace("before", T0 + timedelta(seconds=1)))
+        await store.keep_trace(_trace("taken", T0 + timedelta(seconds=2)))  # its id is kept
+        await store.keep_trace(_trace("after", T0 + timedelta(seconds=3)))
+        gate.set()
+        kept = await store.list_traces(ORG, USER)
+    finally:
+        gate.set()
+        await store.aclose()
+
+    assert [(t.id, t.at) for t in kept] == [
+        ("after", T0 + timedelta(seconds=3)),
+        ("before", T0 + timedelta(seconds=1)),
+        ("taken", T0),
+    ]
+    failures = [r.getMessage() for r in caplog.records if "trace log" in r.getMessage()]
+    assert len(failures) == 1
+    assert "IntegrityError" in failures[0]
