@@ -434,7 +434,7 @@ def traces() -> dict[str, Any]:
         ok = row["cpu_ratio_median"] <= TRACES_TARGET
         for kind, key in (("wall", ""), ("CPU", "cpu_")):
             print(
-                f"{store:<7}{kind:<5} off {row[f'{key}off_min_us']:>7.0f} / "
+                f"{store:<19}{kind:<5} off {row[f'{key}off_min_us']:>7.0f} / "
                 f"{row[f'{key}off_median_us']:<7.0f} on {row[f'{key}on_min_us']:>7.0f} / "
                 f"{row[f'{key}on_median_us']:<7.0f} x {row[f'{key}ratio_min']:.3f} / "
                 f"{row[f'{key}ratio_median']:.3f}"

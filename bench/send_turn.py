@@ -77,9 +77,14 @@ def send_pipeline(
     return Pipeline(ports, options, telemetry=Telemetry.off())
 
 
-def send_turn(pipeline: Pipeline) -> Callable[[], Awaitable[object]]:
-    """One turn of the workload on ``pipeline``, to time."""
-    return lambda: pipeline.run({"Instruction": "send"}, CALLER)
+def send_turn(pipeline: Pipeline, at_once: int = 1) -> Callable[[], Awaitable[object]]:
+    """One turn of the workload on ``pipeline``, to time; ``at_once`` turns run
+    together (each a new session) when more than one."""
+    if at_once == 1:
+        return lambda: pipeline.run({"Instruction": "send"}, CALLER)
+    return lambda: asyncio.gather(
+        *(pipeline.run({"Instruction": "send"}, CALLER) for _ in range(at_once))
+    )
 
 
 def _ratios(off: list[float], on: list[float], prefix: str = "") -> dict[str, float]:
@@ -94,7 +99,12 @@ def _ratios(off: list[float], on: list[float], prefix: str = "") -> dict[str, fl
 
 
 async def _on_off(
-    folder: Path, options: Callable[[bool], PipelineOptions], number: int, rounds: int, cpu: bool
+    folder: Path,
+    options: Callable[[bool], PipelineOptions],
+    number: int,
+    rounds: int,
+    cpu: bool,
+    at_once: int,
 ) -> dict[str, Any]:
     stores: dict[str, SessionStore] = {
         "memory": MemoryStore(),
@@ -107,8 +117,10 @@ async def _on_off(
                 pipeline = send_pipeline(store, options(on))
                 report = await pipeline.run({"Instruction": "send"}, CALLER)
                 assert report.successful, report.result.rule_ids
-                work[f"{name}, {'on' if on else 'off'}"] = send_turn(pipeline)
+                work[f"{name}, {'on' if on else 'off'}"] = send_turn(pipeline, at_once)
         wall, cpu_times = await cpu_rounds_of(work, number, rounds)
+        for times in (*wall.values(), *cpu_times.values()):  # µs a turn
+            times[:] = [value / at_once for value in times]
     finally:
         sqlite = stores["sqlite"]
         assert isinstance(sqlite, SQLiteStore)
@@ -122,10 +134,16 @@ async def _on_off(
 
 
 def option_on_off(
-    options: Callable[[bool], PipelineOptions], number: int, rounds: int, *, cpu: bool = False
+    options: Callable[[bool], PipelineOptions],
+    number: int,
+    rounds: int,
+    *,
+    cpu: bool = False,
+    at_once: int = 1,
 ) -> dict[str, Any]:
     """µs per turn of the workload with a setting on and off (``options(on)``), on the
     memory store and a SQLite file, interleaved: per store, the off and on min and
-    median and their ratios (and of CPU time too, ``cpu_``-prefixed)."""
+    median and their ratios (and of CPU time too, ``cpu_``-prefixed); ``at_once``
+    turns run together, ``number`` times a round."""
     with tempfile.TemporaryDirectory() as folder:
-        return asyncio.run(_on_off(Path(folder), options, number, rounds, cpu))
+        return asyncio.run(_on_off(Path(folder), options, number, rounds, cpu, at_once))
