@@ -38,6 +38,12 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from aptix_pipeline.adapters.ui import (
+    EVENT_STREAM,
+    KEEP_ALIVE,
+    KEEPALIVE_SECONDS,
+    SSE_HEADERS,
+)
 from aptix_pipeline.engine import (
     ModelCallStarted,
     StreamDelta,
@@ -57,14 +63,8 @@ __all__ = [
     "sse_event",
 ]
 
-DEFAULT_SSE_KEEPALIVE_SECONDS = 15.0
+DEFAULT_SSE_KEEPALIVE_SECONDS = KEEPALIVE_SECONDS
 """``[server] sse_keepalive_seconds`` when nothing says otherwise."""
-EVENT_STREAM = "text/event-stream"
-"""The media type of a streamed answer."""
-KEEP_ALIVE = b": keep-alive\n\n"
-"""The comment sent while a streamed answer has nothing else to say."""
-_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-"""No cache keeps a copy, no proxy (nginx's ``X-Accel-Buffering``) holds events back."""
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
@@ -310,7 +310,7 @@ class EventStreamResponse(StreamingResponse):
         self._stream = stream
         self._held = held
         self._keepalive = keepalive_seconds
-        super().__init__(_no_body(), headers={**_HEADERS, **(headers or {})})
+        super().__init__(_no_body(), headers={**SSE_HEADERS, **(headers or {})})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Send the events while one asyncio task watches for the client leaving.

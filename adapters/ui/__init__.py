@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .actions import fork_status
     from .app import UIAccess, create_ui_app
     from .guard import UIGuard, allowed_host_name, is_loopback
+    from .live_events import EVENT_STREAM, KEEP_ALIVE, KEEPALIVE_SECONDS, SSE_HEADERS
     from .live_hub import LiveHub
 
 _EXPORTS: dict[str, str] = {
@@ -24,11 +25,19 @@ _EXPORTS: dict[str, str] = {
     "allowed_host_name": "guard",
     "is_loopback": "guard",
     "LiveHub": "live_hub",
+    "EVENT_STREAM": "live_events",
+    "KEEPALIVE_SECONDS": "live_events",
+    "KEEP_ALIVE": "live_events",
+    "SSE_HEADERS": "live_events",
     "fork_status": "actions",
 }
 """Each name other rooms use, and the module it comes from (imported on first use)."""
 
 __all__ = [
+    "EVENT_STREAM",
+    "KEEPALIVE_SECONDS",
+    "KEEP_ALIVE",
+    "SSE_HEADERS",
     "LiveHub",
     "UIAccess",
     "UIGuard",

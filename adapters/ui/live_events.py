@@ -22,11 +22,18 @@ from starlette.types import Receive, Scope, Send
 
 from .live_hub import LiveHub
 
-__all__ = ["KEEPALIVE_SECONDS", "LiveEventsResponse"]
+__all__ = ["EVENT_STREAM", "KEEPALIVE_SECONDS", "KEEP_ALIVE", "SSE_HEADERS", "LiveEventsResponse"]
 
+# The Server-Sent Events basics the HTTP room's streamed answers share (http/sse.py
+# imports them: the HTTP room may import this one, not the other way round).
 KEEPALIVE_SECONDS: Final = 15.0
-"""The longest the stream stays silent: a comment then keeps proxies from closing it."""
-_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+"""The longest a stream stays silent: a comment then keeps proxies from closing it."""
+EVENT_STREAM: Final = "text/event-stream"
+"""The media type of an event stream."""
+KEEP_ALIVE: Final = b": keep-alive\n\n"
+"""The comment sent while a stream has nothing else to say."""
+SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+"""No cache keeps a copy, no proxy (nginx's ``X-Accel-Buffering``) holds events back."""
 
 
 def _event(name: str, data: object) -> bytes:
@@ -39,7 +46,7 @@ class LiveEventsResponse(Response):
     (``None``: the standalone page); ``store`` is followed for its commits when it
     announces them (``LiveHub.follow_notices``)."""
 
-    media_type = "text/event-stream"
+    media_type = EVENT_STREAM
 
     def __init__(
         self,
@@ -49,7 +56,7 @@ class LiveEventsResponse(Response):
         headers: dict[str, str],
         keepalive_seconds: float = KEEPALIVE_SECONDS,
     ) -> None:
-        super().__init__(headers={**headers, **_HEADERS}, media_type=self.media_type)
+        super().__init__(headers={**headers, **SSE_HEADERS}, media_type=self.media_type)
         # A stream has no length: the events go until the page leaves.
         self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
         self._hub, self._owner, self._store = hub, owner, store
@@ -65,7 +72,7 @@ class LiveEventsResponse(Response):
                     subscription.lagged = False
                     yield _event("lagged", {"missed": "some events did not fit the queue"})
                 if event is None:
-                    yield b": keep-alive\n\n"
+                    yield KEEP_ALIVE
                 else:
                     yield _event(event.name, event.data)
 
