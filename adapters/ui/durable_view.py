@@ -6,15 +6,12 @@ kept trace's JSON or of a recording."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from aptix_pipeline.contracts import KeptTrace
-
 from .html import Markup, html, join
 
-__all__ = ["durable_facts", "kept_durable_facts"]
+__all__ = ["durable_facts"]
 
 _NAMES = {
     "aptix.llm.complete": "model call",
@@ -77,14 +74,3 @@ def durable_facts(durable: Mapping[str, Any] | None) -> Markup | str:
         line=line,
         rows=rows,
     )
-
-
-def kept_durable_facts(kept: KeptTrace) -> Markup | str:
-    """``durable_facts`` of a kept trace (its JSON's ``durable``, D678); nothing for a
-    turn run in process or a trace that cannot be read (its view says so)."""
-    try:
-        data = json.loads(kept.trace)
-    except ValueError:
-        return ""
-    durable = data.get("durable") if isinstance(data, Mapping) else None
-    return durable_facts(durable if isinstance(durable, Mapping) else None)

@@ -20,7 +20,7 @@ from aptix_pipeline.adapters.stores import (
 from aptix_pipeline.contracts import KeptTrace, Turn
 from aptix_pipeline.engine.replay import TurnRecording
 
-from .durable_view import durable_facts, kept_durable_facts
+from .durable_view import durable_facts
 from .html import Markup, html, join
 from .recordings import RecordingEntry
 from .turn import (
@@ -255,7 +255,7 @@ def trace_body(base: str, kept: KeptTrace) -> Markup:
         turn=kept.turn_id or "-",
         at=_time(kept.at),
         all=link(base, "traces", org=kept.org, user=kept.user),
-        view=html("{d}{v}", d=kept_durable_facts(kept), v=kept_trace_view(kept)),
+        view=kept_trace_view(kept),
     )
 
 
@@ -470,9 +470,7 @@ def stored_turn_body(
             "with --record DIR or [recording] to see their port calls and replay them)</p>"
             "{view}",
             f=folder or "(no --recordings folder)",
-            view=html("{d}{v}", d=kept_durable_facts(kept[0]), v=kept_trace_view(kept[0]))
-            if kept
-            else "",
+            view=kept_trace_view(kept[0]) if kept else "",
         )
     return html(
         "<h1>turn <code id='turn-id'>{id}</code> <span class='badge {status}'>{status}</span></h1>"

@@ -49,6 +49,7 @@ from aptix_pipeline.engine import (
 from aptix_pipeline.engine.replay import ReplayOutcome, TurnRecording
 from aptix_pipeline.steps import ModeChange, ToolCallRecord
 
+from .durable_view import durable_facts
 from .html import Markup, html, join
 
 __all__ = [
@@ -479,13 +480,16 @@ def timeline(recording: TurnRecording) -> Markup:
 
 
 def kept_trace_view(kept: KeptTrace) -> Markup:
-    """A kept trace (module docstring): its fault, path picture and timeline with what
-    each step changed; a trace that cannot be read says so."""
+    """A kept trace (module docstring): a durable turn's workflow, workers and attempts
+    (its JSON's ``durable``, D678), its fault, path picture and timeline with what each
+    step changed; a trace that cannot be read says so."""
     try:
-        trace = StateTrace.from_dict(json.loads(kept.trace))
+        data = json.loads(kept.trace)
+        trace = StateTrace.from_dict(data)
         changes = changes_from_json(kept.steps)
     except ValueError as error:  # json.JSONDecodeError is one
         return html("<p class='error'>this trace cannot be read: {e}</p>", e=str(error))
+    durable = data.get("durable")
     banner: Markup | str = ""
     if kept.failed:
         banner = _fault_banner(
@@ -498,9 +502,10 @@ def kept_trace_view(kept: KeptTrace) -> Markup:
             ),
         )
     return html(
-        "<section class='kept-trace' data-trace='{id}'>{banner}"
+        "{durable}<section class='kept-trace' data-trace='{id}'>{banner}"
         "<div class='turn-grid'><div><h2>Path</h2>{picture}</div>"
         "<div><h2>Timeline</h2>{timeline}</div></div></section>",
+        durable=durable_facts(durable if isinstance(durable, Mapping) else None),
         id=kept.id,
         banner=banner,
         picture=path_picture(trace),
