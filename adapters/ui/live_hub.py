@@ -13,8 +13,9 @@ one's own or every caller's. What it carries:
   by piece, from the stream its caller reads, and a turn that was not streamed
   gives its answer's text in one piece when it ends. ``tap`` and ``run_durably``
   follow a durable turn (Temporal) from the service's side alike.
-- ``text`` events: the next piece of a turn's text, which the page appends to one
-  growing block.
+- ``text`` events: the next piece of a turn's text and the model call that wrote it
+  (``round``), which the page appends to that call's one growing block; a turn that
+  was not streamed gives its answer with ``round`` ``None`` (its last call's).
 - ``stored`` events: a turn was committed, by this process or another
   (``TurnNotifier``: PostgreSQL's ``LISTEN/NOTIFY``): the page reads its feed at once
   rather than at its next poll. One listening connection serves every page of the
@@ -167,13 +168,15 @@ class LiveHub:
         self._runs[run] = (org, user, False)
         self.progress(run, {"kind": "turn_started", "org": org, "user": user})
 
-    def text(self, run: str, text: str) -> None:
-        """The next piece of a running turn's text."""
+    def text(self, run: str, text: str, round_: int | None = None) -> None:
+        """The next piece of a running turn's text, written in model call ``round_``
+        (``None``: the answer of a turn that was not streamed, given at its end)."""
         known = self._runs.get(run)
         if known is None or not text:
             return
         self._runs[run] = (known[0], known[1], True)
-        self.publish(LiveEvent("text", known[0], known[1], {"run": run, "text": text}))
+        data = {"run": run, "text": text, "round": round_}
+        self.publish(LiveEvent("text", known[0], known[1], data))
 
     def ended(
         self,
@@ -290,7 +293,7 @@ class _TappedStream:
         run, hub = self._run, self._hub
         if isinstance(item, StreamDelta):
             if run is not None:
-                hub.text(run, item.text)
+                hub.text(run, item.text, item.round)
         elif isinstance(item, StreamResult):
             if self._durable and run is not None:
                 hub.ended(run, item.result)

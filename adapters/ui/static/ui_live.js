@@ -1,8 +1,8 @@
 // The live view's running turns (docs/UI.md "The live view"): the page opens the
 // /live/events stream named by #live-running's data-events, and shows each turn the
 // service runs as it runs: a row per step, model call and tool call, the model's
-// text appended to ONE growing block per turn (never a row per piece), and its end
-// (status, tokens). A "stored" event (a turn committed, here or, on PostgreSQL, by
+// text appended to ONE growing block per model call (never a row per piece), in its
+// place among the rows, and its end (status, tokens). A "stored" event (a turn committed, here or, on PostgreSQL, by
 // any process) and a turn's end make the feed below be read at once; "lagged" says
 // the page fell behind and missed events, and reads the feed too.
 "use strict";
@@ -38,10 +38,6 @@
     const steps = document.createElement("ul");
     steps.className = "live-steps";
     item.appendChild(steps);
-    const text = document.createElement("pre");
-    text.className = "live-text";
-    text.dataset.pieces = "0";
-    item.appendChild(text);
     runs.insertBefore(item, runs.firstChild);
     return item;
   }
@@ -71,6 +67,9 @@
       refresh();
       return;
     }
+    if (data.kind === "model_call_started" && data.round !== undefined) {
+      item.dataset.round = String(data.round); // the last call: an unstreamed answer goes there
+    }
     const row = document.createElement("li");
     row.dataset.kind = data.kind;
     const words = [data.kind, data.step, data.name, data.tool_name, data.outcome, data.model];
@@ -78,8 +77,23 @@
     item.querySelector(".live-steps").appendChild(row);
   }
 
+  // The block of the model call that wrote the text (its round; an unstreamed turn's
+  // answer, round null, is its last call's), made under the rows so far when new.
   function onText(data) {
-    const block = entry(data.run).querySelector("pre.live-text");
+    const item = entry(data.run);
+    const round = data.round === null || data.round === undefined
+      ? item.dataset.round || "0" : String(data.round);
+    let block = item.querySelector("pre.live-text[data-round='" + CSS.escape(round) + "']");
+    if (!block) {
+      const row = document.createElement("li");
+      row.dataset.kind = "text";
+      block = document.createElement("pre");
+      block.className = "live-text";
+      block.dataset.round = round;
+      block.dataset.pieces = "0";
+      row.appendChild(block);
+      item.querySelector(".live-steps").appendChild(row);
+    }
     block.textContent += data.text;
     block.dataset.pieces = String(Number(block.dataset.pieces) + 1);
   }

@@ -11,6 +11,7 @@ events as they stream. Screenshots are kept in ``build/test-artifacts/``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -349,6 +350,52 @@ def test_the_live_page_follows_a_served_turn_with_its_text_as_one_growing_block(
     assert pieces == (len(reply) + 3) // 4  # a piece a chunk of four characters
     assert steps >= 5  # its steps, model call and more, as rows of their own
     assert tokens == "9 in / 18 out"
+
+
+@pytest.mark.decision("D689")
+def test_the_live_page_shows_each_model_calls_text_as_its_own_block_among_the_rows(
+    tmp_path: Path, own_store: Browsed, tab: Page
+) -> None:
+    import httpx
+
+    config_file = write_ui_config(tmp_path, own_store)
+    first, second = "Opening the math tools first.", "Two and three make five."
+    call = {"id": "m1", "name": "Math", "arguments": {}}
+    (tmp_path / "script.json").write_text(
+        json.dumps(
+            {
+                "replies": [{"text": first, "tool_calls": [call]}, {"text": second}],
+                "chunk_size": 4,
+                "chunk_delay_seconds": 0.01,
+            }
+        ),
+        encoding="utf-8",
+    )
+    with signed_in(tab, config_file) as port:
+        tab.goto(f"http://127.0.0.1:{port}/ui/live")
+        tab.locator("#live-running[data-ready=true]").wait_for()
+        answer = httpx.post(
+            f"http://127.0.0.1:{port}/v1/agent/execute",
+            json={"Instruction": "What is 2 + 3?", "Stream": True},
+            headers={"Authorization": f"Bearer {ANA_KEY}"},
+            timeout=WAIT,
+        )
+        turn_id = answer.text.split('"TurnId":"')[1].split('"')[0]
+        run = tab.locator(f"#live-runs li[data-turn='{turn_id}'][data-status=completed]")
+        run.wait_for()
+        blocks = run.locator("pre.live-text")
+        texts = blocks.all_inner_texts()
+        rounds = [blocks.nth(n).get_attribute("data-round") for n in range(blocks.count())]
+        kinds = [row.get_attribute("data-kind") for row in run.locator(".live-steps > li").all()]
+
+    assert answer.status_code == 200
+    assert texts == [first, second]
+    assert rounds == ["1", "2"]
+    # Each block in its place: the first call's text, then the tool's rows, then the
+    # second call's text.
+    first_text = kinds.index("text")
+    second_text = kinds.index("text", first_text + 1)
+    assert "tool_call" in kinds[first_text:second_text], kinds
 
 
 @pytest.mark.decision("D675")

@@ -112,6 +112,9 @@ def test_a_streamed_turn_is_followed_event_by_event_with_its_text_in_pieces(serv
     assert kinds[-1] == "turn_ended"
     assert "".join(pieces) == REPLY == result["PrimaryOutputText"]
     assert len(pieces) > 1  # as the model wrote it, not once at the end
+    started = [d["round"] for d in events.of("turn") if d["kind"] == "model_call_started"]
+    rounds = {data["round"] for data in events.of("text") if data["run"] == run}
+    assert rounds == set(started) == {1}  # each piece names the model call that wrote it
     assert ended["status"] == "completed"
     assert ended["session"] == result["SessionId"]
     assert (ended["input_tokens"], ended["output_tokens"]) == (12, 15)
@@ -128,6 +131,7 @@ def test_a_turn_that_is_not_streamed_is_followed_too_its_text_in_one_piece(servi
     run = ended["run"]
     steps = [data["step"] for data in events.of("turn") if data.get("kind") == "step_started"]
     assert _text_of(events, run) == [REPLY]
+    assert [data["round"] for data in events.of("text")] == [None]  # given at the end
     assert "llm_client" in steps
     assert "response_builder" in steps
     assert ended["status"] == "completed"
