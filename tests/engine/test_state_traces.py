@@ -25,6 +25,7 @@ content capture, and the model's text and a mode change's reason with it.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,14 @@ from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
 from aptix_pipeline.contracts import InvokeWarning
 from aptix_pipeline.engine import StateTrace, Telemetry, TurnReport
 from aptix_pipeline.engine.telemetry import CAPTURE_CONTENT_ENV
-from aptix_pipeline.engine.trace import TRACE_FORMAT, FaultRecord, TraceEntry, TransitionRecord
+from aptix_pipeline.engine.trace import (
+    TRACE_FORMAT,
+    CallUsage,
+    FaultRecord,
+    LLMCallRecord,
+    TraceEntry,
+    TransitionRecord,
+)
 
 NAMES = list(SCENARIOS)
 FAILED_TURNS_WITH_MODE_CHANGES = (
@@ -119,11 +127,55 @@ async def test_a_trace_round_trips_through_its_dict_and_json_text(name: str) -> 
 
         assert again.to_dict() == trace.to_dict()
         assert from_text.to_json() == trace.to_json()
+        # The compact form a kept trace stores is json.dumps of the dict, to the byte (D647).
+        compact = json.dumps(trace.to_dict(), ensure_ascii=False)
+        assert trace.to_json(indent=None) == compact
+        assert from_text.to_json(indent=None) == compact
         # A warning's message is not part of the trace (it is in the result's warnings).
         assert _but_warnings(again.entries) == _but_warnings(trace.entries)
         assert [(w.code, w.rule_id) for w in again.entries if isinstance(w, InvokeWarning)] == [
             (w.code, w.rule_id) for w in trace.entries if isinstance(w, InvokeWarning)
         ]
+
+
+_AWKWARD = 'quote " backslash \\ newline \n tab \t nul \x00 é 漢 \U0001f600 \ud800'
+
+
+@pytest.mark.decision("D647")
+@pytest.mark.parametrize("captured", [False, True])
+def test_the_compact_json_of_model_calls_and_usage_is_json_dumps_of_their_dict(
+    captured: bool,
+) -> None:
+    """Model calls and transitions with usage are written straight to text (not through
+    the encoder): every field, with strings JSON must escape, still reads alike."""
+    usage = CallUsage(True, 12, 30, 4, None, True, Decimal("0.00120"), "EUR")
+    entries: tuple[TraceEntry, ...] = (
+        TransitionRecord("llm_client", "prompt_ready", "llm_answered", usage),
+        TransitionRecord(_AWKWARD, _AWKWARD, _AWKWARD, CallUsage(False)),
+        LLMCallRecord(
+            round=2,
+            mode=_AWKWARD,
+            request_model=None,
+            tools=(_AWKWARD, "send"),
+            messages=7,
+            attempts=3,
+            retries=("TimeoutError", _AWKWARD),
+            response_model=_AWKWARD,
+            response_id=None,
+            finish_reason="tool_calls",
+            tool_calls=((_AWKWARD, "send"), ("x2", _AWKWARD)),
+            has_text=captured,
+            input_tokens=None,
+            output_tokens=0,
+            error=_AWKWARD,
+            text=_AWKWARD if captured else None,
+        ),
+        LLMCallRecord(1, "general", "m", (), 1),
+    )
+    trace = StateTrace("Initial", "done", ("received",), entries)
+
+    assert trace.to_json(indent=None) == json.dumps(trace.to_dict(), ensure_ascii=False)
+    assert StateTrace.from_dict(json.loads(trace.to_json(indent=None))) == trace
 
 
 def _but_warnings(entries: tuple[TraceEntry, ...]) -> list[TraceEntry]:
