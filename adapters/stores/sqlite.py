@@ -518,9 +518,12 @@ def _trace_row(trace: KeptTrace) -> tuple[Any, ...]:
     )
 
 
-def _trace_not_kept(error: Exception) -> None:
+def _trace_not_kept(error: Exception, traces: int) -> None:
     logger.warning(
-        "trace log: keeping the trace of a turn failed (%s: %s)", type(error).__name__, error
+        "trace log: keeping the trace of %s failed (%s: %s)",
+        "a turn" if traces == 1 else f"{traces} turns",
+        type(error).__name__,
+        error,
     )
 
 
@@ -908,20 +911,20 @@ class SQLiteStore:
             traces, self._pending_traces = self._pending_traces, []
         if not traces:
             return
-        db = self._db()
         try:
+            db = self._db()
             with _immediate(db):
                 self._insert_traces(db, traces)
         except Exception as error:  # nobody awaits this write: say so, or try one by one
-            if len(traces) == 1:
-                _trace_not_kept(error)
+            if len(traces) == 1 or self._connection is None:
+                _trace_not_kept(error, len(traces))
                 return
             for trace in traces:  # one bad trace must not lose the others
                 try:
                     with _immediate(db):
                         self._insert_traces(db, [trace])
                 except Exception as one_error:
-                    _trace_not_kept(one_error)
+                    _trace_not_kept(one_error, 1)
         self._after_commit()
 
     def _insert_traces(self, db: sqlite3.Connection, traces: list[KeptTrace]) -> None:
