@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 from browser_kit import off_the_loop, screenshot
 from http_kit import ANA_KEY, ENV
@@ -30,7 +31,7 @@ from aptix_pipeline.adapters.config.service import load_service_config
 from aptix_pipeline.adapters.http.app import create_app
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Page
+    from playwright.sync_api import Locator, Page
 
 
 @contextmanager
@@ -311,12 +312,27 @@ def test_the_fork_button_opens_the_fork_and_the_session_shows_its_budgets(
         assert screenshot(tab, "fork-button.png").stat().st_size > 0
 
 
+def _followed_on_the_live_page(tab: Page, port: int) -> tuple[httpx.Response, str, Locator]:
+    """Open serve's live page, send a streamed turn as ana, and wait until the page shows
+    it completed: the answer, the turn's id and its entry on the page."""
+    tab.goto(f"http://127.0.0.1:{port}/ui/live")
+    tab.locator("#live-running[data-ready=true]").wait_for()
+    answer = httpx.post(
+        f"http://127.0.0.1:{port}/v1/agent/execute",
+        json={"Instruction": "What is 2 + 3?", "Stream": True},
+        headers={"Authorization": f"Bearer {ANA_KEY}"},
+        timeout=WAIT,
+    )
+    turn_id = answer.text.split('"TurnId":"')[1].split('"')[0]
+    run = tab.locator(f"#live-runs li[data-turn='{turn_id}'][data-status=completed]")
+    run.wait_for()
+    return answer, turn_id, run
+
+
 @pytest.mark.decision("D689")
 def test_the_live_page_follows_a_served_turn_with_its_text_as_one_growing_block(
     tmp_path: Path, own_store: Browsed, tab: Page
 ) -> None:
-    import httpx
-
     config_file = write_ui_config(tmp_path, own_store)
     reply = "Five, since two and three make five: counted on the fingers of one hand."
     (tmp_path / "script.json").write_text(
@@ -325,17 +341,7 @@ def test_the_live_page_follows_a_served_turn_with_its_text_as_one_growing_block(
         encoding="utf-8",
     )
     with signed_in(tab, config_file) as port:
-        tab.goto(f"http://127.0.0.1:{port}/ui/live")
-        tab.locator("#live-running[data-ready=true]").wait_for()
-        answer = httpx.post(
-            f"http://127.0.0.1:{port}/v1/agent/execute",
-            json={"Instruction": "What is 2 + 3?", "Stream": True},
-            headers={"Authorization": f"Bearer {ANA_KEY}"},
-            timeout=WAIT,
-        )
-        turn_id = answer.text.split('"TurnId":"')[1].split('"')[0]
-        run = tab.locator(f"#live-runs li[data-turn='{turn_id}'][data-status=completed]")
-        run.wait_for()
+        answer, turn_id, run = _followed_on_the_live_page(tab, port)
         blocks = run.locator("pre.live-text")
         text = blocks.first.inner_text()
         pieces = int(blocks.first.get_attribute("data-pieces") or "0")
@@ -356,8 +362,6 @@ def test_the_live_page_follows_a_served_turn_with_its_text_as_one_growing_block(
 def test_the_live_page_shows_each_model_calls_text_as_its_own_block_among_the_rows(
     tmp_path: Path, own_store: Browsed, tab: Page
 ) -> None:
-    import httpx
-
     config_file = write_ui_config(tmp_path, own_store)
     first, second = "Opening the math tools first.", "Two and three make five."
     call = {"id": "m1", "name": "Math", "arguments": {}}
@@ -372,17 +376,7 @@ def test_the_live_page_shows_each_model_calls_text_as_its_own_block_among_the_ro
         encoding="utf-8",
     )
     with signed_in(tab, config_file) as port:
-        tab.goto(f"http://127.0.0.1:{port}/ui/live")
-        tab.locator("#live-running[data-ready=true]").wait_for()
-        answer = httpx.post(
-            f"http://127.0.0.1:{port}/v1/agent/execute",
-            json={"Instruction": "What is 2 + 3?", "Stream": True},
-            headers={"Authorization": f"Bearer {ANA_KEY}"},
-            timeout=WAIT,
-        )
-        turn_id = answer.text.split('"TurnId":"')[1].split('"')[0]
-        run = tab.locator(f"#live-runs li[data-turn='{turn_id}'][data-status=completed]")
-        run.wait_for()
+        answer, _, run = _followed_on_the_live_page(tab, port)
         blocks = run.locator("pre.live-text")
         texts = blocks.all_inner_texts()
         rounds = [blocks.nth(n).get_attribute("data-round") for n in range(blocks.count())]
