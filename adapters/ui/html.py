@@ -112,6 +112,7 @@ textarea { width: 100%; font-family: ui-monospace, monospace; font-size: 12px; }
 #replay-outcome { margin-top: 8px; }
 .live-head .badge { margin: 0 8px; }
 #live-runs > li { margin-bottom: 12px; }
+.live-steps > li[data-kind=text] { list-style: none; margin: 4px 0; }
 """
 
 
