@@ -348,29 +348,45 @@ def continue_after(body: bytes, result_file: Path, refuse: Refuse) -> bytes:
 def check_record_folder(folder: Path, refuse: Refuse) -> None:
     """``--record``'s folder, made if missing; one that cannot be made or written is
     refused through ``refuse(message)`` (a ``typer.Exit`` to raise) before any turn runs."""
-    import os
-
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         reason = error.strerror or error
         raise refuse(f"--record {folder}: cannot make the folder: {reason}") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise refuse(f"--record {folder}: the folder is not writable")
+    refused = _cannot_write(folder)
+    if refused is not None:
+        raise refuse(f"--record {folder}: the folder is not writable ({refused})")
+
+
+def _cannot_write(folder: Path, out: Path | None = None) -> str | None:
+    """Why a file cannot be written in ``folder`` (``out``, when given and there, opened
+    to append, which changes nothing), or ``None``: tried, not judged from permission
+    bits, which say yes to root on a read-only or virtual file system."""
+    import tempfile
+
+    try:
+        if out is not None and out.exists():
+            with out.open("ab"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".aptix-check-"):
+                pass
+    except OSError as error:
+        return str(error.strerror or error)
+    return None
 
 
 def check_output_file(out: Path, option: str, refuse: Refuse) -> None:
     """Refuse, before anything is run or stored, an output file that cannot be written:
     a folder, or a file whose folder does not exist or is not writable (D391)."""
-    import os
-
     if out.is_dir():
         raise refuse(f"{option} {out}: is a folder, not a file")
     folder = out.parent
     if not folder.is_dir():
         raise refuse(f"{option} {out}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise refuse(f"{option} {out}: not writable")
+    reason = _cannot_write(folder, out)
+    if reason is not None:
+        raise refuse(f"{option} {out}: not writable ({reason})")
 
 
 def diagram_format(out: Path, refuse: Refuse) -> DiagramFormat:

@@ -254,6 +254,19 @@ def test_a_record_folder_that_cannot_be_made_is_one_line_and_exit_two(tmp_path: 
     assert not (tmp_path / "x.db").exists()  # refused before the turn
 
 
+@pytest.mark.decision("D365")
+def test_a_record_folder_that_exists_but_takes_no_file_is_refused_before_the_turn(
+    tmp_path: Path,
+) -> None:
+    """Judged by trying, not by permission bits (which say yes to root everywhere)."""
+    run = _run_hello(tmp_path, "--store", "sqlite:x.db", "--record", "/proc/self")
+
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith("aptix run: --record /proc/self: the folder is not writable (")
+    assert not (tmp_path / "x.db").exists()
+
+
 @pytest.mark.decision("D375")
 @pytest.mark.parametrize("store", ["sqllite:x.db", "mysql://u@h/db"])
 def test_a_store_of_an_unknown_scheme_is_refused_naming_the_known_ones(

@@ -250,7 +250,11 @@ def test_a_sqlite_store_that_works_still_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.decision("D391")
-@pytest.mark.parametrize("where", ["missing-folder/path.mmd", "a-folder.mmd"])
+@pytest.mark.parametrize(
+    "where",
+    # /proc takes no file, even from root, whose permission bits say every folder is writable
+    ["missing-folder/path.mmd", "a-folder.mmd", "/proc/aptix-path.mmd"],
+)
 def test_a_diagram_file_that_cannot_be_written_is_refused_before_the_turn_runs(
     tmp_path: Path, where: str
 ) -> None:
