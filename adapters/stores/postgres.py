@@ -690,14 +690,7 @@ class PostgresStore:
 
     async def purge_traces(self, now: datetime) -> int:
         """See ``TraceLog``: in batches of one short statement each, as ``purge_outcomes``."""
-        pool = await self._ready()
-        purged = 0
-        while True:
-            async with pool.connection() as connection:
-                cursor = await connection.execute(_EXPIRED_TRACES, (now, _PURGE_BATCH))
-            purged += cursor.rowcount
-            if cursor.rowcount < _PURGE_BATCH:
-                return purged
+        return await self._purge_in_batches(_EXPIRED_TRACES, now)
 
     # --- UsageLedger (contracts/usage.py): one statement, one round trip, a call --------
 
@@ -987,11 +980,17 @@ class PostgresStore:
         In batches of one short statement each (``MemoryStore.purge_outcomes``, async
         here); a row another transaction holds is left to it (it is being replaced).
         """
+        return await self._purge_in_batches(_DELETE_EXPIRED, now)
+
+    async def _purge_in_batches(self, statement: str, now: datetime) -> int:
+        """Run ``statement`` (delete at most ``_PURGE_BATCH`` rows expired by ``now``,
+        skipping rows others hold), each time autocommitted, until a batch deletes
+        fewer; how many went."""
         pool = await self._ready()
         purged = 0
         while True:
             async with pool.connection() as connection:
-                cursor = await connection.execute(_DELETE_EXPIRED, (now, _PURGE_BATCH))
+                cursor = await connection.execute(statement, (now, _PURGE_BATCH))
             purged += cursor.rowcount
             if cursor.rowcount < _PURGE_BATCH:
                 return purged

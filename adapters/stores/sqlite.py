@@ -788,9 +788,20 @@ class SQLiteStore:
         """This org and user's outcome under ``key``, expired or not."""
         return await self._run(lambda: self._read_outcome(self._db(), org, user, key))
 
-    def _purge_batch(self, now_us: int) -> int:
-        # One statement, so one short transaction: queued turns run between batches.
-        return self._db().execute(_DELETE_EXPIRED, (now_us, _PURGE_BATCH)).rowcount
+    async def _purge_in_batches(self, statement: str, now: datetime) -> int:
+        """Run ``statement`` (delete at most ``_PURGE_BATCH`` rows expired by the
+        instant given in µs) until a batch deletes fewer; how many went. One statement
+        a job, so one short transaction: queued turns run between batches."""
+        now_us, purged = _instant_us(now), 0
+
+        def batch() -> int:
+            return self._db().execute(statement, (now_us, _PURGE_BATCH)).rowcount
+
+        while (deleted := await self._run(batch)) > 0:
+            purged += deleted
+            if deleted < _PURGE_BATCH:
+                break
+        return purged
 
     async def purge_outcomes(self, now: datetime) -> int:
         """Delete every outcome expired by ``now``; how many there were.
@@ -798,12 +809,7 @@ class SQLiteStore:
         In batches of a short transaction each, so turns committing meanwhile wait
         for one batch at most (``MemoryStore.purge_outcomes``, here off the loop).
         """
-        now_us, purged = _instant_us(now), 0
-        while (deleted := await self._run(lambda: self._purge_batch(now_us))) > 0:
-            purged += deleted
-            if deleted < _PURGE_BATCH:
-                break
-        return purged
+        return await self._purge_in_batches(_DELETE_EXPIRED, now)
 
     # --- ToolLedger (contracts/ledger.py): each statement commits on its own -----------
 
@@ -994,17 +1000,9 @@ class SQLiteStore:
         )
         return None if row is None else _kept_trace(row)
 
-    def _purge_traces_batch(self, now_us: int) -> int:
-        return self._db().execute(_DELETE_EXPIRED_TRACES, (now_us, _PURGE_BATCH)).rowcount
-
     async def purge_traces(self, now: datetime) -> int:
         """See ``TraceLog``: in batches of one short statement each, as ``purge_outcomes``."""
-        now_us, purged = _instant_us(now), 0
-        while (deleted := await self._run(lambda: self._purge_traces_batch(now_us))) > 0:
-            purged += deleted
-            if deleted < _PURGE_BATCH:
-                break
-        return purged
+        return await self._purge_in_batches(_DELETE_EXPIRED_TRACES, now)
 
     # --- UsageLedger (contracts/usage.py): one BEGIN IMMEDIATE transaction a call ------
 
