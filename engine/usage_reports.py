@@ -125,6 +125,13 @@ class BudgetStanding(_Value):
     since: datetime | None = None
     window_ends_at: datetime | None = None
 
+    @property
+    def whose(self) -> tuple[str, ...]:
+        """Whose spending it counts here, in words (``"user ana"``, ``"mode review"``);
+        empty when everyone's. Not part of the JSON form."""
+        parts = (f"user {self.user}" if self.user else "", f"mode {self.mode}" if self.mode else "")
+        return tuple(part for part in parts if part)
+
 
 class UsageReport(_Value):
     """A usage report: the query it read, the ``by`` fields, each group (ordered by

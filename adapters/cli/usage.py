@@ -128,20 +128,12 @@ def _print(report: UsageReport) -> None:
     for column in ("BUDGET", "METRIC", "WINDOW", "WHOSE", "LIMIT", "USED", "REMAINING"):
         budgets.add_column(column)
     for standing in report.budgets:
-        whose = ", ".join(
-            part
-            for part in (
-                f"user {standing.user}" if standing.user else "",
-                f"mode {standing.mode}" if standing.mode else "",
-            )
-            if part
-        )
         unit = f" {standing.currency}" if standing.currency else ""
         budgets.add_row(
             standing.budget_id,
             standing.metric,
             standing.window,
-            whose or "org",
+            ", ".join(standing.whose) or "org",
             f"{standing.limit}{unit}",
             _amount(standing.used),
             _amount(standing.remaining) + ("" if standing.remaining is None else unit),

@@ -179,15 +179,7 @@ def budgets_section(
                 id=s.budget_id,
                 metric=s.metric,
                 window=s.window,
-                whose=" · ".join(
-                    part
-                    for part in (
-                        f"user {s.user}" if s.user else "",
-                        f"mode {s.mode}" if s.mode else "",
-                    )
-                    if part
-                )
-                or "everyone's",
+                whose=" · ".join(s.whose) or "everyone's",
                 limit=_amount(s, s.limit),
                 used=_amount(s, s.used) if s.used is not None else "per turn",
                 remaining=_amount(s, s.remaining)
