@@ -15,9 +15,9 @@ from pathlib import Path
 import psycopg
 import pytest
 from engine_kit import ALL_STORE_KINDS, open_store_of_kind
+from store_kit import postgres_at_version
 
 from aptix_pipeline.adapters.stores.postgres import PostgresStore
-from aptix_pipeline.adapters.stores.postgres_migrations import MIGRATIONS, VERSION_TABLE
 from aptix_pipeline.adapters.stores.session_browser import SessionBrowser
 from aptix_pipeline.adapters.stores.session_search import (
     PREVIEW_CHARS,
@@ -295,17 +295,7 @@ async def test_postgres_migration_8_fills_the_turn_columns_the_search_reads(
         _turn("t3", "s2", 2, TurnStatus.COMPLETED, 4).model_copy(update={"created_at": naive}),
     ]
     with psycopg.connect(postgres_db_url, autocommit=True) as raw:  # a database at version 7
-        raw.execute(
-            f"CREATE TABLE {VERSION_TABLE} (version integer PRIMARY KEY, name text NOT NULL, "
-            "applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for migration in MIGRATIONS[:7]:
-            for statement in migration.statements:
-                raw.execute(statement)
-            raw.execute(
-                f"INSERT INTO {VERSION_TABLE} (version, name) VALUES (%s, %s)",
-                (migration.version, migration.name),
-            )
+        postgres_at_version(raw, 7)
         for session_id in ("s1", "s2"):
             raw.execute(
                 "INSERT INTO aptix_sessions (id, org, user_name, mode, created_at, version) "

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from store_kit import ORG, USER
+from store_kit import ORG, USER, postgres_at_version
 
 from aptix_pipeline import PostgresStore, SQLiteStore
-from aptix_pipeline.adapters.stores.postgres_migrations import MIGRATIONS, VERSION_TABLE
+from aptix_pipeline.adapters.stores.postgres_migrations import MIGRATIONS
 from aptix_pipeline.adapters.stores.sqlite import _MIGRATIONS, SCHEMA_VERSION
 from aptix_pipeline.contracts import SessionForks, SessionStore, TurnStatus
 from aptix_pipeline.testing.store_contract_cases import (
@@ -86,17 +86,7 @@ async def test_a_postgres_database_at_version_5_is_migrated_and_its_sessions_for
     postgres_db_url: str,
 ) -> None:
     with psycopg.connect(postgres_db_url, autocommit=True) as raw:
-        raw.execute(
-            f"CREATE TABLE {VERSION_TABLE} (version integer PRIMARY KEY, name text NOT NULL, "
-            "applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for migration in MIGRATIONS[:5]:
-            for statement in migration.statements:
-                raw.execute(statement)
-            raw.execute(
-                f"INSERT INTO {VERSION_TABLE} (version, name) VALUES (%s, %s)",
-                (migration.version, migration.name),
-            )
+        postgres_at_version(raw, 5)
 
     async with PostgresStore(postgres_db_url) as store:
         await _two_turns(store)  # written by today's code on the migrated schema

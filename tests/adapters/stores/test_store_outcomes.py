@@ -33,12 +33,11 @@ from engine_kit import (
     open_store_of_kind,
     text,
 )
-from store_kit import ORG, T0, USER
+from store_kit import ORG, T0, USER, postgres_at_version
 
 from aptix_pipeline.adapters.stores.memory import MemoryStore
 from aptix_pipeline.adapters.stores.postgres import OUTCOME_SWEEP as PG_SWEEP
 from aptix_pipeline.adapters.stores.postgres import PostgresStore
-from aptix_pipeline.adapters.stores.postgres_migrations import MIGRATIONS, VERSION_TABLE
 from aptix_pipeline.adapters.stores.sqlite import OUTCOME_SWEEP, SQLiteStore
 from aptix_pipeline.contracts import StoreConflictError
 from aptix_pipeline.testing.store_contract_cases import (
@@ -219,17 +218,7 @@ async def test_a_postgres_database_at_version_2_is_migrated_to_the_current_one_k
     postgres_db_url: str,
 ) -> None:
     with psycopg.connect(postgres_db_url, autocommit=True) as raw:
-        raw.execute(
-            f"CREATE TABLE {VERSION_TABLE} (version integer PRIMARY KEY, name text NOT NULL, "
-            "applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for migration in MIGRATIONS[:2]:
-            for statement in migration.statements:
-                raw.execute(statement)
-            raw.execute(
-                f"INSERT INTO {VERSION_TABLE} (version, name) VALUES (%s, %s)",
-                (migration.version, migration.name),
-            )
+        postgres_at_version(raw, 2)
         raw.execute(
             "INSERT INTO aptix_sessions (id, org, user_name, mode, created_at, version) "
             "VALUES ('s1', %s, %s, 'general', %s, 1)",
