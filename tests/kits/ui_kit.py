@@ -33,6 +33,7 @@ from cli_kit import APTIX
 from http_kit import KEYS
 from repo import ROOT
 from serve_process import WAIT, Served, free_port, serving
+from server_thread import server_thread
 from starlette.applications import Starlette
 
 from aptix_pipeline import RecordingOptions
@@ -55,6 +56,7 @@ __all__ = [
     "RunningUI",
     "aptix_ui",
     "browsed_store",
+    "signed_in_client",
     "standalone_app",
     "token_of",
     "with_token",
@@ -177,6 +179,18 @@ def with_token(client: httpx.Client, token: str) -> httpx.Response:
     answer = client.get("/", params={"token": token})
     assert answer.status_code == 200, answer.text
     return answer
+
+
+@contextmanager
+def signed_in_client(app: Starlette, guard: UIGuard) -> Iterator[httpx.Client]:
+    """``app`` (a standalone page behind ``guard``) served on loopback in a thread, and a
+    client that has visited it with the guard's token, so it holds the page's cookie."""
+    with (
+        server_thread(app) as port,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
+    ):
+        with_token(client, guard.token)
+        yield client
 
 
 def standalone_app(

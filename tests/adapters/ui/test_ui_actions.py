@@ -20,8 +20,9 @@ import httpx
 import pytest
 from http_kit import ANA_KEY, ENV
 from server_thread import WAIT, server_thread
+from starlette.applications import Starlette
 from ui_actions_kit import BUDGETS, BUDGETS_TOML, Shop, budget_shop, session_rows
-from ui_kit import ANA, aptix_ui, browsed_store, with_token, write_ui_config
+from ui_kit import ANA, aptix_ui, browsed_store, signed_in_client, with_token, write_ui_config
 
 from aptix_pipeline.adapters.config.service import load_service_config
 from aptix_pipeline.adapters.embedded import embedded_pipeline
@@ -47,7 +48,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Shop:
     return budget_shop(tmp_path_factory.mktemp("actions") / "s.db")
 
 
-def _standalone(db: Path, *, budgets: bool = True, forks: bool = True) -> tuple[object, UIGuard]:
+def _standalone(db: Path, *, budgets: bool = True, forks: bool = True) -> tuple[Starlette, UIGuard]:
     store = SQLiteStore(db)
 
     async def fork(session_id: str, turn_id: str, caller: Caller) -> InvokeResult[Session]:
@@ -68,11 +69,7 @@ def _standalone(db: Path, *, budgets: bool = True, forks: bool = True) -> tuple[
 @pytest.fixture(scope="module")
 def page(shop: Shop) -> Iterator[httpx.Client]:
     app, guard = _standalone(shop.db)
-    with (
-        server_thread(app) as port,
-        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
-    ):
-        with_token(client, guard.token)
+    with signed_in_client(app, guard) as client:
         yield client
 
 

@@ -18,7 +18,13 @@ import pytest
 from cli_kit import aptix_run, stdout_json
 from http_kit import ANA_KEY, ENV
 from server_thread import WAIT, server_thread
-from ui_kit import Browsed, browsed_store, standalone_app, with_token, write_ui_config
+from ui_kit import (
+    Browsed,
+    browsed_store,
+    signed_in_client,
+    standalone_app,
+    write_ui_config,
+)
 
 from aptix_pipeline.adapters.config.service import load_service_config
 from aptix_pipeline.adapters.http.app import create_app
@@ -34,11 +40,7 @@ def browsed(tmp_path: Path) -> Browsed:
 @pytest.fixture
 def page(browsed: Browsed) -> Iterator[httpx.Client]:
     guard = UIGuard.start()
-    with (
-        server_thread(standalone_app(browsed, guard)) as port,
-        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
-    ):
-        with_token(client, guard.token)
+    with signed_in_client(standalone_app(browsed, guard), guard) as client:
         yield client
 
 

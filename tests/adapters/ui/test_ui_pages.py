@@ -28,6 +28,7 @@ from ui_kit import (
     ZOE,
     Browsed,
     browsed_store,
+    signed_in_client,
     standalone_app,
     with_token,
     write_ui_config,
@@ -49,11 +50,7 @@ def page(browsed: Browsed) -> Iterator[httpx.Client]:
     """The standalone page on the browsed store, served on loopback; the client has
     visited it with its token, so it holds the page's cookie."""
     guard = UIGuard.start()
-    with (
-        server_thread(standalone_app(browsed, guard)) as port,
-        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
-    ):
-        with_token(client, guard.token)
+    with signed_in_client(standalone_app(browsed, guard), guard) as client:
         yield client
 
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from search_kit import search_store
 from server_thread import WAIT, server_thread
-from ui_kit import ANA, Browsed, browsed_store, standalone_app, with_token
+from ui_kit import ANA, Browsed, browsed_store, signed_in_client, standalone_app, with_token
 
 from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
 from aptix_pipeline.adapters.ui.app import KEY_COOKIE, UIAccess, create_ui_app
@@ -36,11 +36,7 @@ def browsed(tmp_path_factory: pytest.TempPathFactory) -> Browsed:
 @pytest.fixture(scope="module")
 def page(browsed: Browsed) -> Iterator[httpx.Client]:
     guard = UIGuard.start()
-    with (
-        server_thread(standalone_app(browsed, guard)) as port,
-        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
-    ):
-        with_token(client, guard.token)
+    with signed_in_client(standalone_app(browsed, guard), guard) as client:
         yield client
 
 

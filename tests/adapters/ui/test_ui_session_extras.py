@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from server_thread import WAIT, server_thread
-from ui_kit import with_token
+from ui_kit import signed_in_client, with_token
 
 from aptix_pipeline.adapters.stores.sqlite import SQLiteStore
 from aptix_pipeline.adapters.ui.app import create_ui_app
@@ -81,11 +81,7 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     asyncio.run(_fill(db))
     guard = UIGuard.start()
     app = create_ui_app(SQLiteStore(db), None, store_name="s", guard=guard)
-    with (
-        server_thread(app) as port,
-        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
-    ):
-        with_token(client, guard.token)
+    with signed_in_client(app, guard) as client:
         yield client
 
 

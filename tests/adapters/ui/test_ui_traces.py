@@ -11,9 +11,8 @@ from html import unescape
 
 import httpx
 import pytest
-from server_thread import WAIT, server_thread
 from trace_kit import FailedTurns, failed_turns_store
-from ui_kit import with_token
+from ui_kit import signed_in_client
 
 from aptix_pipeline.adapters.stores import close_browse_store, open_browse_store
 from aptix_pipeline.adapters.ui import create_ui_app
@@ -36,11 +35,7 @@ def page(failed: FailedTurns) -> Iterator[httpx.Client]:
         await close_browse_store(store)
 
     app = create_ui_app(store, None, store_name="traces", guard=guard, close_store=close)
-    with (
-        server_thread(app) as port,
-        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client,
-    ):
-        with_token(client, guard.token)
+    with signed_in_client(app, guard) as client:
         yield client
 
 
