@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["APTIX", "aptix_run", "stdout_json", "write_json"]
+__all__ = ["APTIX", "aptix_run", "stdout_json", "turn_from_another_process", "write_json"]
 
 APTIX = Path(sys.executable).parent / "aptix"
 
@@ -53,3 +53,24 @@ def stdout_json(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     """What the command printed on stdout, read as one JSON object."""
     data: dict[str, Any] = json.loads(run.stdout)
     return data
+
+
+def turn_from_another_process(
+    tmp: Path, store_url: str, instruction: str, reply: str, org: str = "acme", user: str = "ana"
+) -> str:
+    """Commit a turn to the store at ``store_url`` from a process of its own (``aptix run``
+    as ``org`` / ``user``, the scripted model answering ``reply``); its turn id."""
+    run = aptix_run(
+        tmp,
+        {"Instruction": instruction},
+        [{"text": reply}],
+        "--store",
+        store_url,
+        "--org",
+        org,
+        "--user",
+        user,
+    )
+    assert run.returncode == 0, run.stderr
+    turn_id: str = stdout_json(run)["Result"]["TurnId"]
+    return turn_id

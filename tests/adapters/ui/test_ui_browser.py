@@ -183,26 +183,16 @@ def own_store(tmp_path: Path) -> Browsed:
 def test_the_live_view_shows_a_turn_another_process_stores_without_a_reload(
     tmp_path: Path, own_store: Browsed, tab: Page
 ) -> None:
-    from cli_kit import aptix_run, stdout_json
+    from cli_kit import turn_from_another_process
 
     with running_ui("--store", own_store.store_url, cwd=tmp_path) as running:
         tab.goto(running.url)
         tab.click("header nav >> text=live")
         tab.locator(f"#live-turns tr[data-turn='{own_store.second_turn}']").wait_for()
         tab.evaluate("window.aptixNotReloaded = true")
-        run = aptix_run(
-            tmp_path,
-            {"Instruction": "Anything new?"},
-            [{"text": "stored by another process"}],
-            "--store",
-            own_store.store_url,
-            "--org",
-            "acme",
-            "--user",
-            "ana",
+        turn_id = turn_from_another_process(
+            tmp_path, own_store.store_url, "Anything new?", "stored by another process"
         )
-        assert run.returncode == 0, run.stderr
-        turn_id = stdout_json(run)["Result"]["TurnId"]
         tab.locator(f"#live-turns tr[data-turn='{turn_id}']").wait_for()
         first = tab.locator("#live-turns tbody tr").first.get_attribute("data-turn")
         kept = tab.evaluate("window.aptixNotReloaded === true")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cli_kit import aptix_run, stdout_json
+from cli_kit import turn_from_another_process
 from http_kit import ANA_KEY, ENV
 from server_thread import WAIT, server_thread
 from ui_kit import (
@@ -84,19 +84,9 @@ def test_a_turn_another_process_stores_is_in_the_next_read(
 ) -> None:
     before = _turn_rows(page.get("/live/feed").text)
 
-    run = aptix_run(
-        tmp_path,
-        {"Instruction": "Anything new?"},
-        [{"text": "stored by another process"}],
-        "--store",
-        browsed.store_url,
-        "--org",
-        "acme",
-        "--user",
-        "ana",
+    turn_id = turn_from_another_process(
+        tmp_path, browsed.store_url, "Anything new?", "stored by another process"
     )
-    assert run.returncode == 0, run.stderr
-    turn_id = stdout_json(run)["Result"]["TurnId"]
     after = page.get("/live/feed").text
 
     assert turn_id not in [turn for turn, _ in before]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cli_kit import aptix_run, stdout_json
+from cli_kit import turn_from_another_process
 from http_kit import ANA_KEY, ENV, write_config
 from live_kit import live_events
 from server_thread import WAIT, server_thread
@@ -38,19 +38,9 @@ def test_a_turn_another_process_commits_reaches_the_pages_stream(
         events_client = httpx.Client(base_url=base, timeout=WAIT)
         with_token(events_client, guard.token)
         with live_events(events_client, "/live/events") as events:
-            run = aptix_run(
-                tmp_path,
-                {"Instruction": "Committed elsewhere"},
-                [{"text": "noted"}],
-                "--store",
-                postgres_db_url,
-                "--org",
-                "globex",
-                "--user",
-                "zoe",
+            turn_id = turn_from_another_process(
+                tmp_path, postgres_db_url, "Committed elsewhere", "noted", org="globex", user="zoe"
             )
-            assert run.returncode == 0, run.stderr
-            turn_id = stdout_json(run)["Result"]["TurnId"]
             stored = events.wait_for(lambda name, data: name == "stored")
         feed = page_client.get("/live/feed").text
         page_client.close()
@@ -83,19 +73,10 @@ def test_mounted_a_page_hears_only_its_callers_commits(
             turns: dict[str, str] = {}
             for user in ("zoe", "ana"):
                 (tmp_path / user).mkdir()
-                run = aptix_run(
-                    tmp_path / user,
-                    {"Instruction": f"{user} commits elsewhere"},
-                    [{"text": "noted"}],
-                    "--store",
-                    postgres_db_url,
-                    "--org",
-                    "acme",
-                    "--user",
-                    user,
+                said = f"{user} commits elsewhere"
+                turns[user] = turn_from_another_process(
+                    tmp_path / user, postgres_db_url, said, "noted", user=user
                 )
-                assert run.returncode == 0, run.stderr
-                turns[user] = stdout_json(run)["Result"]["TurnId"]
             events.wait_for(lambda name, data: name == "stored" and data["turn"] == turns["ana"])
 
     heard = {data["turn"] for data in events.of("stored")}
