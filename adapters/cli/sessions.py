@@ -147,16 +147,11 @@ def _print_owners(owners: list[OwnerSummary], as_json: bool) -> None:
     typer.echo("(give --org and --user to list their sessions, --all for everyone's)")
 
 
-def _error_text(trace: KeptTrace | None) -> str:
-    if trace is None or trace.error_code is None:
+def _error_text(code: str | None, message: str | None) -> str:
+    """A turn's error as ``code: message``; ``-`` for none."""
+    if code is None:
         return "-"
-    return f"{trace.error_code}: {trace.error_message or ''}".rstrip(": ")
-
-
-def _row_error(row: SessionRow) -> str:
-    if row.error_code is None:
-        return "-"
-    return f"{row.error_code}: {row.error_message or ''}".rstrip(": ")
+    return f"{code}: {message or ''}".rstrip(": ")
 
 
 def _cost_text(row: SessionRow) -> str:
@@ -200,7 +195,7 @@ def _print_rows(rows: list[SessionRow], owners: bool, more: int | None, as_json:
                 str(s.turns),
                 str(row.tokens),
                 _cost_text(row),
-                _row_error(row),
+                _error_text(row.error_code, row.error_message),
                 row.preview or "-",
             ]
         )
@@ -340,7 +335,11 @@ def _detail_text(detail: SessionDetail) -> list[str]:
 
 def _trace_line(trace: KeptTrace) -> str:
     states = json.loads(trace.trace).get("states", [])
-    error = "" if trace.error_code is None else f"  {_error_text(trace)}"
+    error = (
+        ""
+        if trace.error_code is None
+        else f"  {_error_text(trace.error_code, trace.error_message)}"
+    )
     step = "" if trace.faulted_step is None else f"  at {trace.faulted_step}"
     return (
         f"  {_time(trace.at)}  {trace.outcome}  turn {trace.turn_id or '-'}{step}{error}\n"
